@@ -1,0 +1,509 @@
+//! `config.toml`: loading, validation that reports every problem, and the
+//! resolution of a connection's limits from its plan and account.
+//!
+//! The repo's commented `config.toml` is compiled in and is the default
+//! when no file is given, so the documented file and the behaviour of a
+//! bare `tidegate serve` cannot drift apart.
+
+mod limits;
+mod sections;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use serde::de::DeserializeOwned;
+
+pub use limits::{Costs, LimitName, Limits, Op, Rule, TrackBy};
+pub use sections::{
+    ApiKey, AuthSection, ClusterMode, ClusterSection, HandshakeSection, HistorySection,
+    HttpSection, NodeSection, SAMPLE_API_KEY, SAMPLE_JWT_SECRET, SocketSection,
+};
+
+/// The shipped `config.toml`, also the embedded default.
+pub const DEFAULT_TOML: &str = include_str!("../../../config.toml");
+
+/// Every problem found in a config file, not just the first.
+#[derive(Debug, thiserror::Error)]
+#[error("{} problem(s) in the config:\n  - {}", problems.len(), problems.join("\n  - "))]
+pub struct ConfigError {
+    pub problems: Vec<String>,
+}
+
+/// An account's entry: an optional plan and overrides of any plan key.
+#[derive(Debug, Clone)]
+struct AccountEntry {
+    plan: Option<String>,
+    overrides: toml::Table,
+}
+
+/// A validated configuration.
+#[derive(Debug)]
+pub struct Config {
+    pub node: NodeSection,
+    pub auth: AuthSection,
+    pub api_keys: Vec<ResolvedApiKey>,
+    pub socket: SocketSection,
+    pub handshake: HandshakeSection,
+    pub http: HttpSection,
+    pub history: HistorySection,
+    pub cluster: ClusterSection,
+    plan_tables: HashMap<String, toml::Table>,
+    plans: HashMap<String, Arc<Limits>>,
+    accounts: HashMap<String, AccountEntry>,
+    resolved: DashMap<(String, String), Arc<Limits>>,
+}
+
+/// An API key with its secret read (from the file or the environment).
+#[derive(Debug, Clone)]
+pub struct ResolvedApiKey {
+    pub key: String,
+    pub account: String,
+    pub pub_channels: Vec<String>,
+}
+
+/// Why a plan could not be resolved for a connection.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown plan {0:?}")]
+pub struct UnknownPlan(pub String);
+
+const SECTIONS: [&str; 10] = [
+    "node",
+    "auth",
+    "api_keys",
+    "socket",
+    "handshake",
+    "http",
+    "history",
+    "cluster",
+    "plans",
+    "accounts",
+];
+
+impl Config {
+    /// The embedded default (`config.toml` at the repo root).
+    pub fn embedded() -> Config {
+        Config::from_toml(DEFAULT_TOML, &|_| None).expect("the shipped config.toml is valid")
+    }
+
+    /// Reads and validates a file, taking secrets from the process
+    /// environment.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            problems: vec![format!("{}: {e}", path.display())],
+        })?;
+        Config::from_toml(&text, &|k| std::env::var(k).ok())
+    }
+
+    /// Parses and validates `text`; `env` looks up environment variables
+    /// (injected so tests do not touch the process environment).
+    pub fn from_toml(
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let mut problems = Vec::new();
+        let mut root: toml::Table = match text.parse() {
+            Ok(t) => t,
+            Err(e) => {
+                return Err(ConfigError {
+                    problems: vec![format!("not valid TOML: {e}")],
+                });
+            }
+        };
+        for key in root.keys() {
+            if !SECTIONS.contains(&key.as_str()) {
+                problems.push(format!("{key}: unknown key"));
+            }
+        }
+        let mut take = |name: &str| {
+            root.remove(name)
+                .unwrap_or(toml::Value::Table(Default::default()))
+        };
+
+        let node: NodeSection = section(take("node"), "node", &mut problems).unwrap_or_default();
+        let mut auth: AuthSection =
+            section(take("auth"), "auth", &mut problems).unwrap_or_default();
+        let socket: SocketSection =
+            section(take("socket"), "socket", &mut problems).unwrap_or_default();
+        let handshake: HandshakeSection =
+            section(take("handshake"), "handshake", &mut problems).unwrap_or_default();
+        let http: HttpSection = section(take("http"), "http", &mut problems).unwrap_or_default();
+        let history: HistorySection =
+            section(take("history"), "history", &mut problems).unwrap_or_default();
+        let cluster: ClusterSection =
+            section(take("cluster"), "cluster", &mut problems).unwrap_or_default();
+        let raw_keys = match take("api_keys") {
+            toml::Value::Table(t) if t.is_empty() => toml::Value::Array(Vec::new()),
+            other => other,
+        };
+        let api_keys: Vec<ApiKey> =
+            section(raw_keys, "api_keys", &mut problems).unwrap_or_default();
+
+        if let Some(secret) = env("TIDEGATE_JWT_SECRET") {
+            auth.jwt_secret = secret;
+        }
+
+        // Plans: each validated on its own so every broken plan is reported.
+        let mut plan_tables = HashMap::new();
+        let mut plans = HashMap::new();
+        match take("plans") {
+            toml::Value::Table(t) => {
+                for (name, value) in t {
+                    let path = format!("plans.{name}");
+                    let toml::Value::Table(table) = value else {
+                        problems.push(format!("{path}: must be a table"));
+                        continue;
+                    };
+                    if let Some(limits) = limits_from(&table, &path, &mut problems) {
+                        plans.insert(name.clone(), Arc::new(limits));
+                    }
+                    plan_tables.insert(name, table);
+                }
+            }
+            _ => problems.push("plans: must be a table of plans".into()),
+        }
+        if !plan_tables.contains_key(&auth.default_plan) {
+            problems.push(format!(
+                "auth.default_plan: plan {:?} is not defined under [plans]",
+                auth.default_plan
+            ));
+        }
+
+        // Accounts: a plan name plus overrides of any plan key.
+        let mut accounts = HashMap::new();
+        match take("accounts") {
+            toml::Value::Table(t) => {
+                for (name, value) in t {
+                    let path = format!("accounts.{name}");
+                    let toml::Value::Table(mut table) = value else {
+                        problems.push(format!("{path}: must be a table"));
+                        continue;
+                    };
+                    let plan = match table.remove("plan") {
+                        None => None,
+                        Some(toml::Value::String(p)) => Some(p),
+                        Some(_) => {
+                            problems.push(format!("{path}.plan: must be a plan name"));
+                            None
+                        }
+                    };
+                    if let Some(p) = &plan
+                        && !plan_tables.contains_key(p)
+                    {
+                        problems.push(format!(
+                            "{path}.plan: plan {p:?} is not defined under [plans]"
+                        ));
+                    }
+                    // The overrides must make valid limits over every plan the
+                    // account can be given (a token's `plan` claim picks one).
+                    for (plan_name, base) in &plan_tables {
+                        if plan.as_ref().is_some_and(|p| p != plan_name) {
+                            continue;
+                        }
+                        let merged = merge(base.clone(), &table);
+                        limits_from(&merged, &path, &mut problems);
+                    }
+                    accounts.insert(
+                        name,
+                        AccountEntry {
+                            plan,
+                            overrides: table,
+                        },
+                    );
+                }
+            }
+            _ => problems.push("accounts: must be a table of accounts".into()),
+        }
+        problems.sort();
+        problems.dedup();
+
+        let mut resolved_keys = Vec::new();
+        for (i, k) in api_keys.iter().enumerate() {
+            let path = format!("api_keys[{i}]");
+            let key = match (&k.key, &k.key_env) {
+                (Some(key), None) => Some(key.clone()),
+                (None, Some(var)) => {
+                    let v = env(var);
+                    if v.is_none() {
+                        problems.push(format!(
+                            "{path}.key_env: environment variable {var} is not set"
+                        ));
+                    }
+                    v
+                }
+                _ => {
+                    problems.push(format!("{path}: give exactly one of `key` and `key_env`"));
+                    None
+                }
+            };
+            if let Some(key) = key {
+                if key.len() < 16 {
+                    problems.push(format!("{path}: an API key must be at least 16 characters"));
+                }
+                resolved_keys.push(ResolvedApiKey {
+                    key,
+                    account: k.account.clone(),
+                    pub_channels: k.pub_channels.clone(),
+                });
+            }
+        }
+
+        validate_node(
+            &node,
+            &auth,
+            &socket,
+            &handshake,
+            &history,
+            &cluster,
+            &http,
+            &mut problems,
+        );
+        problems.extend(sample_secret_problems(&node, &auth, &resolved_keys));
+
+        if !problems.is_empty() {
+            return Err(ConfigError { problems });
+        }
+        Ok(Config {
+            node,
+            auth,
+            api_keys: resolved_keys,
+            socket,
+            handshake,
+            http,
+            history,
+            cluster,
+            plan_tables,
+            plans,
+            accounts,
+            resolved: DashMap::new(),
+        })
+    }
+
+    /// The limits in force for `account` with the token's `plan` claim:
+    /// plan = claim, else the account's plan, else `auth.default_plan`;
+    /// then the account's overrides on top.
+    pub fn limits_for(
+        &self,
+        account: &str,
+        claim: Option<&str>,
+    ) -> Result<Arc<Limits>, UnknownPlan> {
+        let entry = self.accounts.get(account);
+        let plan = claim
+            .or_else(|| entry.and_then(|e| e.plan.as_deref()))
+            .unwrap_or(&self.auth.default_plan);
+        let base = self
+            .plans
+            .get(plan)
+            .ok_or_else(|| UnknownPlan(plan.to_owned()))?;
+        let Some(entry) = entry.filter(|e| !e.overrides.is_empty()) else {
+            return Ok(base.clone());
+        };
+        let key = (account.to_owned(), plan.to_owned());
+        if let Some(hit) = self.resolved.get(&key) {
+            return Ok(hit.clone());
+        }
+        let merged = merge(self.plan_tables[plan].clone(), &entry.overrides);
+        // Validated at load for every plan, so this cannot fail; fall back to
+        // the plan rather than panic if it somehow does.
+        let limits = limits_from(&merged, "", &mut Vec::new())
+            .map(Arc::new)
+            .unwrap_or_else(|| base.clone());
+        self.resolved.insert(key, limits.clone());
+        Ok(limits)
+    }
+
+    /// Limits of an account's own plan (no token claim): what HTTP publish
+    /// keys of that account get.
+    pub fn account_limits(&self, account: &str) -> Arc<Limits> {
+        self.limits_for(account, None)
+            .unwrap_or_else(|_| self.plans[&self.auth.default_plan].clone())
+    }
+
+    pub fn plan_names(&self) -> impl Iterator<Item = &str> {
+        self.plans.keys().map(String::as_str)
+    }
+
+    /// Moves the listener (`--listen`), re-checking that the sample secrets
+    /// stay on loopback.
+    pub fn set_listen(&mut self, addr: std::net::SocketAddr) -> Result<(), ConfigError> {
+        self.node.listen = addr;
+        let problems = sample_secret_problems(&self.node, &self.auth, &self.api_keys);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError { problems })
+        }
+    }
+}
+
+/// The shipped secret and key are public; they may only guard loopback.
+fn sample_secret_problems(
+    node: &NodeSection,
+    auth: &AuthSection,
+    keys: &[ResolvedApiKey],
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    if node.listen.ip().is_loopback() {
+        return problems;
+    }
+    if auth.jwt_secret == SAMPLE_JWT_SECRET {
+        problems.push(format!(
+            "auth.jwt_secret: the sample secret may only be used on loopback, but node.listen is {}; set TIDEGATE_JWT_SECRET",
+            node.listen
+        ));
+    }
+    if keys.iter().any(|k| k.key == SAMPLE_API_KEY) {
+        problems
+            .push("api_keys: the sample API key may only be used on loopback; use key_env".into());
+    }
+    problems
+}
+
+/// Deserializes one section, recording unknown keys (with their full path)
+/// and the first type error (with its path) instead of stopping.
+fn section<T: DeserializeOwned>(
+    value: toml::Value,
+    path: &str,
+    problems: &mut Vec<String>,
+) -> Option<T> {
+    let mut unknown = Vec::new();
+    let mut track = serde_path_to_error::Track::new();
+    let de = serde_path_to_error::Deserializer::new(value, &mut track);
+    let result = serde_ignored::deserialize(de, |p| unknown.push(p.to_string()));
+    for u in unknown {
+        problems.push(format!("{path}.{u}: unknown key"));
+    }
+    match result {
+        Ok(v) => Some(v),
+        Err(e) => {
+            let at = track.path().to_string();
+            let at = if at == "." {
+                String::new()
+            } else {
+                format!(".{at}")
+            };
+            problems.push(format!("{path}{at}: {e}"));
+            None
+        }
+    }
+}
+
+fn limits_from(table: &toml::Table, path: &str, problems: &mut Vec<String>) -> Option<Limits> {
+    let limits: Limits = section(toml::Value::Table(table.clone()), path, problems)?;
+    let found = limits.problems(path);
+    let ok = found.is_empty();
+    problems.extend(found);
+    ok.then_some(limits)
+}
+
+/// `over` merged onto `base`: tables merge key by key, anything else
+/// (numbers, arrays such as `rules`) replaces.
+fn merge(mut base: toml::Table, over: &toml::Table) -> toml::Table {
+    for (k, v) in over {
+        match (base.get_mut(k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => {
+                let merged = merge(std::mem::take(b), o);
+                *b = merged;
+            }
+            _ => {
+                base.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    base
+}
+
+#[allow(clippy::too_many_arguments)]
+fn validate_node(
+    node: &NodeSection,
+    auth: &AuthSection,
+    socket: &SocketSection,
+    handshake: &HandshakeSection,
+    history: &HistorySection,
+    cluster: &ClusterSection,
+    http: &HttpSection,
+    problems: &mut Vec<String>,
+) {
+    let mut need = |ok: bool, what: String| {
+        if !ok {
+            problems.push(what);
+        }
+    };
+    let id_ok = !node.id.is_empty()
+        && node.id.len() <= 32
+        && node
+            .id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    need(id_ok, "node.id: 1-32 characters of [A-Za-z0-9_-]".into());
+    need(
+        auth.jwt_secret.len() >= 16,
+        "auth.jwt_secret: must be at least 16 bytes".into(),
+    );
+    need(
+        socket.heartbeat_interval_ms >= 10,
+        "socket.heartbeat_interval_ms: must be at least 10".into(),
+    );
+    need(
+        socket.client_timeout_ms > socket.heartbeat_interval_ms,
+        "socket.client_timeout_ms: must be longer than socket.heartbeat_interval_ms".into(),
+    );
+    need(
+        socket.close_timeout_ms >= 1,
+        "socket.close_timeout_ms: must be at least 1".into(),
+    );
+    need(
+        socket.max_pending_drop_ids >= 1,
+        "socket.max_pending_drop_ids: must be at least 1".into(),
+    );
+    let rate_ok = |r: f64| r.is_finite() && r > 0.0;
+    need(
+        rate_ok(handshake.node_accepts_per_sec),
+        "handshake.node_accepts_per_sec: must be a positive number".into(),
+    );
+    need(
+        rate_ok(handshake.ip_handshakes_per_sec),
+        "handshake.ip_handshakes_per_sec: must be a positive number".into(),
+    );
+    need(
+        handshake.ip_handshake_burst >= 1,
+        "handshake.ip_handshake_burst: must be at least 1".into(),
+    );
+    need(
+        handshake.ip_max_open >= 1,
+        "handshake.ip_max_open: must be at least 1".into(),
+    );
+    need(
+        history.size <= 100_000,
+        "history.size: must be at most 100000".into(),
+    );
+    need(
+        history.ttl_ms >= 1,
+        "history.ttl_ms: must be at least 1".into(),
+    );
+    need(
+        http.max_batch >= 1,
+        "http.max_batch: must be at least 1".into(),
+    );
+    need(
+        cluster.lease_ms >= 100,
+        "cluster.lease_ms: must be at least 100".into(),
+    );
+    need(
+        cluster.max_pending >= 1,
+        "cluster.max_pending: must be at least 1".into(),
+    );
+    if cluster.mode == ClusterMode::Redis {
+        need(
+            cluster.redis_url.starts_with("redis://") || cluster.redis_url.starts_with("unix://"),
+            format!(
+                "cluster.redis_url: {:?} is not a redis:// URL",
+                cluster.redis_url
+            ),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests;

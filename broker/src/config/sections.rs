@@ -1,0 +1,202 @@
+//! The node-wide sections of `config.toml` (everything but plans and
+//! accounts). Defaults here are the contract's §0 and §7.
+
+use std::net::{IpAddr, SocketAddr};
+
+use serde::Deserialize;
+
+/// The HS256 secret shipped in the sample `config.toml`. The broker refuses
+/// to serve with it on anything but loopback.
+pub const SAMPLE_JWT_SECRET: &str = "tidegate-sample-secret-do-not-use-in-production";
+/// The API key shipped in the sample `config.toml`; same rule.
+pub const SAMPLE_API_KEY: &str = "tidegate-sample-publish-key";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct NodeSection {
+    /// Appears in connection ids and the welcome frame; unique per cluster.
+    pub id: String,
+    pub listen: SocketAddr,
+    /// HTTP worker threads (0 = one per core).
+    pub workers: usize,
+    /// Peers whose `X-Forwarded-For` is trusted.
+    pub trusted_proxies: Vec<IpAddr>,
+}
+
+impl Default for NodeSection {
+    fn default() -> Self {
+        NodeSection {
+            id: "n1".into(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            workers: 0,
+            trusted_proxies: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct AuthSection {
+    /// HS256 secret; `TIDEGATE_JWT_SECRET` overrides it.
+    pub jwt_secret: String,
+    /// Plan for tokens without a `plan` claim and accounts without a plan.
+    pub default_plan: String,
+    /// Lifetime of tokens minted by `tidegate token`.
+    pub dev_token_ttl_secs: u64,
+    /// Clock skew tolerated when checking `exp`.
+    pub leeway_secs: u64,
+}
+
+impl Default for AuthSection {
+    fn default() -> Self {
+        AuthSection {
+            jwt_secret: SAMPLE_JWT_SECRET.into(),
+            default_plan: "free".into(),
+            dev_token_ttl_secs: 3600,
+            leeway_secs: 0,
+        }
+    }
+}
+
+/// An API key for HTTP publish, bound to one account.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKey {
+    /// The key itself; or leave it out and name an environment variable.
+    #[serde(default)]
+    pub key: Option<String>,
+    #[serde(default)]
+    pub key_env: Option<String>,
+    pub account: String,
+    /// Channels this key may publish to (globs; default: all).
+    #[serde(default = "all_channels")]
+    pub pub_channels: Vec<String>,
+}
+
+fn all_channels() -> Vec<String> {
+    vec!["*".into()]
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct SocketSection {
+    /// How often the server pings an idle client.
+    pub heartbeat_interval_ms: u64,
+    /// A client silent (no frame, no pong) this long is closed.
+    pub client_timeout_ms: u64,
+    /// How long a close frame may take to be delivered before the TCP
+    /// connection is dropped.
+    pub close_timeout_ms: u64,
+    /// Most `id`s one `rate_limited` frame lists; past this the socket stops
+    /// being read until the next frame goes out (lossless back-pressure).
+    pub max_pending_drop_ids: usize,
+    /// Kernel send buffer per socket (0 = OS default). Smaller values make
+    /// slow consumers visible to the high-water mark sooner.
+    pub send_buffer_bytes: usize,
+}
+
+impl Default for SocketSection {
+    fn default() -> Self {
+        SocketSection {
+            heartbeat_interval_ms: 15_000,
+            client_timeout_ms: 45_000,
+            close_timeout_ms: 1_000,
+            max_pending_drop_ids: 1_000,
+            send_buffer_bytes: 0,
+        }
+    }
+}
+
+/// Node-level handshake defences (per node by design: they protect it).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct HandshakeSection {
+    /// Handshakes per second this node takes before answering 503.
+    pub node_accepts_per_sec: f64,
+    pub ip_handshakes_per_sec: f64,
+    pub ip_handshake_burst: u32,
+    /// Open sockets per client IP.
+    pub ip_max_open: u32,
+}
+
+impl Default for HandshakeSection {
+    fn default() -> Self {
+        HandshakeSection {
+            node_accepts_per_sec: 2_000.0,
+            ip_handshakes_per_sec: 5.0,
+            ip_handshake_burst: 20,
+            ip_max_open: 50,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct HttpSection {
+    /// Most messages in one `/v1/publish/batch`.
+    pub max_batch: usize,
+    /// Largest request body for `/v1/publish/batch`.
+    pub max_batch_bytes: usize,
+}
+
+impl Default for HttpSection {
+    fn default() -> Self {
+        HttpSection {
+            max_batch: 100,
+            max_batch_bytes: 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct HistorySection {
+    /// Messages kept per channel for `since` recovery (0 = none).
+    pub size: usize,
+    /// How long a message is kept.
+    pub ttl_ms: u64,
+}
+
+impl Default for HistorySection {
+    fn default() -> Self {
+        HistorySection {
+            size: 100,
+            ttl_ms: 300_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ClusterMode {
+    Memory,
+    Redis,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct ClusterSection {
+    pub mode: ClusterMode,
+    pub redis_url: String,
+    /// Prefix of every Redis key and pub/sub channel.
+    pub key_prefix: String,
+    /// A node's connection counts expire this long after it stops renewing.
+    pub lease_ms: u64,
+    /// SIGTERM drain window.
+    pub drain_ms: u64,
+    /// Most messages queued toward Redis; past it publishes are refused.
+    pub max_pending: usize,
+}
+
+impl Default for ClusterSection {
+    fn default() -> Self {
+        ClusterSection {
+            mode: ClusterMode::Memory,
+            redis_url: "redis://127.0.0.1:6379/".into(),
+            key_prefix: "tidegate:".into(),
+            lease_ms: 10_000,
+            drain_ms: 10_000,
+            max_pending: 10_000,
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! The HTTP side: publish for backend services, and the operations
+//! endpoints. Refusals share one body shape (§1, §5).
+
+pub mod keys;
+pub mod ops;
+pub mod publish;
+
+use std::time::Duration;
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, HttpResponseBuilder};
+use serde::Serialize;
+
+use crate::protocol::ErrorCode;
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorBody<'a> {
+    pub error: &'static str,
+    pub message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+}
+
+/// `Retry-After` is whole seconds, rounded up (never 0 for a wait).
+pub fn retry_after_secs(d: Duration) -> u64 {
+    d.as_millis().div_ceil(1000).max(1) as u64
+}
+
+pub fn retry_after_ms(d: Duration) -> u64 {
+    (d.as_micros().div_ceil(1000) as u64).max(1)
+}
+
+/// A refusal with the contract's body; with `retry_after`, also the
+/// `Retry-After` header and `retryAfterMs`.
+pub fn refusal(
+    status: StatusCode,
+    code: ErrorCode,
+    message: &str,
+    retry_after: Option<Duration>,
+) -> HttpResponse {
+    refusal_builder(HttpResponse::build(status), code, message, retry_after)
+}
+
+pub fn refusal_builder(
+    mut builder: HttpResponseBuilder,
+    code: ErrorCode,
+    message: &str,
+    retry_after: Option<Duration>,
+) -> HttpResponse {
+    if let Some(d) = retry_after {
+        builder.insert_header(("Retry-After", retry_after_secs(d).to_string()));
+    }
+    builder.json(ErrorBody {
+        error: code.as_str(),
+        message,
+        retry_after_ms: retry_after.map(retry_after_ms),
+    })
+}

@@ -1,0 +1,280 @@
+//! `POST /v1/publish` and `/v1/publish/batch` for backend services (§5).
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder, web};
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use super::keys::{Charge, KeyState};
+use super::refusal_builder;
+use crate::config::Limits;
+use crate::metrics::Layer;
+use crate::node::Node;
+use crate::protocol::{ErrorCode, channel};
+
+#[derive(Deserialize)]
+struct One<'a> {
+    #[serde(borrow)]
+    channel: Cow<'a, str>,
+    #[serde(borrow)]
+    data: &'a RawValue,
+}
+
+#[derive(Deserialize)]
+struct Batch<'a> {
+    #[serde(borrow)]
+    messages: Vec<One<'a>>,
+}
+
+/// One entry of a batch answer.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Outcome {
+    Ok {
+        seq: u64,
+    },
+    Err {
+        error: &'static str,
+        message: String,
+    },
+}
+
+/// A refusal of one message: status, code and a sentence.
+struct Refused {
+    status: StatusCode,
+    code: ErrorCode,
+    message: String,
+}
+
+impl Refused {
+    fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Refused {
+        Refused {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// The key named by `Authorization: Bearer <key>`.
+fn authenticate(req: &HttpRequest, node: &Node) -> Option<Arc<KeyState>> {
+    let value = req.headers().get("authorization")?.to_str().ok()?;
+    let key = value.strip_prefix("Bearer ")?.trim();
+    node.keys.load().get(key)
+}
+
+/// Reads at most `limit` bytes of body; more is a 413 without reading on.
+async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, Refused> {
+    let mut buf = BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| {
+            Refused::new(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::BadRequest,
+                e.to_string(),
+            )
+        })?;
+        if buf.len() + chunk.len() > limit {
+            return Err(Refused::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorCode::PayloadTooLarge,
+                format!("request body is larger than {limit} bytes"),
+            ));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+fn parse<'a, T: Deserialize<'a>>(body: &'a [u8], max_depth: u32) -> Result<T, Refused> {
+    if crate::protocol::json::depth_exceeds(body, max_depth) {
+        return Err(Refused::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::BadRequest,
+            format!("JSON nesting is deeper than {max_depth} levels"),
+        ));
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        Refused::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::BadRequest,
+            format!("malformed request: {e}"),
+        )
+    })
+}
+
+/// Every per-message check but the rate limit, in the order of §5.
+fn check(msg: &One<'_>, key: &KeyState, limits: &Limits) -> Result<(), Refused> {
+    channel::validate(&msg.channel)
+        .map_err(|why| Refused::new(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, why))?;
+    let size = msg.data.get().len();
+    if size > limits.max_payload_bytes {
+        return Err(Refused::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::PayloadTooLarge,
+            format!(
+                "data is {size} bytes, above the limit of {}",
+                limits.max_payload_bytes
+            ),
+        ));
+    }
+    if !key.publish.matches(&msg.channel) {
+        return Err(Refused::new(
+            StatusCode::FORBIDDEN,
+            ErrorCode::Forbidden,
+            format!("this API key may not publish on {:?}", msg.channel),
+        ));
+    }
+    let c = &limits.costs;
+    let cost = c.publish + c.publish_per_kib * size.div_ceil(1024) as u32;
+    if cost > c.max_single {
+        return Err(Refused::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::CostExceedsMax,
+            format!(
+                "this message costs {cost} units, above the largest single charge of {}; send less data",
+                c.max_single
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn with_rate_headers(status: StatusCode, charge: &Charge) -> HttpResponseBuilder {
+    let mut b = HttpResponse::build(status);
+    b.insert_header(("X-RateLimit-Limit", charge.limit.to_string()));
+    b.insert_header(("X-RateLimit-Remaining", charge.remaining.to_string()));
+    b.insert_header((
+        "X-RateLimit-Reset",
+        super::retry_after_secs(charge.reset).to_string(),
+    ));
+    b
+}
+
+fn refuse(node: &Node, r: Refused, charge: Option<&Charge>) -> HttpResponse {
+    node.metrics.reject(Layer::Http, r.code.as_str());
+    let builder = match charge {
+        Some(c) => with_rate_headers(r.status, c),
+        None => HttpResponse::build(r.status),
+    };
+    let retry = (r.code == ErrorCode::RateLimited)
+        .then(|| charge.map(|c| c.retry_after))
+        .flatten();
+    refusal_builder(builder, r.code, &r.message, retry)
+}
+
+fn unauthorized(node: &Node) -> HttpResponse {
+    refuse(
+        node,
+        Refused::new(
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::Unauthorized,
+            "send `Authorization: Bearer <api key>` with a key from the config",
+        ),
+        None,
+    )
+}
+
+fn rate_limited(charge: &Charge) -> Refused {
+    Refused::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        ErrorCode::RateLimited,
+        format!(
+            "this API key's budget is empty; retry after {} ms",
+            super::retry_after_ms(charge.retry_after)
+        ),
+    )
+}
+
+pub async fn publish(
+    req: HttpRequest,
+    payload: web::Payload,
+    node: web::Data<Arc<Node>>,
+) -> HttpResponse {
+    let Some(key) = authenticate(&req, &node) else {
+        return unauthorized(&node);
+    };
+    let limits = node.config.load().account_limits(&key.account);
+    // Room for the envelope around a maximal `data`.
+    let body = match read_body(payload, limits.max_payload_bytes + 1024).await {
+        Ok(b) => b,
+        Err(r) => return refuse(&node, r, None),
+    };
+    let msg: One<'_> = match parse(&body, limits.max_json_depth) {
+        Ok(m) => m,
+        Err(r) => return refuse(&node, r, None),
+    };
+    if let Err(r) = check(&msg, &key, &limits) {
+        return refuse(&node, r, None);
+    }
+    let charge = key.charge(1.0, Instant::now());
+    if !charge.allowed {
+        return refuse(&node, rate_limited(&charge), Some(&charge));
+    }
+    let seq = node.bridge.publish(&msg.channel, msg.data.get());
+    node.metrics.published("http");
+    with_rate_headers(StatusCode::OK, &charge).json(serde_json::json!({ "seq": seq }))
+}
+
+pub async fn publish_batch(
+    req: HttpRequest,
+    payload: web::Payload,
+    node: web::Data<Arc<Node>>,
+) -> HttpResponse {
+    let Some(key) = authenticate(&req, &node) else {
+        return unauthorized(&node);
+    };
+    let config = node.config.load_full();
+    let limits = config.account_limits(&key.account);
+    let body = match read_body(payload, config.http.max_batch_bytes).await {
+        Ok(b) => b,
+        Err(r) => return refuse(&node, r, None),
+    };
+    let batch: Batch<'_> = match parse(&body, limits.max_json_depth.saturating_add(2)) {
+        Ok(b) => b,
+        Err(r) => return refuse(&node, r, None),
+    };
+    let n = batch.messages.len();
+    if n == 0 || n > config.http.max_batch {
+        let r = Refused::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::BadRequest,
+            format!(
+                "a batch holds 1 to {} messages, this one has {n}",
+                config.http.max_batch
+            ),
+        );
+        return refuse(&node, r, None);
+    }
+    // A batch costs the number of its messages, all or nothing.
+    let charge = key.charge(n as f64, Instant::now());
+    if !charge.allowed {
+        return refuse(&node, rate_limited(&charge), Some(&charge));
+    }
+    let results: Vec<Outcome> = batch
+        .messages
+        .iter()
+        .map(|msg| match check(msg, &key, &limits) {
+            Ok(()) => {
+                node.metrics.published("http");
+                Outcome::Ok {
+                    seq: node.bridge.publish(&msg.channel, msg.data.get()),
+                }
+            }
+            Err(r) => {
+                node.metrics.reject(Layer::Http, r.code.as_str());
+                Outcome::Err {
+                    error: r.code.as_str(),
+                    message: r.message,
+                }
+            }
+        })
+        .collect();
+    with_rate_headers(StatusCode::OK, &charge).json(serde_json::json!({ "results": results }))
+}

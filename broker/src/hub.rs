@@ -1,0 +1,402 @@
+//! The channel registry: who is subscribed to what, each channel's `seq`
+//! and bounded history, and local fan-out.
+//!
+//! Fan-out happens under the channel's own lock, which is what keeps
+//! delivery in `seq` order per channel without a central actor hop. The
+//! message is encoded once ([`wire::message`]); every subscriber gets a
+//! clone of the same [`Bytes`]. Before queueing, the hub reads the
+//! subscriber's [`OutboundGauge`] and drops the message there if the socket
+//! is over its high-water mark, so a slow consumer's backlog (mailbox and
+//! outbox together) stays bounded by the mark plus one message.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use actix::{Message, Recipient};
+use bytes::Bytes;
+use dashmap::DashMap;
+use parking_lot::Mutex;
+
+use crate::metrics::Metrics;
+use crate::protocol::wire;
+
+/// What the hub sends a subscribed socket.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub enum Deliver {
+    /// A message frame for `channel`; its bytes are already counted in the
+    /// socket's gauge.
+    Message {
+        channel: Arc<str>,
+        seq: u64,
+        frame: Bytes,
+    },
+    /// The socket crossed its high-water mark and messages are being
+    /// dropped (sent once per episode).
+    Congested,
+}
+
+/// A socket's unsent outbound bytes, shared between the hub (which reserves
+/// before queueing) and the socket's outbox (which releases as the HTTP
+/// layer takes bytes for the wire). This is the broker's `bufferedAmount`.
+#[derive(Debug)]
+pub struct OutboundGauge {
+    pending: AtomicUsize,
+    high_water: AtomicUsize,
+    dropped: AtomicU64,
+    congested: AtomicBool,
+}
+
+impl OutboundGauge {
+    pub fn new(high_water: usize) -> OutboundGauge {
+        OutboundGauge {
+            pending: AtomicUsize::new(0),
+            high_water: AtomicUsize::new(high_water),
+            dropped: AtomicU64::new(0),
+            congested: AtomicBool::new(false),
+        }
+    }
+
+    /// Counts `len` bytes for a message about to be queued, unless the
+    /// socket is at or over its mark: then counts a drop. The first drop
+    /// of an episode returns `Reserve::FirstDrop` so the caller wakes the
+    /// socket.
+    #[inline]
+    pub fn try_reserve(&self, len: usize) -> Reserve {
+        if self.pending.load(Ordering::Relaxed) >= self.high_water.load(Ordering::Relaxed) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            if self.congested.swap(true, Ordering::AcqRel) {
+                Reserve::Dropped
+            } else {
+                Reserve::FirstDrop
+            }
+        } else {
+            self.pending.fetch_add(len, Ordering::Relaxed);
+            Reserve::Queued
+        }
+    }
+
+    /// Counts bytes that are queued regardless of the mark (acks, errors,
+    /// recovered history: answers the client asked for).
+    pub fn add(&self, len: usize) {
+        self.pending.fetch_add(len, Ordering::Relaxed);
+    }
+
+    /// Bytes handed to the HTTP layer (or discarded). Returns what is left.
+    pub fn release(&self, len: usize) -> usize {
+        self.pending.fetch_sub(len, Ordering::Relaxed) - len
+    }
+
+    pub fn pending(&self) -> usize {
+        self.pending.load(Ordering::Relaxed)
+    }
+
+    pub fn high_water(&self) -> usize {
+        self.high_water.load(Ordering::Relaxed)
+    }
+
+    pub fn set_high_water(&self, bytes: usize) {
+        self.high_water.store(bytes, Ordering::Relaxed);
+    }
+
+    pub fn is_congested(&self) -> bool {
+        self.congested.load(Ordering::Acquire)
+    }
+
+    /// Ends a congestion episode; returns the messages dropped in it.
+    pub fn clear_congestion(&self) -> u64 {
+        self.congested.store(false, Ordering::Release);
+        self.dropped.swap(0, Ordering::AcqRel)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reserve {
+    Queued,
+    Dropped,
+    FirstDrop,
+}
+
+/// One socket's subscription as the hub sees it.
+#[derive(Clone)]
+pub struct Subscriber {
+    pub conn: u64,
+    pub sink: Recipient<Deliver>,
+    pub gauge: Arc<OutboundGauge>,
+}
+
+impl std::fmt::Debug for Subscriber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Subscriber({})", self.conn)
+    }
+}
+
+#[derive(Debug)]
+struct Held {
+    seq: u64,
+    frame: Bytes,
+    at: Instant,
+}
+
+#[derive(Debug)]
+struct ChannelState {
+    /// Last `seq` assigned (or seen, in cluster mode).
+    seq: u64,
+    subscribers: Vec<Subscriber>,
+    history: VecDeque<Held>,
+    /// Set when the sweeper removed the channel from the map; a caller
+    /// holding a stale `Arc` looks the channel up again.
+    dead: bool,
+}
+
+#[derive(Debug)]
+struct Channel {
+    name: Arc<str>,
+    state: Mutex<ChannelState>,
+}
+
+/// What a subscribe found: whether the history covers everything after
+/// `since`, and the held frames to send after the ack.
+#[derive(Debug, Default)]
+pub struct Joined {
+    pub recovered: Option<bool>,
+    pub backlog: Vec<(u64, Bytes)>,
+    /// The channel's last `seq` when the subscriber joined: live messages
+    /// are exactly those above it.
+    pub last_seq: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct HistoryLimits {
+    pub size: usize,
+    pub ttl: Duration,
+}
+
+/// The node's channel registry.
+pub struct Hub {
+    channels: DashMap<Arc<str>, Arc<Channel>>,
+    history: parking_lot::RwLock<HistoryLimits>,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Hub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Hub({} channels)", self.channels.len())
+    }
+}
+
+/// The first `seq` of a channel the node has no state for: derived from
+/// the wall clock (µs-scale) so a channel forgotten and re-created (idle
+/// eviction, node restart, an emptied Redis) never reuses a `seq` a client
+/// already saw, as long as it averaged under a million messages a second.
+/// Stays below 2^53, so JavaScript clients read it exactly.
+pub fn seq_floor() -> u64 {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    ms.saturating_mul(1000)
+}
+
+impl Hub {
+    pub fn new(history: HistoryLimits, metrics: Arc<Metrics>) -> Hub {
+        Hub {
+            channels: DashMap::new(),
+            history: parking_lot::RwLock::new(history),
+            metrics,
+        }
+    }
+
+    pub fn set_history_limits(&self, limits: HistoryLimits) {
+        *self.history.write() = limits;
+    }
+
+    fn channel(&self, name: &str) -> Arc<Channel> {
+        if let Some(ch) = self.channels.get(name) {
+            return ch.clone();
+        }
+        self.channels
+            .entry(Arc::from(name))
+            .or_insert_with(|| {
+                Arc::new(Channel {
+                    name: Arc::from(name),
+                    state: Mutex::new(ChannelState {
+                        seq: seq_floor(),
+                        subscribers: Vec::new(),
+                        history: VecDeque::new(),
+                        dead: false,
+                    }),
+                })
+            })
+            .clone()
+    }
+
+    /// Runs `f` on a live channel's state, retrying if the sweeper removed
+    /// the channel between lookup and lock.
+    fn with_channel<R>(
+        &self,
+        name: &str,
+        mut f: impl FnMut(&Channel, &mut ChannelState) -> R,
+    ) -> R {
+        loop {
+            let ch = self.channel(name);
+            let mut st = ch.state.lock();
+            if !st.dead {
+                return f(&ch, &mut st);
+            }
+        }
+    }
+
+    /// Assigns the next `seq`, records the message in history and fans it
+    /// out to this node's subscribers (single-node mode).
+    pub fn publish(&self, channel: &str, data: &str) -> u64 {
+        let now = Instant::now();
+        let limits = *self.history.read();
+        self.with_channel(channel, |ch, st| {
+            st.seq += 1;
+            let seq = st.seq;
+            let frame = wire::message(&ch.name, seq, data);
+            self.record_and_fan_out(ch, st, seq, frame, now, limits);
+            seq
+        })
+    }
+
+    fn record_and_fan_out(
+        &self,
+        ch: &Channel,
+        st: &mut ChannelState,
+        seq: u64,
+        frame: Bytes,
+        now: Instant,
+        limits: HistoryLimits,
+    ) {
+        if limits.size > 0 {
+            st.history.push_back(Held {
+                seq,
+                frame: frame.clone(),
+                at: now,
+            });
+            trim(&mut st.history, limits, now);
+        }
+        let len = frame.len();
+        let mut delivered = 0u64;
+        let mut dropped = 0u64;
+        for sub in &st.subscribers {
+            match sub.gauge.try_reserve(len) {
+                Reserve::Queued => {
+                    delivered += 1;
+                    sub.sink.do_send(Deliver::Message {
+                        channel: ch.name.clone(),
+                        seq,
+                        frame: frame.clone(),
+                    });
+                }
+                Reserve::FirstDrop => {
+                    dropped += 1;
+                    sub.sink.do_send(Deliver::Congested);
+                }
+                Reserve::Dropped => dropped += 1,
+            }
+        }
+        self.metrics.messages_out.inc_by(delivered);
+        if dropped > 0 {
+            self.metrics
+                .reject_n(crate::metrics::Layer::Outbound, "slow_consumer", dropped);
+        }
+    }
+
+    /// Adds a subscriber. With `since`, also returns the held messages
+    /// after it, and whether they are complete. Taken under the channel
+    /// lock, so nothing published concurrently is either missed or sent
+    /// twice: it is in the backlog or it arrives live, never both.
+    pub fn subscribe(&self, channel: &str, sub: Subscriber, since: Option<u64>) -> Joined {
+        let now = Instant::now();
+        let limits = *self.history.read();
+        self.with_channel(channel, |_, st| {
+            trim(&mut st.history, limits, now);
+            st.subscribers.retain(|s| s.conn != sub.conn);
+            st.subscribers.push(sub.clone());
+            let mut joined = Joined {
+                last_seq: st.seq,
+                ..Joined::default()
+            };
+            if let Some(since) = since {
+                joined.recovered = Some(recover(st, since, &mut joined.backlog));
+            }
+            joined
+        })
+    }
+
+    pub fn unsubscribe(&self, channel: &str, conn: u64) {
+        if let Some(ch) = self.channels.get(channel).map(|c| c.clone()) {
+            ch.state.lock().subscribers.retain(|s| s.conn != conn);
+        }
+    }
+
+    /// Whether any local socket is subscribed to `channel`.
+    pub fn has_subscribers(&self, channel: &str) -> bool {
+        self.channels
+            .get(channel)
+            .is_some_and(|c| !c.state.lock().subscribers.is_empty())
+    }
+
+    /// Forgets channels with no subscribers and no unexpired history.
+    pub fn sweep(&self) {
+        let now = Instant::now();
+        let limits = *self.history.read();
+        self.channels.retain(|_, ch| {
+            let mut st = ch.state.lock();
+            trim(&mut st.history, limits, now);
+            if st.subscribers.is_empty() && st.history.is_empty() {
+                st.dead = true;
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    pub fn channel_count(&self) -> usize {
+        self.channels.len()
+    }
+}
+
+fn trim(history: &mut VecDeque<Held>, limits: HistoryLimits, now: Instant) {
+    while history.len() > limits.size {
+        history.pop_front();
+    }
+    while history
+        .front()
+        .is_some_and(|h| now.saturating_duration_since(h.at) > limits.ttl)
+    {
+        history.pop_front();
+    }
+}
+
+/// Appends the held messages after `since` to `out` and says whether they
+/// are all of them. `since` at or past the last seq: nothing was missed.
+fn recover(st: &mut ChannelState, since: u64, out: &mut Vec<(u64, Bytes)>) -> bool {
+    if since == st.seq {
+        return true;
+    }
+    if since > st.seq {
+        // The client saw a seq this node never issued: its state is from a
+        // history we no longer have.
+        return false;
+    }
+    let complete = st.history.front().is_some_and(|h| h.seq <= since + 1);
+    if complete {
+        out.extend(
+            st.history
+                .iter()
+                .filter(|h| h.seq > since)
+                .map(|h| (h.seq, h.frame.clone())),
+        );
+    }
+    complete
+}
+
+#[cfg(test)]
+mod tests;

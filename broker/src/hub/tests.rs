@@ -1,0 +1,160 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use bytes::Bytes;
+
+use super::*;
+
+/// A stand-in socket that records what the hub sends it.
+struct Sink(Arc<Mutex<Vec<(u64, Bytes)>>>, Arc<OutboundGauge>);
+
+impl Actor for Sink {
+    type Context = Context<Self>;
+}
+
+impl Handler<Deliver> for Sink {
+    type Result = ();
+    fn handle(&mut self, msg: Deliver, _: &mut Context<Self>) {
+        if let Deliver::Message { seq, frame, .. } = msg {
+            self.1.release(frame.len());
+            self.0.lock().push((seq, frame));
+        }
+    }
+}
+
+fn hub(size: usize) -> Hub {
+    Hub::new(
+        HistoryLimits {
+            size,
+            ttl: Duration::from_secs(60),
+        },
+        Arc::new(Metrics::new()),
+    )
+}
+
+struct TestSub {
+    sub: Subscriber,
+    flush: Addr<Sink>,
+}
+
+impl std::ops::Deref for TestSub {
+    type Target = Subscriber;
+    fn deref(&self) -> &Subscriber {
+        &self.sub
+    }
+}
+
+type Received = Arc<Mutex<Vec<(u64, Bytes)>>>;
+
+fn sink(conn: u64, high_water: usize) -> (TestSub, Received) {
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let gauge = Arc::new(OutboundGauge::new(high_water));
+    let addr = Sink(got.clone(), gauge.clone()).start();
+    let sub = Subscriber {
+        conn,
+        sink: addr.clone().recipient(),
+        gauge,
+    };
+    (TestSub { sub, flush: addr }, got)
+}
+
+/// Answered after everything queued before it: a mailbox round trip.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Flush;
+
+impl Handler<Flush> for Sink {
+    type Result = ();
+    fn handle(&mut self, _: Flush, _: &mut Context<Self>) {}
+}
+
+async fn settle(subs: &[&TestSub]) {
+    for s in subs {
+        s.flush.send(Flush).await.unwrap();
+    }
+}
+
+#[actix_rt::test]
+async fn seq_is_strictly_increasing_and_bytes_are_shared() {
+    let hub = hub(10);
+    let (a, got_a) = sink(1, 1 << 20);
+    let (b, got_b) = sink(2, 1 << 20);
+    hub.subscribe("doc:1", a.sub.clone(), None);
+    hub.subscribe("doc:1", b.sub.clone(), None);
+    let s1 = hub.publish("doc:1", "1");
+    let s2 = hub.publish("doc:1", "2");
+    assert!(s2 > s1);
+    settle(&[&a, &b]).await;
+    let a = got_a.lock();
+    let b = got_b.lock();
+    assert_eq!(a.iter().map(|x| x.0).collect::<Vec<_>>(), [s1, s2]);
+    assert_eq!(
+        a[0].1.as_ptr(),
+        b[0].1.as_ptr(),
+        "both subscribers hold the same encoded bytes"
+    );
+}
+
+#[actix_rt::test]
+async fn since_recovers_held_messages_or_says_it_cannot() {
+    let hub = hub(3);
+    let first = hub.publish("doc:1", "1");
+    for i in 2..=5 {
+        hub.publish("doc:1", &i.to_string());
+    }
+    let last = first + 4;
+    let (s, _) = sink(1, 1 << 20);
+    let joined = hub.subscribe("doc:1", s.sub.clone(), Some(last - 2));
+    assert_eq!(joined.recovered, Some(true));
+    assert_eq!(
+        joined.backlog.iter().map(|x| x.0).collect::<Vec<_>>(),
+        [last - 1, last]
+    );
+    let joined = hub.subscribe("doc:1", s.sub.clone(), Some(first));
+    assert_eq!(
+        joined.recovered,
+        Some(false),
+        "seq first+1 fell out of a 3-message history"
+    );
+    assert!(joined.backlog.is_empty());
+    let joined = hub.subscribe("doc:1", s.sub.clone(), Some(last));
+    assert_eq!(
+        joined.recovered,
+        Some(true),
+        "nothing missed counts as recovered"
+    );
+    let joined = hub.subscribe("doc:new", s.sub.clone(), Some(7));
+    assert_eq!(
+        joined.recovered,
+        Some(false),
+        "an unknown channel cannot vouch for the past"
+    );
+}
+
+#[actix_rt::test]
+async fn over_the_mark_messages_are_dropped_and_counted() {
+    let hub = hub(0);
+    let (slow, _) = sink(1, 1024);
+    let gauge = slow.gauge.clone();
+    gauge.add(2048); // the socket already has 2 KiB unsent
+    hub.subscribe("c", slow.sub.clone(), None);
+    hub.publish("c", "x");
+    hub.publish("c", "y");
+    assert!(gauge.is_congested());
+    assert_eq!(gauge.clear_congestion(), 2);
+    assert_eq!(gauge.pending(), 2048, "dropped messages reserve nothing");
+}
+
+#[actix_rt::test]
+async fn sweep_forgets_idle_channels_but_not_live_ones() {
+    let hub = hub(0);
+    let (s, _) = sink(1, 1 << 20);
+    hub.subscribe("live", s.sub.clone(), None);
+    hub.publish("idle", "1");
+    hub.sweep();
+    assert_eq!(hub.channel_count(), 1);
+    hub.unsubscribe("live", 1);
+    hub.sweep();
+    assert_eq!(hub.channel_count(), 0);
+}

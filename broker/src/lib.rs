@@ -1,0 +1,45 @@
+//! Tidegate: a realtime pub/sub broker that cannot be knocked over by its
+//! own clients.
+//!
+//! Browsers subscribe over WebSocket, backend services publish over HTTP,
+//! and every client behaviour — a typist, a runaway loop, an account
+//! opening many sockets, a reader that stopped reading — meets its own
+//! measured response.
+//!
+//! # Layout
+//!
+//! - [`server`]: routes and `run(listener, config, shutdown)`, the entry
+//!   point of the binary and of every integration test.
+//! - [`node`]: what a node shares: config, hub, bridge, metrics, sockets.
+//! - [`socket`]: one actix actor per WebSocket. It owns its token buckets
+//!   ([`socket::Admission`]), its subscriptions and its outbound queue
+//!   (`socket/outbox.rs`, which knows the real unsent bytes); the
+//!   handshake checks live in `socket/handshake.rs`.
+//! - [`hub`]: channels, `seq`, bounded history and local fan-out (one
+//!   encoding per publish, shared bytes for every subscriber).
+//! - [`cluster`]: the [`cluster::Bridge`] between nodes; in memory for a
+//!   single node.
+//! - [`http`]: HTTP publish with per-key buckets, and `/healthz`,
+//!   `/readyz`, `/metrics`.
+//! - [`limiter`]: pure limiter primitives (token bucket, notice throttle).
+//! - [`protocol`]: frames in and out, channel names, globs, and the code
+//!   table shared with the TypeScript SDK.
+//! - [`config`]: `config.toml`, plans and accounts, validation that
+//!   reports every problem.
+//! - [`auth`]: HS256 tokens. [`metrics`]: Prometheus counters.
+
+pub mod auth;
+pub mod cluster;
+pub mod config;
+pub mod http;
+pub mod hub;
+pub mod limiter;
+pub mod metrics;
+pub mod node;
+pub mod protocol;
+pub mod server;
+pub mod socket;
+
+pub use config::Config;
+pub use node::Node;
+pub use server::{run, serve};

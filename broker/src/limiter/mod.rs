@@ -1,0 +1,9 @@
+//! Limiter primitives. Everything here is a pure function of the `now` it
+//! is given: no clock is read, nothing sleeps, so every rule is unit-tested
+//! by moving `now` forward.
+
+pub mod bucket;
+pub mod notice;
+
+pub use bucket::TokenBucket;
+pub use notice::{DropNotice, Due, PendingNotice};

@@ -1,0 +1,137 @@
+//! The `tidegate` command: serve, mint a dev token, check a config.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use tidegate::Config;
+use tidegate::auth::{Authenticator, Claims, unix_now};
+
+#[derive(Parser)]
+#[command(
+    name = "tidegate",
+    version,
+    about = "A realtime pub/sub broker that cannot be knocked over by its own clients"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a node (the embedded config.toml unless --config is given).
+    Serve {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Override node.listen (e.g. 127.0.0.1:0 for a free port).
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+    },
+    /// Mint a development token signed with the configured secret.
+    Token {
+        #[arg(long)]
+        account: String,
+        /// Channel globs the token may subscribe to (repeatable).
+        #[arg(long = "sub")]
+        sub_channels: Vec<String>,
+        /// Channel globs the token may publish to (repeatable).
+        #[arg(long = "pub")]
+        pub_channels: Vec<String>,
+        #[arg(long)]
+        plan: Option<String>,
+        #[arg(long)]
+        role: Option<String>,
+        /// Lifetime in seconds (default: auth.dev_token_ttl_secs).
+        #[arg(long)]
+        ttl: Option<u64>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Report every problem in a config file; exit 1 if there is one.
+    CheckConfig { file: PathBuf },
+}
+
+fn load(path: Option<&PathBuf>) -> Result<Config> {
+    match path {
+        Some(p) => Config::load(p).with_context(|| format!("loading {}", p.display())),
+        None => Ok(Config::embedded()),
+    }
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve { config, listen } => serve(config, listen),
+        Command::Token {
+            account,
+            sub_channels,
+            pub_channels,
+            plan,
+            role,
+            ttl,
+            config,
+        } => {
+            let config = load(config.as_ref())?;
+            if let Some(p) = &plan
+                && !config.plan_names().any(|n| n == p)
+            {
+                bail!("plan {p:?} is not defined in the config");
+            }
+            let auth = Authenticator::new(&config.auth.jwt_secret, 0)?;
+            let claims = Claims {
+                sub: account,
+                exp: unix_now() + ttl.unwrap_or(config.auth.dev_token_ttl_secs),
+                plan,
+                role,
+                sub_channels,
+                pub_channels,
+            };
+            println!("{}", auth.mint(&claims));
+            Ok(())
+        }
+        Command::CheckConfig { file } => match Config::load(&file) {
+            Ok(_) => {
+                println!("{}: ok", file.display());
+                Ok(())
+            }
+            Err(e) => {
+                eprintln!("{}: {} problem(s)", file.display(), e.problems.len());
+                for p in &e.problems {
+                    eprintln!("  - {p}");
+                }
+                std::process::exit(1);
+            }
+        },
+    }
+}
+
+fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,actix_server=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let mut config = load(path.as_ref())?;
+    if let Some(addr) = listen {
+        config.set_listen(addr)?;
+    }
+    let listener = TcpListener::bind(config.node.listen)
+        .with_context(|| format!("binding {}", config.node.listen))?;
+    let addr = listener.local_addr()?;
+    // Tests and scripts read this line to learn the port.
+    println!("tidegate listening on http://{addr}");
+    std::io::stdout().flush()?;
+
+    actix_rt::System::new().block_on(async move {
+        let shutdown = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        tidegate::run(listener, config, shutdown).await
+    })?;
+    Ok(())
+}

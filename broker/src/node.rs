@@ -1,0 +1,102 @@
+//! Everything a node shares between its HTTP workers and socket actors.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use actix::Addr;
+use arc_swap::ArcSwap;
+use dashmap::DashMap;
+
+use crate::auth::{AuthError, Authenticator};
+use crate::cluster::{MemoryBridge, SharedBridge};
+use crate::config::Config;
+use crate::http::keys::ApiKeys;
+use crate::hub::{HistoryLimits, Hub, OutboundGauge};
+use crate::metrics::Metrics;
+use crate::socket::Socket;
+
+pub struct Node {
+    pub config: ArcSwap<Config>,
+    pub auth: ArcSwap<Authenticator>,
+    pub keys: ArcSwap<ApiKeys>,
+    pub hub: Arc<Hub>,
+    pub bridge: SharedBridge,
+    pub metrics: Arc<Metrics>,
+    /// Live sockets, for config reloads, draining and metrics.
+    pub sockets: DashMap<u64, SocketHandle>,
+    ready: AtomicBool,
+    draining: AtomicBool,
+    next_conn: AtomicU64,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Node({})", self.config.load().node.id)
+    }
+}
+
+/// What the node keeps of each live socket.
+#[derive(Debug, Clone)]
+pub struct SocketHandle {
+    pub addr: Addr<Socket>,
+    pub account: Arc<str>,
+    pub gauge: Arc<OutboundGauge>,
+}
+
+pub fn history_limits(config: &Config) -> HistoryLimits {
+    HistoryLimits {
+        size: config.history.size,
+        ttl: std::time::Duration::from_millis(config.history.ttl_ms),
+    }
+}
+
+impl Node {
+    pub fn new(config: Config) -> Result<Arc<Node>, AuthError> {
+        let metrics = Arc::new(Metrics::new());
+        let hub = Arc::new(Hub::new(history_limits(&config), metrics.clone()));
+        let bridge: SharedBridge = Arc::new(MemoryBridge::new(hub.clone()));
+        // A single node's bridge is always up.
+        metrics.bridge_up.set(1);
+        let auth = Authenticator::new(&config.auth.jwt_secret, config.auth.leeway_secs)?;
+        let keys = ApiKeys::new(&config);
+        Ok(Arc::new(Node {
+            config: ArcSwap::from_pointee(config),
+            auth: ArcSwap::from_pointee(auth),
+            keys: ArcSwap::from_pointee(keys),
+            hub,
+            bridge,
+            metrics,
+            sockets: DashMap::new(),
+            ready: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            // Random start so connection ids differ across restarts.
+            next_conn: AtomicU64::new(u64::from(rand::random::<u16>()) << 16),
+        }))
+    }
+
+    /// A fresh connection number (unique on this node).
+    pub fn next_conn(&self) -> u64 {
+        self.next_conn.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire) && !self.is_draining()
+    }
+
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Unsent outbound bytes over all sockets right now.
+    pub fn outbound_queued(&self) -> usize {
+        self.sockets.iter().map(|s| s.gauge.pending()).sum()
+    }
+}

@@ -1,0 +1,12 @@
+//! The wire contract (`PROTOCOL.md`): client frames in, server frames out,
+//! channel names, globs and the code table.
+
+pub mod channel;
+pub mod codes;
+pub mod frames;
+pub mod glob;
+pub mod json;
+pub mod wire;
+
+pub use codes::{CloseCode, ErrorCode};
+pub use frames::{ClientFrame, FrameError};

@@ -1,0 +1,306 @@
+//! Server → client frames (§3), produced as complete WebSocket frames.
+//!
+//! A server frame is unmasked, so its bytes are the same for every
+//! receiver: a published message is encoded here once and the resulting
+//! [`Bytes`] is shared (reference-counted, never copied) by every
+//! subscriber's outbox.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use super::ErrorCode;
+use super::codes::CloseCode;
+
+const OP_TEXT: u8 = 0x1;
+const OP_CLOSE: u8 = 0x8;
+const OP_PING: u8 = 0x9;
+const OP_PONG: u8 = 0xA;
+/// Room reserved in front of the payload for the largest frame header.
+const HEAD: usize = 10;
+
+/// Builds one final frame with `opcode` whose payload `write` appends.
+fn frame(opcode: u8, capacity: usize, write: impl FnOnce(&mut BytesMut)) -> Bytes {
+    let mut buf = BytesMut::with_capacity(HEAD + capacity);
+    buf.put_bytes(0, HEAD);
+    write(&mut buf);
+    let len = buf.len() - HEAD;
+    let mut head = [0u8; HEAD];
+    head[0] = 0x80 | opcode;
+    let n = if len < 126 {
+        head[1] = len as u8;
+        2
+    } else if len <= usize::from(u16::MAX) {
+        head[1] = 126;
+        head[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+        4
+    } else {
+        head[1] = 127;
+        head[2..10].copy_from_slice(&(len as u64).to_be_bytes());
+        10
+    };
+    buf[HEAD - n..HEAD].copy_from_slice(&head[..n]);
+    buf.freeze().split_off(HEAD - n)
+}
+
+fn json_frame<T: Serialize>(value: &T) -> Bytes {
+    frame(OP_TEXT, 96, |buf| {
+        // Writing our own plain structs into memory cannot fail.
+        let _ = serde_json::to_writer(buf.writer(), value);
+    })
+}
+
+/// `{"type":"message","channel":…,"seq":…,"data":…}`, with `data` copied
+/// verbatim from the publisher's frame. Channel names are validated to a
+/// charset that needs no JSON escaping.
+pub fn message(channel: &str, seq: u64, data: &str) -> Bytes {
+    frame(OP_TEXT, 48 + channel.len() + data.len(), |buf| {
+        buf.put_slice(br#"{"type":"message","channel":""#);
+        buf.put_slice(channel.as_bytes());
+        buf.put_slice(br#"","seq":"#);
+        let mut n = itoa::Buffer::new();
+        buf.put_slice(n.format(seq).as_bytes());
+        buf.put_slice(br#","data":"#);
+        buf.put_slice(data.as_bytes());
+        buf.put_u8(b'}');
+    })
+}
+
+pub fn close(code: CloseCode) -> Bytes {
+    frame(OP_CLOSE, 2 + code.reason().len(), |buf| {
+        buf.put_u16(code.code());
+        buf.put_slice(code.reason().as_bytes());
+    })
+}
+
+/// Echo of a client's close frame (code only, as RFC 6455 §5.5.1 allows).
+pub fn close_echo(code: Option<u16>) -> Bytes {
+    frame(OP_CLOSE, 2, |buf| {
+        if let Some(c) = code {
+            buf.put_u16(c);
+        }
+    })
+}
+
+pub fn ping(payload: &[u8]) -> Bytes {
+    frame(OP_PING, payload.len(), |buf| buf.put_slice(payload))
+}
+
+pub fn pong(payload: &[u8]) -> Bytes {
+    frame(OP_PONG, payload.len(), |buf| buf.put_slice(payload))
+}
+
+/// The limits advertised in `welcome` so clients can pace themselves.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WelcomeLimits {
+    pub messages_per_sec: f64,
+    pub burst: u32,
+    pub max_payload_bytes: usize,
+    pub max_subscriptions: u32,
+    pub account_messages_per_sec: f64,
+    pub account_burst: u32,
+    pub max_connections: u32,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Welcome<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    conn_id: &'a str,
+    account: &'a str,
+    node: &'a str,
+    limits: &'a WelcomeLimits,
+}
+
+pub fn welcome(conn_id: &str, account: &str, node: &str, limits: &WelcomeLimits) -> Bytes {
+    json_frame(&Welcome {
+        kind: "welcome",
+        conn_id,
+        account,
+        node,
+        limits,
+    })
+}
+
+#[derive(Serialize)]
+struct Ack<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    id: &'a RawValue,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seq: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    recovered: Option<bool>,
+}
+
+pub fn ack(id: &RawValue, seq: Option<u64>, recovered: Option<bool>) -> Bytes {
+    json_frame(&Ack {
+        kind: "ack",
+        id,
+        seq,
+        recovered,
+    })
+}
+
+/// An `error` frame; optional fields are left out when `None`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorFrame<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    pub code: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dropped: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ids: Option<&'a [Box<RawValue>]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channel: Option<&'a str>,
+}
+
+impl<'a> ErrorFrame<'a> {
+    pub fn new(code: ErrorCode) -> ErrorFrame<'a> {
+        ErrorFrame {
+            kind: "error",
+            code: code.as_str(),
+            id: None,
+            message: None,
+            retry_after_ms: None,
+            dropped: None,
+            ids: None,
+            channel: None,
+        }
+    }
+
+    pub fn id(mut self, id: Option<&'a RawValue>) -> Self {
+        self.id = id;
+        self
+    }
+
+    pub fn message(mut self, message: &'a str) -> Self {
+        self.message = Some(message);
+        self
+    }
+
+    pub fn retry_after_ms(mut self, ms: u64) -> Self {
+        self.retry_after_ms = Some(ms);
+        self
+    }
+
+    pub fn dropped(mut self, n: u64) -> Self {
+        self.dropped = Some(n);
+        self
+    }
+
+    pub fn ids(mut self, ids: &'a [Box<RawValue>]) -> Self {
+        self.ids = Some(ids);
+        self
+    }
+
+    pub fn channel(mut self, channel: &'a str) -> Self {
+        self.channel = Some(channel);
+        self
+    }
+
+    pub fn encode(&self) -> Bytes {
+        json_frame(self)
+    }
+}
+
+/// One budget as shown in a `budget` frame.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetView {
+    pub remaining: u64,
+    pub capacity: u64,
+    pub refill_per_sec: f64,
+}
+
+#[derive(Serialize)]
+struct Budget<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a RawValue>,
+    connection: BudgetView,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    account: Option<BudgetView>,
+}
+
+pub fn budget(id: Option<&RawValue>, connection: BudgetView, account: Option<BudgetView>) -> Bytes {
+    json_frame(&Budget {
+        kind: "budget",
+        id,
+        connection,
+        account,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payload(frame: &Bytes) -> &[u8] {
+        match frame[1] {
+            126 => &frame[4..],
+            127 => &frame[10..],
+            _ => &frame[2..],
+        }
+    }
+
+    #[test]
+    fn message_frame_is_one_text_frame_with_verbatim_data() {
+        let f = message("doc:42", 1188, r#"{"any":"json"}"#);
+        assert_eq!(f[0], 0x81);
+        assert_eq!(
+            payload(&f),
+            br#"{"type":"message","channel":"doc:42","seq":1188,"data":{"any":"json"}}"#
+        );
+        let v: serde_json::Value = serde_json::from_slice(payload(&f)).unwrap();
+        assert_eq!(v["seq"], 1188);
+    }
+
+    #[test]
+    fn header_lengths() {
+        let mid = message("a", 1, &"1".repeat(300));
+        assert_eq!(mid[1], 126);
+        assert_eq!(u16::from_be_bytes([mid[2], mid[3]]) as usize, mid.len() - 4);
+        let big = message("a", 1, &"1".repeat(70_000));
+        assert_eq!(big[1], 127);
+        assert_eq!(
+            u64::from_be_bytes(big[2..10].try_into().unwrap()) as usize,
+            big.len() - 10
+        );
+    }
+
+    #[test]
+    fn error_frame_leaves_out_absent_fields() {
+        let ids = [
+            RawValue::from_string("3".into()).unwrap(),
+            RawValue::from_string("4".into()).unwrap(),
+        ];
+        let f = ErrorFrame::new(ErrorCode::RateLimited)
+            .retry_after_ms(50)
+            .dropped(37)
+            .ids(&ids)
+            .encode();
+        assert_eq!(
+            payload(&f),
+            br#"{"type":"error","code":"rate_limited","retryAfterMs":50,"dropped":37,"ids":[3,4]}"#
+        );
+    }
+
+    #[test]
+    fn close_frame_carries_code_and_reason() {
+        let f = close(CloseCode::SlowConsumer);
+        assert_eq!(f[0], 0x88);
+        assert_eq!(u16::from_be_bytes([f[2], f[3]]), 4008);
+    }
+}

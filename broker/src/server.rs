@@ -1,0 +1,110 @@
+//! Wiring: routes, the HTTP server, and the `run(listener, config,
+//! shutdown)` entry point that both the binary and the tests use.
+
+use std::future::Future;
+use std::io;
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::http::StatusCode;
+use actix_web::{App, HttpResponse, HttpServer, web};
+
+use crate::config::Config;
+use crate::http::{self, refusal};
+use crate::node::Node;
+use crate::protocol::ErrorCode;
+use crate::socket;
+
+/// How often idle channels are forgotten.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/v1/ws", web::get().to(socket::handshake::upgrade))
+        .route("/v1/publish", web::post().to(http::publish::publish))
+        .route(
+            "/v1/publish/batch",
+            web::post().to(http::publish::publish_batch),
+        )
+        .route("/healthz", web::get().to(http::ops::healthz))
+        .route("/readyz", web::get().to(http::ops::readyz))
+        .route("/metrics", web::get().to(http::ops::metrics))
+        .default_service(web::to(not_found));
+}
+
+async fn not_found() -> HttpResponse {
+    refusal(
+        StatusCode::NOT_FOUND,
+        ErrorCode::NotFound,
+        "no such endpoint",
+        None,
+    )
+}
+
+/// Serves `config` on `listener` until `shutdown` completes. Must run
+/// inside an actix system (`actix_rt::System`).
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    let node = Node::new(config).map_err(io::Error::other)?;
+    serve(listener, node, shutdown).await
+}
+
+/// [`run`] for a node the caller already built (to keep a handle on it).
+pub async fn serve(
+    listener: TcpListener,
+    node: Arc<Node>,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    let config = node.config.load_full();
+    let workers = match config.node.workers {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let send_buffer = config.socket.send_buffer_bytes;
+    let data = web::Data::new(node.clone());
+    listener.set_nonblocking(true)?;
+    let server = HttpServer::new(move || App::new().app_data(data.clone()).configure(routes))
+        .workers(workers)
+        .disable_signals()
+        .shutdown_timeout(1)
+        .on_connect(move |conn, _| {
+            if send_buffer > 0
+                && let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>()
+            {
+                // Best effort: the OS may round or cap the size.
+                let _ = socket2::SockRef::from(tcp).set_send_buffer_size(send_buffer);
+            }
+        })
+        .listen(listener)?
+        .run();
+    let handle = server.handle();
+    let sweeper = {
+        let node = node.clone();
+        actix_rt::spawn(async move {
+            let mut tick = actix_rt::time::interval(SWEEP_INTERVAL);
+            loop {
+                tick.tick().await;
+                node.hub.sweep();
+            }
+        })
+    };
+    node.set_ready(true);
+    tracing::info!(node = %config.node.id, workers, "serving");
+
+    let mut server = std::pin::pin!(server);
+    let result = tokio::select! {
+        r = &mut server => r,
+        () = shutdown => {
+            node.start_draining();
+            // The command is sent now; the server future must keep being
+            // polled to carry it out.
+            let _stopped = handle.stop(true);
+            server.await
+        }
+    };
+    sweeper.abort();
+    result
+}

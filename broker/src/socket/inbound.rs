@@ -1,0 +1,228 @@
+//! Client frames off the wire: WebSocket decoding, reassembly of
+//! fragmented messages under the payload limit, and a gate that stops
+//! reading the socket (TCP back-pressure) while the actor wants it stopped.
+
+use std::cell::Cell;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+use actix_http::ws::{Codec, Frame, Item, ProtocolError};
+use actix_web::dev::Payload;
+use bytes::{Bytes, BytesMut};
+use futures_util::Stream;
+use tokio_util::codec::Decoder;
+
+/// One complete client message or control frame.
+#[derive(Debug)]
+pub enum InFrame {
+    Text(Bytes),
+    /// Binary messages are refused; only their size is kept.
+    Binary(usize),
+    Ping(Bytes),
+    Pong,
+    Close(Option<u16>),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InError {
+    #[error("message larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("WebSocket protocol error: {0}")]
+    Protocol(String),
+}
+
+/// Shared between the actor and its inbound stream.
+pub struct Gate {
+    paused: Cell<bool>,
+    waker: Cell<Option<Waker>>,
+    max_size: Cell<usize>,
+}
+
+impl Gate {
+    pub fn new(max_size: usize) -> Rc<Gate> {
+        Rc::new(Gate {
+            paused: Cell::new(false),
+            waker: Cell::new(None),
+            max_size: Cell::new(max_size),
+        })
+    }
+
+    /// Stop reading: the HTTP layer's buffer fills and TCP pushes back.
+    pub fn pause(&self) {
+        self.paused.set(true);
+    }
+
+    pub fn resume(&self) {
+        self.paused.set(false);
+        if let Some(w) = self.waker.take() {
+            w.wake();
+        }
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused.get()
+    }
+
+    pub fn set_max_size(&self, bytes: usize) {
+        self.max_size.set(bytes);
+    }
+}
+
+struct Partial {
+    text: bool,
+    data: BytesMut,
+}
+
+pub struct Inbound {
+    payload: Payload,
+    buf: BytesMut,
+    codec: Codec,
+    partial: Option<Partial>,
+    gate: Rc<Gate>,
+    eof: bool,
+}
+
+impl Inbound {
+    pub fn new(payload: Payload, gate: Rc<Gate>) -> Inbound {
+        Inbound {
+            payload,
+            buf: BytesMut::new(),
+            // The payload limit is enforced below, before buffering; the
+            // codec's own limit only needs to be out of its way.
+            codec: Codec::new().max_size(usize::MAX >> 1),
+            partial: None,
+            gate,
+            eof: false,
+        }
+    }
+
+    /// Decodes one frame from the buffer, if a whole one is there.
+    fn decode(&mut self) -> Result<Option<InFrame>, InError> {
+        let max = self.gate.max_size.get();
+        loop {
+            // Refuse an oversized frame from its header, before its
+            // payload is buffered (a 1 GiB length must not cost 1 GiB).
+            if let Some(len) = declared_len(&self.buf) {
+                let have = self.partial.as_ref().map_or(0, |p| p.data.len());
+                if have.saturating_add(len) > max {
+                    return Err(InError::TooLarge(max));
+                }
+            }
+            let frame = match self.codec.decode(&mut self.buf) {
+                Ok(Some(f)) => f,
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(protocol(e)),
+            };
+            let out = match frame {
+                Frame::Text(b) => InFrame::Text(b),
+                Frame::Binary(b) => InFrame::Binary(b.len()),
+                Frame::Ping(b) => InFrame::Ping(b),
+                Frame::Pong(_) => InFrame::Pong,
+                Frame::Close(reason) => InFrame::Close(reason.map(|r| r.code.into())),
+                Frame::Continuation(item) => match self.continuation(item, max)? {
+                    Some(f) => f,
+                    None => continue,
+                },
+            };
+            return Ok(Some(out));
+        }
+    }
+
+    /// Reassembles a fragmented message, refusing it as soon as the
+    /// pieces add up to more than the payload limit.
+    fn continuation(&mut self, item: Item, max: usize) -> Result<Option<InFrame>, InError> {
+        let (first, chunk, last) = match item {
+            Item::FirstText(b) => (Some(true), b, false),
+            Item::FirstBinary(b) => (Some(false), b, false),
+            Item::Continue(b) => (None, b, false),
+            Item::Last(b) => (None, b, true),
+        };
+        match (first, self.partial.as_mut()) {
+            (Some(text), _) => {
+                self.partial = Some(Partial {
+                    text,
+                    data: BytesMut::from(&chunk[..]),
+                });
+            }
+            (None, Some(p)) => {
+                if p.data.len() + chunk.len() > max {
+                    return Err(InError::TooLarge(max));
+                }
+                p.data.extend_from_slice(&chunk);
+            }
+            (None, None) => {
+                return Err(InError::Protocol(
+                    "continuation frame without a first frame".into(),
+                ));
+            }
+        }
+        if !last {
+            return Ok(None);
+        }
+        Ok(self.partial.take().map(|p| {
+            if p.text {
+                InFrame::Text(p.data.freeze())
+            } else {
+                InFrame::Binary(p.data.len())
+            }
+        }))
+    }
+}
+
+impl Stream for Inbound {
+    type Item = Result<InFrame, InError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if this.eof {
+                return Poll::Ready(None);
+            }
+            if this.gate.is_paused() {
+                this.gate.waker.set(Some(cx.waker().clone()));
+                return Poll::Pending;
+            }
+            match this.decode() {
+                Ok(Some(frame)) => return Poll::Ready(Some(Ok(frame))),
+                Ok(None) => {}
+                Err(e) => {
+                    this.eof = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
+            match Pin::new(&mut this.payload).poll_next(cx) {
+                Poll::Ready(Some(Ok(chunk))) => this.buf.extend_from_slice(&chunk),
+                Poll::Ready(Some(Err(_))) | Poll::Ready(None) => {
+                    this.eof = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+fn protocol(e: ProtocolError) -> InError {
+    match e {
+        ProtocolError::Overflow => InError::Protocol("frame length overflow".into()),
+        other => InError::Protocol(other.to_string()),
+    }
+}
+
+/// The payload length a complete frame header in `buf` declares.
+fn declared_len(buf: &[u8]) -> Option<usize> {
+    if buf.len() < 2 {
+        return None;
+    }
+    let len = buf[1] & 0x7f;
+    match len {
+        126 if buf.len() >= 4 => Some(usize::from(u16::from_be_bytes([buf[2], buf[3]]))),
+        127 if buf.len() >= 10 => {
+            let n = u64::from_be_bytes(buf[2..10].try_into().ok()?);
+            Some(usize::try_from(n).unwrap_or(usize::MAX))
+        }
+        126 | 127 => None,
+        n => Some(usize::from(n)),
+    }
+}

@@ -1,0 +1,322 @@
+//! One actix actor per WebSocket: it owns the connection's token buckets,
+//! its subscriptions (capped) and its outbound queue with a high-water
+//! mark. Registration happens in `started`, cleanup in `stopping`: the
+//! actor's lifecycle is the connection's, so nothing it holds can leak.
+
+mod admission;
+mod handle;
+pub mod handshake;
+mod inbound;
+mod outbox;
+
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use bytes::Bytes;
+
+pub use admission::{Admission, Shadow, Verdict};
+pub use outbox::Drained;
+
+use crate::auth::Grants;
+use crate::config::Limits;
+use crate::hub::{Deliver, OutboundGauge};
+use crate::limiter::DropNotice;
+use crate::metrics::Layer;
+use crate::node::Node;
+use crate::protocol::CloseCode;
+use crate::protocol::wire;
+use inbound::{Gate, Inbound};
+use outbox::Outbox;
+
+/// How often a socket may send `rate_limited` frames.
+const NOTICE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Who is on the other end, as established by the handshake.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub conn: u64,
+    /// `node-hex`, as shown to the client.
+    pub label: Arc<str>,
+    pub account: Arc<str>,
+    pub role: Option<String>,
+    pub plan: Option<String>,
+    pub grants: Grants,
+}
+
+pub struct Socket {
+    id: Identity,
+    node: Arc<Node>,
+    admission: Admission,
+    pings: crate::limiter::TokenBucket,
+    notice: DropNotice,
+    /// Subscribed channels and the last `seq` delivered on each.
+    subs: HashMap<Arc<str>, u64>,
+    outbox: Outbox,
+    gauge: Arc<OutboundGauge>,
+    /// This actor's own address as the hub holds it.
+    self_recipient: Recipient<Deliver>,
+    gate: Rc<Gate>,
+    inbound: Option<Inbound>,
+    last_heard: Instant,
+    closing: bool,
+    congested_since: Option<Instant>,
+    span: tracing::Span,
+}
+
+impl Socket {
+    fn limits(&self) -> &Arc<Limits> {
+        self.admission.limits()
+    }
+
+    /// Queues a frame the socket produced itself.
+    fn send(&self, frame: Bytes) {
+        self.outbox.send(frame);
+    }
+
+    /// Starts a server-initiated close: queue the close frame, stop taking
+    /// client frames, and drop the TCP connection if the close frame is not
+    /// delivered within `close_timeout_ms`.
+    fn close(&mut self, ctx: &mut Context<Self>, code: CloseCode) {
+        if self.closing {
+            return;
+        }
+        self.closing = true;
+        let _e = self.span.enter();
+        tracing::info!(code = code.code(), reason = code.reason(), "closing socket");
+        if code == CloseCode::SlowConsumer {
+            self.outbox.discard_queued();
+        }
+        self.send(wire::close(code));
+        let timeout = Duration::from_millis(self.node.config.load().socket.close_timeout_ms);
+        ctx.run_later(timeout, |act, ctx| {
+            act.outbox.abort();
+            ctx.stop();
+        });
+    }
+
+    fn heartbeat(&mut self, ctx: &mut Context<Self>) {
+        let config = self.node.config.load();
+        let timeout = Duration::from_millis(config.socket.client_timeout_ms);
+        if self.last_heard.elapsed() > timeout {
+            let _e = self.span.enter();
+            tracing::info!("client stopped answering; dropping the connection");
+            self.node
+                .metrics
+                .reject(Layer::Connection, "heartbeat_timeout");
+            self.outbox.abort();
+            ctx.stop();
+            return;
+        }
+        self.send(wire::ping(b""));
+    }
+}
+
+impl Actor for Socket {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if let Some(inbound) = self.inbound.take() {
+            ctx.add_stream(inbound);
+        }
+        let node = self.node.clone();
+        node.sockets.insert(
+            self.id.conn,
+            crate::node::SocketHandle {
+                addr: ctx.address(),
+                account: self.id.account.clone(),
+                gauge: self.gauge.clone(),
+            },
+        );
+        node.metrics.connections_opened.inc();
+        node.metrics.connections_open.inc();
+        let limits = self.limits().clone();
+        let config = node.config.load();
+        self.send(wire::welcome(
+            &self.id.label,
+            &self.id.account,
+            &config.node.id,
+            &welcome_limits(&limits),
+        ));
+        let every = Duration::from_millis(config.socket.heartbeat_interval_ms);
+        ctx.run_interval(every, Self::heartbeat);
+        let _e = self.span.enter();
+        tracing::debug!("socket open");
+    }
+
+    fn stopping(&mut self, _: &mut Context<Self>) -> Running {
+        for (channel, _) in self.subs.drain() {
+            self.node.bridge.unsubscribe(&channel, self.id.conn);
+        }
+        self.node.sockets.remove(&self.id.conn);
+        self.node.metrics.connections_open.dec();
+        self.outbox.finish();
+        let _e = self.span.enter();
+        tracing::debug!("socket closed");
+        Running::Stop
+    }
+}
+
+pub fn welcome_limits(l: &Limits) -> wire::WelcomeLimits {
+    wire::WelcomeLimits {
+        messages_per_sec: l.messages_per_sec,
+        burst: l.burst,
+        max_payload_bytes: l.max_payload_bytes,
+        max_subscriptions: l.max_subscriptions,
+        account_messages_per_sec: l.account_messages_per_sec,
+        account_burst: l.account_burst,
+        max_connections: l.max_connections,
+    }
+}
+
+impl Handler<Deliver> for Socket {
+    type Result = ();
+
+    fn handle(&mut self, msg: Deliver, ctx: &mut Context<Self>) {
+        match msg {
+            Deliver::Message {
+                channel,
+                seq,
+                frame,
+            } => match self.subs.get_mut(&channel) {
+                // Deduplicate by seq: a message already sent as recovered
+                // history, or from an earlier subscription, is not resent.
+                Some(last) if seq > *last && !self.closing => {
+                    *last = seq;
+                    self.outbox.push_reserved(frame);
+                }
+                _ => {
+                    self.gauge.release(frame.len());
+                }
+            },
+            Deliver::Congested => {
+                if self.congested_since.is_none() {
+                    self.congested_since = Some(Instant::now());
+                    let grace = Duration::from_millis(self.limits().outbound_grace_ms);
+                    ctx.run_later(grace, move |act, ctx| {
+                        if act
+                            .congested_since
+                            .is_some_and(|since| since.elapsed() >= grace)
+                        {
+                            act.node
+                                .metrics
+                                .reject(Layer::Outbound, "slow_consumer_closed");
+                            act.close(ctx, CloseCode::SlowConsumer);
+                        }
+                    });
+                }
+            }
+        }
+    }
+}
+
+impl Handler<Drained> for Socket {
+    type Result = ();
+
+    fn handle(&mut self, _: Drained, _: &mut Context<Self>) {
+        if self.congested_since.take().is_none() {
+            return;
+        }
+        let dropped = self.gauge.clear_congestion();
+        if dropped > 0 && !self.closing {
+            let _e = self.span.enter();
+            tracing::info!(dropped, "slow consumer drained");
+            self.send(
+                wire::ErrorFrame::new(crate::protocol::ErrorCode::SlowConsumer)
+                    .dropped(dropped)
+                    .message("messages to this socket were dropped because it was not reading")
+                    .encode(),
+            );
+        }
+    }
+}
+
+/// Close a socket from outside (account breach, drain, shedding).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct CloseWith {
+    pub code: CloseCode,
+    /// An error frame to send just before the close frame.
+    pub notice: Option<crate::protocol::ErrorCode>,
+}
+
+impl Handler<CloseWith> for Socket {
+    type Result = ();
+
+    fn handle(&mut self, msg: CloseWith, ctx: &mut Context<Self>) {
+        if let Some(code) = msg.notice
+            && !self.closing
+        {
+            self.send(wire::ErrorFrame::new(code).encode());
+        }
+        self.close(ctx, msg.code);
+    }
+}
+
+impl Socket {
+    /// Starts the actor for an accepted upgrade and returns the response
+    /// body that carries its outbound frames.
+    pub fn start(
+        id: Identity,
+        limits: Arc<Limits>,
+        node: Arc<Node>,
+        payload: actix_web::dev::Payload,
+    ) -> outbox::OutboxBody {
+        let now = Instant::now();
+        let gauge = Arc::new(OutboundGauge::new(limits.outbound_high_water_bytes));
+        let gate = Gate::new(limits.max_payload_bytes);
+        let mut body = None;
+        Socket::create(|ctx| {
+            let (outbox, b) = Outbox::new(gauge.clone(), ctx.address().recipient());
+            body = Some(b);
+            let span = tracing::info_span!("socket", conn = %id.label, account = %id.account);
+            Socket {
+                pings: crate::limiter::TokenBucket::new(
+                    f64::from(limits.ping_burst),
+                    limits.pings_per_sec,
+                    now,
+                ),
+                admission: Admission::new(limits, now),
+                notice: DropNotice::new(NOTICE_INTERVAL),
+                subs: HashMap::new(),
+                outbox,
+                gauge,
+                self_recipient: ctx.address().recipient(),
+                inbound: Some(Inbound::new(payload, gate.clone())),
+                gate,
+                last_heard: now,
+                closing: false,
+                congested_since: None,
+                span,
+                id,
+                node,
+            }
+        });
+        // `create` runs the closure before returning.
+        body.expect("actor constructed")
+    }
+}
+
+/// New limits for this socket (a config reload), applied without dropping
+/// it: balances are kept, capacities and rates change.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct Reconfigure {
+    pub limits: Arc<Limits>,
+}
+
+impl Handler<Reconfigure> for Socket {
+    type Result = ();
+
+    fn handle(&mut self, msg: Reconfigure, _: &mut Context<Self>) {
+        let now = Instant::now();
+        let l = msg.limits;
+        self.pings
+            .reconfigure(f64::from(l.ping_burst), l.pings_per_sec, now);
+        self.gate.set_max_size(l.max_payload_bytes);
+        self.gauge.set_high_water(l.outbound_high_water_bytes);
+        self.admission.reconfigure(l, now);
+    }
+}

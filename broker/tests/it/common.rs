@@ -1,0 +1,333 @@
+//! The one helper: a real broker on a free port, in this process, plus a
+//! thin WebSocket client and HTTP helpers.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tidegate::Node;
+use tidegate::auth::{Claims, unix_now};
+use tidegate::config::{Config, DEFAULT_TOML};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// A safety net so a broken test fails instead of hanging; never a way to
+/// wait for something to happen.
+pub const PATIENCE: Duration = Duration::from_secs(10);
+
+pub const API_KEY: &str = "tidegate-sample-publish-key";
+
+/// The shipped config with `overrides` (TOML) merged over it.
+pub fn config(overrides: &str) -> Config {
+    let mut base: toml::Table = DEFAULT_TOML.parse().unwrap();
+    let over: toml::Table = overrides.parse().expect("overrides are TOML");
+    merge(&mut base, over);
+    Config::from_toml(&toml::to_string(&base).unwrap(), &|_| None).expect("test config is valid")
+}
+
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
+/// A broker running in this process until dropped.
+pub struct Broker {
+    pub addr: SocketAddr,
+    pub node: Arc<Node>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Broker {
+    pub fn start(overrides: &str) -> Broker {
+        Broker::with_config(config(overrides))
+    }
+
+    pub fn with_config(config: Config) -> Broker {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let node = Node::new(config).unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let n = node.clone();
+        let thread = std::thread::spawn(move || {
+            actix_rt::System::new()
+                .block_on(async move {
+                    tidegate::serve(listener, n, async {
+                        let _ = rx.await;
+                    })
+                    .await
+                })
+                .unwrap();
+        });
+        Broker {
+            addr,
+            node,
+            shutdown: Some(tx),
+            thread: Some(thread),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn ws_url(&self) -> String {
+        format!("ws://{}/v1/ws", self.addr)
+    }
+
+    /// A token for `account` allowed on `doc:*` both ways.
+    pub fn token(&self, account: &str) -> String {
+        self.token_with(account, &["doc:*"], &["doc:*"], None)
+    }
+
+    pub fn token_with(
+        &self,
+        account: &str,
+        sub: &[&str],
+        publ: &[&str],
+        plan: Option<&str>,
+    ) -> String {
+        self.node.auth.load().mint(&Claims {
+            sub: account.into(),
+            exp: unix_now() + 600,
+            plan: plan.map(Into::into),
+            role: None,
+            sub_channels: sub.iter().map(|s| s.to_string()).collect(),
+            pub_channels: publ.iter().map(|s| s.to_string()).collect(),
+        })
+    }
+
+    /// Connects with the token in the subprotocol and reads the welcome.
+    pub async fn client(&self, account: &str) -> Client {
+        let mut c = Client::connect(&self.ws_url(), &self.token(account))
+            .await
+            .unwrap();
+        let welcome = c.next_json().await;
+        assert_eq!(welcome["type"], "welcome", "{welcome}");
+        c
+    }
+
+    pub async fn publish_http(&self, channel: &str, data: Value) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(self.url("/v1/publish"))
+            .bearer_auth(API_KEY)
+            .json(&json!({"channel": channel, "data": data}))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn metrics(&self) -> String {
+        reqwest::get(self.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// A counter or gauge value from `/metrics` (0 when absent).
+    pub async fn metric(&self, series: &str) -> f64 {
+        metric_value(&self.metrics().await, series)
+    }
+}
+
+pub fn metric_value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().ok()).flatten()
+        })
+        .unwrap_or(0.0)
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What the server sent, simplified.
+#[derive(Debug)]
+pub enum Got {
+    Json(Value),
+    Close(Option<u16>),
+    /// The connection ended without a close frame.
+    Gone,
+}
+
+pub struct Client {
+    pub ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    pub protocol: Option<String>,
+}
+
+impl Client {
+    pub async fn connect(url: &str, token: &str) -> Result<Client, tungstenite::Error> {
+        let mut req = url.into_client_request()?;
+        req.headers_mut().insert(
+            "Sec-WebSocket-Protocol",
+            format!("tidegate.v1, bearer.{token}").parse().unwrap(),
+        );
+        let (ws, resp) = tokio_tungstenite::connect_async(req).await?;
+        let protocol = resp
+            .headers()
+            .get("sec-websocket-protocol")
+            .map(|v| v.to_str().unwrap().to_owned());
+        Ok(Client { ws, protocol })
+    }
+
+    pub async fn send(&mut self, frame: Value) {
+        self.ws
+            .send(Message::text(frame.to_string()))
+            .await
+            .unwrap();
+    }
+
+    pub async fn send_raw(&mut self, msg: Message) {
+        self.ws.send(msg).await.unwrap();
+    }
+
+    /// The next text frame or close, skipping pings and pongs.
+    pub async fn next(&mut self) -> Got {
+        loop {
+            let msg = tokio::time::timeout(PATIENCE, self.ws.next())
+                .await
+                .expect("server sent nothing in time");
+            match msg {
+                Some(Ok(Message::Text(t))) => {
+                    return Got::Json(serde_json::from_str(&t).expect("server sends JSON"));
+                }
+                Some(Ok(Message::Close(frame))) => {
+                    return Got::Close(frame.map(|f: CloseFrame| f.code.into()));
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(_)) | None => return Got::Gone,
+            }
+        }
+    }
+
+    pub async fn next_json(&mut self) -> Value {
+        match self.next().await {
+            Got::Json(v) => v,
+            other => panic!("expected a JSON frame, got {other:?}"),
+        }
+    }
+
+    /// Reads until a frame matches, returning it (earlier ones are dropped).
+    pub async fn until(&mut self, pred: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            let v = self.next_json().await;
+            if pred(&v) {
+                return v;
+            }
+        }
+    }
+
+    /// Sends a frame with `id` and returns the frame that answers it.
+    pub async fn call(&mut self, mut frame: Value, id: u64) -> Value {
+        frame["id"] = json!(id);
+        self.send(frame).await;
+        self.until(|v| v["id"] == json!(id)).await
+    }
+
+    /// Reads until the server closes; returns the close code.
+    pub async fn closed(&mut self) -> Option<u16> {
+        loop {
+            match self.next().await {
+                Got::Json(_) => continue,
+                Got::Close(code) => return code,
+                Got::Gone => return None,
+            }
+        }
+    }
+}
+
+/// A WebSocket handshake over a plain TCP stream, for tests that must not
+/// behave like a polite client (never read, never answer pings). Returns
+/// the stream positioned after the 101 response.
+pub async fn raw_upgrade(addr: SocketAddr, token: &str) -> TcpStream {
+    let s = TcpStream::connect(addr).await.unwrap();
+    upgrade_on(s, addr, token).await
+}
+
+/// A TCP connection with a small receive buffer, so a client that stops
+/// reading pushes back on the server quickly.
+pub async fn small_window(addr: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.connect(addr).await.unwrap()
+}
+
+pub async fn upgrade_on(mut s: TcpStream, addr: SocketAddr, token: &str) -> TcpStream {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let req = format!(
+        "GET /v1/ws HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+         Sec-WebSocket-Protocol: tidegate.v1, bearer.{token}\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    s
+}
+
+/// A masked client text frame, as a raw client must send it.
+pub fn masked_text(payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![0x81];
+    let len = payload.len();
+    if len < 126 {
+        f.push(0x80 | len as u8);
+    } else if len <= 65535 {
+        f.push(0x80 | 126);
+        f.extend_from_slice(&(len as u16).to_be_bytes());
+    } else {
+        f.push(0x80 | 127);
+        f.extend_from_slice(&(len as u64).to_be_bytes());
+    }
+    let mask = [1u8, 2, 3, 4];
+    f.extend_from_slice(&mask);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    f
+}
+
+/// Reads until the peer closes the TCP connection; returns bytes read.
+pub async fn read_until_eof(s: &mut TcpStream) -> usize {
+    use tokio::io::AsyncReadExt;
+    let mut total = 0;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match tokio::time::timeout(PATIENCE, s.read(&mut buf))
+            .await
+            .expect("connection still open")
+        {
+            Ok(0) | Err(_) => return total,
+            Ok(n) => total += n,
+        }
+    }
+}

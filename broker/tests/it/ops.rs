@@ -1,0 +1,59 @@
+//! §6: health, readiness, metrics, and unknown paths.
+
+use serde_json::json;
+
+use crate::common::Broker;
+
+#[tokio::test]
+async fn health_and_readiness() {
+    let broker = Broker::start("");
+    assert_eq!(
+        reqwest::get(broker.url("/healthz")).await.unwrap().status(),
+        200
+    );
+    assert_eq!(
+        reqwest::get(broker.url("/readyz")).await.unwrap().status(),
+        200
+    );
+    let missing = reqwest::get(broker.url("/nope")).await.unwrap();
+    assert_eq!(missing.status(), 404);
+    assert_eq!(
+        missing.json::<serde_json::Value>().await.unwrap()["error"],
+        "not_found"
+    );
+}
+
+#[tokio::test]
+async fn metrics_count_connections_messages_and_rejections() {
+    let broker = Broker::start("");
+    let mut c = broker.client("acme").await;
+    c.call(json!({"type":"subscribe","channel":"doc:m"}), 1)
+        .await;
+    c.call(json!({"type":"publish","channel":"doc:m","data":1}), 2)
+        .await;
+    c.call(json!({"type":"subscribe","channel":"nope:1"}), 3)
+        .await;
+    let text = broker.metrics().await;
+    let v = |s: &str| crate::common::metric_value(&text, s);
+    assert_eq!(v("tidegate_connections_opened_total"), 1.0);
+    assert_eq!(v("tidegate_connections"), 1.0);
+    assert!(v("tidegate_messages_in_total") >= 3.0);
+    assert!(v("tidegate_messages_out_total") >= 1.0);
+    assert_eq!(v("tidegate_publishes_total{via=\"ws\"}"), 1.0);
+    assert_eq!(
+        v("tidegate_rejections_total{layer=\"connection\",reason=\"forbidden\"}"),
+        1.0
+    );
+    assert!(text.contains("tidegate_cluster_bridge_up"));
+    drop(c);
+    // The close is observed by the broker asynchronously; wait for the
+    // gauge to reflect it rather than sleeping a fixed time.
+    let deadline = std::time::Instant::now() + crate::common::PATIENCE;
+    while broker.metric("tidegate_connections").await != 0.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "connection never counted as closed"
+        );
+        tokio::task::yield_now().await;
+    }
+}
