@@ -9,7 +9,8 @@
 //! # Layout
 //!
 //! - [`server`]: routes and `run(listener, config, shutdown)`, the entry
-//!   point of the binary and of every integration test.
+//!   point of the binary and of every integration test; [`drain`]: the
+//!   staggered SIGTERM drain.
 //! - [`node`]: what a node shares: config, hub, bridge, metrics, sockets.
 //! - [`socket`]: one actix actor per WebSocket. It owns its token buckets
 //!   ([`socket::Admission`]), its subscriptions and its outbound queue
@@ -21,22 +22,35 @@
 //!   single node.
 //! - [`http`]: HTTP publish with per-key buckets, and `/healthz`,
 //!   `/readyz`, `/metrics`.
-//! - [`limiter`]: pure limiter primitives (token bucket, notice throttle).
+//! - [`account`]: the account supervisor actor (sampled account budget,
+//!   connection cap, 1008 on breach).
+//! - [`gate`]: handshake defences before account state (node accept
+//!   budget, per-IP rate and cap, per-identity bucket).
+//! - [`rules`]: extra limits by account, channel, pair or connection.
+//! - [`exceeded`]: one structured event and one metric per refusal.
+//! - [`limiter`]: pure limiter primitives (token bucket, keyed buckets,
+//!   notice throttle).
 //! - [`protocol`]: frames in and out, channel names, globs, and the code
 //!   table shared with the TypeScript SDK.
 //! - [`config`]: `config.toml`, plans and accounts, validation that
-//!   reports every problem.
+//!   reports every problem; [`reload`]: SIGHUP and file-change reloads.
 //! - [`auth`]: HS256 tokens. [`metrics`]: Prometheus counters.
 
+pub mod account;
 pub mod auth;
 pub mod cluster;
 pub mod config;
+pub mod drain;
+pub mod exceeded;
+pub mod gate;
 pub mod http;
 pub mod hub;
 pub mod limiter;
 pub mod metrics;
 pub mod node;
 pub mod protocol;
+pub mod reload;
+pub mod rules;
 pub mod server;
 pub mod socket;
 

@@ -128,10 +128,21 @@ fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> Result<()> {
     std::io::stdout().flush()?;
 
     actix_rt::System::new().block_on(async move {
+        let node = tidegate::Node::new(config)?;
+        if let Some(path) = path {
+            actix_rt::spawn(tidegate::reload::watch(node.clone(), path));
+        }
         let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("SIGTERM handler");
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
         };
-        tidegate::run(listener, config, shutdown).await
+        tidegate::serve(listener, node, shutdown).await?;
+        anyhow::Ok(())
     })?;
     Ok(())
 }

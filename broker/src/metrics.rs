@@ -45,6 +45,11 @@ struct ViaLabels {
     via: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub connections_opened: Counter,
@@ -56,7 +61,7 @@ pub struct Metrics {
     dry_run: Family<RejectLabels, Counter>,
     pub bridge_up: Gauge,
     pub bridge_pending: Gauge,
-    config_reloads: Family<ViaLabels, Counter>,
+    config_reloads: Family<OutcomeLabels, Counter>,
     pub outbound_queued: Gauge,
 }
 
@@ -189,7 +194,7 @@ impl Metrics {
 
     pub fn reloaded(&self, outcome: &'static str) {
         self.config_reloads
-            .get_or_create(&ViaLabels { via: outcome })
+            .get_or_create(&OutcomeLabels { outcome })
             .inc();
     }
 

@@ -7,13 +7,16 @@ use actix::Addr;
 use arc_swap::ArcSwap;
 use dashmap::DashMap;
 
+use crate::account::Accounts;
 use crate::auth::{AuthError, Authenticator};
 use crate::cluster::{MemoryBridge, SharedBridge};
 use crate::config::Config;
+use crate::gate::HandshakeGate;
 use crate::http::keys::ApiKeys;
 use crate::hub::{HistoryLimits, Hub, OutboundGauge};
 use crate::metrics::Metrics;
-use crate::socket::Socket;
+use crate::rules::RuleBuckets;
+use crate::socket::{Reconfigure, Socket};
 
 pub struct Node {
     pub config: ArcSwap<Config>,
@@ -22,6 +25,9 @@ pub struct Node {
     pub hub: Arc<Hub>,
     pub bridge: SharedBridge,
     pub metrics: Arc<Metrics>,
+    pub accounts: Arc<Accounts>,
+    pub gate: Arc<HandshakeGate>,
+    pub rules: RuleBuckets,
     /// Live sockets, for config reloads, draining and metrics.
     pub sockets: DashMap<u64, SocketHandle>,
     ready: AtomicBool,
@@ -40,6 +46,8 @@ impl std::fmt::Debug for Node {
 pub struct SocketHandle {
     pub addr: Addr<Socket>,
     pub account: Arc<str>,
+    /// The token's `plan` claim, to resolve limits again on reload.
+    pub plan: Option<String>,
     pub gauge: Arc<OutboundGauge>,
 }
 
@@ -59,7 +67,11 @@ impl Node {
         metrics.bridge_up.set(1);
         let auth = Authenticator::new(&config.auth.jwt_secret, config.auth.leeway_secs)?;
         let keys = ApiKeys::new(&config);
+        let gate = HandshakeGate::new(&config.handshake);
         Ok(Arc::new(Node {
+            accounts: Accounts::new(metrics.clone()),
+            gate,
+            rules: RuleBuckets::default(),
             config: ArcSwap::from_pointee(config),
             auth: ArcSwap::from_pointee(auth),
             keys: ArcSwap::from_pointee(keys),
@@ -93,6 +105,34 @@ impl Node {
 
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Acquire)
+    }
+
+    /// Applies a new, already validated config to the running node: open
+    /// sockets get their new limits (balances kept), API keys keep their
+    /// buckets, node-level limits change on their next use.
+    pub fn reload(&self, config: Config) -> Result<(), AuthError> {
+        let auth = Authenticator::new(&config.auth.jwt_secret, config.auth.leeway_secs)?;
+        let keys = ApiKeys::rebuild(&config, Some(&self.keys.load()));
+        self.hub.set_history_limits(history_limits(&config));
+        let config = Arc::new(config);
+        self.auth.store(Arc::new(auth));
+        self.keys.store(Arc::new(keys));
+        self.config.store(config.clone());
+        let mut kept = 0usize;
+        for s in self.sockets.iter() {
+            match config.limits_for(&s.account, s.plan.as_deref()) {
+                Ok(limits) => s.addr.do_send(Reconfigure { limits }),
+                // The socket's plan is gone from the new file: it keeps the
+                // limits it has until it reconnects (and is refused).
+                Err(_) => kept += 1,
+            }
+        }
+        tracing::info!(
+            sockets = self.sockets.len(),
+            kept_old_limits = kept,
+            "config reloaded"
+        );
+        Ok(())
     }
 
     /// Unsent outbound bytes over all sockets right now.

@@ -17,7 +17,7 @@ use crate::protocol::ErrorCode;
 use crate::socket;
 
 /// How often idle channels are forgotten.
-const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
+const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/v1/ws", web::get().to(socket::handshake::upgrade))
@@ -87,7 +87,10 @@ pub async fn serve(
             let mut tick = actix_rt::time::interval(SWEEP_INTERVAL);
             loop {
                 tick.tick().await;
+                let now = std::time::Instant::now();
                 node.hub.sweep();
+                node.gate.sweep(now);
+                node.rules.sweep(now);
             }
         })
     };
@@ -98,11 +101,18 @@ pub async fn serve(
     let result = tokio::select! {
         r = &mut server => r,
         () = shutdown => {
-            node.start_draining();
-            // The command is sent now; the server future must keep being
-            // polled to carry it out.
-            let _stopped = handle.stop(true);
-            server.await
+            // Keep serving (handshakes get 503 draining) while sockets are
+            // closed in batches; the server future must go on being polled.
+            let window = Duration::from_millis(config.cluster.drain_ms);
+            let drained = crate::drain::drain(&node, window);
+            tokio::select! {
+                r = &mut server => r,
+                () = drained => {
+                    // The command is sent now; the server carries it out.
+                    let _stopped = handle.stop(true);
+                    server.await
+                }
+            }
         }
     };
     sweeper.abort();

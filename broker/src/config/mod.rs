@@ -475,6 +475,10 @@ fn validate_node(
         "handshake.ip_max_open: must be at least 1".into(),
     );
     need(
+        handshake.node_max_sockets >= 1,
+        "handshake.node_max_sockets: must be at least 1".into(),
+    );
+    need(
         history.size <= 100_000,
         "history.size: must be at most 100000".into(),
     );

@@ -117,6 +117,12 @@ pub struct HandshakeSection {
     pub ip_handshake_burst: u32,
     /// Open sockets per client IP.
     pub ip_max_open: u32,
+    /// Open sockets on this node; a socket past it is closed with 1013
+    /// right after the upgrade (the count is exact only there).
+    pub node_max_sockets: u32,
+    /// `Retry-After` for a connection-cap refusal (a cap frees up when a
+    /// socket closes, which no clock predicts).
+    pub cap_retry_after_ms: u64,
 }
 
 impl Default for HandshakeSection {
@@ -126,6 +132,8 @@ impl Default for HandshakeSection {
             ip_handshakes_per_sec: 5.0,
             ip_handshake_burst: 20,
             ip_max_open: 50,
+            node_max_sockets: 100_000,
+            cap_retry_after_ms: 5_000,
         }
     }
 }

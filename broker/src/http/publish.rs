@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder, web};
@@ -14,6 +14,7 @@ use serde_json::value::RawValue;
 use super::keys::{Charge, KeyState};
 use super::refusal_builder;
 use crate::config::Limits;
+use crate::exceeded::Exceeded;
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::{ErrorCode, channel};
@@ -157,8 +158,19 @@ fn with_rate_headers(status: StatusCode, charge: &Charge) -> HttpResponseBuilder
     b
 }
 
-fn refuse(node: &Node, r: Refused, charge: Option<&Charge>) -> HttpResponse {
-    node.metrics.reject(Layer::Http, r.code.as_str());
+fn refuse(
+    node: &Node,
+    key: Option<&KeyState>,
+    r: Refused,
+    charge: Option<&Charge>,
+) -> HttpResponse {
+    Exceeded::new(
+        Layer::Http,
+        r.code.as_str(),
+        key.map_or("", |k| k.account.as_str()),
+    )
+    .reset(charge.map_or(Duration::ZERO, |c| c.retry_after))
+    .emit(&node.metrics);
     let builder = match charge {
         Some(c) => with_rate_headers(r.status, c),
         None => HttpResponse::build(r.status),
@@ -172,6 +184,7 @@ fn refuse(node: &Node, r: Refused, charge: Option<&Charge>) -> HttpResponse {
 fn unauthorized(node: &Node) -> HttpResponse {
     refuse(
         node,
+        None,
         Refused::new(
             StatusCode::UNAUTHORIZED,
             ErrorCode::Unauthorized,
@@ -204,18 +217,18 @@ pub async fn publish(
     // Room for the envelope around a maximal `data`.
     let body = match read_body(payload, limits.max_payload_bytes + 1024).await {
         Ok(b) => b,
-        Err(r) => return refuse(&node, r, None),
+        Err(r) => return refuse(&node, Some(&key), r, None),
     };
     let msg: One<'_> = match parse(&body, limits.max_json_depth) {
         Ok(m) => m,
-        Err(r) => return refuse(&node, r, None),
+        Err(r) => return refuse(&node, Some(&key), r, None),
     };
     if let Err(r) = check(&msg, &key, &limits) {
-        return refuse(&node, r, None);
+        return refuse(&node, Some(&key), r, None);
     }
     let charge = key.charge(1.0, Instant::now());
     if !charge.allowed {
-        return refuse(&node, rate_limited(&charge), Some(&charge));
+        return refuse(&node, Some(&key), rate_limited(&charge), Some(&charge));
     }
     let seq = node.bridge.publish(&msg.channel, msg.data.get());
     node.metrics.published("http");
@@ -234,11 +247,11 @@ pub async fn publish_batch(
     let limits = config.account_limits(&key.account);
     let body = match read_body(payload, config.http.max_batch_bytes).await {
         Ok(b) => b,
-        Err(r) => return refuse(&node, r, None),
+        Err(r) => return refuse(&node, Some(&key), r, None),
     };
     let batch: Batch<'_> = match parse(&body, limits.max_json_depth.saturating_add(2)) {
         Ok(b) => b,
-        Err(r) => return refuse(&node, r, None),
+        Err(r) => return refuse(&node, Some(&key), r, None),
     };
     let n = batch.messages.len();
     if n == 0 || n > config.http.max_batch {
@@ -250,12 +263,12 @@ pub async fn publish_batch(
                 config.http.max_batch
             ),
         );
-        return refuse(&node, r, None);
+        return refuse(&node, Some(&key), r, None);
     }
     // A batch costs the number of its messages, all or nothing.
     let charge = key.charge(n as f64, Instant::now());
     if !charge.allowed {
-        return refuse(&node, rate_limited(&charge), Some(&charge));
+        return refuse(&node, Some(&key), rate_limited(&charge), Some(&charge));
     }
     let results: Vec<Outcome> = batch
         .messages
@@ -268,7 +281,9 @@ pub async fn publish_batch(
                 }
             }
             Err(r) => {
-                node.metrics.reject(Layer::Http, r.code.as_str());
+                Exceeded::new(Layer::Http, r.code.as_str(), &key.account)
+                    .channel(&msg.channel)
+                    .emit(&node.metrics);
                 Outcome::Err {
                     error: r.code.as_str(),
                     message: r.message,

@@ -3,7 +3,9 @@
 //! by moving `now` forward.
 
 pub mod bucket;
+pub mod keyed;
 pub mod notice;
 
 pub use bucket::TokenBucket;
+pub use keyed::KeyedBuckets;
 pub use notice::{DropNotice, Due, PendingNotice};

@@ -44,6 +44,17 @@ impl<'a> ClientFrame<'a> {
         }
     }
 
+    /// The operation, for rules (a `budget` request is not one).
+    pub fn op(&self) -> Option<crate::config::Op> {
+        use crate::config::Op;
+        match self {
+            ClientFrame::Subscribe { .. } => Some(Op::Subscribe),
+            ClientFrame::Unsubscribe { .. } => Some(Op::Unsubscribe),
+            ClientFrame::Publish { .. } => Some(Op::Publish),
+            ClientFrame::Budget { .. } => None,
+        }
+    }
+
     pub fn channel(&self) -> Option<&str> {
         match self {
             ClientFrame::Subscribe { channel, .. }

@@ -10,11 +10,15 @@ use serde_json::value::RawValue;
 
 use super::inbound::{InError, InFrame};
 use super::{Shadow, Socket, Verdict};
+use crate::account::{Balance, Charge};
+use crate::config::LimitName;
+use crate::exceeded::Exceeded;
 use crate::hub::Subscriber;
 use crate::limiter::Due;
 use crate::metrics::Layer;
 use crate::protocol::wire::{self, BudgetView, ErrorFrame};
 use crate::protocol::{ClientFrame, CloseCode, ErrorCode, frames};
+use crate::rules::{self, RuleVerdict};
 
 impl StreamHandler<Result<InFrame, InError>> for Socket {
     fn handle(&mut self, item: Result<InFrame, InError>, ctx: &mut Context<Self>) {
@@ -38,24 +42,30 @@ impl StreamHandler<Result<InFrame, InError>> for Socket {
                 if self.pings.try_take(1.0, Instant::now()).is_ok() {
                     self.send(wire::pong(&payload));
                 } else {
-                    self.node.metrics.reject(Layer::Connection, "ping_flood");
+                    self.exceeded(Layer::Connection, "ping_flood", None, Duration::ZERO, false);
                 }
             }
             Ok(InFrame::Pong) => {}
-            Err(InError::TooLarge(max)) => {
-                self.span
-                    .in_scope(|| tracing::info!(max, "message over the payload limit"));
-                self.node
-                    .metrics
-                    .reject(Layer::Connection, "payload_too_large");
+            Err(InError::TooLarge(_)) => {
+                self.exceeded(
+                    Layer::Connection,
+                    "payload_too_large",
+                    None,
+                    Duration::ZERO,
+                    false,
+                );
                 self.close(ctx, CloseCode::MessageTooBig);
             }
             Err(InError::Protocol(why)) => {
                 self.span
                     .in_scope(|| tracing::info!(%why, "WebSocket protocol error"));
-                self.node
-                    .metrics
-                    .reject(Layer::Connection, "protocol_error");
+                self.exceeded(
+                    Layer::Connection,
+                    "protocol_error",
+                    None,
+                    Duration::ZERO,
+                    false,
+                );
                 self.close(ctx, CloseCode::ProtocolError);
             }
         }
@@ -63,9 +73,15 @@ impl StreamHandler<Result<InFrame, InError>> for Socket {
 }
 
 impl Socket {
-    fn on_text(&mut self, bytes: Bytes, ctx: &mut Context<Self>) {
+    pub(super) fn on_text(&mut self, bytes: Bytes, ctx: &mut Context<Self>) {
         let Ok(text) = std::str::from_utf8(&bytes) else {
-            self.node.metrics.reject(Layer::Connection, "invalid_utf8");
+            self.exceeded(
+                Layer::Connection,
+                "invalid_utf8",
+                None,
+                Duration::ZERO,
+                false,
+            );
             self.close(ctx, CloseCode::InvalidUtf8);
             return;
         };
@@ -82,15 +98,28 @@ impl Socket {
         let mut shadow = None;
         match self.admission.admit(cost, bytes.len(), now, &mut shadow) {
             Verdict::Admit => {}
-            Verdict::Drop { reason, .. } => {
-                self.node.metrics.reject(Layer::Connection, reason);
+            Verdict::Drop {
+                reason,
+                retry_after,
+            } => {
+                self.exceeded(
+                    Layer::Connection,
+                    reason,
+                    frame.channel(),
+                    retry_after,
+                    false,
+                );
                 self.record_drop(frame.id(), now, ctx);
                 return;
             }
             Verdict::TooCostly { cost, max } => {
-                self.node
-                    .metrics
-                    .reject(Layer::Connection, "cost_exceeds_max");
+                self.exceeded(
+                    Layer::Connection,
+                    "cost_exceeds_max",
+                    frame.channel(),
+                    Duration::ZERO,
+                    false,
+                );
                 let message = format!(
                     "this operation costs {cost} units, above the largest single charge of {max}; \
                      send a smaller payload or raise costs.max_single in the plan"
@@ -105,17 +134,130 @@ impl Socket {
             }
         }
         if let Some(Shadow { reason }) = shadow {
-            self.node.metrics.dry_run(Layer::Connection, reason);
-            let _e = self.span.enter();
-            tracing::info!(
-                layer = "connection",
+            self.exceeded(
+                Layer::Connection,
                 reason,
-                dry_run = true,
-                "limit would have refused a frame"
+                frame.channel(),
+                Duration::ZERO,
+                true,
             );
         }
+        if let Some(verdict) = self.check_rules(&frame, now) {
+            self.admission.refund(cost, bytes.len());
+            match verdict {
+                Held::Hold(wait) => self.hold(bytes, wait, ctx),
+                Held::Drop => self.record_drop(frame.id(), now, ctx),
+            }
+            return;
+        }
         self.node.metrics.messages_in.inc();
-        self.execute(frame, now);
+        let charge = self.sampler.admit(cost);
+        if charge > 0 {
+            self.charge_account(charge, ctx);
+        }
+        self.execute(frame, ctx);
+        self.maybe_budget_frame(now);
+    }
+
+    fn exceeded(
+        &self,
+        layer: Layer,
+        reason: &'static str,
+        channel: Option<&str>,
+        reset: Duration,
+        dry_run: bool,
+    ) {
+        let mut e = Exceeded::new(layer, reason, &self.id.account)
+            .conn(&self.id.label)
+            .reset(reset)
+            .dry_run(dry_run);
+        if let Some(c) = channel {
+            e = e.channel(c);
+        }
+        e.emit(&self.node.metrics);
+    }
+
+    /// The rules for this frame's operation; `None` when they all pass.
+    fn check_rules(&mut self, frame: &ClientFrame<'_>, now: Instant) -> Option<Held> {
+        let (Some(op), Some(channel)) = (frame.op(), frame.channel()) else {
+            return None;
+        };
+        if self.rules_skipped || self.limits().rules.is_empty() {
+            return None;
+        }
+        let limits = self.limits().clone();
+        let mut shadows = Vec::new();
+        let verdict = rules::check(
+            &limits,
+            op,
+            &self.id.account,
+            channel,
+            &self.node.rules,
+            &mut self.conn_rules,
+            now,
+            &mut shadows,
+        );
+        for s in shadows {
+            self.rule_exceeded(&s.rule.id, channel, s.wait, true);
+        }
+        match verdict {
+            RuleVerdict::Pass => None,
+            RuleVerdict::Refuse { rule, wait, hold } => {
+                self.rule_exceeded(&rule.id, channel, wait, false);
+                Some(if hold { Held::Hold(wait) } else { Held::Drop })
+            }
+        }
+    }
+
+    fn rule_exceeded(&self, rule: &str, channel: &str, reset: Duration, dry_run: bool) {
+        Exceeded::new(Layer::Rule, "rate_limited", &self.id.account)
+            .rule(rule)
+            .channel(channel)
+            .conn(&self.id.label)
+            .reset(reset)
+            .dry_run(dry_run)
+            .emit(&self.node.metrics);
+    }
+
+    /// Holds a frame a rule refused for a short wait: stop reading the
+    /// socket, then try the frame again (seed 003's lossless throttling of
+    /// a sequential stream). A second refusal beyond the hold limit drops
+    /// and reports it.
+    fn hold(&mut self, bytes: Bytes, wait: Duration, ctx: &mut Context<Self>) {
+        self.held = Some(bytes);
+        self.refresh_gate();
+        ctx.run_later(wait, |act, ctx| {
+            if let Some(b) = act.held.take() {
+                act.on_text(b, ctx);
+            }
+            act.refresh_gate();
+        });
+    }
+
+    /// Reading pauses while a frame is held or too many dropped ids wait
+    /// for their notice.
+    fn refresh_gate(&self) {
+        let cap = self.node.config.load().socket.max_pending_drop_ids;
+        if self.held.is_some() || self.notice.pending_ids() >= cap {
+            self.gate.pause();
+        } else if self.gate.is_paused() {
+            self.gate.resume();
+        }
+    }
+
+    fn charge_account(&mut self, units: u32, ctx: &mut Context<Self>) {
+        let Some(slot) = &self.slots.account else {
+            return;
+        };
+        let charge = slot.addr.send(Charge {
+            units,
+            limits: self.limits().clone(),
+        });
+        ctx.spawn(charge.into_actor(self).map(|view, act, _| {
+            if let Ok(view) = view {
+                act.account_view = Some(view);
+            }
+        }));
     }
 
     /// A frame that did not parse (or a binary frame): charged like any
@@ -123,12 +265,22 @@ impl Socket {
     fn on_bad_frame(&mut self, id: Option<&RawValue>, message: &str, ctx: &mut Context<Self>) {
         let now = Instant::now();
         let cost = self.admission.malformed_price();
-        if let Verdict::Drop { reason, .. } = self.admission.admit(cost, 0, now, &mut None) {
-            self.node.metrics.reject(Layer::Connection, reason);
+        if let Verdict::Drop {
+            reason,
+            retry_after,
+        } = self.admission.admit(cost, 0, now, &mut None)
+        {
+            self.exceeded(Layer::Connection, reason, None, retry_after, false);
             self.record_drop(id, now, ctx);
             return;
         }
-        self.node.metrics.reject(Layer::Connection, "bad_request");
+        self.exceeded(
+            Layer::Connection,
+            "bad_request",
+            None,
+            Duration::ZERO,
+            false,
+        );
         self.send(
             ErrorFrame::new(ErrorCode::BadRequest)
                 .id(id)
@@ -150,10 +302,7 @@ impl Socket {
         }
         // Every id must be answered, so ids are held until the next notice;
         // past the cap, stop reading until it goes out (TCP back-pressure).
-        let cap = self.node.config.load().socket.max_pending_drop_ids;
-        if self.notice.pending_ids() >= cap && !self.gate.is_paused() {
-            self.gate.pause();
-        }
+        self.refresh_gate();
     }
 
     pub(super) fn flush_notice(&mut self, now: Instant) {
@@ -167,12 +316,10 @@ impl Socket {
                     .encode(),
             );
         }
-        if self.gate.is_paused() {
-            self.gate.resume();
-        }
+        self.refresh_gate();
     }
 
-    fn execute(&mut self, frame: ClientFrame<'_>, now: Instant) {
+    fn execute(&mut self, frame: ClientFrame<'_>, ctx: &mut Context<Self>) {
         match frame {
             ClientFrame::Subscribe { id, channel, since } => self.subscribe(id, &channel, since),
             ClientFrame::Unsubscribe { id, channel } => {
@@ -194,12 +341,18 @@ impl Socket {
                     self.send(wire::ack(id, Some(seq), None));
                 }
             }
-            ClientFrame::Budget { id } => self.send_budget(id, now),
+            ClientFrame::Budget { id } => self.request_budget(id, ctx),
         }
     }
 
     fn forbid(&mut self, id: Option<&RawValue>, channel: &str, what: &str) {
-        self.node.metrics.reject(Layer::Connection, "forbidden");
+        self.exceeded(
+            Layer::Connection,
+            "forbidden",
+            Some(channel),
+            Duration::ZERO,
+            false,
+        );
         let message = format!("this token may not {what} on {channel:?}");
         self.send(
             ErrorFrame::new(ErrorCode::Forbidden)
@@ -217,18 +370,25 @@ impl Socket {
         }
         let max = self.limits().max_subscriptions as usize;
         if !self.subs.contains_key(channel) && self.subs.len() >= max {
-            self.node
-                .metrics
-                .reject(Layer::Connection, "too_many_subscriptions");
-            let message = format!("a connection may hold at most {max} subscriptions");
-            self.send(
-                ErrorFrame::new(ErrorCode::TooManySubscriptions)
-                    .id(id)
-                    .channel(channel)
-                    .message(&message)
-                    .encode(),
+            let dry = self.limits().is_dry_run(LimitName::Subscriptions);
+            self.exceeded(
+                Layer::Connection,
+                "too_many_subscriptions",
+                Some(channel),
+                Duration::ZERO,
+                dry,
             );
-            return;
+            if !dry {
+                let message = format!("a connection may hold at most {max} subscriptions");
+                self.send(
+                    ErrorFrame::new(ErrorCode::TooManySubscriptions)
+                        .id(id)
+                        .channel(channel)
+                        .message(&message)
+                        .encode(),
+                );
+                return;
+            }
         }
         let sub = Subscriber {
             conn: self.id.conn,
@@ -250,6 +410,28 @@ impl Socket {
         self.subs.insert(channel.into(), last);
     }
 
+    /// Answers a `budget` request with the account balance as the
+    /// supervisor has it now.
+    fn request_budget(&mut self, id: Option<&RawValue>, ctx: &mut Context<Self>) {
+        let id: Option<Box<RawValue>> = id.map(ToOwned::to_owned);
+        match &self.slots.account {
+            Some(slot) => {
+                ctx.spawn(
+                    slot.addr
+                        .send(Balance)
+                        .into_actor(self)
+                        .map(move |view, act, _| {
+                            if let Ok(Some(v)) = view {
+                                act.account_view = Some(v);
+                            }
+                            act.send_budget(id.as_deref(), Instant::now());
+                        }),
+                );
+            }
+            None => self.send_budget(id.as_deref(), Instant::now()),
+        }
+    }
+
     fn send_budget(&mut self, id: Option<&RawValue>, now: Instant) {
         let (remaining, capacity, rate) = self.admission.balance(now);
         let connection = BudgetView {
@@ -257,8 +439,42 @@ impl Socket {
             capacity: capacity as u64,
             refill_per_sec: rate,
         };
-        self.send(wire::budget(id, connection, None));
+        let l = self.limits();
+        let account = self.account_view.unwrap_or(BudgetView {
+            remaining: u64::from(l.account_burst),
+            capacity: u64::from(l.account_burst),
+            refill_per_sec: l.account_messages_per_sec,
+        });
+        self.send(wire::budget(id, connection, Some(account)));
     }
+
+    /// Unsolicited `budget` frames while a budget is below half, at most
+    /// every `budget_frame_interval_ms`, so clients see their balance
+    /// before they are limited.
+    fn maybe_budget_frame(&mut self, now: Instant) {
+        let l = self.limits();
+        if !l.budget_frames {
+            return;
+        }
+        let interval = Duration::from_millis(l.budget_frame_interval_ms);
+        if self.last_budget_frame.is_some_and(|t| now - t < interval) {
+            return;
+        }
+        let (remaining, capacity, _) = self.admission.balance(now);
+        let account_low = self
+            .account_view
+            .is_some_and(|v| v.remaining * 2 < v.capacity);
+        if remaining * 2.0 < capacity || account_low {
+            self.last_budget_frame = Some(now);
+            self.send_budget(None, now);
+        }
+    }
+}
+
+/// What a refusing rule asks for.
+enum Held {
+    Hold(Duration),
+    Drop,
 }
 
 /// Milliseconds for `retryAfterMs`: rounded up, and never 0 for a wait.

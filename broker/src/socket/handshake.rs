@@ -1,15 +1,20 @@
 //! `GET /v1/ws`: the checks that run before the upgrade (§1), cheapest
 //! first, each costing one HTTP response and no socket; then the upgrade.
+//! Every layer charges every attempt that reaches it.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use actix_web::body::BoxBody;
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
 
-use super::{Identity, Socket};
+use super::{Identity, Slots, Socket};
 use crate::auth::AuthError;
+use crate::config::{Config, LimitName, Limits};
+use crate::exceeded::Exceeded;
+use crate::gate::client_ip;
 use crate::http::refusal;
 use crate::metrics::Layer;
 use crate::node::Node;
@@ -18,6 +23,8 @@ use crate::protocol::ErrorCode;
 /// The subprotocol Tidegate speaks.
 pub const SUBPROTOCOL: &str = "tidegate.v1";
 const BEARER_PREFIX: &str = "bearer.";
+/// `Retry-After` for a draining node (§7).
+const DRAINING_RETRY: Duration = Duration::from_secs(1);
 
 /// The offered subprotocols, comma-separated over one or more headers.
 fn offered(req: &HttpRequest) -> impl Iterator<Item = &str> {
@@ -43,6 +50,190 @@ fn bearer_token(req: &HttpRequest) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
+/// A refused handshake.
+struct Refused {
+    status: StatusCode,
+    code: ErrorCode,
+    message: String,
+    retry: Option<Duration>,
+}
+
+fn refused(
+    status: StatusCode,
+    code: ErrorCode,
+    message: impl Into<String>,
+    retry: Option<Duration>,
+) -> Refused {
+    Refused {
+        status,
+        code,
+        message: message.into(),
+        retry,
+    }
+}
+
+/// Everything the checks established, handed to the socket.
+struct Admitted {
+    identity: Identity,
+    limits: Arc<Limits>,
+    slots: Slots,
+}
+
+/// Runs the §1 checks in order. Emits one exceeded event per refusal.
+async fn admit(req: &HttpRequest, node: &Arc<Node>, config: &Config) -> Result<Admitted, Refused> {
+    let now = Instant::now();
+    let hs = &config.handshake;
+    let peer = req.peer_addr().map_or([127, 0, 0, 1].into(), |a| a.ip());
+    let xff = req
+        .headers()
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok());
+    let ip = client_ip(peer, xff, &config.node.trusted_proxies);
+    let ip_text = ip.to_string();
+    let event = |reason: ErrorCode, account: &str, reset: Duration| {
+        Exceeded::new(Layer::Handshake, reason.as_str(), account)
+            .reset(reset)
+            .emit(&node.metrics);
+    };
+
+    if node.is_draining() {
+        event(ErrorCode::Draining, "", DRAINING_RETRY);
+        return Err(refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::Draining,
+            "this node is shutting down; reconnect to another",
+            Some(DRAINING_RETRY),
+        ));
+    }
+    if let Err(wait) = node.gate.node_accept(hs, now) {
+        event(ErrorCode::NodeOverloaded, "", wait);
+        return Err(refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::NodeOverloaded,
+            format!(
+                "this node takes {} handshakes per second",
+                hs.node_accepts_per_sec
+            ),
+            Some(wait),
+        ));
+    }
+    if let Err(wait) = node.gate.ip_rate(ip, hs, now) {
+        Exceeded::new(Layer::Handshake, ErrorCode::IpRateLimited.as_str(), "")
+            .conn(&ip_text)
+            .reset(wait)
+            .emit(&node.metrics);
+        return Err(refused(
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::IpRateLimited,
+            format!("too many handshakes from {ip}"),
+            Some(wait),
+        ));
+    }
+    let cap_retry = Duration::from_millis(hs.cap_retry_after_ms);
+    let Some(ip_slot) = node.gate.ip_open(ip, hs) else {
+        Exceeded::new(
+            Layer::Handshake,
+            ErrorCode::IpTooManyConnections.as_str(),
+            "",
+        )
+        .conn(&ip_text)
+        .emit(&node.metrics);
+        return Err(refused(
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::IpTooManyConnections,
+            format!("{ip} has {} sockets open already", hs.ip_max_open),
+            Some(cap_retry),
+        ));
+    };
+
+    let token = bearer_token(req).ok_or_else(|| {
+        event(ErrorCode::Unauthorized, "", Duration::ZERO);
+        refused(
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::Unauthorized,
+            AuthError::Missing.to_string(),
+            None,
+        )
+    })?;
+    let claims = node.auth.load().verify(token).map_err(|e| {
+        event(ErrorCode::Unauthorized, "", Duration::ZERO);
+        refused(
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::Unauthorized,
+            e.to_string(),
+            None,
+        )
+    })?;
+    let limits = config
+        .limits_for(&claims.sub, claims.plan.as_deref())
+        .map_err(|e| {
+            event(ErrorCode::UnknownPlan, &claims.sub, Duration::ZERO);
+            refused(
+                StatusCode::UNAUTHORIZED,
+                ErrorCode::UnknownPlan,
+                format!("{e}: the token's plan claim must name a plan in the config"),
+                None,
+            )
+        })?;
+
+    // After the token, before any session state: the per-identity bucket.
+    if let Err(wait) = node.gate.identity(&claims.sub, &limits, now) {
+        let dry = limits.is_dry_run(LimitName::Handshake);
+        Exceeded::new(
+            Layer::Handshake,
+            ErrorCode::HandshakeRateLimited.as_str(),
+            &claims.sub,
+        )
+        .reset(wait)
+        .dry_run(dry)
+        .emit(&node.metrics);
+        if !dry {
+            return Err(refused(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorCode::HandshakeRateLimited,
+                format!(
+                    "too many handshakes for account {:?}: burst {}, then {} per second",
+                    claims.sub, limits.handshake_burst, limits.handshake_refill_per_sec
+                ),
+                Some(wait),
+            ));
+        }
+    }
+
+    let conn = node.next_conn();
+    let account = node
+        .accounts
+        .reserve(&claims.sub, conn, &limits)
+        .await
+        .map_err(|cap| {
+            refused(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorCode::TooManyConnections,
+                format!(
+                    "account {:?} has {} of {} connections open",
+                    claims.sub, cap.open, cap.max
+                ),
+                Some(cap_retry),
+            )
+        })?;
+
+    Ok(Admitted {
+        identity: Identity {
+            conn,
+            label: format!("{}-{conn:x}", config.node.id).into(),
+            account: claims.sub.as_str().into(),
+            role: claims.role.clone(),
+            plan: claims.plan.clone(),
+            grants: claims.grants(),
+        },
+        limits,
+        slots: Slots {
+            ip: Some(ip_slot),
+            account: Some(account),
+        },
+    })
+}
+
 pub async fn upgrade(
     req: HttpRequest,
     payload: web::Payload,
@@ -50,63 +241,38 @@ pub async fn upgrade(
 ) -> HttpResponse {
     let node = node.get_ref().clone();
     let config = node.config.load_full();
-    let refuse = |status: StatusCode, code: ErrorCode, message: &str| {
-        node.metrics.reject(Layer::Handshake, code.as_str());
-        refusal(status, code, message, None)
-    };
 
+    // Not a WebSocket handshake at all: nothing to charge.
     let mut response = match actix_http::ws::handshake(req.head()) {
         Ok(r) => r,
         Err(e) => {
-            return refuse(
+            Exceeded::new(Layer::Handshake, ErrorCode::BadRequest.as_str(), "").emit(&node.metrics);
+            let message = format!("not a WebSocket upgrade: {e}");
+            return refusal(
                 StatusCode::BAD_REQUEST,
                 ErrorCode::BadRequest,
-                &format!("not a WebSocket upgrade: {e}"),
+                &message,
+                None,
             );
         }
     };
-
-    let Some(token) = bearer_token(&req) else {
-        return refuse(
-            StatusCode::UNAUTHORIZED,
-            ErrorCode::Unauthorized,
-            &AuthError::Missing.to_string(),
-        );
+    let admitted = match admit(&req, &node, &config).await {
+        Ok(a) => a,
+        Err(r) => return refusal(r.status, r.code, &r.message, r.retry),
     };
-    let claims = match node.auth.load().verify(token) {
-        Ok(c) => c,
-        Err(e) => {
-            return refuse(
-                StatusCode::UNAUTHORIZED,
-                ErrorCode::Unauthorized,
-                &e.to_string(),
-            );
-        }
-    };
-    let limits = match config.limits_for(&claims.sub, claims.plan.as_deref()) {
-        Ok(l) => l,
-        Err(e) => {
-            let message = format!("{e}: the token's plan claim must name a plan in the config");
-            return refuse(StatusCode::UNAUTHORIZED, ErrorCode::UnknownPlan, &message);
-        }
-    };
-
     if offered(&req).any(|p| p == SUBPROTOCOL) {
         response.insert_header((
             header::SEC_WEBSOCKET_PROTOCOL,
             HeaderValue::from_static(SUBPROTOCOL),
         ));
     }
-    let conn = node.next_conn();
-    let identity = Identity {
-        conn,
-        label: format!("{}-{conn:x}", config.node.id).into(),
-        account: claims.sub.as_str().into(),
-        role: claims.role.clone(),
-        plan: claims.plan.clone(),
-        grants: claims.grants(),
-    };
-    let body = Socket::start(identity, limits, node, payload.into_inner());
+    let body = Socket::start(
+        admitted.identity,
+        admitted.limits,
+        admitted.slots,
+        node,
+        payload.into_inner(),
+    );
     match response.message_body(BoxBody::new(body)) {
         Ok(r) => r.into(),
         Err(e) => refusal(

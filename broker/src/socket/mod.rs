@@ -20,14 +20,18 @@ use bytes::Bytes;
 pub use admission::{Admission, Shadow, Verdict};
 pub use outbox::Drained;
 
+use crate::account::{AccountSlot, Sampler};
 use crate::auth::Grants;
 use crate::config::Limits;
+use crate::gate::IpSlot;
 use crate::hub::{Deliver, OutboundGauge};
 use crate::limiter::DropNotice;
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::CloseCode;
 use crate::protocol::wire;
+use crate::protocol::wire::BudgetView;
+use crate::rules::ConnRules;
 use inbound::{Gate, Inbound};
 use outbox::Outbox;
 
@@ -46,8 +50,26 @@ pub struct Identity {
     pub grants: Grants,
 }
 
+/// Places this socket holds in node-wide counts; dropping them (with the
+/// actor) gives them back.
+#[derive(Debug, Default)]
+pub struct Slots {
+    pub ip: Option<IpSlot>,
+    pub account: Option<AccountSlot>,
+}
+
 pub struct Socket {
     id: Identity,
+    slots: Slots,
+    /// Admitted units not yet charged to the account.
+    sampler: Sampler,
+    /// The account budget as of the last charge.
+    account_view: Option<BudgetView>,
+    conn_rules: ConnRules,
+    rules_skipped: bool,
+    /// A frame held by a rule (reading is paused until it goes through).
+    held: Option<Bytes>,
+    last_budget_frame: Option<Instant>,
     node: Arc<Node>,
     admission: Admission,
     pings: crate::limiter::TokenBucket,
@@ -97,15 +119,20 @@ impl Socket {
         });
     }
 
+    /// One exceeded event for a socket-level refusal with no channel.
+    fn outbound_or_conn_event(&self, layer: Layer, reason: &'static str) {
+        crate::exceeded::Exceeded::new(layer, reason, &self.id.account)
+            .conn(&self.id.label)
+            .emit(&self.node.metrics);
+    }
+
     fn heartbeat(&mut self, ctx: &mut Context<Self>) {
         let config = self.node.config.load();
         let timeout = Duration::from_millis(config.socket.client_timeout_ms);
         if self.last_heard.elapsed() > timeout {
             let _e = self.span.enter();
             tracing::info!("client stopped answering; dropping the connection");
-            self.node
-                .metrics
-                .reject(Layer::Connection, "heartbeat_timeout");
+            self.outbound_or_conn_event(Layer::Connection, "heartbeat_timeout");
             self.outbox.abort();
             ctx.stop();
             return;
@@ -127,13 +154,26 @@ impl Actor for Socket {
             crate::node::SocketHandle {
                 addr: ctx.address(),
                 account: self.id.account.clone(),
+                plan: self.id.plan.clone(),
                 gauge: self.gauge.clone(),
             },
         );
         node.metrics.connections_opened.inc();
         node.metrics.connections_open.inc();
-        let limits = self.limits().clone();
         let config = node.config.load();
+        // Only here is the node's socket count exact across workers: one
+        // past the cap is shed right after the upgrade (seed 002: 1013).
+        if node.sockets.len() > config.handshake.node_max_sockets as usize {
+            crate::exceeded::Exceeded::new(Layer::Handshake, "node_shedding", &self.id.account)
+                .conn(&self.id.label)
+                .emit(&node.metrics);
+            self.close(ctx, CloseCode::TryAgainLater);
+            return;
+        }
+        if let Some(slot) = &self.slots.account {
+            slot.attach(ctx.address().recipient());
+        }
+        let limits = self.limits().clone();
         self.send(wire::welcome(
             &self.id.label,
             &self.id.account,
@@ -150,6 +190,9 @@ impl Actor for Socket {
         for (channel, _) in self.subs.drain() {
             self.node.bridge.unsubscribe(&channel, self.id.conn);
         }
+        // Give back the IP and account places first (before the node stops
+        // counting this socket), not when the actor is eventually dropped.
+        self.slots = Slots::default();
         self.node.sockets.remove(&self.id.conn);
         self.node.metrics.connections_open.dec();
         self.outbox.finish();
@@ -200,9 +243,7 @@ impl Handler<Deliver> for Socket {
                             .congested_since
                             .is_some_and(|since| since.elapsed() >= grace)
                         {
-                            act.node
-                                .metrics
-                                .reject(Layer::Outbound, "slow_consumer_closed");
+                            act.outbound_or_conn_event(Layer::Outbound, "slow_consumer_closed");
                             act.close(ctx, CloseCode::SlowConsumer);
                         }
                     });
@@ -220,6 +261,10 @@ impl Handler<Drained> for Socket {
             return;
         }
         let dropped = self.gauge.clear_congestion();
+        crate::exceeded::Exceeded::new(Layer::Outbound, "slow_consumer", &self.id.account)
+            .conn(&self.id.label)
+            .count(dropped)
+            .log();
         if dropped > 0 && !self.closing {
             let _e = self.span.enter();
             tracing::info!(dropped, "slow consumer drained");
@@ -261,6 +306,7 @@ impl Socket {
     pub fn start(
         id: Identity,
         limits: Arc<Limits>,
+        slots: Slots,
         node: Arc<Node>,
         payload: actix_web::dev::Payload,
     ) -> outbox::OutboxBody {
@@ -273,6 +319,13 @@ impl Socket {
             body = Some(b);
             let span = tracing::info_span!("socket", conn = %id.label, account = %id.account);
             Socket {
+                slots,
+                sampler: Sampler::new(limits.account_sample_every),
+                account_view: None,
+                conn_rules: ConnRules::default(),
+                rules_skipped: crate::rules::skipped(&limits, id.role.as_deref()),
+                held: None,
+                last_budget_frame: None,
                 pings: crate::limiter::TokenBucket::new(
                     f64::from(limits.ping_burst),
                     limits.pings_per_sec,
@@ -317,6 +370,8 @@ impl Handler<Reconfigure> for Socket {
             .reconfigure(f64::from(l.ping_burst), l.pings_per_sec, now);
         self.gate.set_max_size(l.max_payload_bytes);
         self.gauge.set_high_water(l.outbound_high_water_bytes);
+        self.sampler.set_every(l.account_sample_every);
+        self.rules_skipped = crate::rules::skipped(&l, self.id.role.as_deref());
         self.admission.reconfigure(l, now);
     }
 }

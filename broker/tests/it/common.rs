@@ -22,9 +22,14 @@ pub const PATIENCE: Duration = Duration::from_secs(10);
 
 pub const API_KEY: &str = "tidegate-sample-publish-key";
 
+/// What every test broker changes from the shipped config: a short drain
+/// window, so a broker dropped with sockets open stops quickly.
+const TEST_BASE: &str = "[cluster]\ndrain_ms = 300\n";
+
 /// The shipped config with `overrides` (TOML) merged over it.
 pub fn config(overrides: &str) -> Config {
     let mut base: toml::Table = DEFAULT_TOML.parse().unwrap();
+    merge(&mut base, TEST_BASE.parse().unwrap());
     let over: toml::Table = overrides.parse().expect("overrides are TOML");
     merge(&mut base, over);
     Config::from_toml(&toml::to_string(&base).unwrap(), &|_| None).expect("test config is valid")
@@ -98,7 +103,7 @@ impl Broker {
         publ: &[&str],
         plan: Option<&str>,
     ) -> String {
-        self.node.auth.load().mint(&Claims {
+        self.mint(Claims {
             sub: account.into(),
             exp: unix_now() + 600,
             plan: plan.map(Into::into),
@@ -106,6 +111,30 @@ impl Broker {
             sub_channels: sub.iter().map(|s| s.to_string()).collect(),
             pub_channels: publ.iter().map(|s| s.to_string()).collect(),
         })
+    }
+
+    pub fn mint(&self, claims: Claims) -> String {
+        self.node.auth.load().mint(&claims)
+    }
+
+    /// Waits (polling, with a deadline) until the broker counts `n` open
+    /// sockets: closes are seen by the broker asynchronously.
+    pub async fn wait_sockets(&self, n: usize) {
+        let deadline = std::time::Instant::now() + PATIENCE;
+        while self.node.sockets.len() != n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} sockets open, expected {n}",
+                self.node.sockets.len()
+            );
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// A handshake's outcome: the client, or the refusal's status, body and
+    /// `Retry-After`.
+    pub async fn try_connect(&self, token: &str) -> Result<Client, (u16, Value, Option<u64>)> {
+        refusal(Client::connect(&self.ws_url(), token).await)
     }
 
     /// Connects with the token in the subprotocol and reads the welcome.
@@ -143,6 +172,28 @@ impl Broker {
     }
 }
 
+/// Splits a connection attempt into the client or (status, body, Retry-After).
+pub fn refusal(
+    result: Result<Client, tungstenite::Error>,
+) -> Result<Client, (u16, Value, Option<u64>)> {
+    match result {
+        Ok(c) => Ok(c),
+        Err(tungstenite::Error::Http(resp)) => {
+            let body = resp.body().clone().unwrap_or_default();
+            let retry = resp
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok()?.parse().ok());
+            Err((
+                resp.status().as_u16(),
+                serde_json::from_slice(&body).unwrap_or(Value::Null),
+                retry,
+            ))
+        }
+        Err(e) => panic!("connection failed without an HTTP answer: {e}"),
+    }
+}
+
 pub fn metric_value(text: &str, series: &str) -> f64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))
@@ -176,9 +227,20 @@ pub enum Got {
 pub struct Client {
     pub ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
     pub protocol: Option<String>,
+    /// Skip unsolicited `budget` frames (no `id`), which the broker sends
+    /// whenever a budget is below half; on by default.
+    pub skip_unsolicited: bool,
 }
 
 impl Client {
+    pub fn new(ws: WebSocketStream<MaybeTlsStream<TcpStream>>, protocol: Option<String>) -> Client {
+        Client {
+            ws,
+            protocol,
+            skip_unsolicited: true,
+        }
+    }
+
     pub async fn connect(url: &str, token: &str) -> Result<Client, tungstenite::Error> {
         let mut req = url.into_client_request()?;
         req.headers_mut().insert(
@@ -190,7 +252,7 @@ impl Client {
             .headers()
             .get("sec-websocket-protocol")
             .map(|v| v.to_str().unwrap().to_owned());
-        Ok(Client { ws, protocol })
+        Ok(Client::new(ws, protocol))
     }
 
     pub async fn send(&mut self, frame: Value) {
@@ -212,7 +274,11 @@ impl Client {
                 .expect("server sent nothing in time");
             match msg {
                 Some(Ok(Message::Text(t))) => {
-                    return Got::Json(serde_json::from_str(&t).expect("server sends JSON"));
+                    let v: Value = serde_json::from_str(&t).expect("server sends JSON");
+                    if self.skip_unsolicited && v["type"] == "budget" && v.get("id").is_none() {
+                        continue;
+                    }
+                    return Got::Json(v);
                 }
                 Some(Ok(Message::Close(frame))) => {
                     return Got::Close(frame.map(|f: CloseFrame| f.code.into()));

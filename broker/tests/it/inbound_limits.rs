@@ -23,6 +23,8 @@ async fn typist_at_8_per_second_then_a_30_per_second_burst_is_never_limited() {
     };
     for (start, per_sec, count) in [phase(8, 16), phase(30, 30), phase(8, 8)] {
         let mut tick = tokio::time::interval(Duration::from_millis(1000 / per_sec));
+        // A late tick must not turn into a catch-up burst the typist never typed.
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         for i in start..start + count {
             tick.tick().await;
             c.send(json!({"type":"publish","channel":"doc:notes","data":{"k":i},"id":i}))
@@ -184,6 +186,9 @@ async fn pings_are_answered_not_charged_and_a_ping_flood_is_bounded() {
             Message::Pong(_) => pongs += 1,
             Message::Text(t) => {
                 let v: Value = serde_json::from_str(&t).unwrap();
+                if v["type"] == "budget" {
+                    continue; // unsolicited: the burst is below half
+                }
                 assert_eq!(v["type"], "ack", "{v}");
                 acks += 1;
             }

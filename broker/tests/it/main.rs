@@ -3,11 +3,15 @@
 
 mod common;
 
+mod accounts;
 mod bad_input;
 mod channels;
 mod cli;
 mod handshake;
+mod handshake_limits;
 mod http_publish;
 mod inbound_limits;
 mod ops;
+mod process;
+mod rules;
 mod slow_consumer;

@@ -136,7 +136,7 @@ async fn subscriber_that_catches_up_is_told_how_many_it_lost_and_kept() {
     );
     let stream = tokio_tungstenite::MaybeTlsStream::Plain(small_window(broker.addr).await);
     let (ws, _) = tokio_tungstenite::client_async(req, stream).await.unwrap();
-    let mut slow = Client { ws, protocol: None };
+    let mut slow = Client::new(ws, None);
     slow.next_json().await;
     slow.call(json!({"type":"subscribe","channel":"doc:s"}), 1)
         .await;

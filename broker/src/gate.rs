@@ -1,0 +1,204 @@
+//! The node's handshake defences that come before any account state
+//! (§1, seed 002): the node accept budget, the per-IP handshake rate and
+//! open-socket cap, and the per-identity handshake bucket. Per node by
+//! design: they protect this process; the edge in front protects the fleet.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
+use parking_lot::Mutex;
+
+use crate::config::{HandshakeSection, Limits};
+use crate::limiter::{KeyedBuckets, TokenBucket};
+
+#[derive(Debug)]
+pub struct HandshakeGate {
+    node_budget: Mutex<TokenBucket>,
+    ip_rate: KeyedBuckets<IpAddr>,
+    ip_open: DashMap<IpAddr, u32>,
+    identity: KeyedBuckets<String>,
+}
+
+/// One open socket counted against its IP; released on drop, so the count
+/// follows the socket actor's life.
+#[derive(Debug)]
+pub struct IpSlot {
+    gate: Arc<HandshakeGate>,
+    ip: IpAddr,
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        self.gate.ip_open.remove_if_mut(&self.ip, |_, n| {
+            *n -= 1;
+            *n == 0
+        });
+    }
+}
+
+impl HandshakeGate {
+    pub fn new(cfg: &HandshakeSection) -> Arc<HandshakeGate> {
+        let now = Instant::now();
+        Arc::new(HandshakeGate {
+            // One second's worth of burst: the budget is a rate.
+            node_budget: Mutex::new(TokenBucket::new(
+                cfg.node_accepts_per_sec,
+                cfg.node_accepts_per_sec,
+                now,
+            )),
+            ip_rate: KeyedBuckets::default(),
+            ip_open: DashMap::new(),
+            identity: KeyedBuckets::default(),
+        })
+    }
+
+    /// The node accept budget: handshakes per second this node takes.
+    pub fn node_accept(&self, cfg: &HandshakeSection, now: Instant) -> Result<(), Duration> {
+        let mut b = self.node_budget.lock();
+        if b.rate() != cfg.node_accepts_per_sec {
+            b.reconfigure(cfg.node_accepts_per_sec, cfg.node_accepts_per_sec, now);
+        }
+        b.try_take(1.0, now)
+    }
+
+    pub fn ip_rate(
+        &self,
+        ip: IpAddr,
+        cfg: &HandshakeSection,
+        now: Instant,
+    ) -> Result<(), Duration> {
+        self.ip_rate.try_take(
+            &ip,
+            1.0,
+            f64::from(cfg.ip_handshake_burst),
+            cfg.ip_handshakes_per_sec,
+            now,
+        )
+    }
+
+    /// Counts one more open socket for `ip`, unless it is at its cap.
+    pub fn ip_open(self: &Arc<Self>, ip: IpAddr, cfg: &HandshakeSection) -> Option<IpSlot> {
+        let mut n = self.ip_open.entry(ip).or_insert(0);
+        if *n >= cfg.ip_max_open {
+            return None;
+        }
+        *n += 1;
+        Some(IpSlot {
+            gate: self.clone(),
+            ip,
+        })
+    }
+
+    /// The per-identity handshake bucket (seed 002: burst 10, 0.5/s).
+    pub fn identity(&self, account: &str, limits: &Limits, now: Instant) -> Result<(), Duration> {
+        self.identity.try_take(
+            account,
+            1.0,
+            f64::from(limits.handshake_burst),
+            limits.handshake_refill_per_sec,
+            now,
+        )
+    }
+
+    /// Forgets buckets that refilled (bounded memory under IP churn).
+    pub fn sweep(&self, now: Instant) {
+        self.ip_rate.sweep(now);
+        self.identity.sweep(now);
+    }
+}
+
+/// The client's address: the peer, or — when the peer is a trusted proxy —
+/// the right-most address of `X-Forwarded-For` that is not one.
+pub fn client_ip(peer: IpAddr, forwarded_for: Option<&str>, trusted: &[IpAddr]) -> IpAddr {
+    if !trusted.contains(&peer) {
+        return peer;
+    }
+    let Some(xff) = forwarded_for else {
+        return peer;
+    };
+    let mut last = peer;
+    for hop in xff.rsplit(',') {
+        let Ok(ip) = hop.trim().parse::<IpAddr>() else {
+            // A malformed hop cannot be trusted further left.
+            return last;
+        };
+        if !trusted.contains(&ip) {
+            return ip;
+        }
+        last = ip;
+    }
+    last
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn forwarded_for_is_believed_only_from_trusted_proxies() {
+        let proxy = ip("10.0.0.1");
+        let trusted = [proxy, ip("10.0.0.2")];
+        let xff = Some("1.2.3.4, 5.6.7.8, 10.0.0.2");
+        assert_eq!(
+            client_ip(ip("9.9.9.9"), xff, &trusted),
+            ip("9.9.9.9"),
+            "untrusted peer: ignore XFF"
+        );
+        assert_eq!(
+            client_ip(proxy, xff, &trusted),
+            ip("5.6.7.8"),
+            "right-most untrusted hop"
+        );
+        assert_eq!(client_ip(proxy, None, &trusted), proxy);
+        assert_eq!(
+            client_ip(proxy, Some("junk, 10.0.0.2"), &trusted),
+            ip("10.0.0.2")
+        );
+    }
+
+    #[test]
+    fn ip_open_cap_counts_and_releases() {
+        let cfg = HandshakeSection {
+            ip_max_open: 2,
+            ..HandshakeSection::default()
+        };
+        let gate = HandshakeGate::new(&cfg);
+        let a = gate.ip_open(ip("1.1.1.1"), &cfg).unwrap();
+        let _b = gate.ip_open(ip("1.1.1.1"), &cfg).unwrap();
+        assert!(gate.ip_open(ip("1.1.1.1"), &cfg).is_none());
+        assert!(gate.ip_open(ip("2.2.2.2"), &cfg).is_some());
+        drop(a);
+        assert!(gate.ip_open(ip("1.1.1.1"), &cfg).is_some());
+    }
+
+    #[test]
+    fn looping_identity_gets_its_burst_then_one_per_refill_interval() {
+        let gate = HandshakeGate::new(&HandshakeSection::default());
+        let limits = Limits::default();
+        let t0 = Instant::now();
+        let mut admitted = Vec::new();
+        // A reconnect loop: one attempt every 10 ms for 10 s.
+        for i in 0..1000u64 {
+            let now = t0 + Duration::from_millis(i * 10);
+            if gate.identity("acme", &limits, now).is_ok() {
+                admitted.push(i * 10);
+            }
+        }
+        assert_eq!(
+            &admitted[..10],
+            &[0, 10, 20, 30, 40, 50, 60, 70, 80, 90],
+            "burst of 10"
+        );
+        let after: Vec<_> = admitted[10..].windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(
+            after.iter().all(|gap| *gap == 2000),
+            "then one per 2 s: {after:?}"
+        );
+    }
+}

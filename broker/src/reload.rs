@@ -1,0 +1,66 @@
+//! Hot reload: on SIGHUP, or when the config file changes, validate the new
+//! file and apply it to the running node without dropping a connection; if
+//! it has problems, keep the old config and log every one of them.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::config::{Config, ConfigError};
+use crate::node::Node;
+
+/// How often the file's modification time is looked at.
+const POLL: Duration = Duration::from_secs(2);
+
+/// Loads `path` and applies it. The listen address cannot change on a
+/// running node: the old one is kept (and a different one logged).
+pub fn reload_file(node: &Node, path: &Path) -> Result<(), ConfigError> {
+    let result = Config::load(path).and_then(|mut config| {
+        let listen = node.config.load().node.listen;
+        if config.node.listen != listen {
+            tracing::warn!(old = %listen, new = %config.node.listen, "node.listen needs a restart; keeping the old address");
+            config.set_listen(listen)?;
+        }
+        node.reload(config).map_err(|e| ConfigError {
+            problems: vec![format!("auth.jwt_secret: {e}")],
+        })
+    });
+    match &result {
+        Ok(()) => node.metrics.reloaded("applied"),
+        Err(e) => {
+            node.metrics.reloaded("refused");
+            for p in &e.problems {
+                tracing::error!(file = %path.display(), problem = %p, "config reload refused; keeping the running config");
+            }
+        }
+    }
+    result
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// Reloads on SIGHUP and on file changes until the task is dropped.
+pub async fn watch(node: Arc<Node>, path: PathBuf) {
+    let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP; reloading on file changes only");
+            None
+        }
+    };
+    let mut seen = modified(&path);
+    let mut tick = tokio::time::interval(POLL);
+    loop {
+        let by_signal = tokio::select! {
+            Some(()) = async { match &mut hangup { Some(h) => h.recv().await, None => std::future::pending().await } } => true,
+            _ = tick.tick() => false,
+        };
+        let now = modified(&path);
+        if by_signal || now != seen {
+            seen = now;
+            let _ = reload_file(&node, &path);
+        }
+    }
+}

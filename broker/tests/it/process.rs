@@ -1,0 +1,217 @@
+//! The broker as a process: SIGHUP reloads, SIGTERM drains.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::common::{Client, Got, PATIENCE, metric_value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tidegate");
+
+struct Proc {
+    child: Child,
+    url: String,
+    config: PathBuf,
+}
+
+impl Proc {
+    async fn start(config_text: &str) -> Proc {
+        let dir = std::env::temp_dir().join(format!(
+            "tidegate-proc-{}-{}",
+            std::process::id(),
+            rand_suffix()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("config.toml");
+        std::fs::write(&config, config_text).unwrap();
+        let mut child = Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .arg(&config)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(PATIENCE, lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let url = line
+            .strip_prefix("tidegate listening on ")
+            .unwrap()
+            .to_owned();
+        Proc { child, url, config }
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.id().unwrap().to_string();
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+
+    fn ws(&self) -> String {
+        format!("{}/v1/ws", self.url.replace("http://", "ws://"))
+    }
+
+    fn token(&self, account: &str) -> String {
+        let out = std::process::Command::new(BIN)
+            .args([
+                "token",
+                "--account",
+                account,
+                "--sub",
+                "doc:*",
+                "--pub",
+                "doc:*",
+                "--config",
+            ])
+            .arg(&self.config)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+}
+
+fn rand_suffix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// The shipped config with one exact line replaced.
+fn shipped(from: &str, to: &str) -> String {
+    let text = tidegate::config::DEFAULT_TOML;
+    assert!(text.contains(from), "config.toml no longer has {from:?}");
+    text.replace(from, to)
+}
+
+const FREE_RATE: &str = "messages_per_sec = 20\nburst = 20\n";
+
+#[tokio::test]
+async fn sighup_applies_a_new_limit_to_a_live_connection_and_refuses_a_bad_file() {
+    let p = Proc::start(tidegate::config::DEFAULT_TOML).await;
+    let mut c = Client::connect(&p.ws(), &p.token("acme")).await.unwrap();
+    assert_eq!(c.next_json().await["limits"]["burst"], 20);
+    assert_eq!(
+        c.call(json!({"type":"budget"}), 1).await["connection"]["capacity"],
+        20
+    );
+
+    std::fs::write(
+        &p.config,
+        shipped(FREE_RATE, "messages_per_sec = 50\nburst = 50\n"),
+    )
+    .unwrap();
+    p.signal("-HUP");
+    let deadline = Instant::now() + PATIENCE;
+    let mut id = 2;
+    loop {
+        let b = c.call(json!({"type":"budget"}), id).await;
+        if b["connection"]["capacity"] == 50 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the reload never reached the socket"
+        );
+        id += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // A broken file is refused; the running config and the socket stay.
+    std::fs::write(&p.config, "[plans.free]\nburst = \"lots\"\n").unwrap();
+    p.signal("-HUP");
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let text = reqwest::get(format!("{}/metrics", p.url))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if metric_value(&text, r#"tidegate_config_reloads_total{outcome="refused"}"#) >= 1.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the bad file was never looked at"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        c.call(json!({"type":"budget"}), 1000).await["connection"]["capacity"],
+        50
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_in_staggered_batches_then_exits_0() {
+    let mut p = Proc::start(&shipped("drain_ms = 10000", "drain_ms = 1500")).await;
+    let mut clients = Vec::new();
+    for i in 0..20 {
+        let mut c = Client::connect(&p.ws(), &p.token(&format!("u{i}")))
+            .await
+            .unwrap();
+        c.next_json().await;
+        clients.push(c);
+    }
+    let start = Instant::now();
+    p.signal("-TERM");
+    let waits: Vec<_> = clients
+        .into_iter()
+        .map(|mut c| {
+            tokio::spawn(async move {
+                let code = loop {
+                    match c.next().await {
+                        Got::Json(_) => continue,
+                        Got::Close(code) => break code,
+                        Got::Gone => break None,
+                    }
+                };
+                (code, start.elapsed())
+            })
+        })
+        .collect();
+
+    // Not ready, and refusing handshakes, while it drains.
+    let readyz = reqwest::get(format!("{}/readyz", p.url)).await.unwrap();
+    assert_eq!(readyz.status(), 503);
+    match crate::common::refusal(Client::connect(&p.ws(), &p.token("late")).await) {
+        Err((status, body, retry)) => {
+            assert_eq!(
+                (status, body["error"].as_str(), retry),
+                (503, Some("draining"), Some(1))
+            );
+        }
+        Ok(_) => panic!("a handshake was accepted while draining"),
+    }
+
+    let mut times = Vec::new();
+    for w in waits {
+        let (code, at) = w.await.unwrap();
+        assert_eq!(code, Some(1012));
+        times.push(at);
+    }
+    times.sort();
+    let spread = times[times.len() - 1] - times[0];
+    assert!(
+        spread >= Duration::from_millis(500),
+        "closes spread over {spread:?}"
+    );
+    let status = tokio::time::timeout(PATIENCE, p.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}

@@ -1,0 +1,203 @@
+/**
+ * The Tidegate client's public API: connect, publish, subscribe,
+ * unsubscribe, requestBudget, close. The connection lifecycle it builds on
+ * is in `connection.ts`.
+ */
+import { TidegateError } from "./errors.js";
+import type { Request } from "./request.js";
+import type { Subscription } from "./subscriptions.js";
+import { byteLength } from "./frames.js";
+import type {
+  BudgetFrame,
+  ClientOptions,
+  Json,
+  MessageHandler,
+  PublishOptions,
+  PublishResult,
+  SubscribeOptions,
+  SubscribeResult,
+  WelcomeFrame,
+} from "./types.js";
+import { Connection, closedError, tooLarge, type Waiter } from "./connection.js";
+
+export { SUBPROTOCOL } from "./connection.js";
+
+export class TidegateClient extends Connection {
+  constructor(options: ClientOptions) {
+    super(options);
+  }
+
+  // ----------------------------------------------------------- lifecycle --
+
+  /**
+   * Starts connecting (if idle) and resolves on the next `welcome`. Rejects
+   * after `timeoutMs` (the client keeps trying), on `close()`, or when the
+   * token is refused and cannot be renewed.
+   */
+  connect(options: { timeoutMs?: number } = {}): Promise<WelcomeFrame> {
+    if (this._state === "closed") return Promise.reject(closedError());
+    if (this._state === "connected" && this._welcome) return Promise.resolve(this._welcome);
+    const p = new Promise<WelcomeFrame>((resolve, reject) => {
+      const w: Waiter = {
+        resolve,
+        reject,
+        timer: this.clock.setTimeout(() => {
+          this.waiters = this.waiters.filter((x) => x !== w);
+          reject(new TidegateError("timeout", "not connected within the timeout"));
+        }, options.timeoutMs ?? this.timeoutMs),
+      };
+      this.waiters.push(w);
+    });
+    if (this._state === "idle") void this.startAttempt();
+    return p;
+  }
+
+  /** Closes for good: every pending promise rejects with `closed`. */
+  close(): void {
+    if (this._state === "closed") return;
+    this.shutdown(closedError());
+  }
+
+  // ---------------------------------------------------------- operations --
+
+  /** Resolves with the `seq` on the server's ack; rejects with a `TidegateError`. */
+  publish(channel: string, data: Json, options: PublishOptions = {}): Promise<PublishResult> {
+    if (this._state === "closed") return Promise.reject(closedError());
+    const queued = this.pacer.count((r) => r.kind === "publish");
+    if (queued >= this.maxQueue) {
+      return Promise.reject(
+        new TidegateError("queue_full", `the local publish queue is full (${this.maxQueue})`, {
+          channel,
+        }),
+      );
+    }
+    const frame = { type: "publish", channel, data };
+    const max = this._welcome?.limits.maxPayloadBytes;
+    if (max && byteLength(JSON.stringify({ ...frame, id: this.nextId })) > max) {
+      return Promise.reject(tooLarge(channel, max));
+    }
+    return new Promise<PublishResult>((resolve, reject) => {
+      const req = this.makeRequest("publish", frame, channel, options.timeoutMs, resolve, reject);
+      this.pacer.enqueue(req);
+    });
+  }
+
+  /**
+   * Subscribes `handler` to `channel`; resolves on the server's ack. A second
+   * call for the same channel adds the handler and shares the first call's
+   * promise. `since` recovers the messages after that seq.
+   */
+  subscribe(
+    channel: string,
+    handler: MessageHandler,
+    options: SubscribeOptions = {},
+  ): Promise<SubscribeResult> {
+    if (this._state === "closed") return Promise.reject(closedError());
+    const existing = this.subs.get(channel);
+    if (existing) {
+      existing.handlers.add(handler);
+      return existing.ready;
+    }
+    let resolveReady!: (r: SubscribeResult) => void;
+    let rejectReady!: (e: TidegateError) => void;
+    const ready = new Promise<SubscribeResult>((res, rej) => {
+      resolveReady = res;
+      rejectReady = rej;
+    });
+    const sub: Subscription = {
+      channel,
+      handlers: new Set([handler]),
+      lastSeq: options.since,
+      ready,
+      live: false,
+    };
+    // Marked handled so a fire-and-forget subscribe cannot crash Node with an
+    // unhandled rejection; failures are also emitted as `error` events.
+    ready.catch(() => undefined);
+    this.subs.add(sub);
+    const req = this.subscribeRequest(sub, false, options.timeoutMs, resolveReady, (err) => {
+      if (err.code !== "closed") this.emit("error", err);
+      rejectReady(err);
+    });
+    if (this._state === "connected") this.pacer.enqueue(req);
+    return ready;
+  }
+
+  /**
+   * Removes `handler` (or every handler) from `channel`; when none is left,
+   * unsubscribes on the server. Resolves on the ack, or at once when the
+   * server has nothing to forget.
+   */
+  unsubscribe(channel: string, handler?: MessageHandler): Promise<void> {
+    const sub = this.subs.get(channel);
+    if (!sub) return Promise.resolve();
+    if (handler) {
+      sub.handlers.delete(handler);
+      if (sub.handlers.size > 0) return Promise.resolve();
+    }
+    this.subs.delete(channel);
+    let serverKnows = sub.live;
+    const pending = sub.request;
+    if (pending && !pending.done) {
+      serverKnows ||= this.inFlight.has(pending.id);
+      this.pacer.remove(pending);
+      this.inFlight.delete(pending.id);
+      pending.reject(new TidegateError("closed", "unsubscribed before the ack", { channel }));
+    }
+    if (this._state !== "connected" || !serverKnows) return Promise.resolve();
+    return new Promise<void>((resolve, reject) => {
+      const frame = { type: "unsubscribe", channel };
+      const req = this.makeRequest("unsubscribe", frame, channel, undefined, resolve, reject);
+      this.pacer.enqueue(req);
+    });
+  }
+
+  /** Asks the server for the current budget (costs nothing; not paced). */
+  requestBudget(options: { timeoutMs?: number } = {}): Promise<BudgetFrame> {
+    if (this._state === "closed") return Promise.reject(closedError());
+    if (this._state !== "connected") {
+      return Promise.reject(new TidegateError("disconnected", "not connected"));
+    }
+    return new Promise<BudgetFrame>((resolve, reject) => {
+      const frame = { type: "budget" };
+      const req = this.makeRequest("budget", frame, undefined, options.timeoutMs, resolve, reject);
+      this.sendRequest(req);
+    });
+  }
+
+  /** A subscribe frame for `sub`; its answer updates the subscription. */
+  protected subscribeRequest(
+    sub: Subscription,
+    internal: boolean,
+    timeoutMs?: number,
+    onOk?: (r: SubscribeResult) => void,
+    onErr?: (e: TidegateError) => void,
+  ): Request {
+    const { channel } = sub;
+    const req = this.makeRequest<{ recovered?: boolean }>(
+      "subscribe",
+      { type: "subscribe", channel },
+      channel,
+      timeoutMs,
+      (ack) => {
+        if (sub.request === req) sub.request = undefined;
+        sub.live = true;
+        const since = req.frame["since"];
+        if (ack.recovered === false && typeof since === "number") {
+          this.emit("gap", { channel, since });
+        }
+        onOk?.({ channel, recovered: ack.recovered });
+      },
+      (err) => {
+        if (sub.request === req) sub.request = undefined;
+        const keep = internal && (err.code === "timeout" || err.code === "disconnected");
+        if (!keep && this.subs.get(channel) === sub) this.subs.delete(channel);
+        if (onErr) onErr(err);
+        else this.emit("error", err);
+      },
+      internal,
+    );
+    sub.request = req;
+    return req;
+  }
+}

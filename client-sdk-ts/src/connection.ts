@@ -1,0 +1,434 @@
+/**
+ * The connection half of the client: one socket at a time, the welcome,
+ * the close policy, reconnects and the requests in flight. The public API
+ * is in `client.ts` (TidegateClient extends this); frames are dispatched by
+ * `frames.ts`.
+ */
+import { realClock, type Clock, type TimerHandle } from "./clock.js";
+import { Emitter } from "./emitter.js";
+import { TidegateError } from "./errors.js";
+import { Pacer, type BucketView } from "./pacer.js";
+import { planReconnect, type ReconnectSettings } from "./reconnect.js";
+import type { Request, RequestKind } from "./request.js";
+import { Subscriptions, type Subscription } from "./subscriptions.js";
+import { tokenExpired } from "./token.js";
+import type { Transport, TransportClose, TransportFactory } from "./transport.js";
+import { webSocketTransport } from "./transports/websocket.js";
+import { FrameHandler, byteLength, refusalError } from "./frames.js";
+import type {
+  ClientEvents,
+  ClientOptions,
+  ClientState,
+  Limits,
+  SubscribeResult,
+  WebSocketConstructor,
+  WelcomeFrame,
+} from "./types.js";
+
+export const SUBPROTOCOL = "tidegate.v1";
+
+export interface Waiter {
+  resolve(w: WelcomeFrame): void;
+  reject(e: TidegateError): void;
+  timer: TimerHandle;
+}
+
+export abstract class Connection extends Emitter<ClientEvents> {
+  /** @internal */ readonly clock: Clock;
+  /** @internal */ readonly pacer: Pacer;
+  /** @internal */ readonly subs = new Subscriptions();
+  /** @internal */ readonly inFlight = new Map<number, Request>();
+  /** @internal */ readonly maxRetries: number;
+  /** @internal */ retryAfterHintMs?: number;
+  /** @internal */ accountLimitedSeen = false;
+
+  protected readonly opts: ClientOptions;
+  protected readonly random: () => number;
+  protected readonly factory: TransportFactory;
+  protected readonly settings: ReconnectSettings;
+  protected readonly timeoutMs: number;
+  protected readonly maxQueue: number;
+  protected readonly frames: FrameHandler;
+  protected _state: ClientState = "idle";
+  protected _welcome?: WelcomeFrame;
+  protected transport?: Transport;
+  protected generation = 0;
+  protected token?: string;
+  protected needNewToken = false;
+  protected step = 0;
+  protected attempt = 0;
+  protected connectedAt = 0;
+  protected reconnectTimer?: TimerHandle;
+  protected welcomeTimer?: TimerHandle;
+  protected waiters: Waiter[] = [];
+  protected nextId = 1;
+
+  constructor(options: ClientOptions) {
+    super();
+    this.opts = options;
+    this.clock = options.clock ?? realClock;
+    this.random = options.random ?? Math.random;
+    this.timeoutMs = options.timeoutMs ?? 15_000;
+    this.maxQueue = options.maxQueue ?? 1000;
+    this.maxRetries = options.maxRetries ?? 5;
+    this.settings = {
+      minDelayMs: options.minReconnectDelayMs ?? 1000,
+      maxDelayMs: options.maxReconnectDelayMs ?? 30_000,
+      accountLimitedDelayMs: options.accountLimitedDelayMs ?? 30_000,
+      connectionCapDelayMs: options.connectionCapDelayMs ?? 5000,
+      stableAfterMs: options.stableAfterMs ?? 10_000,
+    };
+    const headroom = options.headroom ?? 0.9;
+    if (!(headroom > 0 && headroom <= 1)) throw new RangeError("headroom must be in (0, 1]");
+    if (!options.token && !options.getToken) throw new TypeError("pass token or getToken");
+    this.factory = options.transport ?? webSocketTransport(resolveWebSocket(options.WebSocket));
+    this.pacer = new Pacer({
+      clock: this.clock,
+      headroom,
+      pacing: options.pacing ?? true,
+      send: (r) => this.sendRequest(r),
+    });
+    this.frames = new FrameHandler(this);
+  }
+
+  // ------------------------------------------------------------ accessors --
+
+  get state(): ClientState {
+    return this._state;
+  }
+
+  /** The last `welcome` frame (undefined before the first). */
+  get welcome(): WelcomeFrame | undefined {
+    return this._welcome;
+  }
+
+  get limits(): Limits | undefined {
+    return this._welcome?.limits;
+  }
+
+  /** The local view of the budget: bucket balances and the queue. */
+  budget(): { connection?: BucketView; account?: BucketView; queued: number; inFlight: number } {
+    return { ...this.pacer.view(), queued: this.pacer.size, inFlight: this.inFlight.size };
+  }
+
+  /** The highest `seq` delivered on a channel. */
+  lastSeq(channel: string): number | undefined {
+    return this.subs.get(channel)?.lastSeq;
+  }
+
+  // ------------------------------------------------------------ requests --
+
+  /** @internal */
+  makeRequest<T>(
+    kind: RequestKind,
+    frame: Record<string, unknown>,
+    channel: string | undefined,
+    timeoutMs: number | undefined,
+    resolve: (value: T) => void,
+    reject: (error: TidegateError) => void,
+    internal = false,
+  ): Request {
+    const req: Request = {
+      id: this.nextId++,
+      kind,
+      frame,
+      cost: kind === "budget" ? 0 : 1,
+      channel,
+      internal,
+      attempts: 0,
+      done: false,
+      resolve: (value) => {
+        if (req.done) return;
+        req.done = true;
+        this.clock.clearTimeout(req.timer);
+        resolve(value as T);
+      },
+      reject: (error) => {
+        if (req.done) return;
+        req.done = true;
+        this.clock.clearTimeout(req.timer);
+        reject(error);
+      },
+    };
+    req.timer = this.clock.setTimeout(() => {
+      this.pacer.remove(req);
+      this.inFlight.delete(req.id);
+      req.reject(
+        new TidegateError("timeout", `${kind} got no answer in time`, {
+          id: req.id,
+          channel,
+          attempts: req.attempts,
+        }),
+      );
+    }, timeoutMs ?? this.timeoutMs);
+    return req;
+  }
+
+  /** A subscribe frame for `sub` (made by the client half). */
+  protected abstract subscribeRequest(
+    sub: Subscription,
+    internal: boolean,
+    timeoutMs?: number,
+    onOk?: (r: SubscribeResult) => void,
+    onErr?: (e: TidegateError) => void,
+  ): Request;
+
+  /** Writes one request to the socket; false when it was not written. */
+  protected sendRequest(req: Request): boolean {
+    if (!this.transport || this._state !== "connected" || req.done) return false;
+    if (req.kind === "subscribe") {
+      const since = this.subs.get(req.channel!)?.lastSeq;
+      if (since !== undefined) req.frame["since"] = since;
+      else delete req.frame["since"];
+    }
+    const text = JSON.stringify({ ...req.frame, id: req.id });
+    const max = this._welcome?.limits.maxPayloadBytes;
+    if (max && byteLength(text) > max) {
+      req.reject(tooLarge(req.channel, max));
+      return false;
+    }
+    req.attempts += 1;
+    this.inFlight.set(req.id, req);
+    try {
+      this.transport.send(text);
+    } catch (cause) {
+      this.inFlight.delete(req.id);
+      req.reject(new TidegateError("disconnected", "the socket refused the frame", { cause }));
+      return false;
+    }
+    return true;
+  }
+
+  // ---------------------------------------------------------- connection --
+
+  protected async startAttempt(): Promise<void> {
+    const gen = ++this.generation;
+    this.setState("connecting");
+    let token: string;
+    try {
+      token = await this.obtainToken();
+    } catch (err) {
+      if (gen !== this.generation) return;
+      const e = err instanceof TidegateError ? err : tokenError(err);
+      if (e.code === "unauthorized") return this.shutdown(e, true);
+      this.emit("error", e);
+      return this.onTransportClose(gen, { code: 1006, reason: "getToken failed", wasOpen: false });
+    }
+    if (gen !== this.generation) return;
+    this.retryAfterHintMs = undefined;
+    this.accountLimitedSeen = false;
+    try {
+      this.transport = this.factory(this.opts.url, [SUBPROTOCOL, `bearer.${token}`], {
+        open: (protocol) => {
+          if (gen !== this.generation) return;
+          this.welcomeTimer = this.clock.setTimeout(() => {
+            this.transport?.close(1000, "no welcome");
+            this.onTransportClose(gen, { code: 1006, reason: "no welcome frame", wasOpen: true });
+          }, this.opts.welcomeTimeoutMs ?? 10_000);
+          this.emit("open", { protocol });
+        },
+        message: (text) => {
+          if (gen === this.generation) this.frames.handle(text);
+        },
+        close: (info) => this.onTransportClose(gen, info),
+      });
+    } catch (cause) {
+      this.shutdown(new TidegateError("bad_request", `cannot open ${this.opts.url}`, { cause }), true);
+    }
+  }
+
+  protected async obtainToken(): Promise<string> {
+    const { getToken } = this.opts;
+    const now = Date.now();
+    if (getToken) {
+      if (!this.token || this.needNewToken || tokenExpired(this.token, now)) {
+        const fresh = await getToken();
+        if (typeof fresh !== "string" || fresh.length === 0) {
+          throw tokenError(new TypeError("getToken() returned no token"));
+        }
+        this.token = fresh;
+        this.needNewToken = false;
+      }
+      return this.token;
+    }
+    const token = this.opts.token!;
+    if (tokenExpired(token, now, 0)) {
+      throw new TidegateError("unauthorized", "the token has expired and there is no getToken()");
+    }
+    return token;
+  }
+
+  /** @internal Called by the frame handler on `welcome`. */
+  onWelcome(welcome: WelcomeFrame): void {
+    this.clock.clearTimeout(this.welcomeTimer);
+    this._welcome = welcome;
+    this.connectedAt = this.clock.now();
+    this.attempt = 0;
+    this.pacer.configure(welcome.limits);
+    this.setState("connected");
+    const resubscribes: Request[] = [];
+    for (const sub of this.subs.all()) {
+      sub.live = false;
+      const pending = sub.request && !sub.request.done ? sub.request : undefined;
+      resubscribes.push(pending ?? this.subscribeRequest(sub, true));
+    }
+    this.pacer.prepend(resubscribes);
+    const waiters = this.waiters;
+    this.waiters = [];
+    for (const w of waiters) {
+      this.clock.clearTimeout(w.timer);
+      w.resolve(welcome);
+    }
+    this.emit("welcome", welcome);
+    this.pacer.activate();
+  }
+
+  protected onTransportClose(gen: number, info: TransportClose): void {
+    if (gen !== this.generation || this._state === "closed") return;
+    this.generation += 1;
+    this.transport = undefined;
+    this.clock.clearTimeout(this.welcomeTimer);
+    const wasConnected = this._state === "connected";
+    this.pacer.deactivate();
+    this.failInFlight(info.code);
+    const decision = planReconnect(
+      {
+        code: info.code,
+        wasOpen: info.wasOpen,
+        refusal: info.refusal,
+        retryAfterHintMs: this.retryAfterHintMs,
+        step: this.step,
+        connectedForMs: wasConnected ? this.clock.now() - this.connectedAt : undefined,
+        hasGetToken: Boolean(this.opts.getToken),
+      },
+      this.settings,
+      this.random,
+    );
+    if (decision.accountRateLimited && !this.accountLimitedSeen) {
+      this.emit(
+        "error",
+        new TidegateError("account_rate_limited", "the account's message budget is exhausted", {
+          closeCode: info.code,
+        }),
+      );
+    }
+    if (info.refusal) this.emit("error", refusalError(info.refusal));
+    if (decision.refreshToken) this.needNewToken = true;
+    const base = { code: info.code, reason: info.reason, wasOpen: info.wasOpen, refusal: info.refusal };
+    if (decision.terminal) {
+      this.emit("close", { ...base, reconnect: null });
+      const { code, message } = decision.terminal;
+      const error = new TidegateError(code, message, { status: info.refusal?.status });
+      return this.shutdown(error, !info.refusal); // a refusal was already emitted
+    }
+    if (this.opts.reconnect === false) {
+      this.emit("close", { ...base, reconnect: null });
+      return this.setState("idle");
+    }
+    this.step = decision.nextStep;
+    this.attempt += 1;
+    this.emit("close", { ...base, reconnect: { delayMs: decision.delayMs, attempt: this.attempt } });
+    this.setState("reconnecting");
+    this.reconnectTimer = this.clock.setTimeout(() => {
+      this.reconnectTimer = undefined;
+      void this.startAttempt();
+    }, decision.delayMs);
+  }
+
+  /**
+   * The socket is gone: publishes and budget requests in flight reject
+   * (`disconnected`: the server may have processed them, so they are not
+   * resent); subscribes wait for the next connection; queued publishes stay.
+   */
+  protected failInFlight(closeCode: number): void {
+    const inFlight = [...this.inFlight.values()];
+    this.inFlight.clear();
+    const queued = this.pacer.drain((r) => r.kind !== "publish");
+    for (const req of [...inFlight, ...queued]) {
+      if (req.kind === "unsubscribe") req.resolve(undefined);
+      else if (req.kind === "subscribe") {
+        if (req.internal) this.dropInternal(req);
+      } else {
+        req.reject(
+          new TidegateError("disconnected", `the connection closed (${closeCode}) before the answer`, {
+            id: req.id,
+            closeCode,
+            channel: req.channel,
+            attempts: req.attempts,
+          }),
+        );
+      }
+    }
+    for (const sub of this.subs.all()) sub.live = false;
+  }
+
+  /** Forget a resubscribe silently: the next welcome makes a new one. */
+  protected dropInternal(req: Request): void {
+    req.done = true;
+    this.clock.clearTimeout(req.timer);
+    const sub = this.subs.get(req.channel!);
+    if (sub?.request === req) sub.request = undefined;
+  }
+
+  protected shutdown(error: TidegateError, emitError = false): void {
+    this.generation += 1;
+    this.clock.clearTimeout(this.reconnectTimer);
+    this.clock.clearTimeout(this.welcomeTimer);
+    this.transport?.close(1000, "client closed");
+    this.transport = undefined;
+    this.pacer.deactivate();
+    if (emitError) this.emit("error", error);
+    const pending = [...this.inFlight.values(), ...this.pacer.drain(() => true)];
+    this.inFlight.clear();
+    for (const sub of this.subs.all()) if (sub.request) pending.push(sub.request);
+    for (const req of pending) {
+      if (req.kind === "unsubscribe") req.resolve(undefined);
+      else req.reject(error);
+    }
+    for (const sub of this.subs.all()) this.subs.delete(sub.channel);
+    for (const w of this.waiters) {
+      this.clock.clearTimeout(w.timer);
+      w.reject(error);
+    }
+    this.waiters = [];
+    this.setState("closed");
+  }
+
+  protected setState(state: ClientState): void {
+    const previous = this._state;
+    if (previous === state) return;
+    this._state = state;
+    this.emit("state", { state, previous });
+  }
+
+  /** @internal Lets the frame handler emit through the typed emitter. */
+  fire<K extends keyof ClientEvents>(event: K, payload: ClientEvents[K]): void {
+    this.emit(event, payload);
+  }
+}
+
+function resolveWebSocket(ctor: WebSocketConstructor | undefined): WebSocketConstructor {
+  const found = ctor ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
+  if (!found) {
+    throw new TypeError(
+      "no WebSocket implementation: in Node pass { WebSocket } from the `ws` package",
+    );
+  }
+  return found;
+}
+
+export function closedError(): TidegateError {
+  return new TidegateError("closed", "the client is closed");
+}
+
+function tokenError(cause: unknown): TidegateError {
+  return new TidegateError("token_error", "getToken() failed", { cause });
+}
+
+export function tooLarge(channel: string | undefined, max: number): TidegateError {
+  return new TidegateError(
+    "payload_too_large",
+    `the frame is larger than the connection's maxPayloadBytes (${max})`,
+    { channel },
+  );
+}

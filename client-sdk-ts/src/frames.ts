@@ -1,0 +1,153 @@
+/**
+ * Server → client frames (PROTOCOL.md §3): each goes to the request it
+ * answers, the subscription it belongs to, or an event.
+ */
+import type { ErrorCode } from "./codes.js";
+import { TidegateError } from "./errors.js";
+import type { Connection } from "./connection.js";
+import type { Request } from "./request.js";
+import type {
+  AckFrame,
+  BudgetFrame,
+  ErrorFrame,
+  MessageFrame,
+  Refusal,
+  WelcomeFrame,
+} from "./types.js";
+
+const DEFAULT_RETRY_AFTER_MS = 1000;
+
+export class FrameHandler {
+  constructor(private readonly client: Connection) {}
+
+  handle(text: string): void {
+    let frame: unknown;
+    try {
+      frame = JSON.parse(text);
+    } catch {
+      return; // Not JSON: not ours to answer.
+    }
+    if (!frame || typeof frame !== "object") return;
+    const f = frame as { type?: unknown };
+    switch (f.type) {
+      case "welcome":
+        return this.client.onWelcome(frame as WelcomeFrame);
+      case "ack":
+        return this.onAck(frame as AckFrame);
+      case "message":
+        return this.onMessage(frame as MessageFrame);
+      case "error":
+        return this.onError(frame as ErrorFrame);
+      case "budget":
+        return this.onBudget(frame as BudgetFrame);
+      default:
+        return; // A newer server's frame: ignore.
+    }
+  }
+
+  private take(id: unknown): Request | undefined {
+    const key = typeof id === "number" ? id : Number(id);
+    const req = this.client.inFlight.get(key);
+    if (req) this.client.inFlight.delete(key);
+    return req;
+  }
+
+  private onAck(f: AckFrame): void {
+    const req = this.take(f.id);
+    if (!req) return;
+    if (req.kind === "publish") req.resolve({ seq: f.seq, attempts: req.attempts });
+    else if (req.kind === "subscribe") req.resolve(f);
+    else req.resolve(undefined);
+  }
+
+  private onMessage(f: MessageFrame): void {
+    if (typeof f.channel !== "string" || typeof f.seq !== "number") return;
+    if (this.client.subs.deliver(f.channel, f.seq, f.data)) this.client.fire("message", f);
+  }
+
+  private onBudget(f: BudgetFrame): void {
+    this.client.pacer.onBudget(f);
+    this.client.fire("budget", f);
+    if (f.id !== undefined) this.take(f.id)?.resolve(f);
+  }
+
+  private onError(f: ErrorFrame): void {
+    const client = this.client;
+    if (f.code === "rate_limited") return this.onRateLimited(f);
+    if (f.id !== undefined) {
+      const req = this.take(f.id);
+      req?.reject(
+        new TidegateError(f.code as ErrorCode, f.message ?? f.code, {
+          id: f.id,
+          retryAfterMs: f.retryAfterMs,
+          channel: req.channel,
+          attempts: req.attempts,
+        }),
+      );
+      return;
+    }
+    if (f.code === "slow_consumer") {
+      client.fire("slowConsumer", { dropped: f.dropped ?? 0 });
+      return;
+    }
+    if (typeof f.retryAfterMs === "number") client.retryAfterHintMs = f.retryAfterMs;
+    if (f.code === "account_rate_limited") client.accountLimitedSeen = true;
+    client.fire(
+      "error",
+      new TidegateError(f.code as ErrorCode, f.message ?? f.code, { retryAfterMs: f.retryAfterMs }),
+    );
+  }
+
+  /**
+   * The server dropped frames: wait `retryAfterMs` (the pacer holds every
+   * send), then resend them in order; past `maxRetries` sends, reject.
+   */
+  private onRateLimited(f: ErrorFrame): void {
+    const client = this.client;
+    const retryAfterMs = f.retryAfterMs ?? DEFAULT_RETRY_AFTER_MS;
+    const ids = [...(f.ids ?? []), ...(f.id !== undefined ? [f.id] : [])];
+    client.fire("rateLimited", { retryAfterMs, dropped: f.dropped ?? ids.length, ids });
+    client.pacer.pause(retryAfterMs);
+    const retry: Request[] = [];
+    for (const id of ids) {
+      const req = this.take(id);
+      if (!req) continue;
+      if (req.attempts > client.maxRetries) {
+        req.reject(
+          new TidegateError("rate_limited", `dropped by the server ${req.attempts} times`, {
+            id: req.id,
+            retryAfterMs,
+            channel: req.channel,
+            attempts: req.attempts,
+          }),
+        );
+      } else retry.push(req);
+    }
+    client.pacer.requeueFront(retry);
+  }
+}
+
+/** UTF-8 length of a string (what the server's payload limit counts). */
+export function byteLength(text: string): number {
+  const Encoder = (globalThis as { TextEncoder?: new () => { encode(s: string): Uint8Array } })
+    .TextEncoder;
+  if (Encoder) return new Encoder().encode(text).length;
+  return text.length * 3;
+}
+
+/** The error event for a handshake refused before the upgrade. */
+export function refusalError(refusal: Refusal): TidegateError {
+  const fallback: ErrorCode =
+    refusal.status === 401
+      ? "unauthorized"
+      : refusal.status === 503
+        ? "node_overloaded"
+        : refusal.status === 429
+          ? "handshake_rate_limited"
+          : "internal";
+  const code = (refusal.code ?? fallback) as ErrorCode;
+  return new TidegateError(code, `handshake refused: HTTP ${refusal.status} ${code}`, {
+    status: refusal.status,
+    retryAfterMs: refusal.retryAfterMs,
+  });
+}

@@ -1,0 +1,25 @@
+/**
+ * Tidegate client SDK.
+ *
+ * Layout:
+ * - `client.ts`        TidegateClient: the public API
+ * - `connection.ts`    lifecycle: token, handshake, welcome, close policy, reconnect
+ * - `frames.ts`        server frames → requests, subscriptions, events
+ * - `pacer.ts`         local queue drained through buckets mirroring `welcome` limits
+ * - `reconnect.ts`     close code / refusal → delay (full jitter over a floor)
+ * - `backoff.ts`       backoff(step, min, max) with full jitter
+ * - `codes.ts`         error and close codes (mirrors broker/src/protocol/codes.rs)
+ * - `types.ts`         frames, options and the typed event map
+ * - `transports/`      one file per transport (WebSocket: browser and `ws`)
+ */
+export { TidegateClient, SUBPROTOCOL } from "./client.js";
+export { TidegateError, type TidegateErrorDetails } from "./errors.js";
+export { backoff, backoffCeiling } from "./backoff.js";
+export { TokenBucket } from "./bucket.js";
+export { realClock, type Clock, type TimerHandle } from "./clock.js";
+export { planReconnect, type ReconnectDecision, type ReconnectInput, type ReconnectSettings } from "./reconnect.js";
+export { webSocketTransport, parseRetryAfter, type WebSocketLike } from "./transports/websocket.js";
+export type { Transport, TransportClose, TransportFactory, TransportHandlers } from "./transport.js";
+export type { BucketView } from "./pacer.js";
+export * from "./codes.js";
+export type * from "./types.js";

@@ -1,0 +1,105 @@
+/**
+ * What to do after a connection ended: a pure function of how it ended, so
+ * the whole close-code policy is unit-tested without sockets.
+ *
+ * delay = floor + backoff(step, min, max): full jitter on top of a floor that
+ * the server asked for (`Retry-After`, 1008's long wait, 4029's cap wait).
+ */
+import { backoff } from "./backoff.js";
+import { CLOSE_CODES, closePolicy, TOKEN_ERROR_CODES, type ReconnectPolicy } from "./codes.js";
+import type { Refusal } from "./types.js";
+
+export interface ReconnectInput {
+  code: number;
+  wasOpen: boolean;
+  refusal?: Refusal;
+  /** `retryAfterMs` from an error frame received just before the close. */
+  retryAfterHintMs?: number;
+  /** Backoff step (attempts since the last stable connection). */
+  step: number;
+  /** How long the connection had been welcomed, when it was. */
+  connectedForMs?: number;
+  hasGetToken: boolean;
+}
+
+export interface ReconnectSettings {
+  minDelayMs: number;
+  maxDelayMs: number;
+  accountLimitedDelayMs: number;
+  connectionCapDelayMs: number;
+  stableAfterMs: number;
+}
+
+export interface ReconnectDecision {
+  policy: ReconnectPolicy | "refused";
+  /** The least the client waits. */
+  floorMs: number;
+  delayMs: number;
+  /** The backoff step to use next time. */
+  nextStep: number;
+  /** Ask `getToken()` for a new token before the next attempt. */
+  refreshToken: boolean;
+  /** Set when reconnecting cannot help: the client stops with this code. */
+  terminal?: { code: "unauthorized" | "unknown_plan"; message: string };
+  /** The server closed for the account's budget: surface `account_rate_limited`. */
+  accountRateLimited: boolean;
+}
+
+const DEFAULT_REFUSAL_FLOOR_MS = 1000;
+
+export function planReconnect(
+  input: ReconnectInput,
+  settings: ReconnectSettings,
+  random: () => number,
+): ReconnectDecision {
+  let policy: ReconnectDecision["policy"] = "jittered";
+  let floorMs = input.retryAfterHintMs ?? 0;
+  let refreshToken = false;
+  let terminal: ReconnectDecision["terminal"];
+  let accountRateLimited = false;
+  let step = input.step;
+
+  if (input.refusal) {
+    policy = "refused";
+    const { status, code } = input.refusal;
+    if (status === 401 || (code !== undefined && TOKEN_ERROR_CODES.has(code))) {
+      if (input.hasGetToken) refreshToken = true;
+      else {
+        terminal = {
+          code: code === "unknown_plan" ? "unknown_plan" : "unauthorized",
+          message: `the server refused the token (HTTP ${status}${code ? ` ${code}` : ""}) and there is no getToken() to ask for another`,
+        };
+      }
+    } else if (status === 429 || status === 503) {
+      floorMs = Math.max(floorMs, input.refusal.retryAfterMs ?? DEFAULT_REFUSAL_FLOOR_MS);
+    }
+  } else if (!input.wasOpen) {
+    // Browsers see a refused upgrade as 1006 without open: it may have been a
+    // 401 as well as a 429, so a fresh token is worth asking for.
+    policy = "refused";
+    if (input.hasGetToken) refreshToken = true;
+  } else {
+    policy = closePolicy(input.code);
+    if (policy === "long_backoff") {
+      floorMs = Math.max(floorMs, settings.accountLimitedDelayMs);
+      accountRateLimited = true;
+    }
+    if (input.code === CLOSE_CODES.CONNECTION_CAP) {
+      floorMs = Math.max(floorMs, input.retryAfterHintMs ?? settings.connectionCapDelayMs);
+    }
+    const stable = (input.connectedForMs ?? 0) >= settings.stableAfterMs;
+    if (stable && policy === "jittered") step = 0;
+  }
+
+  const delayMs =
+    floorMs + backoff(step, settings.minDelayMs, settings.maxDelayMs, random);
+  return {
+    policy,
+    floorMs,
+    delayMs,
+    nextStep: step + 1,
+    refreshToken,
+    terminal,
+    accountRateLimited,
+  };
+}

@@ -1,0 +1,25 @@
+import type { TimerHandle } from "./clock.js";
+import type { TidegateError } from "./errors.js";
+
+export type RequestKind = "publish" | "subscribe" | "unsubscribe" | "budget";
+
+/**
+ * One frame with an `id`, from the call that made it to its one answer.
+ * It settles exactly once: `settle` clears the timer and marks it done.
+ */
+export interface Request {
+  readonly id: number;
+  readonly kind: RequestKind;
+  /** The frame without `id`; `since` is filled in at send time for subscribes. */
+  frame: Record<string, unknown>;
+  readonly cost: number;
+  readonly channel?: string;
+  /** Made by the client itself (a resubscribe), not by an application call. */
+  readonly internal: boolean;
+  /** How many times it was written to a socket. */
+  attempts: number;
+  timer?: TimerHandle;
+  done: boolean;
+  resolve(value: unknown): void;
+  reject(error: TidegateError): void;
+}

@@ -1,0 +1,218 @@
+/**
+ * Wire frames (PROTOCOL.md §2–3), client options and the typed event map.
+ */
+import type { AnyErrorCode, ErrorCode } from "./codes.js";
+import type { TidegateError } from "./errors.js";
+import type { Clock } from "./clock.js";
+import type { WebSocketLike } from "./transports/websocket.js";
+import type { TransportFactory } from "./transport.js";
+
+/** Any JSON value a message may carry. */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+// ---------------------------------------------------------------- frames ---
+
+/** Limits in force for this connection, from the `welcome` frame. */
+export interface Limits {
+  messagesPerSec: number;
+  burst: number;
+  maxPayloadBytes: number;
+  maxSubscriptions: number;
+  accountMessagesPerSec: number;
+  accountBurst: number;
+  maxConnections: number;
+}
+
+export interface WelcomeFrame {
+  type: "welcome";
+  connId: string;
+  account: string;
+  node: string;
+  limits: Limits;
+}
+
+export interface AckFrame {
+  type: "ack";
+  id: number | string;
+  seq?: number;
+  recovered?: boolean;
+}
+
+export interface MessageFrame {
+  type: "message";
+  channel: string;
+  seq: number;
+  data: Json;
+}
+
+export interface ErrorFrame {
+  type: "error";
+  code: ErrorCode | string;
+  message?: string;
+  id?: number | string;
+  ids?: Array<number | string>;
+  retryAfterMs?: number;
+  dropped?: number;
+}
+
+export interface BucketState {
+  remaining: number;
+  capacity: number;
+  refillPerSec: number;
+}
+
+export interface BudgetFrame {
+  type: "budget";
+  id?: number | string;
+  connection?: BucketState;
+  account?: BucketState;
+}
+
+export type ServerFrame = WelcomeFrame | AckFrame | MessageFrame | ErrorFrame | BudgetFrame;
+
+// --------------------------------------------------------------- options ---
+
+/**
+ * The constructor of a WHATWG-style WebSocket: the browser's, or `ws` in
+ * Node. Typed loosely so both are accepted as they are; the SDK uses only
+ * what `WebSocketLike` lists.
+ */
+export type WebSocketConstructor = new (url: string, protocols: string[]) => object;
+export type { WebSocketLike };
+
+export interface ClientOptions {
+  /** `ws://host:port/v1/ws` or `wss://…`. */
+  url: string;
+  /** A fixed token. Use `getToken` instead when tokens expire. */
+  token?: string;
+  /**
+   * Called before the first connection, and again when the server refused
+   * the token (HTTP 401), when a refusal could not be read (browsers) or
+   * when the token's `exp` has passed.
+   */
+  getToken?: () => string | Promise<string>;
+  /** WebSocket implementation; defaults to `globalThis.WebSocket`. In Node pass `ws`. */
+  WebSocket?: WebSocketConstructor;
+  /** A custom transport (overrides `WebSocket`). */
+  transport?: TransportFactory;
+  /** Smallest backoff ceiling (full jitter: first delay is in [0, min)). Default 1000 ms. */
+  minReconnectDelayMs?: number;
+  /** Largest backoff ceiling. Default 30000 ms. */
+  maxReconnectDelayMs?: number;
+  /** Floor added before jitter after close 1008 (account over budget). Default 30000 ms. */
+  accountLimitedDelayMs?: number;
+  /** Floor after close 4029 when the server did not say how long. Default 5000 ms. */
+  connectionCapDelayMs?: number;
+  /** Reconnect automatically after a close. Default true. */
+  reconnect?: boolean;
+  /** A connection that lived this long resets the backoff step. Default 10000 ms. */
+  stableAfterMs?: number;
+  /** Wait for the `welcome` frame after the socket opens. Default 10000 ms. */
+  welcomeTimeoutMs?: number;
+  /** Default timeout for publish/subscribe/budget/connect promises. Default 15000 ms. */
+  timeoutMs?: number;
+  /** Most publishes waiting locally (paced or disconnected). Default 1000. */
+  maxQueue?: number;
+  /** How often a publish dropped by the server (`rate_limited`) is resent. Default 5. */
+  maxRetries?: number;
+  /** Fraction of the server's limits the local bucket uses. Default 0.9. */
+  headroom?: number;
+  /** Pace sends with the local bucket. Default true; turn off only to test the server. */
+  pacing?: boolean;
+  /** Injected time source (tests). */
+  clock?: Clock;
+  /** Injected random source in [0, 1) (tests). */
+  random?: () => number;
+}
+
+export interface PublishOptions {
+  /** Overrides `ClientOptions.timeoutMs` for this publish. */
+  timeoutMs?: number;
+}
+
+export interface SubscribeOptions {
+  /** Recover the messages after this `seq` (from the broker's bounded history). */
+  since?: number;
+  timeoutMs?: number;
+}
+
+// ---------------------------------------------------------------- results --
+
+export interface PublishResult {
+  seq: number;
+  /** How many times the publish was sent (1 when it was never dropped). */
+  attempts: number;
+}
+
+export interface SubscribeResult {
+  channel: string;
+  /** Present when the subscribe carried `since`. */
+  recovered?: boolean;
+}
+
+export interface MessageContext {
+  channel: string;
+  seq: number;
+}
+
+export type MessageHandler = (data: Json, ctx: MessageContext) => void;
+
+// ---------------------------------------------------------------- events ---
+
+export type ClientState = "idle" | "connecting" | "connected" | "reconnecting" | "closed";
+
+/** A handshake refused before the upgrade, when the runtime can read it (Node + ws). */
+export interface Refusal {
+  status: number;
+  code?: ErrorCode | string;
+  retryAfterMs?: number;
+}
+
+export interface CloseEvent {
+  /** WebSocket close code (1006 when the connection dropped or was refused). */
+  code: number;
+  reason: string;
+  /** Whether the socket had opened (false: the handshake failed). */
+  wasOpen: boolean;
+  refusal?: Refusal;
+  /** The next attempt, or null when the client will not reconnect. */
+  reconnect: { delayMs: number; attempt: number } | null;
+}
+
+export interface GapEvent {
+  channel: string;
+  /** The `since` the client asked from. */
+  since: number;
+}
+
+export interface RateLimitedEvent {
+  retryAfterMs: number;
+  dropped: number;
+  ids: Array<number | string>;
+}
+
+export interface QueueState {
+  queued: number;
+  inFlight: number;
+  max: number;
+}
+
+export interface ClientEvents {
+  state: { state: ClientState; previous: ClientState };
+  /** The socket opened (the `welcome` frame is next). */
+  open: { protocol: string };
+  welcome: WelcomeFrame;
+  close: CloseEvent;
+  /** Errors not tied to one request (account_rate_limited, token errors, unsolicited errors). */
+  error: TidegateError;
+  /** Every budget frame, requested or unsolicited. */
+  budget: BudgetFrame;
+  rateLimited: RateLimitedEvent;
+  slowConsumer: { dropped: number };
+  /** A subscription's `since` could not be fully recovered: resynchronise. */
+  gap: GapEvent;
+  /** A message arrived (after de-duplication), for any channel. */
+  message: MessageFrame;
+}
+
+export type { AnyErrorCode };
