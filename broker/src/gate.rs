@@ -1,7 +1,8 @@
 //! The node's handshake defences that come before any account state
-//! (§1, seed 002): the node accept budget, the per-IP handshake rate and
-//! open-socket cap, and the per-identity handshake bucket. Per node by
-//! design: they protect this process; the edge in front protects the fleet.
+//! (§1, seed 002): the node accept budget and the per-IP handshake rate and
+//! open-socket cap. Per node by design: they protect this process; the edge
+//! in front protects the fleet. (The per-identity bucket is cluster-wide and
+//! lives behind the bridge.)
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 use dashmap::DashMap;
 use parking_lot::Mutex;
 
-use crate::config::{HandshakeSection, Limits};
+use crate::config::HandshakeSection;
 use crate::limiter::{KeyedBuckets, TokenBucket};
 
 #[derive(Debug)]
@@ -18,7 +19,6 @@ pub struct HandshakeGate {
     node_budget: Mutex<TokenBucket>,
     ip_rate: KeyedBuckets<IpAddr>,
     ip_open: DashMap<IpAddr, u32>,
-    identity: KeyedBuckets<String>,
 }
 
 /// One open socket counted against its IP; released on drop, so the count
@@ -50,7 +50,6 @@ impl HandshakeGate {
             )),
             ip_rate: KeyedBuckets::default(),
             ip_open: DashMap::new(),
-            identity: KeyedBuckets::default(),
         })
     }
 
@@ -91,21 +90,9 @@ impl HandshakeGate {
         })
     }
 
-    /// The per-identity handshake bucket (seed 002: burst 10, 0.5/s).
-    pub fn identity(&self, account: &str, limits: &Limits, now: Instant) -> Result<(), Duration> {
-        self.identity.try_take(
-            account,
-            1.0,
-            f64::from(limits.handshake_burst),
-            limits.handshake_refill_per_sec,
-            now,
-        )
-    }
-
     /// Forgets buckets that refilled (bounded memory under IP churn).
     pub fn sweep(&self, now: Instant) {
         self.ip_rate.sweep(now);
-        self.identity.sweep(now);
     }
 }
 
@@ -175,30 +162,5 @@ mod tests {
         assert!(gate.ip_open(ip("2.2.2.2"), &cfg).is_some());
         drop(a);
         assert!(gate.ip_open(ip("1.1.1.1"), &cfg).is_some());
-    }
-
-    #[test]
-    fn looping_identity_gets_its_burst_then_one_per_refill_interval() {
-        let gate = HandshakeGate::new(&HandshakeSection::default());
-        let limits = Limits::default();
-        let t0 = Instant::now();
-        let mut admitted = Vec::new();
-        // A reconnect loop: one attempt every 10 ms for 10 s.
-        for i in 0..1000u64 {
-            let now = t0 + Duration::from_millis(i * 10);
-            if gate.identity("acme", &limits, now).is_ok() {
-                admitted.push(i * 10);
-            }
-        }
-        assert_eq!(
-            &admitted[..10],
-            &[0, 10, 20, 30, 40, 50, 60, 70, 80, 90],
-            "burst of 10"
-        );
-        let after: Vec<_> = admitted[10..].windows(2).map(|w| w[1] - w[0]).collect();
-        assert!(
-            after.iter().all(|gap| *gap == 2000),
-            "then one per 2 s: {after:?}"
-        );
     }
 }

@@ -142,7 +142,7 @@ struct Held {
 
 #[derive(Debug)]
 struct ChannelState {
-    /// Last `seq` assigned (or seen, in cluster mode).
+    /// Last `seq` assigned or seen; 0 while this node knows none.
     seq: u64,
     subscribers: Vec<Subscriber>,
     history: VecDeque<Held>,
@@ -223,7 +223,7 @@ impl Hub {
                 Arc::new(Channel {
                     name: Arc::from(name),
                     state: Mutex::new(ChannelState {
-                        seq: seq_floor(),
+                        seq: 0,
                         subscribers: Vec::new(),
                         history: VecDeque::new(),
                         dead: false,
@@ -250,17 +250,46 @@ impl Hub {
     }
 
     /// Assigns the next `seq`, records the message in history and fans it
-    /// out to this node's subscribers (single-node mode).
+    /// out to this node's subscribers (single-node mode, and a cluster node
+    /// while Redis is away). A channel with no known `seq` starts from
+    /// [`seq_floor`].
     pub fn publish(&self, channel: &str, data: &str) -> u64 {
         let now = Instant::now();
         let limits = *self.history.read();
         self.with_channel(channel, |ch, st| {
-            st.seq += 1;
+            st.seq = if st.seq == 0 { seq_floor() } else { st.seq } + 1;
             let seq = st.seq;
             let frame = wire::message(&ch.name, seq, data);
             self.record_and_fan_out(ch, st, seq, frame, now, limits);
             seq
         })
+    }
+
+    /// Fans out a message whose `seq` the cluster assigned (the frame was
+    /// built from what Redis delivered). Older or repeated `seq`s are
+    /// ignored, so each message goes out once and in order. Returns whether
+    /// it was delivered.
+    pub fn deliver(&self, channel: &str, seq: u64, frame: Bytes) -> bool {
+        let now = Instant::now();
+        let limits = *self.history.read();
+        self.with_channel(channel, |ch, st| {
+            if seq <= st.seq {
+                return false;
+            }
+            st.seq = seq;
+            self.record_and_fan_out(ch, st, seq, frame.clone(), now, limits);
+            true
+        })
+    }
+
+    /// This node's last known `seq` per channel (to raise the cluster's
+    /// counters above them when Redis comes back).
+    pub fn seqs(&self) -> Vec<(Arc<str>, u64)> {
+        self.channels
+            .iter()
+            .map(|e| (e.key().clone(), e.value().state.lock().seq))
+            .filter(|(_, seq)| *seq > 0)
+            .collect()
     }
 
     fn record_and_fan_out(
@@ -329,6 +358,24 @@ impl Hub {
         })
     }
 
+    /// This node's last known `seq` for `channel` (0: none).
+    pub fn seq(&self, channel: &str) -> u64 {
+        self.channels.get(channel).map_or(0, |c| c.state.lock().seq)
+    }
+
+    /// Recovery after `since` from this node's own history (a cluster node
+    /// while Redis is away).
+    pub fn recover(&self, channel: &str, since: u64) -> (bool, Vec<(u64, Bytes)>) {
+        let Some(ch) = self.channels.get(channel).map(|c| c.clone()) else {
+            return (false, Vec::new());
+        };
+        let mut st = ch.state.lock();
+        trim(&mut st.history, *self.history.read(), Instant::now());
+        let mut out = Vec::new();
+        let complete = recover(&mut st, since, &mut out);
+        (complete, out)
+    }
+
     pub fn unsubscribe(&self, channel: &str, conn: u64) {
         if let Some(ch) = self.channels.get(channel).map(|c| c.clone()) {
             ch.state.lock().subscribers.retain(|s| s.conn != conn);
@@ -378,6 +425,10 @@ fn trim(history: &mut VecDeque<Held>, limits: HistoryLimits, now: Instant) {
 /// Appends the held messages after `since` to `out` and says whether they
 /// are all of them. `since` at or past the last seq: nothing was missed.
 fn recover(st: &mut ChannelState, since: u64, out: &mut Vec<(u64, Bytes)>) -> bool {
+    if st.seq == 0 {
+        // No state for this channel: nothing to vouch for.
+        return false;
+    }
     if since == st.seq {
         return true;
     }

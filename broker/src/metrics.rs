@@ -61,6 +61,7 @@ pub struct Metrics {
     dry_run: Family<RejectLabels, Counter>,
     pub bridge_up: Gauge,
     pub bridge_pending: Gauge,
+    pub live_nodes: Gauge,
     config_reloads: Family<OutcomeLabels, Counter>,
     pub outbound_queued: Gauge,
 }
@@ -91,6 +92,7 @@ impl Metrics {
             dry_run: Family::default(),
             bridge_up: Gauge::default(),
             bridge_pending: Gauge::default(),
+            live_nodes: Gauge::default(),
             config_reloads: Family::default(),
             outbound_queued: Gauge::default(),
         };
@@ -133,6 +135,11 @@ impl Metrics {
             "cluster_bridge_up",
             "1 when the cluster bridge is connected with its subscriptions restored",
             m.bridge_up.clone(),
+        );
+        registry.register(
+            "cluster_live_nodes",
+            "Nodes holding a live lease at this node's last lease renewal",
+            m.live_nodes.clone(),
         );
         registry.register(
             "cluster_bridge_pending",

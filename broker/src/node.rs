@@ -9,8 +9,8 @@ use dashmap::DashMap;
 
 use crate::account::Accounts;
 use crate::auth::{AuthError, Authenticator};
-use crate::cluster::{MemoryBridge, SharedBridge};
-use crate::config::Config;
+use crate::cluster::{MemoryBridge, RedisBridge, SharedBridge};
+use crate::config::{ClusterMode, Config};
 use crate::gate::HandshakeGate;
 use crate::http::keys::ApiKeys;
 use crate::hub::{HistoryLimits, Hub, OutboundGauge};
@@ -41,6 +41,15 @@ impl std::fmt::Debug for Node {
     }
 }
 
+/// Why a node could not be built from a config.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("auth: {0}")]
+    Auth(#[from] AuthError),
+    #[error("cluster.redis_url: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
 /// What the node keeps of each live socket.
 #[derive(Debug, Clone)]
 pub struct SocketHandle {
@@ -59,30 +68,44 @@ pub fn history_limits(config: &Config) -> HistoryLimits {
 }
 
 impl Node {
-    pub fn new(config: Config) -> Result<Arc<Node>, AuthError> {
+    pub fn new(config: Config) -> Result<Arc<Node>, NodeError> {
         let metrics = Arc::new(Metrics::new());
         let hub = Arc::new(Hub::new(history_limits(&config), metrics.clone()));
-        let bridge: SharedBridge = Arc::new(MemoryBridge::new(hub.clone()));
-        // A single node's bridge is always up.
-        metrics.bridge_up.set(1);
         let auth = Authenticator::new(&config.auth.jwt_secret, config.auth.leeway_secs)?;
         let keys = ApiKeys::new(&config);
         let gate = HandshakeGate::new(&config.handshake);
-        Ok(Arc::new(Node {
-            accounts: Accounts::new(metrics.clone()),
-            gate,
-            rules: RuleBuckets::default(),
-            config: ArcSwap::from_pointee(config),
-            auth: ArcSwap::from_pointee(auth),
-            keys: ArcSwap::from_pointee(keys),
-            hub,
-            bridge,
-            metrics,
-            sockets: DashMap::new(),
-            ready: AtomicBool::new(false),
-            draining: AtomicBool::new(false),
-            // Random start so connection ids differ across restarts.
-            next_conn: AtomicU64::new(u64::from(rand::random::<u16>()) << 16),
+        let redis = match config.cluster.mode {
+            ClusterMode::Memory => None,
+            ClusterMode::Redis => Some(redis::Client::open(config.cluster.redis_url.as_str())?),
+        };
+        Ok(Arc::new_cyclic(|node| {
+            let bridge: SharedBridge = match redis {
+                None => {
+                    // A single node's bridge is always up, and alone.
+                    metrics.bridge_up.set(1);
+                    metrics.live_nodes.set(1);
+                    Arc::new(MemoryBridge::new(hub.clone()))
+                }
+                Some(client) => {
+                    RedisBridge::new(client, &config, hub.clone(), metrics.clone(), node.clone())
+                }
+            };
+            Node {
+                accounts: Accounts::new(metrics.clone()),
+                gate,
+                rules: RuleBuckets::default(),
+                config: ArcSwap::from_pointee(config),
+                auth: ArcSwap::from_pointee(auth),
+                keys: ArcSwap::from_pointee(keys),
+                hub,
+                bridge,
+                metrics,
+                sockets: DashMap::new(),
+                ready: AtomicBool::new(false),
+                draining: AtomicBool::new(false),
+                // Random start so connection ids differ across restarts.
+                next_conn: AtomicU64::new(u64::from(rand::random::<u16>()) << 16),
+            }
         }))
     }
 
@@ -112,7 +135,7 @@ impl Node {
     /// buckets, node-level limits change on their next use.
     pub fn reload(&self, config: Config) -> Result<(), AuthError> {
         let auth = Authenticator::new(&config.auth.jwt_secret, config.auth.leeway_secs)?;
-        let keys = ApiKeys::rebuild(&config, Some(&self.keys.load()));
+        let keys = ApiKeys::new(&config);
         self.hub.set_history_limits(history_limits(&config));
         let config = Arc::new(config);
         self.auth.store(Arc::new(auth));

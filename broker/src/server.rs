@@ -94,7 +94,16 @@ pub async fn serve(
             }
         })
     };
-    node.set_ready(true);
+    // Ready once listening and, in a cluster, once the bridge first
+    // connected or 5 s passed (§7): a node without Redis still serves.
+    let connected = node.bridge.clone().start();
+    {
+        let node = node.clone();
+        actix_rt::spawn(async move {
+            let _ = actix_rt::time::timeout(Duration::from_secs(5), connected).await;
+            node.set_ready(true);
+        });
+    }
     tracing::info!(node = %config.node.id, workers, "serving");
 
     let mut server = std::pin::pin!(server);

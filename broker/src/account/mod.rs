@@ -1,11 +1,13 @@
-//! The account supervisor: one actor per account with open sockets. It
-//! holds the account's message bucket (fed by sampled charges from its
-//! sockets) and its connection count, and closes every socket of the
-//! account with 1008 when the account budget is exhausted.
+//! The account supervisor: one actor per account with sockets on this node.
+//! It turns its sockets' sampled charges into account-budget charges
+//! through the bridge (local in single-node mode, Redis in a cluster), and
+//! closes every socket of the account with 1008 when the budget is
+//! exhausted — on this node, and through the bridge on every other node.
 //!
-//! Sockets reserve a place before the upgrade, attach when they start and
-//! detach when they stop (through [`AccountSlot`]'s drop): the actor
-//! lifecycle is the count, so it cannot leak.
+//! Sockets register at the handshake and detach when they stop (through
+//! [`AccountSlot`]'s drop, which also gives back the connection counted
+//! against the account's cap): the actor lifecycle is the count, so it
+//! cannot leak.
 
 mod sampler;
 
@@ -18,27 +20,21 @@ use dashmap::DashMap;
 
 pub use sampler::Sampler;
 
+use crate::cluster::{Charged, Pending, SharedBridge};
 use crate::config::{LimitName, Limits};
 use crate::exceeded::Exceeded;
-use crate::limiter::TokenBucket;
 use crate::metrics::{Layer, Metrics};
 use crate::protocol::wire::BudgetView;
 use crate::protocol::{CloseCode, ErrorCode};
 use crate::socket::CloseWith;
 
-/// Why a reservation was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CapReached {
-    pub open: u32,
-    pub max: u32,
-}
+/// How long a supervisor with no sockets lingers before it stops.
+const RETIRE_AFTER: Duration = Duration::from_secs(5);
 
 #[derive(Message)]
-#[rtype(result = "Result<(), CapReached>")]
-struct Reserve {
+#[rtype(result = "()")]
+struct Register {
     conn: u64,
-    max: u32,
-    dry_run: bool,
 }
 
 #[derive(Message)]
@@ -62,16 +58,23 @@ pub struct Charge {
     pub limits: Arc<Limits>,
 }
 
-/// The account budget as it stands.
+/// The account budget as of the last charge.
 #[derive(Message)]
 #[rtype(result = "Option<BudgetView>")]
 pub struct Balance;
 
+/// Another node saw this account breach its budget.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Breach;
+
 pub struct AccountSupervisor {
     account: Arc<str>,
+    bridge: SharedBridge,
+    metrics: Arc<Metrics>,
     registry: Arc<Accounts>,
     members: HashMap<u64, Option<Recipient<CloseWith>>>,
-    bucket: Option<TokenBucket>,
+    last_view: Option<BudgetView>,
     /// Set while a breach is being enforced, so one flood closes the
     /// account once rather than once per late charge.
     closing_since: Option<Instant>,
@@ -81,6 +84,9 @@ impl Actor for AccountSupervisor {
     type Context = Context<Self>;
 
     fn stopping(&mut self, ctx: &mut Context<Self>) -> Running {
+        if !self.members.is_empty() {
+            return Running::Continue;
+        }
         let me = ctx.address();
         self.registry.map.remove_if(&self.account, |_, a| *a == me);
         Running::Stop
@@ -88,30 +94,8 @@ impl Actor for AccountSupervisor {
 }
 
 impl AccountSupervisor {
-    fn view(&mut self, now: Instant) -> Option<BudgetView> {
-        let b = self.bucket.as_mut()?;
-        Some(BudgetView {
-            remaining: b.remaining(now).max(0.0) as u64,
-            capacity: b.capacity() as u64,
-            refill_per_sec: b.rate(),
-        })
-    }
-
-    /// With no sockets left, stay until the bucket has refilled (so an
-    /// abusive account cannot reset it by reconnecting), then stop.
-    fn schedule_retire(&mut self, ctx: &mut Context<Self>) {
-        let wait = self
-            .bucket
-            .as_mut()
-            .map_or(Duration::ZERO, |b| b.time_to_full(Instant::now()));
-        ctx.run_later(wait, |act, ctx| {
-            if act.members.is_empty() {
-                ctx.stop();
-            }
-        });
-    }
-
-    fn breach(&mut self, reset: Duration) {
+    /// Closes every socket of the account on this node.
+    fn close_all(&mut self) {
         let now = Instant::now();
         if self
             .closing_since
@@ -120,14 +104,6 @@ impl AccountSupervisor {
             return;
         }
         self.closing_since = Some(now);
-        Exceeded::new(
-            Layer::Account,
-            ErrorCode::AccountRateLimited.as_str(),
-            &self.account,
-        )
-        .count(self.members.len() as u64)
-        .reset(reset)
-        .emit(&self.registry.metrics);
         for sink in self.members.values().flatten() {
             sink.do_send(CloseWith {
                 code: CloseCode::PolicyViolation,
@@ -135,27 +111,49 @@ impl AccountSupervisor {
             });
         }
     }
+
+    fn on_charged(&mut self, c: Charged, limits: &Limits) {
+        self.last_view = Some(c.view);
+        if c.allowed {
+            self.closing_since = None;
+            return;
+        }
+        let dry = limits.is_dry_run(LimitName::AccountMessages);
+        Exceeded::new(
+            Layer::Account,
+            ErrorCode::AccountRateLimited.as_str(),
+            &self.account,
+        )
+        .count(if dry {
+            1
+        } else {
+            self.members.len().max(1) as u64
+        })
+        .reset(c.retry_after)
+        .dry_run(dry)
+        .emit(&self.metrics);
+        if !dry {
+            self.close_all();
+            self.bridge.announce_breach(&self.account);
+        }
+    }
+
+    fn retire_if_idle(&mut self, ctx: &mut Context<Self>) {
+        if self.members.is_empty() {
+            ctx.run_later(RETIRE_AFTER, |act, ctx| {
+                if act.members.is_empty() {
+                    ctx.stop();
+                }
+            });
+        }
+    }
 }
 
-impl Handler<Reserve> for AccountSupervisor {
-    type Result = Result<(), CapReached>;
+impl Handler<Register> for AccountSupervisor {
+    type Result = ();
 
-    fn handle(&mut self, msg: Reserve, _: &mut Context<Self>) -> Self::Result {
-        let open = self.members.len() as u32;
-        if open >= msg.max {
-            let e = Exceeded::new(
-                Layer::Handshake,
-                ErrorCode::TooManyConnections.as_str(),
-                &self.account,
-            )
-            .dry_run(msg.dry_run);
-            e.emit(&self.registry.metrics);
-            if !msg.dry_run {
-                return Err(CapReached { open, max: msg.max });
-            }
-        }
+    fn handle(&mut self, msg: Register, _: &mut Context<Self>) {
         self.members.insert(msg.conn, None);
-        Ok(())
     }
 }
 
@@ -172,58 +170,43 @@ impl Handler<Detach> for AccountSupervisor {
 
     fn handle(&mut self, msg: Detach, ctx: &mut Context<Self>) {
         self.members.remove(&msg.conn);
-        if self.members.is_empty() {
-            self.schedule_retire(ctx);
-        }
+        self.retire_if_idle(ctx);
     }
 }
 
 impl Handler<Charge> for AccountSupervisor {
-    type Result = MessageResult<Charge>;
+    type Result = ResponseActFuture<Self, BudgetView>;
 
     fn handle(&mut self, msg: Charge, _: &mut Context<Self>) -> Self::Result {
-        let now = Instant::now();
-        let l = &msg.limits;
-        let (cap, rate) = (f64::from(l.account_burst), l.account_messages_per_sec);
-        let bucket = self
-            .bucket
-            .get_or_insert_with(|| TokenBucket::new(cap, rate, now));
-        if bucket.capacity() != cap || bucket.rate() != rate {
-            bucket.reconfigure(cap, rate, now);
-        }
-        let units = f64::from(msg.units);
-        if let Err(wait) = bucket.try_take(units, now) {
-            if l.is_dry_run(LimitName::AccountMessages) {
-                Exceeded::new(
-                    Layer::Account,
-                    ErrorCode::AccountRateLimited.as_str(),
-                    &self.account,
-                )
-                .reset(wait)
-                .dry_run(true)
-                .emit(&self.registry.metrics);
-                // Observe only: the account keeps its traffic.
-                let left = bucket.remaining(now).max(0.0);
-                bucket.force_take(units.min(left), now);
-            } else {
-                self.breach(wait);
+        match self
+            .bridge
+            .charge_account(&self.account, msg.units, &msg.limits)
+        {
+            Pending::Ready(c) => {
+                self.on_charged(c, &msg.limits);
+                Box::pin(fut::ready(c.view))
             }
-        } else {
-            self.closing_since = None;
+            Pending::Later(f) => Box::pin(f.into_actor(self).map(move |c, act, _| {
+                act.on_charged(c, &msg.limits);
+                c.view
+            })),
         }
-        MessageResult(self.view(now).unwrap_or(BudgetView {
-            remaining: 0,
-            capacity: cap as u64,
-            refill_per_sec: rate,
-        }))
     }
 }
 
 impl Handler<Balance> for AccountSupervisor {
-    type Result = MessageResult<Balance>;
+    type Result = Option<BudgetView>;
 
     fn handle(&mut self, _: Balance, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.view(Instant::now()))
+        self.last_view
+    }
+}
+
+impl Handler<Breach> for AccountSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, _: Breach, _: &mut Context<Self>) {
+        self.close_all();
     }
 }
 
@@ -239,11 +222,19 @@ impl std::fmt::Debug for Accounts {
     }
 }
 
-/// A socket's place in its account; the drop detaches it.
-#[derive(Debug)]
+/// A socket's place in its account: a member of the supervisor and one
+/// connection counted against the cap. The drop gives both back.
 pub struct AccountSlot {
     pub addr: Addr<AccountSupervisor>,
     conn: u64,
+    account: Arc<str>,
+    bridge: SharedBridge,
+}
+
+impl std::fmt::Debug for AccountSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AccountSlot({}, {})", self.account, self.conn)
+    }
 }
 
 impl AccountSlot {
@@ -259,6 +250,7 @@ impl AccountSlot {
 impl Drop for AccountSlot {
     fn drop(&mut self) {
         self.addr.do_send(Detach { conn: self.conn });
+        self.bridge.release_connection(&self.account);
     }
 }
 
@@ -270,7 +262,11 @@ impl Accounts {
         })
     }
 
-    fn supervisor(self: &Arc<Self>, account: &str) -> Addr<AccountSupervisor> {
+    fn supervisor(
+        self: &Arc<Self>,
+        account: &str,
+        bridge: &SharedBridge,
+    ) -> Addr<AccountSupervisor> {
         if let Some(a) = self.map.get(account) {
             return a.clone();
         }
@@ -279,9 +275,11 @@ impl Accounts {
             .or_insert_with(|| {
                 AccountSupervisor {
                     account: Arc::from(account),
+                    bridge: bridge.clone(),
+                    metrics: self.metrics.clone(),
                     registry: self.clone(),
                     members: HashMap::new(),
-                    bucket: None,
+                    last_view: None,
                     closing_since: None,
                 }
                 .start()
@@ -289,28 +287,39 @@ impl Accounts {
             .clone()
     }
 
-    /// Reserves a connection for `conn` under the account's cap.
-    pub async fn reserve(
+    /// Makes `conn` a member of its account's supervisor. The caller has
+    /// already counted the connection against the cap through `bridge`;
+    /// the slot gives it back when dropped.
+    pub async fn register(
         self: &Arc<Self>,
         account: &str,
         conn: u64,
-        limits: &Limits,
-    ) -> Result<AccountSlot, CapReached> {
-        let msg = || Reserve {
-            conn,
-            max: limits.max_connections,
-            dry_run: limits.is_dry_run(LimitName::MaxConnections),
-        };
+        bridge: &SharedBridge,
+    ) -> AccountSlot {
         loop {
-            let addr = self.supervisor(account);
-            match addr.send(msg()).await {
-                Ok(result) => return result.map(|()| AccountSlot { addr, conn }),
+            let addr = self.supervisor(account, bridge);
+            match addr.send(Register { conn }).await {
+                Ok(()) => {
+                    return AccountSlot {
+                        addr,
+                        conn,
+                        account: account.into(),
+                        bridge: bridge.clone(),
+                    };
+                }
                 // The supervisor retired between lookup and send: forget
                 // it and start a fresh one.
                 Err(_) => {
                     self.map.remove_if(account, |_, a| *a == addr);
                 }
             }
+        }
+    }
+
+    /// Another node closed this account: close its sockets here too.
+    pub fn breach(&self, account: &str) {
+        if let Some(a) = self.map.get(account) {
+            a.do_send(Breach);
         }
     }
 

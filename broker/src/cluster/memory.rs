@@ -1,31 +1,91 @@
-//! Single-node mode: the hub is the whole cluster.
+//! Single-node mode: the hub is the whole cluster and every cluster-wide
+//! limit is enforced here in full.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use super::Bridge;
+use super::{Bridge, CapReached, Charged, KeyCharge, LocalLimits, Pending};
+use crate::config::Limits;
 use crate::hub::{Hub, Joined, Subscriber};
 
 #[derive(Debug)]
 pub struct MemoryBridge {
     hub: Arc<Hub>,
+    local: LocalLimits,
 }
 
 impl MemoryBridge {
     pub fn new(hub: Arc<Hub>) -> MemoryBridge {
-        MemoryBridge { hub }
+        MemoryBridge {
+            hub,
+            local: LocalLimits::default(),
+        }
+    }
+
+    pub fn sweep(&self) {
+        self.local.sweep(Instant::now());
     }
 }
 
 impl Bridge for MemoryBridge {
-    fn publish(&self, channel: &str, data: &str) -> u64 {
-        self.hub.publish(channel, data)
+    fn publish(&self, channel: &str, data: &str) -> Pending<u64> {
+        Pending::Ready(self.hub.publish(channel, data))
     }
 
-    fn subscribe(&self, channel: &str, sub: Subscriber, since: Option<u64>) -> Joined {
-        self.hub.subscribe(channel, sub, since)
+    fn subscribe(&self, channel: &str, sub: Subscriber, since: Option<u64>) -> Pending<Joined> {
+        Pending::Ready(self.hub.subscribe(channel, sub, since))
     }
 
     fn unsubscribe(&self, channel: &str, conn: u64) {
         self.hub.unsubscribe(channel, conn);
+    }
+
+    fn charge_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<Charged> {
+        Pending::Ready(
+            self.local
+                .charge_account(account, units, limits, 1.0, Instant::now()),
+        )
+    }
+
+    fn announce_breach(&self, _: &str) {}
+
+    fn reserve_connection(&self, account: &str, max: u32) -> Pending<Result<u32, CapReached>> {
+        Pending::Ready(self.local.reserve_connection(account, max))
+    }
+
+    fn release_connection(&self, account: &str) {
+        self.local.release_connection(account);
+    }
+
+    fn handshake(&self, account: &str, limits: &Limits) -> Pending<Result<(), Duration>> {
+        Pending::Ready(self.local.handshake(account, limits, 1.0, Instant::now()))
+    }
+
+    fn charge_key(&self, key: &str, cost: f64, capacity: f64, rate: f64) -> Pending<KeyCharge> {
+        Pending::Ready(
+            self.local
+                .charge_key(key, cost, capacity, rate, 1.0, Instant::now()),
+        )
+    }
+
+    fn share(&self) -> f64 {
+        1.0
+    }
+
+    fn is_up(&self) -> bool {
+        true
+    }
+
+    fn start(self: Arc<Self>) -> Pin<Box<dyn Future<Output = ()>>> {
+        actix_rt::spawn(async move {
+            let mut tick = actix_rt::time::interval(Duration::from_secs(10));
+            loop {
+                tick.tick().await;
+                self.sweep();
+            }
+        });
+        Box::pin(std::future::ready(()))
     }
 }

@@ -1,22 +1,107 @@
-//! The cluster bridge: how a node shares fan-out (and, in cluster mode,
-//! `seq`, history and account state) with other nodes. The rest of the
-//! broker talks to a [`Bridge`] and does not know which one runs.
+//! The cluster bridge: how a node shares fan-out, `seq`, history and the
+//! cluster-wide limits (account budget, connection caps, the per-identity
+//! handshake bucket, API-key buckets) with other nodes.
+//!
+//! The rest of the broker talks to a [`Bridge`] and does not know which one
+//! runs: [`MemoryBridge`] for a single node (everything local), or
+//! [`RedisBridge`] for a cluster. Calls return [`Pending`]: a value now, or
+//! a future — single-node mode never allocates a future.
 
+mod local;
 mod memory;
+pub mod redis;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
+pub use local::{LocalLimits, scale_cap};
 pub use memory::MemoryBridge;
+pub use redis::RedisBridge;
 
+use crate::config::Limits;
 use crate::hub::{Joined, Subscriber};
+use crate::protocol::wire::BudgetView;
 
-/// Fan-out and channel state, local or shared.
+/// A bridge answer: ready now, or later.
+pub enum Pending<T> {
+    Ready(T),
+    Later(Pin<Box<dyn Future<Output = T> + Send>>),
+}
+
+impl<T> Pending<T> {
+    pub fn later(fut: impl Future<Output = T> + Send + 'static) -> Pending<T> {
+        Pending::Later(Box::pin(fut))
+    }
+
+    pub async fn wait(self) -> T {
+        match self {
+            Pending::Ready(v) => v,
+            Pending::Later(f) => f.await,
+        }
+    }
+}
+
+/// The outcome of an account's sampled charge.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Charged {
+    pub allowed: bool,
+    /// When refused: how long until the units would fit.
+    pub retry_after: Duration,
+    pub view: BudgetView,
+}
+
+/// A take from an API key's bucket, with what `X-RateLimit-*` show.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KeyCharge {
+    pub allowed: bool,
+    pub limit: u64,
+    pub remaining: u64,
+    pub reset: Duration,
+    pub retry_after: Duration,
+}
+
+/// An account connection cap was reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapReached {
+    pub open: u32,
+    pub max: u32,
+}
+
+/// Fan-out and shared state, local or clustered.
 pub trait Bridge: Send + Sync + std::fmt::Debug {
-    /// Publishes `data` (raw JSON) on `channel`; returns its `seq`.
-    fn publish(&self, channel: &str, data: &str) -> u64;
-    /// Subscribes a socket, recovering history after `since`.
-    fn subscribe(&self, channel: &str, sub: Subscriber, since: Option<u64>) -> Joined;
+    /// Publishes `data` (raw JSON) on `channel`; resolves to its `seq`.
+    fn publish(&self, channel: &str, data: &str) -> Pending<u64>;
+    /// Subscribes a socket; resolves once delivery from every node is live
+    /// (and, with `since`, with the recovered history).
+    fn subscribe(&self, channel: &str, sub: Subscriber, since: Option<u64>) -> Pending<Joined>;
     fn unsubscribe(&self, channel: &str, conn: u64);
+
+    /// One sampled charge of `units` to the account budget.
+    fn charge_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<Charged>;
+    /// Tells every other node that `account` breached its budget, so they
+    /// close its sockets too.
+    fn announce_breach(&self, account: &str);
+    /// Counts one more connection for `account` if it is under `max`;
+    /// resolves to the account's open connections, this one included.
+    fn reserve_connection(&self, account: &str, max: u32) -> Pending<Result<u32, CapReached>>;
+    fn release_connection(&self, account: &str);
+    /// The per-identity handshake bucket.
+    fn handshake(&self, account: &str, limits: &Limits) -> Pending<Result<(), Duration>>;
+    /// An API key's publish bucket.
+    fn charge_key(&self, key: &str, cost: f64, capacity: f64, rate: f64) -> Pending<KeyCharge>;
+
+    /// The share of every cluster-wide limit this node enforces by itself
+    /// right now: 1 when limits are shared (or there is one node), 1/N
+    /// during a Redis outage (N = live nodes last seen).
+    fn share(&self) -> f64;
+    /// Whether cluster-wide state is reachable.
+    fn is_up(&self) -> bool;
+    /// Spawns the bridge's background work on the current runtime and
+    /// returns a future that resolves once it is first connected (at once
+    /// in single-node mode).
+    fn start(self: Arc<Self>) -> Pin<Box<dyn Future<Output = ()>>>;
 }
 
 pub type SharedBridge = Arc<dyn Bridge>;

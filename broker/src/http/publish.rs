@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder, web};
@@ -11,8 +11,9 @@ use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::keys::{Charge, KeyState};
+use super::keys::KeyState;
 use super::refusal_builder;
+use crate::cluster::KeyCharge as Charge;
 use crate::config::Limits;
 use crate::exceeded::Exceeded;
 use crate::metrics::Layer;
@@ -147,6 +148,20 @@ fn check(msg: &One<'_>, key: &KeyState, limits: &Limits) -> Result<(), Refused> 
     Ok(())
 }
 
+/// Takes `cost` from the key's bucket: its account plan's burst, refilled
+/// at the account rate (cluster-wide through the bridge).
+async fn charge(node: &Node, key: &KeyState, limits: &Limits, cost: f64) -> Charge {
+    node.bridge
+        .charge_key(
+            &key.id,
+            cost,
+            f64::from(limits.account_burst),
+            limits.account_messages_per_sec,
+        )
+        .wait()
+        .await
+}
+
 fn with_rate_headers(status: StatusCode, charge: &Charge) -> HttpResponseBuilder {
     let mut b = HttpResponse::build(status);
     b.insert_header(("X-RateLimit-Limit", charge.limit.to_string()));
@@ -226,11 +241,15 @@ pub async fn publish(
     if let Err(r) = check(&msg, &key, &limits) {
         return refuse(&node, Some(&key), r, None);
     }
-    let charge = key.charge(1.0, Instant::now());
+    let charge = charge(&node, &key, &limits, 1.0).await;
     if !charge.allowed {
         return refuse(&node, Some(&key), rate_limited(&charge), Some(&charge));
     }
-    let seq = node.bridge.publish(&msg.channel, msg.data.get());
+    let seq = node
+        .bridge
+        .publish(&msg.channel, msg.data.get())
+        .wait()
+        .await;
     node.metrics.published("http");
     with_rate_headers(StatusCode::OK, &charge).json(serde_json::json!({ "seq": seq }))
 }
@@ -266,19 +285,23 @@ pub async fn publish_batch(
         return refuse(&node, Some(&key), r, None);
     }
     // A batch costs the number of its messages, all or nothing.
-    let charge = key.charge(n as f64, Instant::now());
+    let charge = charge(&node, &key, &limits, n as f64).await;
     if !charge.allowed {
         return refuse(&node, Some(&key), rate_limited(&charge), Some(&charge));
     }
-    let results: Vec<Outcome> = batch
-        .messages
-        .iter()
-        .map(|msg| match check(msg, &key, &limits) {
+    // In order: each publish is awaited before the next, so a batch's
+    // messages to one channel get increasing seqs.
+    let mut results = Vec::with_capacity(n);
+    for msg in &batch.messages {
+        results.push(match check(msg, &key, &limits) {
             Ok(()) => {
+                let seq = node
+                    .bridge
+                    .publish(&msg.channel, msg.data.get())
+                    .wait()
+                    .await;
                 node.metrics.published("http");
-                Outcome::Ok {
-                    seq: node.bridge.publish(&msg.channel, msg.data.get()),
-                }
+                Outcome::Ok { seq }
             }
             Err(r) => {
                 Exceeded::new(Layer::Http, r.code.as_str(), &key.account)
@@ -289,7 +312,7 @@ pub async fn publish_batch(
                     message: r.message,
                 }
             }
-        })
-        .collect();
+        });
+    }
     with_rate_headers(StatusCode::OK, &charge).json(serde_json::json!({ "results": results }))
 }

@@ -66,6 +66,12 @@ pub fn message(channel: &str, seq: u64, data: &str) -> Bytes {
     })
 }
 
+/// A text frame around an already-encoded JSON payload (a message that
+/// arrived from the cluster: framed once per node, shared by its sockets).
+pub fn text(payload: &[u8]) -> Bytes {
+    frame(OP_TEXT, payload.len(), |buf| buf.put_slice(payload))
+}
+
 pub fn close(code: CloseCode) -> Bytes {
     frame(OP_CLOSE, 2 + code.reason().len(), |buf| {
         buf.put_u16(code.code());
@@ -91,16 +97,30 @@ pub fn pong(payload: &[u8]) -> Bytes {
 }
 
 /// The limits advertised in `welcome` so clients can pace themselves.
+/// Rates and the account burst can be fractional (a node's share during an
+/// outage); whole values are written as integers.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct WelcomeLimits {
+    #[serde(serialize_with = "number")]
     pub messages_per_sec: f64,
     pub burst: u32,
     pub max_payload_bytes: usize,
     pub max_subscriptions: u32,
+    #[serde(serialize_with = "number")]
     pub account_messages_per_sec: f64,
-    pub account_burst: u32,
+    #[serde(serialize_with = "number")]
+    pub account_burst: f64,
     pub max_connections: u32,
+}
+
+/// Writes whole numbers as JSON integers (`100`, not `100.0`).
+fn number<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if v.fract() == 0.0 && v.abs() < 9e15 {
+        s.serialize_i64(*v as i64)
+    } else {
+        s.serialize_f64(*v)
+    }
 }
 
 #[derive(Serialize)]
@@ -220,6 +240,7 @@ impl<'a> ErrorFrame<'a> {
 pub struct BudgetView {
     pub remaining: u64,
     pub capacity: u64,
+    #[serde(serialize_with = "number")]
     pub refill_per_sec: f64,
 }
 

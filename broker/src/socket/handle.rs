@@ -11,9 +11,7 @@ use serde_json::value::RawValue;
 use super::inbound::{InError, InFrame};
 use super::{Shadow, Socket, Verdict};
 use crate::account::{Balance, Charge};
-use crate::config::LimitName;
 use crate::exceeded::Exceeded;
-use crate::hub::Subscriber;
 use crate::limiter::Due;
 use crate::metrics::Layer;
 use crate::protocol::wire::{self, BudgetView, ErrorFrame};
@@ -159,7 +157,7 @@ impl Socket {
         self.maybe_budget_frame(now);
     }
 
-    fn exceeded(
+    pub(super) fn exceeded(
         &self,
         layer: Layer,
         reason: &'static str,
@@ -321,31 +319,16 @@ impl Socket {
 
     fn execute(&mut self, frame: ClientFrame<'_>, ctx: &mut Context<Self>) {
         match frame {
-            ClientFrame::Subscribe { id, channel, since } => self.subscribe(id, &channel, since),
-            ClientFrame::Unsubscribe { id, channel } => {
-                if let Some((name, _)) = self.subs.remove_entry(&*channel) {
-                    self.node.bridge.unsubscribe(&name, self.id.conn);
-                }
-                if let Some(id) = id {
-                    self.send(wire::ack(id, None, None));
-                }
+            ClientFrame::Subscribe { id, channel, since } => {
+                self.subscribe(id, &channel, since, ctx)
             }
-            ClientFrame::Publish { id, channel, data } => {
-                if !self.id.grants.publish.matches(&channel) {
-                    self.forbid(id, &channel, "publish");
-                    return;
-                }
-                let seq = self.node.bridge.publish(&channel, data.get());
-                self.node.metrics.published("ws");
-                if let Some(id) = id {
-                    self.send(wire::ack(id, Some(seq), None));
-                }
-            }
+            ClientFrame::Unsubscribe { id, channel } => self.unsubscribe(id, &channel),
+            ClientFrame::Publish { id, channel, data } => self.publish(id, &channel, data, ctx),
             ClientFrame::Budget { id } => self.request_budget(id, ctx),
         }
     }
 
-    fn forbid(&mut self, id: Option<&RawValue>, channel: &str, what: &str) {
+    pub(super) fn forbid(&mut self, id: Option<&RawValue>, channel: &str, what: &str) {
         self.exceeded(
             Layer::Connection,
             "forbidden",
@@ -361,53 +344,6 @@ impl Socket {
                 .message(&message)
                 .encode(),
         );
-    }
-
-    fn subscribe(&mut self, id: Option<&RawValue>, channel: &str, since: Option<u64>) {
-        if !self.id.grants.subscribe.matches(channel) {
-            self.forbid(id, channel, "subscribe");
-            return;
-        }
-        let max = self.limits().max_subscriptions as usize;
-        if !self.subs.contains_key(channel) && self.subs.len() >= max {
-            let dry = self.limits().is_dry_run(LimitName::Subscriptions);
-            self.exceeded(
-                Layer::Connection,
-                "too_many_subscriptions",
-                Some(channel),
-                Duration::ZERO,
-                dry,
-            );
-            if !dry {
-                let message = format!("a connection may hold at most {max} subscriptions");
-                self.send(
-                    ErrorFrame::new(ErrorCode::TooManySubscriptions)
-                        .id(id)
-                        .channel(channel)
-                        .message(&message)
-                        .encode(),
-                );
-                return;
-            }
-        }
-        let sub = Subscriber {
-            conn: self.id.conn,
-            sink: self.self_recipient.clone(),
-            gauge: self.gauge.clone(),
-        };
-        let joined = self.node.bridge.subscribe(channel, sub, since);
-        // The ack first, then the held messages, then (via the mailbox)
-        // live ones: nothing live can overtake, since the hub hands this
-        // socket only messages published after it joined.
-        if let Some(id) = id {
-            self.send(wire::ack(id, None, joined.recovered));
-        }
-        let mut last = joined.last_seq;
-        for (seq, frame) in joined.backlog {
-            last = last.max(seq);
-            self.send(frame);
-        }
-        self.subs.insert(channel.into(), last);
     }
 
     /// Answers a `budget` request with the account balance as the
@@ -440,10 +376,12 @@ impl Socket {
             refill_per_sec: rate,
         };
         let l = self.limits();
+        let share = self.node.bridge.share();
+        let full = (f64::from(l.account_burst) * share) as u64;
         let account = self.account_view.unwrap_or(BudgetView {
-            remaining: u64::from(l.account_burst),
-            capacity: u64::from(l.account_burst),
-            refill_per_sec: l.account_messages_per_sec,
+            remaining: full,
+            capacity: full,
+            refill_per_sec: l.account_messages_per_sec * share,
         });
         self.send(wire::budget(id, connection, Some(account)));
     }

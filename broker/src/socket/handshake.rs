@@ -12,6 +12,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::{Identity, Slots, Socket};
 use crate::auth::AuthError;
+use crate::cluster::scale_cap;
 use crate::config::{Config, LimitName, Limits};
 use crate::exceeded::Exceeded;
 use crate::gate::client_ip;
@@ -176,8 +177,9 @@ async fn admit(req: &HttpRequest, node: &Arc<Node>, config: &Config) -> Result<A
             )
         })?;
 
-    // After the token, before any session state: the per-identity bucket.
-    if let Err(wait) = node.gate.identity(&claims.sub, &limits, now) {
+    // After the token, before any session state: the per-identity bucket
+    // (cluster-wide through the bridge).
+    if let Err(wait) = node.bridge.handshake(&claims.sub, &limits).wait().await {
         let dry = limits.is_dry_run(LimitName::Handshake);
         Exceeded::new(
             Layer::Handshake,
@@ -200,13 +202,35 @@ async fn admit(req: &HttpRequest, node: &Arc<Node>, config: &Config) -> Result<A
         }
     }
 
-    let conn = node.next_conn();
-    let account = node
-        .accounts
-        .reserve(&claims.sub, conn, &limits)
-        .await
-        .map_err(|cap| {
-            refused(
+    // The account's connection cap (cluster-wide; a share of it while the
+    // cluster is unreachable).
+    let max = scale_cap(limits.max_connections, node.bridge.share());
+    let dry = limits.is_dry_run(LimitName::MaxConnections);
+    let reserved = node
+        .bridge
+        .reserve_connection(&claims.sub, if dry { u32::MAX } else { max })
+        .wait()
+        .await;
+    match reserved {
+        Ok(open) if dry && open > max => {
+            Exceeded::new(
+                Layer::Handshake,
+                ErrorCode::TooManyConnections.as_str(),
+                &claims.sub,
+            )
+            .dry_run(true)
+            .emit(&node.metrics);
+        }
+        Ok(_) => {}
+        Err(cap) => {
+            Exceeded::new(
+                Layer::Handshake,
+                ErrorCode::TooManyConnections.as_str(),
+                &claims.sub,
+            )
+            .reset(cap_retry)
+            .emit(&node.metrics);
+            return Err(refused(
                 StatusCode::TOO_MANY_REQUESTS,
                 ErrorCode::TooManyConnections,
                 format!(
@@ -214,8 +238,14 @@ async fn admit(req: &HttpRequest, node: &Arc<Node>, config: &Config) -> Result<A
                     claims.sub, cap.open, cap.max
                 ),
                 Some(cap_retry),
-            )
-        })?;
+            ));
+        }
+    }
+    let conn = node.next_conn();
+    let account = node
+        .accounts
+        .register(&claims.sub, conn, &node.bridge)
+        .await;
 
     Ok(Admitted {
         identity: Identity {

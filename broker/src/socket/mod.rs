@@ -4,6 +4,7 @@
 //! actor's lifecycle is the connection's, so nothing it holds can leak.
 
 mod admission;
+mod channels;
 mod handle;
 pub mod handshake;
 mod inbound;
@@ -74,8 +75,10 @@ pub struct Socket {
     admission: Admission,
     pings: crate::limiter::TokenBucket,
     notice: DropNotice,
-    /// Subscribed channels and the last `seq` delivered on each.
-    subs: HashMap<Arc<str>, u64>,
+    /// Subscribed channels: joining, or live with the last `seq` sent.
+    subs: HashMap<Arc<str>, channels::Sub>,
+    /// Numbers joins, so a late answer to an old one is recognised.
+    next_join: u64,
     outbox: Outbox,
     gauge: Arc<OutboundGauge>,
     /// This actor's own address as the hub holds it.
@@ -178,7 +181,7 @@ impl Actor for Socket {
             &self.id.label,
             &self.id.account,
             &config.node.id,
-            &welcome_limits(&limits),
+            &welcome_limits(&limits, node.bridge.share()),
         ));
         let every = Duration::from_millis(config.socket.heartbeat_interval_ms);
         ctx.run_interval(every, Self::heartbeat);
@@ -202,15 +205,17 @@ impl Actor for Socket {
     }
 }
 
-pub fn welcome_limits(l: &Limits) -> wire::WelcomeLimits {
+/// The limits in force for a socket: cluster-wide ones at this node's
+/// share while it serves alone (§7).
+pub fn welcome_limits(l: &Limits, share: f64) -> wire::WelcomeLimits {
     wire::WelcomeLimits {
         messages_per_sec: l.messages_per_sec,
         burst: l.burst,
         max_payload_bytes: l.max_payload_bytes,
         max_subscriptions: l.max_subscriptions,
-        account_messages_per_sec: l.account_messages_per_sec,
-        account_burst: l.account_burst,
-        max_connections: l.max_connections,
+        account_messages_per_sec: l.account_messages_per_sec * share,
+        account_burst: f64::from(l.account_burst) * share,
+        max_connections: crate::cluster::scale_cap(l.max_connections, share),
     }
 }
 
@@ -223,17 +228,7 @@ impl Handler<Deliver> for Socket {
                 channel,
                 seq,
                 frame,
-            } => match self.subs.get_mut(&channel) {
-                // Deduplicate by seq: a message already sent as recovered
-                // history, or from an earlier subscription, is not resent.
-                Some(last) if seq > *last && !self.closing => {
-                    *last = seq;
-                    self.outbox.push_reserved(frame);
-                }
-                _ => {
-                    self.gauge.release(frame.len());
-                }
-            },
+            } => self.deliver(&channel, seq, frame),
             Deliver::Congested => {
                 if self.congested_since.is_none() {
                     self.congested_since = Some(Instant::now());
@@ -334,6 +329,7 @@ impl Socket {
                 admission: Admission::new(limits, now),
                 notice: DropNotice::new(NOTICE_INTERVAL),
                 subs: HashMap::new(),
+                next_join: 0,
                 outbox,
                 gauge,
                 self_recipient: ctx.address().recipient(),

@@ -86,7 +86,7 @@ async fn open_sockets_per_ip_are_capped_and_forwarded_for_is_trusted_only_from_p
 #[tokio::test]
 async fn a_looping_identity_gets_its_burst_then_about_one_per_refill_interval() {
     let broker = Broker::start(
-        "[handshake]\nip_handshakes_per_sec = 1000\nip_handshake_burst = 1000\n\
+        "[handshake]\nip_handshakes_per_sec = 1000000\nip_handshake_burst = 1000000\nnode_accepts_per_sec = 1000000\n\
          [plans.free]\nhandshake_burst = 10\nhandshake_refill_per_sec = 5\nmax_connections = 100\n",
     );
     let token = broker.token("looper");

@@ -12,14 +12,14 @@ use crate::common::{Client, Got, PATIENCE, metric_value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tidegate");
 
-struct Proc {
+pub(crate) struct Proc {
     child: Child,
     url: String,
     config: PathBuf,
 }
 
 impl Proc {
-    async fn start(config_text: &str) -> Proc {
+    pub(crate) async fn start(config_text: &str) -> Proc {
         let dir = std::env::temp_dir().join(format!(
             "tidegate-proc-{}-{}",
             std::process::id(),
@@ -59,8 +59,22 @@ impl Proc {
         assert!(ok);
     }
 
-    fn ws(&self) -> String {
+    pub(crate) fn ws(&self) -> String {
         format!("{}/v1/ws", self.url.replace("http://", "ws://"))
+    }
+
+    pub(crate) async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.url))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// SIGKILL: the node dies without a goodbye.
+    pub(crate) async fn kill9(&mut self) {
+        self.child.kill().await.unwrap();
     }
 
     fn token(&self, account: &str) -> String {
@@ -89,11 +103,14 @@ fn rand_suffix() -> u64 {
         .as_nanos() as u64
 }
 
-/// The shipped config with one exact line replaced.
-fn shipped(from: &str, to: &str) -> String {
-    let text = tidegate::config::DEFAULT_TOML;
-    assert!(text.contains(from), "config.toml no longer has {from:?}");
-    text.replace(from, to)
+/// The shipped config with exact pieces of text replaced.
+pub(crate) fn shipped(edits: &[(&str, &str)]) -> String {
+    let mut text = tidegate::config::DEFAULT_TOML.to_owned();
+    for (from, to) in edits {
+        assert!(text.contains(from), "config.toml no longer has {from:?}");
+        text = text.replacen(from, to, 1);
+    }
+    text
 }
 
 const FREE_RATE: &str = "messages_per_sec = 20\nburst = 20\n";
@@ -110,7 +127,7 @@ async fn sighup_applies_a_new_limit_to_a_live_connection_and_refuses_a_bad_file(
 
     std::fs::write(
         &p.config,
-        shipped(FREE_RATE, "messages_per_sec = 50\nburst = 50\n"),
+        shipped(&[(FREE_RATE, "messages_per_sec = 50\nburst = 50\n")]),
     )
     .unwrap();
     p.signal("-HUP");
@@ -157,7 +174,7 @@ async fn sighup_applies_a_new_limit_to_a_live_connection_and_refuses_a_bad_file(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_in_staggered_batches_then_exits_0() {
-    let mut p = Proc::start(&shipped("drain_ms = 10000", "drain_ms = 1500")).await;
+    let mut p = Proc::start(&shipped(&[("drain_ms = 10000", "drain_ms = 1500")])).await;
     let mut clients = Vec::new();
     for i in 0..20 {
         let mut c = Client::connect(&p.ws(), &p.token(&format!("u{i}")))

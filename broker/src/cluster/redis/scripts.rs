@@ -1,0 +1,140 @@
+//! The Lua scripts of the Redis bridge. Each runs atomically in Redis and
+//! costs one round trip (EVALSHA). Numbers that leave Lua as strings go
+//! through `string.format('%d')`: Lua 5.1's default conversion keeps 14
+//! significant digits, and `seq` values have 16.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// Publish: next `seq` (raised to at least the node's floor; a missing
+/// counter starts from the clock floor), the message JSON built once,
+/// appended to the bounded history and published, in one step.
+///
+/// KEYS: seq counter, history list. ARGV: topic, channel, data,
+/// history size, history TTL ms, node floor, clock floor, counter TTL ms.
+pub static PUBLISH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local cur = redis.call('GET', KEYS[1])
+local floor = tonumber(ARGV[6])
+if cur then cur = tonumber(cur) else cur = math.max(floor, tonumber(ARGV[7])) end
+if cur < floor then cur = floor end
+local seq = string.format('%d', cur + 1)
+redis.call('SET', KEYS[1], seq, 'PX', ARGV[8])
+local msg = '{"type":"message","channel":"' .. ARGV[2] .. '","seq":' .. seq .. ',"data":' .. ARGV[3] .. '}'
+local size = tonumber(ARGV[4])
+if size > 0 then
+  redis.call('RPUSH', KEYS[2], msg)
+  redis.call('LTRIM', KEYS[2], -size, -1)
+  redis.call('PEXPIRE', KEYS[2], ARGV[5])
+end
+redis.call('PUBLISH', ARGV[1], msg)
+return seq
+"#,
+    )
+});
+
+/// History for recovery: the current `seq` and every held message.
+/// KEYS: seq counter, history list.
+pub static HISTORY: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+return { redis.call('GET', KEYS[1]) or '0', redis.call('LRANGE', KEYS[2], 0, -1) }
+"#,
+    )
+});
+
+/// Raises a `seq` counter to at least ARGV[1] (after an outage, so the
+/// cluster never reissues a `seq` a node handed out alone).
+/// KEYS: seq counter. ARGV: floor, counter TTL ms.
+/// (Sent with EVAL inside a pipeline, hence the bare source.)
+pub const RAISE: &str = r#"
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+if cur < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) end
+return 1
+"#;
+
+/// A cost-aware token bucket (seed 004), timed by Redis's clock so nodes'
+/// clocks do not matter. KEYS: bucket. ARGV: capacity, refill per second,
+/// cost. Returns {allowed, remaining (floor), retry ms, ms until full}.
+pub static BUCKET: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local cap = tonumber(ARGV[1])
+local rate = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local st = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens = tonumber(st[1]) or cap
+local ts = tonumber(st[2]) or now
+tokens = math.min(cap, tokens + math.max(0, now - ts) / 1000 * rate)
+local allowed = 0
+if tokens >= cost then
+  tokens = tokens - cost
+  allowed = 1
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', string.format('%d', now))
+redis.call('PEXPIRE', KEYS[1], math.ceil(cap / rate * 1000) + 1000)
+local retry = 0
+if allowed == 0 then retry = math.ceil((cost - tokens) / rate * 1000) end
+return { allowed, math.floor(tokens), retry, math.ceil((cap - tokens) / rate * 1000) }
+"#,
+    )
+});
+
+/// Counts one connection of this node for an account if the account is
+/// under its cap, summing only nodes whose lease is live (a dead node's
+/// counts are dropped here). KEYS: the account's per-node counts, the node
+/// leases. ARGV: node id, cap. Returns {admitted, open}.
+pub static RESERVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local counts = redis.call('HGETALL', KEYS[1])
+local total = 0
+for i = 1, #counts, 2 do
+  local node = counts[i]
+  local n = tonumber(counts[i + 1])
+  if node ~= ARGV[1] then
+    local exp = redis.call('ZSCORE', KEYS[2], node)
+    if (not exp) or tonumber(exp) < now then
+      redis.call('HDEL', KEYS[1], node)
+      n = 0
+    end
+  end
+  total = total + n
+end
+if total >= tonumber(ARGV[2]) then return { 0, total } end
+redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+return { 1, total + 1 }
+"#,
+    )
+});
+
+/// Gives back one connection. KEYS: the account's per-node counts.
+/// ARGV: node id.
+pub static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
+return 1
+"#,
+    )
+});
+
+/// Renews this node's lease, forgets expired ones, and returns how many
+/// nodes are live. KEYS: the node leases. ARGV: node id, lease ms.
+pub static LEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+return redis.call('ZCARD', KEYS[1])
+"#,
+    )
+});

@@ -1,0 +1,183 @@
+//! The channel operations of a socket: subscribe (with recovery),
+//! unsubscribe and publish, through the bridge.
+//!
+//! In a cluster, a subscribe completes only once delivery from every node
+//! is live (and the history after `since` has been read), so it is
+//! asynchronous. Until then the subscription is `Joining`: live messages
+//! that arrive meanwhile are held, and when the join completes the socket
+//! sends the ack, then the recovered history, then the held messages,
+//! skipping any `seq` already sent. Single-node mode completes at once.
+
+use std::time::Duration;
+
+use actix::prelude::*;
+use bytes::Bytes;
+use serde_json::value::RawValue;
+
+use super::Socket;
+use crate::cluster::Pending;
+use crate::config::LimitName;
+use crate::hub::{Joined, Subscriber};
+use crate::metrics::Layer;
+use crate::protocol::ErrorCode;
+use crate::protocol::wire::{self, ErrorFrame};
+
+/// A subscription as the socket holds it.
+#[derive(Debug)]
+pub(super) enum Sub {
+    /// Waiting for the bridge; live messages are held in `held`.
+    Joining { join: u64, held: Vec<(u64, Bytes)> },
+    /// Delivering; the last `seq` sent.
+    Live(u64),
+}
+
+impl Socket {
+    pub(super) fn subscribe(
+        &mut self,
+        id: Option<&RawValue>,
+        channel: &str,
+        since: Option<u64>,
+        ctx: &mut Context<Self>,
+    ) {
+        if !self.id.grants.subscribe.matches(channel) {
+            self.forbid(id, channel, "subscribe");
+            return;
+        }
+        let max = self.limits().max_subscriptions as usize;
+        if !self.subs.contains_key(channel) && self.subs.len() >= max {
+            let dry = self.limits().is_dry_run(LimitName::Subscriptions);
+            self.exceeded(
+                Layer::Connection,
+                "too_many_subscriptions",
+                Some(channel),
+                Duration::ZERO,
+                dry,
+            );
+            if !dry {
+                let message = format!("a connection may hold at most {max} subscriptions");
+                self.send(
+                    ErrorFrame::new(ErrorCode::TooManySubscriptions)
+                        .id(id)
+                        .channel(channel)
+                        .message(&message)
+                        .encode(),
+                );
+                return;
+            }
+        }
+        let sub = Subscriber {
+            conn: self.id.conn,
+            sink: self.self_recipient.clone(),
+            gauge: self.gauge.clone(),
+        };
+        self.next_join += 1;
+        let join = self.next_join;
+        self.subs.insert(
+            channel.into(),
+            Sub::Joining {
+                join,
+                held: Vec::new(),
+            },
+        );
+        let id: Option<Box<RawValue>> = id.map(ToOwned::to_owned);
+        match self.node.bridge.subscribe(channel, sub, since) {
+            Pending::Ready(joined) => self.joined(channel, join, id.as_deref(), joined),
+            Pending::Later(f) => {
+                let channel: Box<str> = channel.into();
+                ctx.spawn(f.into_actor(self).map(move |joined, act, _| {
+                    act.joined(&channel, join, id.as_deref(), joined);
+                }));
+            }
+        }
+    }
+
+    /// The ack first, then the recovered history, then what arrived live
+    /// while joining: each `seq` once, in order.
+    fn joined(&mut self, channel: &str, join: u64, id: Option<&RawValue>, joined: Joined) {
+        let held = match self.subs.get_mut(channel) {
+            Some(Sub::Joining { join: j, held }) if *j == join => std::mem::take(held),
+            // Unsubscribed (or subscribed again) meanwhile: a later join
+            // or the unsubscribe has the last word.
+            _ => return,
+        };
+        if self.closing {
+            return;
+        }
+        if let Some(id) = id {
+            self.send(wire::ack(id, None, joined.recovered));
+        }
+        // The backlog is everything after `since`, in order; live messages
+        // then continue above both it and what the node had when joining.
+        let mut last = joined.last_seq;
+        for (seq, frame) in joined.backlog {
+            last = last.max(seq);
+            self.send(frame);
+        }
+        for (seq, frame) in held {
+            if seq > last {
+                last = seq;
+                self.outbox.push_reserved(frame);
+            } else {
+                self.gauge.release(frame.len());
+            }
+        }
+        self.subs.insert(channel.into(), Sub::Live(last));
+    }
+
+    pub(super) fn unsubscribe(&mut self, id: Option<&RawValue>, channel: &str) {
+        if let Some((name, sub)) = self.subs.remove_entry(channel) {
+            if let Sub::Joining { held, .. } = sub {
+                self.gauge.release(held.iter().map(|(_, f)| f.len()).sum());
+            }
+            self.node.bridge.unsubscribe(&name, self.id.conn);
+        }
+        if let Some(id) = id {
+            self.send(wire::ack(id, None, None));
+        }
+    }
+
+    pub(super) fn publish(
+        &mut self,
+        id: Option<&RawValue>,
+        channel: &str,
+        data: &RawValue,
+        ctx: &mut Context<Self>,
+    ) {
+        if !self.id.grants.publish.matches(channel) {
+            self.forbid(id, channel, "publish");
+            return;
+        }
+        self.node.metrics.published("ws");
+        match self.node.bridge.publish(channel, data.get()) {
+            Pending::Ready(seq) => {
+                if let Some(id) = id {
+                    self.send(wire::ack(id, Some(seq), None));
+                }
+            }
+            Pending::Later(f) => {
+                let id: Option<Box<RawValue>> = id.map(ToOwned::to_owned);
+                ctx.spawn(f.into_actor(self).map(move |seq, act, _| {
+                    if let Some(id) = id {
+                        act.send(wire::ack(&id, Some(seq), None));
+                    }
+                }));
+            }
+        }
+    }
+
+    /// A live message from the hub (its bytes already counted in the gauge).
+    pub(super) fn deliver(&mut self, channel: &str, seq: u64, frame: Bytes) {
+        match self.subs.get_mut(channel) {
+            // Deduplicate by seq: a message already sent as recovered
+            // history, or from an earlier subscription, is not resent.
+            Some(Sub::Live(last)) if seq > *last && !self.closing => {
+                *last = seq;
+                self.outbox.push_reserved(frame);
+            }
+            Some(Sub::Joining { held, .. }) if !self.closing => held.push((seq, frame)),
+            _ => {
+                self.gauge.release(frame.len());
+            }
+        }
+    }
+}
