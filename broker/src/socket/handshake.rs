@@ -211,35 +211,26 @@ async fn admit(req: &HttpRequest, node: &Arc<Node>, config: &Config) -> Result<A
         .reserve_connection(&claims.sub, if dry { u32::MAX } else { max })
         .wait()
         .await;
-    match reserved {
-        Ok(open) if dry && open > max => {
-            Exceeded::new(
-                Layer::Handshake,
-                ErrorCode::TooManyConnections.as_str(),
-                &claims.sub,
-            )
-            .dry_run(true)
-            .emit(&node.metrics);
-        }
-        Ok(_) => {}
-        Err(cap) => {
-            Exceeded::new(
-                Layer::Handshake,
-                ErrorCode::TooManyConnections.as_str(),
-                &claims.sub,
-            )
-            .reset(cap_retry)
-            .emit(&node.metrics);
-            return Err(refused(
-                StatusCode::TOO_MANY_REQUESTS,
-                ErrorCode::TooManyConnections,
-                format!(
-                    "account {:?} has {} of {} connections open",
-                    claims.sub, cap.open, cap.max
-                ),
-                Some(cap_retry),
-            ));
-        }
+    if reserved.map_or(true, |open| dry && open > max) {
+        Exceeded::new(
+            Layer::Handshake,
+            ErrorCode::TooManyConnections.as_str(),
+            &claims.sub,
+        )
+        .reset(cap_retry)
+        .dry_run(dry)
+        .emit(&node.metrics);
+    }
+    if let Err(cap) = reserved {
+        return Err(refused(
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::TooManyConnections,
+            format!(
+                "account {:?} has {} of {} connections open",
+                claims.sub, cap.open, cap.max
+            ),
+            Some(cap_retry),
+        ));
     }
     let conn = node.next_conn();
     let account = node

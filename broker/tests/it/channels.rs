@@ -156,19 +156,25 @@ async fn subscriptions_are_capped_per_connection() {
     );
 }
 
+/// Publishes data 0..5 on `channel`; returns the first message's seq.
+async fn publish_five(p: &mut Client, channel: &str) -> u64 {
+    let mut first = 0;
+    for i in 0..5u64 {
+        let ack = p
+            .call(json!({"type":"publish","channel":channel,"data":i}), 1 + i)
+            .await;
+        if i == 0 {
+            first = ack["seq"].as_u64().unwrap();
+        }
+    }
+    first
+}
+
 #[tokio::test]
 async fn since_recovers_missed_messages_after_the_ack_without_gap_or_duplicate() {
     let broker = Broker::start("[history]\nsize = 10\n");
     let mut p = broker.client("acme").await;
-    let first = p
-        .call(json!({"type":"publish","channel":"doc:9","data":0}), 1)
-        .await["seq"]
-        .as_u64()
-        .unwrap();
-    for i in 1..5 {
-        p.call(json!({"type":"publish","channel":"doc:9","data":i}), 1 + i)
-            .await;
-    }
+    let first = publish_five(&mut p, "doc:9").await;
     let mut c = broker.client("acme").await;
     let ack = c
         .call(
@@ -200,15 +206,7 @@ async fn since_recovers_missed_messages_after_the_ack_without_gap_or_duplicate()
 async fn since_beyond_history_says_not_recovered() {
     let broker = Broker::start("[history]\nsize = 2\n");
     let mut p = broker.client("acme").await;
-    let first = p
-        .call(json!({"type":"publish","channel":"doc:9","data":0}), 1)
-        .await["seq"]
-        .as_u64()
-        .unwrap();
-    for i in 1..5 {
-        p.call(json!({"type":"publish","channel":"doc:9","data":i}), 1 + i)
-            .await;
-    }
+    let first = publish_five(&mut p, "doc:9").await;
     let mut c = broker.client("acme").await;
     let ack = c
         .call(

@@ -17,6 +17,9 @@
 //!   raises every channel counter above the `seq`s it issued, re-asserts its
 //!   connection counts and resubscribes, and only then reports itself up.
 
+mod fanout;
+mod lease;
+mod limits;
 mod scripts;
 mod subscriber;
 
@@ -27,17 +30,15 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use parking_lot::Mutex;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::{Bridge, CapReached, Charged, KeyCharge, LocalLimits, Pending};
 use crate::config::{Config, Limits};
-use crate::hub::{Hub, Joined, Subscriber, seq_floor};
+use crate::hub::{Hub, Joined, Subscriber};
 use crate::metrics::Metrics;
 use crate::node::Node;
-use crate::protocol::wire::{self, BudgetView};
 
 /// How long a subscribe waits for Redis to confirm before it is acked
 /// with local delivery only (delivery from other nodes follows by itself).
@@ -97,14 +98,6 @@ impl std::fmt::Debug for RedisBridge {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "RedisBridge({}, up={})", self.member, self.is_up())
     }
-}
-
-/// Parses the `seq` out of a message JSON built by the publish script.
-fn parse_seq(channel: &str, msg: &[u8]) -> Option<u64> {
-    let skip = r#"{"type":"message","channel":""#.len() + channel.len() + r#"","seq":"#.len();
-    let digits = msg.get(skip..)?;
-    let end = digits.iter().position(|b| !b.is_ascii_digit())?;
-    std::str::from_utf8(&digits[..end]).ok()?.parse().ok()
 }
 
 impl RedisBridge {
@@ -185,201 +178,6 @@ impl RedisBridge {
         }
         self.refresh_up();
     }
-
-    /// A message from the cluster, as delivered by Redis.
-    fn on_message(&self, topic: &str, payload: &[u8]) {
-        if topic == self.control_topic() {
-            if let Some(account) = std::str::from_utf8(payload)
-                .ok()
-                .and_then(|p| p.strip_prefix("breach:"))
-                && let Some(node) = self.node.upgrade()
-            {
-                node.accounts.breach(account);
-            }
-            return;
-        }
-        let Some(channel) = topic.strip_prefix(&format!("{}ch:", self.prefix)) else {
-            return;
-        };
-        match parse_seq(channel, payload) {
-            Some(seq) => {
-                self.hub.deliver(channel, seq, wire::text(payload));
-            }
-            None => tracing::warn!(%channel, "unparseable message from Redis ignored"),
-        }
-    }
-
-    fn add_interest(&self, channel: &str) -> Option<oneshot::Receiver<()>> {
-        let mut interest = self.interest.lock();
-        let entry = interest.entry(channel.into()).or_default();
-        entry.refs += 1;
-        if entry.refs == 1 {
-            let _ = self.cmds.send(SubCmd::Touch(channel.into()));
-        }
-        if entry.live || !self.pubsub_ok.load(Ordering::Acquire) {
-            return None;
-        }
-        let (tx, rx) = oneshot::channel();
-        entry.waiters.push(tx);
-        Some(rx)
-    }
-
-    fn remove_interest(&self, channel: &str) {
-        let mut interest = self.interest.lock();
-        if let Some(entry) = interest.get_mut(channel) {
-            entry.refs = entry.refs.saturating_sub(1);
-            if entry.refs == 0 {
-                interest.remove(channel);
-                let _ = self.cmds.send(SubCmd::Touch(channel.into()));
-            }
-        }
-    }
-
-    /// Recovery after `since` from the cluster's history.
-    async fn recover(&self, channel: &str, since: u64) -> Option<(bool, Vec<(u64, Bytes)>)> {
-        let (mut conn, _in_flight) = self.command()?;
-        let result: redis::RedisResult<(String, Vec<Vec<u8>>)> = scripts::HISTORY
-            .key(self.key("seq", channel))
-            .key(self.key("hist", channel))
-            .invoke_async(&mut conn)
-            .await;
-        let (cur, held) = match result {
-            Ok(r) => r,
-            Err(e) => {
-                self.failed(&e);
-                return None;
-            }
-        };
-        let cur: u64 = cur.parse().unwrap_or(0);
-        if cur == 0 || since > cur {
-            return Some((false, Vec::new()));
-        }
-        if since == cur {
-            return Some((true, Vec::new()));
-        }
-        let held: Vec<(u64, &Vec<u8>)> = held
-            .iter()
-            .filter_map(|m| Some((parse_seq(channel, m)?, m)))
-            .collect();
-        let complete = held.first().is_some_and(|(seq, _)| *seq <= since + 1);
-        let backlog = if complete {
-            held.iter()
-                .filter(|(seq, _)| *seq > since)
-                .map(|(seq, m)| (*seq, wire::text(m)))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        Some((complete, backlog))
-    }
-
-    /// The bucket script; `None` when Redis is away.
-    async fn bucket(
-        &self,
-        key: String,
-        capacity: f64,
-        rate: f64,
-        cost: f64,
-    ) -> Option<(bool, u64, u64, u64)> {
-        let (mut conn, _in_flight) = self.command()?;
-        let result: redis::RedisResult<(i64, i64, i64, i64)> = scripts::BUCKET
-            .key(key)
-            .arg(capacity)
-            .arg(rate)
-            .arg(cost)
-            .invoke_async(&mut conn)
-            .await;
-        match result {
-            Ok((allowed, remaining, retry, full)) => Some((
-                allowed == 1,
-                remaining.max(0) as u64,
-                retry.max(0) as u64,
-                full.max(0) as u64,
-            )),
-            Err(e) => {
-                self.failed(&e);
-                None
-            }
-        }
-    }
-
-    /// After a (re)connection: raise every channel counter above the `seq`s
-    /// this node knows, re-assert this node's connection counts, renew the
-    /// lease. Only then is the node up.
-    async fn resync(&self) -> redis::RedisResult<()> {
-        let Some(mut conn) = self.conn.get().cloned() else {
-            return Err((redis::ErrorKind::Client, "not started").into());
-        };
-        for chunk in self.hub.seqs().chunks(256) {
-            let mut pipe = redis::pipe();
-            for (channel, seq) in chunk {
-                pipe.cmd("EVAL")
-                    .arg(scripts::RAISE)
-                    .arg(1)
-                    .arg(self.key("seq", channel))
-                    .arg(seq.to_string())
-                    .arg(SEQ_TTL_MS.max(self.history.1))
-                    .ignore();
-            }
-            pipe.query_async::<()>(&mut conn).await?;
-        }
-        let counts = self.local.all_connections();
-        for chunk in counts.chunks(256) {
-            let mut pipe = redis::pipe();
-            for (account, n) in chunk {
-                pipe.hset(self.key("conns", account), &self.member, *n)
-                    .ignore();
-            }
-            pipe.query_async::<()>(&mut conn).await?;
-        }
-        self.renew_lease(&mut conn).await
-    }
-
-    async fn renew_lease(&self, conn: &mut ConnectionManager) -> redis::RedisResult<()> {
-        let live: u32 = scripts::LEASE
-            .key(format!("{}nodes", self.prefix))
-            .arg(&self.member)
-            .arg(self.lease_ms)
-            .invoke_async(conn)
-            .await?;
-        self.live_nodes.store(live.max(1), Ordering::Release);
-        self.metrics.live_nodes.set(i64::from(live.max(1)));
-        Ok(())
-    }
-
-    /// Renews the lease every third of its length; after a failure, re-syncs
-    /// before reporting the node up again.
-    async fn lease_loop(self: Arc<Self>) {
-        let mut tick = tokio::time::interval(Duration::from_millis((self.lease_ms / 3).max(50)));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let Some(mut conn) = self.conn.get().cloned() else {
-                continue;
-            };
-            if !self.pubsub_ok.load(Ordering::Acquire) {
-                continue;
-            }
-            let result = if self.cmd_ok.load(Ordering::Acquire) {
-                tokio::time::timeout(COMMAND_TIMEOUT, self.renew_lease(&mut conn)).await
-            } else {
-                tokio::time::timeout(COMMAND_TIMEOUT * 5, self.resync()).await
-            };
-            match result {
-                Ok(Ok(())) => {
-                    if !self.cmd_ok.swap(true, Ordering::AcqRel) {
-                        tracing::info!(
-                            live_nodes = self.live_nodes.load(Ordering::Acquire),
-                            "Redis reachable; cluster-wide limits shared again"
-                        );
-                    }
-                    self.refresh_up();
-                }
-                Ok(Err(e)) => self.failed(&e),
-                Err(_) => self.failed(&(redis::ErrorKind::Io, "timed out").into()),
-            }
-        }
-    }
 }
 
 /// Counts a command in flight toward Redis while it lives.
@@ -398,245 +196,39 @@ fn ms(n: u64) -> Duration {
 
 impl Bridge for RedisBridge {
     fn publish(&self, channel: &str, data: &str) -> Pending<u64> {
-        if !self.is_up() {
-            return Pending::Ready(self.hub.publish(channel, data));
-        }
-        let this = self.arc();
-        let (channel, data) = (channel.to_owned(), data.to_owned());
-        Pending::later(async move {
-            let Some((mut conn, _in_flight)) = this.command() else {
-                return this.hub.publish(&channel, &data);
-            };
-            let result: redis::RedisResult<String> = scripts::PUBLISH
-                .key(this.key("seq", &channel))
-                .key(this.key("hist", &channel))
-                .arg(this.topic(&channel))
-                .arg(&channel)
-                .arg(&data)
-                .arg(this.history.0)
-                .arg(this.history.1)
-                .arg(this.hub.seq(&channel))
-                .arg(seq_floor())
-                .arg(SEQ_TTL_MS.max(this.history.1))
-                .invoke_async(&mut conn)
-                .await;
-            match result.map(|s| s.parse::<u64>()) {
-                Ok(Ok(seq)) => seq,
-                Ok(Err(_)) => this.hub.publish(&channel, &data),
-                Err(e) => {
-                    // Availability first: the message may or may not have
-                    // reached Redis; serve it locally either way.
-                    this.failed(&e);
-                    this.hub.publish(&channel, &data)
-                }
-            }
-        })
+        self.publish_impl(channel, data)
     }
 
     fn subscribe(&self, channel: &str, sub: Subscriber, since: Option<u64>) -> Pending<Joined> {
-        let wait = self.add_interest(channel);
-        if !self.is_up() {
-            // Alone: local delivery is live now; recovery from local history.
-            return Pending::Ready(self.hub.subscribe(channel, sub, since));
-        }
-        let joined = self.hub.subscribe(channel, sub, None);
-        let this = self.arc();
-        let channel = channel.to_owned();
-        Pending::later(async move {
-            if let Some(rx) = wait {
-                let _ = tokio::time::timeout(SUBSCRIBE_WAIT, rx).await;
-            }
-            let Some(since) = since else {
-                return joined;
-            };
-            match this.recover(&channel, since).await {
-                Some((recovered, backlog)) => Joined {
-                    recovered: Some(recovered),
-                    backlog,
-                    ..joined
-                },
-                None => {
-                    let (recovered, backlog) = this.hub.recover(&channel, since);
-                    Joined {
-                        recovered: Some(recovered),
-                        backlog,
-                        ..joined
-                    }
-                }
-            }
-        })
+        self.subscribe_impl(channel, sub, since)
     }
 
     fn unsubscribe(&self, channel: &str, conn: u64) {
-        self.hub.unsubscribe(channel, conn);
-        self.remove_interest(channel);
+        self.unsubscribe_impl(channel, conn);
     }
 
     fn charge_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<Charged> {
-        let share = self.share();
-        if share < 1.0 {
-            return Pending::Ready(self.local.charge_account(
-                account,
-                units,
-                limits,
-                share,
-                Instant::now(),
-            ));
-        }
-        let this = self.arc();
-        let (account, limits) = (account.to_owned(), limits.clone());
-        Pending::later(async move {
-            let (cap, rate) = (
-                f64::from(limits.account_burst),
-                limits.account_messages_per_sec,
-            );
-            match this
-                .bucket(this.key("acct", &account), cap, rate, f64::from(units))
-                .await
-            {
-                Some((allowed, remaining, retry, _)) => Charged {
-                    allowed,
-                    retry_after: ms(retry),
-                    view: BudgetView {
-                        remaining,
-                        capacity: cap as u64,
-                        refill_per_sec: rate,
-                    },
-                },
-                None => this.local.charge_account(
-                    &account,
-                    units,
-                    &limits,
-                    this.share(),
-                    Instant::now(),
-                ),
-            }
-        })
+        self.charge_account_impl(account, units, limits)
     }
 
     fn announce_breach(&self, account: &str) {
-        let Some((mut conn, in_flight)) = self.command() else {
-            return;
-        };
-        let (topic, message) = (self.control_topic(), format!("breach:{account}"));
-        actix_rt::spawn(async move {
-            let r: redis::RedisResult<i64> = redis::cmd("PUBLISH")
-                .arg(topic)
-                .arg(message)
-                .query_async(&mut conn)
-                .await;
-            if let Err(e) = r {
-                in_flight.0.failed(&e);
-            }
-        });
+        self.announce_breach_impl(account);
     }
 
     fn reserve_connection(&self, account: &str, max: u32) -> Pending<Result<u32, CapReached>> {
-        if !self.is_up() {
-            return Pending::Ready(self.local.reserve_connection(account, max));
-        }
-        let this = self.arc();
-        let account = account.to_owned();
-        Pending::later(async move {
-            let Some((mut conn, _in_flight)) = this.command() else {
-                return this.local.reserve_connection(&account, max);
-            };
-            let result: redis::RedisResult<(i64, i64)> = scripts::RESERVE
-                .key(this.key("conns", &account))
-                .key(format!("{}nodes", this.prefix))
-                .arg(&this.member)
-                .arg(max)
-                .invoke_async(&mut conn)
-                .await;
-            match result {
-                Ok((1, open)) => {
-                    this.local.count_connection(&account);
-                    Ok(open as u32)
-                }
-                Ok((_, open)) => Err(CapReached {
-                    open: open as u32,
-                    max,
-                }),
-                Err(e) => {
-                    this.failed(&e);
-                    this.local.reserve_connection(&account, max)
-                }
-            }
-        })
+        self.reserve_connection_impl(account, max)
     }
 
     fn release_connection(&self, account: &str) {
-        self.local.release_connection(account);
-        let Some((mut conn, in_flight)) = self.command() else {
-            return;
-        };
-        let (key, member) = (self.key("conns", account), self.member.clone());
-        actix_rt::spawn(async move {
-            let r: redis::RedisResult<i64> = scripts::RELEASE
-                .key(key)
-                .arg(member)
-                .invoke_async(&mut conn)
-                .await;
-            if let Err(e) = r {
-                in_flight.0.failed(&e);
-            }
-        });
+        self.release_connection_impl(account);
     }
 
     fn handshake(&self, account: &str, limits: &Limits) -> Pending<Result<(), Duration>> {
-        let share = self.share();
-        if share < 1.0 {
-            return Pending::Ready(self.local.handshake(account, limits, share, Instant::now()));
-        }
-        let this = self.arc();
-        let (account, limits) = (account.to_owned(), limits.clone());
-        Pending::later(async move {
-            let (cap, rate) = (
-                f64::from(limits.handshake_burst),
-                limits.handshake_refill_per_sec,
-            );
-            match this.bucket(this.key("hs", &account), cap, rate, 1.0).await {
-                Some((true, ..)) => Ok(()),
-                Some((false, _, retry, _)) => Err(ms(retry)),
-                None => this
-                    .local
-                    .handshake(&account, &limits, this.share(), Instant::now()),
-            }
-        })
+        self.handshake_impl(account, limits)
     }
 
     fn charge_key(&self, key: &str, cost: f64, capacity: f64, rate: f64) -> Pending<KeyCharge> {
-        let share = self.share();
-        if share < 1.0 {
-            return Pending::Ready(self.local.charge_key(
-                key,
-                cost,
-                capacity,
-                rate,
-                share,
-                Instant::now(),
-            ));
-        }
-        let this = self.arc();
-        let key = key.to_owned();
-        Pending::later(async move {
-            match this
-                .bucket(this.key("key", &key), capacity, rate, cost)
-                .await
-            {
-                Some((allowed, remaining, retry, full)) => KeyCharge {
-                    allowed,
-                    limit: capacity as u64,
-                    remaining,
-                    reset: ms(full),
-                    retry_after: ms(retry),
-                },
-                None => {
-                    this.local
-                        .charge_key(&key, cost, capacity, rate, this.share(), Instant::now())
-                }
-            }
-        })
+        self.charge_key_impl(key, cost, capacity, rate)
     }
 
     fn share(&self) -> f64 {
@@ -688,17 +280,5 @@ impl RedisBridge {
     /// (a `&self` method can only be running while an `Arc` exists).
     fn arc(&self) -> Arc<RedisBridge> {
         self.me.upgrade().expect("called through an Arc")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_seq;
-
-    #[test]
-    fn seq_is_read_from_the_scripted_message() {
-        let msg = br#"{"type":"message","channel":"doc:1","seq":1796038664859005,"data":{"a":1}}"#;
-        assert_eq!(parse_seq("doc:1", msg), Some(1_796_038_664_859_005));
-        assert_eq!(parse_seq("doc:1", b"{}"), None);
     }
 }

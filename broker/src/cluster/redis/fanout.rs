@@ -1,0 +1,205 @@
+//! Fan-out through Redis: publish (one script), subscribe (interest, then
+//! recovery from the cluster's history), and what arrives from Redis.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use super::{RedisBridge, SEQ_TTL_MS, SUBSCRIBE_WAIT, SubCmd, scripts};
+use crate::cluster::{Bridge, Pending};
+use crate::hub::{Joined, Subscriber, seq_floor};
+use crate::protocol::wire;
+
+/// Parses the `seq` out of a message JSON built by the publish script.
+fn parse_seq(channel: &str, msg: &[u8]) -> Option<u64> {
+    let skip = r#"{"type":"message","channel":""#.len() + channel.len() + r#"","seq":"#.len();
+    let digits = msg.get(skip..)?;
+    let end = digits.iter().position(|b| !b.is_ascii_digit())?;
+    std::str::from_utf8(&digits[..end]).ok()?.parse().ok()
+}
+
+impl RedisBridge {
+    /// A message from the cluster, as delivered by Redis.
+    pub(super) fn on_message(&self, topic: &str, payload: &[u8]) {
+        if topic == self.control_topic() {
+            if let Some(account) = std::str::from_utf8(payload)
+                .ok()
+                .and_then(|p| p.strip_prefix("breach:"))
+                && let Some(node) = self.node.upgrade()
+            {
+                node.accounts.breach(account);
+            }
+            return;
+        }
+        let Some(channel) = topic.strip_prefix(&format!("{}ch:", self.prefix)) else {
+            return;
+        };
+        match parse_seq(channel, payload) {
+            Some(seq) => {
+                self.hub.deliver(channel, seq, wire::text(payload));
+            }
+            None => tracing::warn!(%channel, "unparseable message from Redis ignored"),
+        }
+    }
+
+    pub(super) fn add_interest(&self, channel: &str) -> Option<oneshot::Receiver<()>> {
+        let mut interest = self.interest.lock();
+        let entry = interest.entry(channel.into()).or_default();
+        entry.refs += 1;
+        if entry.refs == 1 {
+            let _ = self.cmds.send(SubCmd::Touch(channel.into()));
+        }
+        if entry.live || !self.pubsub_ok.load(Ordering::Acquire) {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        entry.waiters.push(tx);
+        Some(rx)
+    }
+
+    pub(super) fn remove_interest(&self, channel: &str) {
+        let mut interest = self.interest.lock();
+        if let Some(entry) = interest.get_mut(channel) {
+            entry.refs = entry.refs.saturating_sub(1);
+            if entry.refs == 0 {
+                interest.remove(channel);
+                let _ = self.cmds.send(SubCmd::Touch(channel.into()));
+            }
+        }
+    }
+
+    /// Recovery after `since` from the cluster's history.
+    pub(super) async fn recover(
+        &self,
+        channel: &str,
+        since: u64,
+    ) -> Option<(bool, Vec<(u64, Bytes)>)> {
+        let (mut conn, _in_flight) = self.command()?;
+        let result: redis::RedisResult<(String, Vec<Vec<u8>>)> = scripts::HISTORY
+            .key(self.key("seq", channel))
+            .key(self.key("hist", channel))
+            .invoke_async(&mut conn)
+            .await;
+        let (cur, held) = match result {
+            Ok(r) => r,
+            Err(e) => {
+                self.failed(&e);
+                return None;
+            }
+        };
+        let cur: u64 = cur.parse().unwrap_or(0);
+        if cur == 0 || since > cur {
+            return Some((false, Vec::new()));
+        }
+        if since == cur {
+            return Some((true, Vec::new()));
+        }
+        let held: Vec<(u64, &Vec<u8>)> = held
+            .iter()
+            .filter_map(|m| Some((parse_seq(channel, m)?, m)))
+            .collect();
+        let complete = held.first().is_some_and(|(seq, _)| *seq <= since + 1);
+        let backlog = if complete {
+            held.iter()
+                .filter(|(seq, _)| *seq > since)
+                .map(|(seq, m)| (*seq, wire::text(m)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Some((complete, backlog))
+    }
+
+    pub(super) fn publish_impl(&self, channel: &str, data: &str) -> Pending<u64> {
+        if !self.is_up() {
+            return Pending::Ready(self.hub.publish(channel, data));
+        }
+        let this = self.arc();
+        let (channel, data) = (channel.to_owned(), data.to_owned());
+        Pending::later(async move {
+            let Some((mut conn, _in_flight)) = this.command() else {
+                return this.hub.publish(&channel, &data);
+            };
+            let result: redis::RedisResult<String> = scripts::PUBLISH
+                .key(this.key("seq", &channel))
+                .key(this.key("hist", &channel))
+                .arg(this.topic(&channel))
+                .arg(&channel)
+                .arg(&data)
+                .arg(this.history.0)
+                .arg(this.history.1)
+                .arg(this.hub.seq(&channel))
+                .arg(seq_floor())
+                .arg(SEQ_TTL_MS.max(this.history.1))
+                .invoke_async(&mut conn)
+                .await;
+            match result.map(|s| s.parse::<u64>()) {
+                Ok(Ok(seq)) => seq,
+                Ok(Err(_)) => this.hub.publish(&channel, &data),
+                Err(e) => {
+                    // Availability first: the message may or may not have
+                    // reached Redis; serve it locally either way.
+                    this.failed(&e);
+                    this.hub.publish(&channel, &data)
+                }
+            }
+        })
+    }
+
+    pub(super) fn subscribe_impl(
+        &self,
+        channel: &str,
+        sub: Subscriber,
+        since: Option<u64>,
+    ) -> Pending<Joined> {
+        let wait = self.add_interest(channel);
+        if !self.is_up() {
+            // Alone: local delivery is live now; recovery from local history.
+            return Pending::Ready(self.hub.subscribe(channel, sub, since));
+        }
+        let joined = self.hub.subscribe(channel, sub, None);
+        let this = self.arc();
+        let channel = channel.to_owned();
+        Pending::later(async move {
+            if let Some(rx) = wait {
+                let _ = tokio::time::timeout(SUBSCRIBE_WAIT, rx).await;
+            }
+            let Some(since) = since else {
+                return joined;
+            };
+            match this.recover(&channel, since).await {
+                Some((recovered, backlog)) => Joined {
+                    recovered: Some(recovered),
+                    backlog,
+                    ..joined
+                },
+                None => {
+                    let (recovered, backlog) = this.hub.recover(&channel, since);
+                    Joined {
+                        recovered: Some(recovered),
+                        backlog,
+                        ..joined
+                    }
+                }
+            }
+        })
+    }
+
+    pub(super) fn unsubscribe_impl(&self, channel: &str, conn: u64) {
+        self.hub.unsubscribe(channel, conn);
+        self.remove_interest(channel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_seq;
+
+    #[test]
+    fn seq_is_read_from_the_scripted_message() {
+        let msg = br#"{"type":"message","channel":"doc:1","seq":1796038664859005,"data":{"a":1}}"#;
+        assert_eq!(parse_seq("doc:1", msg), Some(1_796_038_664_859_005));
+        assert_eq!(parse_seq("doc:1", b"{}"), None);
+    }
+}

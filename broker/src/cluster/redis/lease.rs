@@ -1,0 +1,90 @@
+//! Leases and re-synchronisation: the node's lease renewal, and what a node
+//! does before it reports itself up after (re)connecting.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+
+use super::{COMMAND_TIMEOUT, RedisBridge, SEQ_TTL_MS, scripts};
+
+impl RedisBridge {
+    /// After a (re)connection: raise every channel counter above the `seq`s
+    /// this node knows, re-assert this node's connection counts, renew the
+    /// lease. Only then is the node up.
+    pub(super) async fn resync(&self) -> redis::RedisResult<()> {
+        let Some(mut conn) = self.conn.get().cloned() else {
+            return Err((redis::ErrorKind::Client, "not started").into());
+        };
+        for chunk in self.hub.seqs().chunks(256) {
+            let mut pipe = redis::pipe();
+            for (channel, seq) in chunk {
+                pipe.cmd("EVAL")
+                    .arg(scripts::RAISE)
+                    .arg(1)
+                    .arg(self.key("seq", channel))
+                    .arg(seq.to_string())
+                    .arg(SEQ_TTL_MS.max(self.history.1))
+                    .ignore();
+            }
+            pipe.query_async::<()>(&mut conn).await?;
+        }
+        let counts = self.local.all_connections();
+        for chunk in counts.chunks(256) {
+            let mut pipe = redis::pipe();
+            for (account, n) in chunk {
+                pipe.hset(self.key("conns", account), &self.member, *n)
+                    .ignore();
+            }
+            pipe.query_async::<()>(&mut conn).await?;
+        }
+        self.renew_lease(&mut conn).await
+    }
+
+    pub(super) async fn renew_lease(&self, conn: &mut ConnectionManager) -> redis::RedisResult<()> {
+        let live: u32 = scripts::LEASE
+            .key(format!("{}nodes", self.prefix))
+            .arg(&self.member)
+            .arg(self.lease_ms)
+            .invoke_async(conn)
+            .await?;
+        self.live_nodes.store(live.max(1), Ordering::Release);
+        self.metrics.live_nodes.set(i64::from(live.max(1)));
+        Ok(())
+    }
+
+    /// Renews the lease every third of its length; after a failure, re-syncs
+    /// before reporting the node up again.
+    pub(super) async fn lease_loop(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(Duration::from_millis((self.lease_ms / 3).max(50)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(mut conn) = self.conn.get().cloned() else {
+                continue;
+            };
+            if !self.pubsub_ok.load(Ordering::Acquire) {
+                continue;
+            }
+            let result = if self.cmd_ok.load(Ordering::Acquire) {
+                tokio::time::timeout(COMMAND_TIMEOUT, self.renew_lease(&mut conn)).await
+            } else {
+                tokio::time::timeout(COMMAND_TIMEOUT * 5, self.resync()).await
+            };
+            match result {
+                Ok(Ok(())) => {
+                    if !self.cmd_ok.swap(true, Ordering::AcqRel) {
+                        tracing::info!(
+                            live_nodes = self.live_nodes.load(Ordering::Acquire),
+                            "Redis reachable; cluster-wide limits shared again"
+                        );
+                    }
+                    self.refresh_up();
+                }
+                Ok(Err(e)) => self.failed(&e),
+                Err(_) => self.failed(&(redis::ErrorKind::Io, "timed out").into()),
+            }
+        }
+    }
+}

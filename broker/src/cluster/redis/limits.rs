@@ -1,0 +1,228 @@
+//! The cluster-wide limits through Redis: account budgets, connection caps,
+//! the per-identity handshake bucket and API-key buckets, each one script
+//! call; locally, at this node's share, while Redis is away.
+
+use std::time::{Duration, Instant};
+
+use super::{RedisBridge, ms, scripts};
+use crate::cluster::{Bridge, CapReached, Charged, KeyCharge, Pending};
+use crate::config::Limits;
+use crate::protocol::wire::BudgetView;
+
+impl RedisBridge {
+    /// The bucket script; `None` when Redis is away.
+    async fn bucket(
+        &self,
+        key: String,
+        capacity: f64,
+        rate: f64,
+        cost: f64,
+    ) -> Option<(bool, u64, u64, u64)> {
+        let (mut conn, _in_flight) = self.command()?;
+        let result: redis::RedisResult<(i64, i64, i64, i64)> = scripts::BUCKET
+            .key(key)
+            .arg(capacity)
+            .arg(rate)
+            .arg(cost)
+            .invoke_async(&mut conn)
+            .await;
+        match result {
+            Ok((allowed, remaining, retry, full)) => Some((
+                allowed == 1,
+                remaining.max(0) as u64,
+                retry.max(0) as u64,
+                full.max(0) as u64,
+            )),
+            Err(e) => {
+                self.failed(&e);
+                None
+            }
+        }
+    }
+
+    pub(super) fn charge_account_impl(
+        &self,
+        account: &str,
+        units: u32,
+        limits: &Limits,
+    ) -> Pending<Charged> {
+        let share = self.share();
+        if share < 1.0 {
+            return Pending::Ready(self.local.charge_account(
+                account,
+                units,
+                limits,
+                share,
+                Instant::now(),
+            ));
+        }
+        let this = self.arc();
+        let (account, limits) = (account.to_owned(), limits.clone());
+        Pending::later(async move {
+            let (cap, rate) = (
+                f64::from(limits.account_burst),
+                limits.account_messages_per_sec,
+            );
+            match this
+                .bucket(this.key("acct", &account), cap, rate, f64::from(units))
+                .await
+            {
+                Some((allowed, remaining, retry, _)) => Charged {
+                    allowed,
+                    retry_after: ms(retry),
+                    view: BudgetView {
+                        remaining,
+                        capacity: cap as u64,
+                        refill_per_sec: rate,
+                    },
+                },
+                None => this.local.charge_account(
+                    &account,
+                    units,
+                    &limits,
+                    this.share(),
+                    Instant::now(),
+                ),
+            }
+        })
+    }
+
+    pub(super) fn announce_breach_impl(&self, account: &str) {
+        let Some((mut conn, in_flight)) = self.command() else {
+            return;
+        };
+        let (topic, message) = (self.control_topic(), format!("breach:{account}"));
+        actix_rt::spawn(async move {
+            let r: redis::RedisResult<i64> = redis::cmd("PUBLISH")
+                .arg(topic)
+                .arg(message)
+                .query_async(&mut conn)
+                .await;
+            if let Err(e) = r {
+                in_flight.0.failed(&e);
+            }
+        });
+    }
+
+    pub(super) fn reserve_connection_impl(
+        &self,
+        account: &str,
+        max: u32,
+    ) -> Pending<Result<u32, CapReached>> {
+        if !self.is_up() {
+            return Pending::Ready(self.local.reserve_connection(account, max));
+        }
+        let this = self.arc();
+        let account = account.to_owned();
+        Pending::later(async move {
+            let Some((mut conn, _in_flight)) = this.command() else {
+                return this.local.reserve_connection(&account, max);
+            };
+            let result: redis::RedisResult<(i64, i64)> = scripts::RESERVE
+                .key(this.key("conns", &account))
+                .key(format!("{}nodes", this.prefix))
+                .arg(&this.member)
+                .arg(max)
+                .invoke_async(&mut conn)
+                .await;
+            match result {
+                Ok((1, open)) => {
+                    this.local.count_connection(&account);
+                    Ok(open as u32)
+                }
+                Ok((_, open)) => Err(CapReached {
+                    open: open as u32,
+                    max,
+                }),
+                Err(e) => {
+                    this.failed(&e);
+                    this.local.reserve_connection(&account, max)
+                }
+            }
+        })
+    }
+
+    pub(super) fn release_connection_impl(&self, account: &str) {
+        self.local.release_connection(account);
+        let Some((mut conn, in_flight)) = self.command() else {
+            return;
+        };
+        let (key, member) = (self.key("conns", account), self.member.clone());
+        actix_rt::spawn(async move {
+            let r: redis::RedisResult<i64> = scripts::RELEASE
+                .key(key)
+                .arg(member)
+                .invoke_async(&mut conn)
+                .await;
+            if let Err(e) = r {
+                in_flight.0.failed(&e);
+            }
+        });
+    }
+
+    pub(super) fn handshake_impl(
+        &self,
+        account: &str,
+        limits: &Limits,
+    ) -> Pending<Result<(), Duration>> {
+        let share = self.share();
+        if share < 1.0 {
+            return Pending::Ready(self.local.handshake(account, limits, share, Instant::now()));
+        }
+        let this = self.arc();
+        let (account, limits) = (account.to_owned(), limits.clone());
+        Pending::later(async move {
+            let (cap, rate) = (
+                f64::from(limits.handshake_burst),
+                limits.handshake_refill_per_sec,
+            );
+            match this.bucket(this.key("hs", &account), cap, rate, 1.0).await {
+                Some((true, ..)) => Ok(()),
+                Some((false, _, retry, _)) => Err(ms(retry)),
+                None => this
+                    .local
+                    .handshake(&account, &limits, this.share(), Instant::now()),
+            }
+        })
+    }
+
+    pub(super) fn charge_key_impl(
+        &self,
+        key: &str,
+        cost: f64,
+        capacity: f64,
+        rate: f64,
+    ) -> Pending<KeyCharge> {
+        let share = self.share();
+        if share < 1.0 {
+            return Pending::Ready(self.local.charge_key(
+                key,
+                cost,
+                capacity,
+                rate,
+                share,
+                Instant::now(),
+            ));
+        }
+        let this = self.arc();
+        let key = key.to_owned();
+        Pending::later(async move {
+            match this
+                .bucket(this.key("key", &key), capacity, rate, cost)
+                .await
+            {
+                Some((allowed, remaining, retry, full)) => KeyCharge {
+                    allowed,
+                    limit: capacity as u64,
+                    remaining,
+                    reset: ms(full),
+                    retry_after: ms(retry),
+                },
+                None => {
+                    this.local
+                        .charge_key(&key, cost, capacity, rate, this.share(), Instant::now())
+                }
+            }
+        })
+    }
+}

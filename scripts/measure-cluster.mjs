@@ -1,0 +1,245 @@
+// Measures cross-node fan-out and the Redis cost per published message.
+//
+//   node scripts/measure-cluster.mjs [--subs 200] [--seconds 5] [--payload 64]
+//
+// Runs three set-ups one after the other, on loopback, each for --seconds:
+//   memory-1   one node, single-node mode (no Redis)
+//   redis-1    one node through Redis
+//   redis-2    two nodes through Redis, subscribers split between them,
+//              the publisher on the first
+// and prints, for each, messages published per second, frames delivered per
+// second, and Redis commands per 1,000 published messages (from Redis's own
+// INFO commandstats, reset before the run). Needs target/release/tidegate,
+// redis-server, and `npm ci` in client-sdk-ts (for the `ws` package).
+// Starts everything it uses on free ports and kills only what it started.
+
+import { spawn } from "node:child_process";
+import { createRequire } from "node:module";
+import { mkdtempSync, writeFileSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import net from "node:net";
+
+const require = createRequire(new URL("../client-sdk-ts/package.json", import.meta.url));
+const WebSocket = require("ws");
+const root = new URL("..", import.meta.url).pathname;
+const bin = process.env.TIDEGATE_BIN ?? join(root, "target/release/tidegate");
+
+const arg = (name, dflt) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? Number(process.argv[i + 1]) : dflt;
+};
+const SUBS = arg("subs", 200);
+const SECONDS = arg("seconds", 5);
+const PAYLOAD = arg("payload", 64);
+const WINDOW = 64; // publishes in flight
+
+const children = [];
+const cleanup = () => children.forEach((c) => c.kill("SIGKILL"));
+process.on("exit", cleanup);
+
+const freePort = () =>
+  new Promise((res) => {
+    const s = net.createServer().listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => res(port));
+    });
+  });
+
+function startRedis(port) {
+  const c = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--logfile", ""]);
+  children.push(c);
+  return new Promise((res) => c.stdout.on("data", (d) => String(d).includes("Ready to accept") && res(c)));
+}
+
+function redisCmd(port, ...args) {
+  return new Promise((res, rej) => {
+    const s = net.connect(port, "127.0.0.1");
+    const wire = `*${args.length}\r\n` + args.map((a) => `$${Buffer.byteLength(String(a))}\r\n${a}\r\n`).join("");
+    let buf = "";
+    s.on("data", (d) => {
+      buf += d;
+      if (buf.endsWith("\r\n") && (buf[0] !== "$" || buf.split("\r\n").length >= 3)) {
+        s.end();
+        res(buf);
+      }
+    });
+    s.on("error", rej);
+    s.write(wire);
+  });
+}
+
+async function commandCount(port) {
+  const info = await redisCmd(port, "INFO", "commandstats");
+  let total = 0;
+  const by = {};
+  for (const m of info.matchAll(/cmdstat_(\w+):calls=(\d+)/g)) {
+    if (m[1] === "info" || m[1] === "config") continue;
+    by[m[1]] = Number(m[2]);
+    total += Number(m[2]);
+  }
+  return { total, by };
+}
+
+function config(dir, name, id, redisPort) {
+  let text = readFileSync(join(root, "config.toml"), "utf8")
+    .replace('id = "n1"', `id = "${id}"`)
+    .replace("workers = 0", "workers = 1")
+    .replace("ip_handshakes_per_sec = 5", "ip_handshakes_per_sec = 100000")
+    .replace("ip_handshake_burst = 20", "ip_handshake_burst = 100000")
+    .replace("ip_max_open = 50", "ip_max_open = 100000");
+  if (redisPort) {
+    text = text
+      .replace('mode = "memory"', 'mode = "redis"')
+      .replace('redis_url = "redis://127.0.0.1:6379/"', `redis_url = "redis://127.0.0.1:${redisPort}/"`);
+  }
+  // Only the publisher's own budget is raised.
+  text += `
+[plans.publisher]
+messages_per_sec = 1000000
+burst = 1000000
+account_messages_per_sec = 1000000
+account_burst = 1000000
+account_sample_every = 25
+max_subscriptions = 100
+outbound_high_water_bytes = 1048576
+[plans.publisher.costs]
+max_single = 20
+`;
+  const file = join(dir, `${name}.toml`);
+  writeFileSync(file, text);
+  return file;
+}
+
+function startNode(file) {
+  const c = spawn(bin, ["serve", "--config", file, "--listen", "127.0.0.1:0"], { stdio: ["ignore", "pipe", "ignore"] });
+  children.push(c);
+  return new Promise((res) =>
+    c.stdout.on("data", (d) => {
+      const m = String(d).match(/listening on http:\/\/(\S+)/);
+      if (m) res({ child: c, addr: m[1] });
+    }),
+  );
+}
+
+function token(file, account, plan) {
+  return new Promise((res) => {
+    const args = ["token", "--config", file, "--account", account, "--sub", "bench:*", "--pub", "bench:*"];
+    if (plan) args.push("--plan", plan);
+    const c = spawn(bin, args);
+    let out = "";
+    c.stdout.on("data", (d) => (out += d));
+    c.on("exit", () => res(out.trim()));
+  });
+}
+
+function open(addr, tok) {
+  return new Promise((res, rej) => {
+    const ws = new WebSocket(`ws://${addr}/v1/ws`, ["tidegate.v1", `bearer.${tok}`]);
+    ws.once("message", () => res(ws)); // welcome
+    ws.once("error", rej);
+  });
+}
+
+async function ready(addr) {
+  for (;;) {
+    const r = await fetch(`http://${addr}/readyz`).catch(() => null);
+    if (r?.status === 200) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+async function run(label, nodes, file, redisPort) {
+  for (const n of nodes) await ready(n.addr);
+  const subs = [];
+  let delivered = 0;
+  for (let i = 0; i < SUBS; i++) {
+    const n = nodes[i % nodes.length];
+    // Eight sockets per account: the default connection cap stays on.
+    const ws = await open(n.addr, await token(file, `${label}-sub${Math.floor(i / 8)}`));
+    await new Promise((res) => {
+      ws.on("message", (raw) => {
+        const s = raw.toString();
+        if (s.startsWith('{"type":"message"')) delivered++;
+        else if (s.includes('"ack"')) res();
+      });
+      ws.send(JSON.stringify({ type: "subscribe", channel: "bench:fan", id: 1 }));
+    });
+    subs.push(ws);
+  }
+  const pub = await open(nodes[0].addr, await token(file, `${label}-publisher`, "publisher"));
+  const data = JSON.stringify("x".repeat(Math.max(0, PAYLOAD - 2)));
+  const before = redisPort ? await commandCount(redisPort) : null;
+  let published = 0;
+  let inFlight = 0;
+  let id = 0;
+  const end = Date.now() + SECONDS * 1000;
+  const t0 = Date.now();
+  delivered = 0;
+  await new Promise((done) => {
+    const pump = () => {
+      while (inFlight < WINDOW && Date.now() < end) {
+        inFlight++;
+        pub.send(`{"type":"publish","channel":"bench:fan","data":${data},"id":${++id}}`);
+      }
+      if (Date.now() >= end && inFlight === 0) done();
+    };
+    pub.on("message", (raw) => {
+      if (raw.toString().includes('"ack"')) {
+        inFlight--;
+        published++;
+        pump();
+      }
+    });
+    pump();
+  });
+  // Let deliveries in flight arrive.
+  const expected = published * SUBS;
+  const drainEnd = Date.now() + 3000;
+  while (delivered < expected && Date.now() < drainEnd) await new Promise((r) => setTimeout(r, 20));
+  const secs = (Date.now() - t0) / 1000;
+  const after = redisPort ? await commandCount(redisPort) : null;
+  const cmds = after ? after.total - before.total : 0;
+  const result = {
+    setup: label,
+    subscribers: SUBS,
+    payloadBytes: PAYLOAD,
+    published,
+    publishedPerSec: Math.round(published / SECONDS),
+    delivered,
+    loss: expected ? 1 - delivered / expected : 0,
+    deliveredPerSec: Math.round(delivered / secs),
+    redisCommandsPer1000: redisPort ? Math.round((cmds / published) * 1000) : null,
+    redisCommands: after
+      ? Object.fromEntries(Object.entries(after.by).map(([k, v]) => [k, v - (before.by[k] ?? 0)]).filter(([, v]) => v > 0))
+      : null,
+  };
+  [...subs, pub].forEach((ws) => ws.terminate());
+  return result;
+}
+
+const dir = mkdtempSync(join(tmpdir(), "tidegate-measure-"));
+const results = [];
+{
+  const file = config(dir, "memory", "m1");
+  const n = await startNode(file);
+  results.push(await run("memory-1", [n], file));
+  n.child.kill("SIGKILL");
+}
+{
+  const port = await freePort();
+  await startRedis(port);
+  const f1 = config(dir, "r1", "r1", port);
+  const n = await startNode(f1);
+  await redisCmd(port, "CONFIG", "RESETSTAT");
+  results.push(await run("redis-1", [n], f1, port));
+  n.child.kill("SIGKILL");
+  const fa = config(dir, "ra", "ra", port);
+  const fb = config(dir, "rb", "rb", port);
+  const a = await startNode(fa);
+  const b = await startNode(fb);
+  results.push(await run("redis-2", [a, b], fa, port));
+}
+console.log(JSON.stringify({ machine: `${process.platform} ${process.arch}, ${(await import("node:os")).cpus().length} cores`, results }, null, 2));
+cleanup();
+process.exit(0);
