@@ -116,7 +116,7 @@ pub(crate) fn shipped(edits: &[(&str, &str)]) -> String {
 const FREE_RATE: &str = "messages_per_sec = 20\nburst = 20\n";
 
 #[tokio::test]
-async fn sighup_applies_a_new_limit_to_a_live_connection_and_refuses_a_bad_file() {
+async fn sighup_and_file_changes_apply_new_limits_to_a_live_connection_and_a_bad_file_is_refused() {
     let p = Proc::start(tidegate::config::DEFAULT_TOML).await;
     let mut c = Client::connect(&p.ws(), &p.token("acme")).await.unwrap();
     assert_eq!(c.next_json().await["limits"]["burst"], 20);
@@ -170,6 +170,23 @@ async fn sighup_applies_a_new_limit_to_a_live_connection_and_refuses_a_bad_file(
         c.call(json!({"type":"budget"}), 1000).await["connection"]["capacity"],
         50
     );
+
+    // Saving the file is enough: no signal this time.
+    std::fs::write(
+        &p.config,
+        shipped(&[(FREE_RATE, "messages_per_sec = 60\nburst = 60\n")]),
+    )
+    .unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    let mut id = 2000;
+    while c.call(json!({"type":"budget"}), id).await["connection"]["capacity"] != 60 {
+        assert!(
+            Instant::now() < deadline,
+            "the file change was never picked up"
+        );
+        id += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
