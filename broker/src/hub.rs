@@ -133,6 +133,48 @@ impl std::fmt::Debug for Subscriber {
     }
 }
 
+/// A channel's subscribers: a list to fan out over, and each one's place
+/// in it, so joining and leaving cost O(1) instead of a scan of the list
+/// under the channel lock (a 10,000-subscriber channel scanned 10,000
+/// entries per leave, and a storm of leaves held the lock for seconds).
+/// Leaving moves the last subscriber into the gap: fan-out order across
+/// subscribers is not part of the contract (each one's own order is).
+#[derive(Debug, Default)]
+struct Subscribers {
+    list: Vec<Subscriber>,
+    index: std::collections::HashMap<u64, usize, foldhash::fast::RandomState>,
+}
+
+impl Subscribers {
+    /// Adds `sub`, replacing an earlier subscription of the same socket.
+    fn insert(&mut self, sub: Subscriber) {
+        match self.index.get(&sub.conn) {
+            Some(&i) => self.list[i] = sub,
+            None => {
+                self.index.insert(sub.conn, self.list.len());
+                self.list.push(sub);
+            }
+        }
+    }
+
+    fn remove(&mut self, conn: u64) {
+        if let Some(i) = self.index.remove(&conn) {
+            self.list.swap_remove(i);
+            if let Some(moved) = self.list.get(i) {
+                self.index.insert(moved.conn, i);
+            }
+        }
+    }
+
+    fn iter(&self) -> std::slice::Iter<'_, Subscriber> {
+        self.list.iter()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+}
+
 #[derive(Debug)]
 struct Held {
     seq: u64,
@@ -144,7 +186,7 @@ struct Held {
 struct ChannelState {
     /// Last `seq` assigned or seen; 0 while this node knows none.
     seq: u64,
-    subscribers: Vec<Subscriber>,
+    subscribers: Subscribers,
     history: VecDeque<Held>,
     /// Set when the sweeper removed the channel from the map; a caller
     /// holding a stale `Arc` looks the channel up again.
@@ -224,7 +266,7 @@ impl Hub {
                     name: Arc::from(name),
                     state: Mutex::new(ChannelState {
                         seq: 0,
-                        subscribers: Vec::new(),
+                        subscribers: Subscribers::default(),
                         history: VecDeque::new(),
                         dead: false,
                     }),
@@ -312,7 +354,7 @@ impl Hub {
         let len = frame.len();
         let mut delivered = 0u64;
         let mut dropped = 0u64;
-        for sub in &st.subscribers {
+        for sub in st.subscribers.iter() {
             match sub.gauge.try_reserve(len) {
                 Reserve::Queued => {
                     delivered += 1;
@@ -345,8 +387,7 @@ impl Hub {
         let limits = *self.history.read();
         self.with_channel(channel, |_, st| {
             trim(&mut st.history, limits, now);
-            st.subscribers.retain(|s| s.conn != sub.conn);
-            st.subscribers.push(sub.clone());
+            st.subscribers.insert(sub.clone());
             let mut joined = Joined {
                 last_seq: st.seq,
                 ..Joined::default()
@@ -378,7 +419,7 @@ impl Hub {
 
     pub fn unsubscribe(&self, channel: &str, conn: u64) {
         if let Some(ch) = self.channels.get(channel).map(|c| c.clone()) {
-            ch.state.lock().subscribers.retain(|s| s.conn != conn);
+            ch.state.lock().subscribers.remove(conn);
         }
     }
 

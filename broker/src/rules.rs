@@ -7,7 +7,6 @@
 //! sockets ([`RuleBuckets`]); connection buckets live in the socket.
 
 use std::collections::HashMap;
-use std::fmt::Write;
 use std::time::{Duration, Instant};
 
 use crate::config::{LimitName, Limits, Op, Rule, TrackBy};
@@ -26,9 +25,14 @@ impl RuleBuckets {
     }
 }
 
-/// A socket's own rule buckets (`track_by = "connection"`).
+/// A socket's own rule buckets (`track_by = "connection"`), and the
+/// buffer shared-bucket keys are written into, so that checking a frame
+/// allocates nothing once the socket's buckets exist.
 #[derive(Debug, Default)]
-pub struct ConnRules(HashMap<String, TokenBucket>);
+pub struct ConnRules {
+    buckets: HashMap<String, TokenBucket, foldhash::fast::RandomState>,
+    key: String,
+}
 
 /// What the rules decided for one operation.
 #[derive(Debug, PartialEq)]
@@ -66,17 +70,64 @@ pub fn skipped(limits: &Limits, role: Option<&str>) -> bool {
 
 fn key(buf: &mut String, rule: &Rule, account: &str, channel: &str) {
     buf.clear();
-    let _ = match rule.track_by {
-        TrackBy::Account => write!(buf, "{}\u{0}{account}", rule.id),
-        TrackBy::Channel => write!(buf, "{}\u{0}\u{0}{channel}", rule.id),
-        TrackBy::AccountChannel | TrackBy::Connection => {
-            write!(buf, "{}\u{0}{account}\u{0}{channel}", rule.id)
+    buf.push_str(&rule.id);
+    buf.push('\u{0}');
+    match rule.track_by {
+        TrackBy::Account => buf.push_str(account),
+        TrackBy::Channel => {
+            buf.push('\u{0}');
+            buf.push_str(channel);
         }
-    };
+        TrackBy::AccountChannel | TrackBy::Connection => {
+            buf.push_str(account);
+            buf.push('\u{0}');
+            buf.push_str(channel);
+        }
+    }
+}
+
+/// Takes one token from `rule`'s bucket for this operation.
+fn take(
+    rule: &Rule,
+    account: &str,
+    channel: &str,
+    shared: &RuleBuckets,
+    conn: &mut ConnRules,
+    now: Instant,
+) -> Result<(), Duration> {
+    let cap = f64::from(rule.capacity);
+    let rate = rule.refill_per_sec();
+    if rule.track_by == TrackBy::Connection {
+        if let Some(b) = conn.buckets.get_mut(rule.id.as_str()) {
+            return b.try_take(1.0, now);
+        }
+        let mut b = TokenBucket::new(cap, rate, now);
+        let result = b.try_take(1.0, now);
+        conn.buckets.insert(rule.id.clone(), b);
+        result
+    } else {
+        key(&mut conn.key, rule, account, channel);
+        shared
+            .shared
+            .try_take(conn.key.as_str(), 1.0, cap, rate, now)
+    }
+}
+
+/// Gives back the token `take` took for `rule`.
+fn refund(rule: &Rule, account: &str, channel: &str, shared: &RuleBuckets, conn: &mut ConnRules) {
+    if rule.track_by == TrackBy::Connection {
+        if let Some(b) = conn.buckets.get_mut(rule.id.as_str()) {
+            b.refund(1.0);
+        }
+    } else {
+        key(&mut conn.key, rule, account, channel);
+        shared.shared.refund(conn.key.as_str(), 1.0);
+    }
 }
 
 /// Checks every applicable rule for one operation. `shadows` collects the
-/// dry-run rules that would have refused.
+/// dry-run rules that would have refused. Allocates nothing on the path
+/// that admits (a socket's first use of a connection rule creates it).
 #[allow(clippy::too_many_arguments)]
 pub fn check<'r>(
     limits: &'r Limits,
@@ -89,38 +140,21 @@ pub fn check<'r>(
     shadows: &mut Vec<RuleShadow<'r>>,
 ) -> RuleVerdict<'r> {
     let all_dry = limits.is_dry_run(LimitName::Rules);
-    let mut taken: Vec<(&Rule, String)> = Vec::new();
-    let mut buf = String::new();
-    for rule in limits.rules.iter().filter(|r| applies(r, op, channel)) {
-        let cap = f64::from(rule.capacity);
-        let rate = rule.refill_per_sec();
-        let result = if rule.track_by == TrackBy::Connection {
-            conn.0
-                .entry(rule.id.clone())
-                .or_insert_with(|| TokenBucket::new(cap, rate, now))
-                .try_take(1.0, now)
-        } else {
-            key(&mut buf, rule, account, channel);
-            shared.shared.try_take(buf.as_str(), 1.0, cap, rate, now)
-        };
-        match result {
-            Ok(()) => {
-                let k = if rule.track_by == TrackBy::Connection {
-                    rule.id.clone()
-                } else {
-                    std::mem::take(&mut buf)
-                };
-                taken.push((rule, k));
-            }
+    let first_shadow = shadows.len();
+    let applicable = || limits.rules.iter().filter(move |r| applies(r, op, channel));
+    for (i, rule) in applicable().enumerate() {
+        match take(rule, account, channel, shared, conn, now) {
+            Ok(()) => {}
             Err(wait) if rule.dry_run || all_dry => shadows.push(RuleShadow { rule, wait }),
             Err(wait) => {
-                for (r, k) in taken {
-                    if r.track_by == TrackBy::Connection {
-                        if let Some(b) = conn.0.get_mut(&k) {
-                            b.refund(1.0);
-                        }
-                    } else {
-                        shared.shared.refund(k.as_str(), 1.0);
+                // Every earlier applicable rule took a token, except those
+                // that were shadowed (they refused, in dry run): give back.
+                for earlier in applicable().take(i) {
+                    let shadowed = shadows[first_shadow..]
+                        .iter()
+                        .any(|s| std::ptr::eq(s.rule, earlier));
+                    if !shadowed {
+                        refund(earlier, account, channel, shared, conn);
                     }
                 }
                 let hold = rule.hold_max_delay_ms > 0

@@ -70,6 +70,10 @@ pub async fn serve(
         .workers(workers)
         .disable_signals()
         .shutdown_timeout(1)
+        // Realtime frames must not wait for Nagle's algorithm: without
+        // this, a small frame written while an earlier one is unacked waits
+        // for the peer's delayed ACK (up to 40 ms on Linux).
+        .tcp_nodelay(true)
         .on_connect(move |conn, _| {
             if send_buffer > 0
                 && let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>()

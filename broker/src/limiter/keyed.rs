@@ -14,13 +14,13 @@ use super::TokenBucket;
 
 #[derive(Debug)]
 pub struct KeyedBuckets<K: Eq + Hash> {
-    map: DashMap<K, TokenBucket>,
+    map: DashMap<K, TokenBucket, foldhash::fast::RandomState>,
 }
 
 impl<K: Eq + Hash> Default for KeyedBuckets<K> {
     fn default() -> Self {
         KeyedBuckets {
-            map: DashMap::new(),
+            map: DashMap::with_hasher(foldhash::fast::RandomState::default()),
         }
     }
 }

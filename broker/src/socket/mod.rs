@@ -76,7 +76,7 @@ pub struct Socket {
     pings: crate::limiter::TokenBucket,
     notice: DropNotice,
     /// Subscribed channels: joining, or live with the last `seq` sent.
-    subs: HashMap<Arc<str>, channels::Sub>,
+    subs: HashMap<Arc<str>, channels::Sub, foldhash::fast::RandomState>,
     /// Numbers joins, so a late answer to an old one is recognised.
     next_join: u64,
     outbox: Outbox,
@@ -328,7 +328,7 @@ impl Socket {
                 ),
                 admission: Admission::new(limits, now),
                 notice: DropNotice::new(NOTICE_INTERVAL),
-                subs: HashMap::new(),
+                subs: HashMap::default(),
                 next_join: 0,
                 outbox,
                 gauge,
