@@ -1,0 +1,193 @@
+//! The whole admission check of one inbound frame, as the socket runs it
+//! (`socket/handle.rs`, `on_text`), measured on exactly what the target
+//! (< 100 ns) names:
+//!
+//! - `check/*`: the per-frame check once the frame is parsed: read the
+//!   clock, price the frame from the plan's cost table, refuse a price
+//!   above `costs.max_single`, charge the per-connection message bucket
+//!   and the byte bucket, check the plan's rules, count the admitted units
+//!   in the account `Sampler` and, every 25th unit, charge the shared
+//!   account bucket; then the token's publish grant. Dry-run flags are off
+//!   (the default), so every limit enforces.
+//!   - `check/defaults`: the shipped `free` plan (no rules configured) plus
+//!     a byte budget;
+//!   - `check/every_limit`: the same plus the rules from `config.toml`'s
+//!     commented example (per-document channel rule) and a per-connection
+//!     rule, i.e. every kind of limit the broker has, on.
+//! - `frame/*`: UTF-8 validation + JSON parse + `check/every_limit`:
+//!   everything between the WebSocket layer handing over a text frame and
+//!   the operation.
+//!
+//! Budgets are raised so the bench measures the admitting path (a refused
+//! frame stops at the first empty bucket and is cheaper). The account
+//! bucket is a `TokenBucket` behind a lock, as the single-node account
+//! supervisor holds it; the actor message that carries a sampled charge
+//! there (one per 25 frames) is not included.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use parking_lot::Mutex;
+use tidegate::account::Sampler;
+use tidegate::auth::{Claims, Grants};
+use tidegate::config::Limits;
+use tidegate::limiter::TokenBucket;
+use tidegate::protocol::{ClientFrame, frames};
+use tidegate::rules::{self, ConnRules, RuleBuckets, RuleVerdict};
+use tidegate::socket::{Admission, Verdict};
+
+/// Raised budgets, a byte limit, and (for `every_limit`) two rules.
+const PLAN: &str = r#"
+[plans.free]
+messages_per_sec = 1000000000.0
+burst = 1000000000
+bytes_per_sec = 1000000000000
+bytes_burst = 1000000000000
+"#;
+
+const RULES: &str = r#"
+[[plans.free.rules]]
+id = "per-document"
+track_by = "channel"
+capacity = 1000000000
+window_ms = 10000
+namespace = "doc"
+ops = ["publish"]
+
+[[plans.free.rules]]
+id = "per-connection-publish"
+track_by = "connection"
+capacity = 1000000000
+window_ms = 1000
+ops = ["publish"]
+"#;
+
+struct Check {
+    limits: Arc<Limits>,
+    admission: Admission,
+    grants: Grants,
+    sampler: Sampler,
+    account: Arc<Mutex<TokenBucket>>,
+    shared_rules: RuleBuckets,
+    conn_rules: ConnRules,
+}
+
+impl Check {
+    fn new(with_rules: bool) -> Check {
+        let layers: &[&str] = if with_rules { &[PLAN, RULES] } else { &[PLAN] };
+        // The shipped config.toml with these layers merged over it.
+        let (_, config) = tidegate_bench::target::tidegate_config(layers).expect("bench config");
+        let limits = config.limits_for("acme", None).expect("free plan");
+        assert!(limits.dry_run.is_empty(), "every limit enforces");
+        assert_eq!(limits.rules.len(), if with_rules { 2 } else { 0 });
+        let claims = Claims {
+            sub: "acme".into(),
+            exp: u64::MAX,
+            plan: None,
+            role: None,
+            sub_channels: vec!["doc:*".into()],
+            pub_channels: vec!["doc:*".into(), "presence:*".into()],
+        };
+        let now = Instant::now();
+        Check {
+            sampler: Sampler::new(limits.account_sample_every),
+            admission: Admission::new(limits.clone(), now),
+            account: Arc::new(Mutex::new(TokenBucket::new(1e12, 1e12, now))),
+            grants: claims.grants(),
+            shared_rules: RuleBuckets::default(),
+            conn_rules: ConnRules::default(),
+            limits,
+        }
+    }
+
+    #[inline]
+    fn run(&mut self, frame: &ClientFrame<'_>, len: usize) -> bool {
+        let now = Instant::now();
+        let cost = self.admission.price(frame);
+        let mut shadow = None;
+        if self.admission.admit(cost, len, now, &mut shadow) != Verdict::Admit {
+            return false;
+        }
+        if let (Some(op), Some(channel)) = (frame.op(), frame.channel())
+            && !self.limits.rules.is_empty()
+        {
+            let mut shadows = Vec::new();
+            let verdict = rules::check(
+                &self.limits,
+                op,
+                "acme",
+                channel,
+                &self.shared_rules,
+                &mut self.conn_rules,
+                now,
+                &mut shadows,
+            );
+            if verdict != RuleVerdict::Pass {
+                self.admission.refund(cost, len);
+                return false;
+            }
+        }
+        let charge = self.sampler.admit(cost);
+        if charge > 0
+            && self
+                .account
+                .lock()
+                .try_take(f64::from(charge), now)
+                .is_err()
+        {
+            return false;
+        }
+        match frame {
+            ClientFrame::Publish { channel, .. } => self.grants.publish.matches(channel),
+            ClientFrame::Subscribe { channel, .. } => self.grants.subscribe.matches(channel),
+            _ => true,
+        }
+    }
+}
+
+fn frame_text(size: usize) -> String {
+    format!(
+        r#"{{"type":"publish","channel":"doc:42","id":17,"data":"{}"}}"#,
+        "x".repeat(size)
+    )
+}
+
+fn admission(c: &mut Criterion) {
+    let mut g = c.benchmark_group("admission");
+    let text = frame_text(64);
+    let frame = frames::parse(&text, 32).expect("valid frame");
+    for (name, with_rules) in [("defaults", false), ("every_limit", true)] {
+        let mut check = Check::new(with_rules);
+        assert!(check.run(&frame, text.len()), "the bench frame is admitted");
+        g.bench_function(BenchmarkId::new("check", name), |b| {
+            b.iter(|| black_box(check.run(black_box(&frame), text.len())))
+        });
+    }
+    let mut check = Check::new(true);
+    for size in [64usize, 1024] {
+        let bytes = frame_text(size).into_bytes();
+        g.bench_with_input(BenchmarkId::new("frame", size), &bytes, |b, bytes| {
+            b.iter(|| {
+                let Ok(text) = std::str::from_utf8(black_box(bytes)) else {
+                    return false;
+                };
+                match frames::parse(text, 32) {
+                    Ok(frame) => check.run(&frame, bytes.len()),
+                    Err(_) => false,
+                }
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = admission
+}
+criterion_main!(benches);

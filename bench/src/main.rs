@@ -1,0 +1,311 @@
+//! `tidegate-load`: run one scenario against Tidegate (and NATS where the
+//! scenario compares), print one JSON result, optionally draw a chart.
+//!
+//! Loopback only; every scenario is bounded in connections and seconds;
+//! the brokers are started here on free ports and killed by PID at the end.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::json;
+use tidegate_bench::procs::{self, Pinning};
+use tidegate_bench::report::{Machine, Report};
+use tidegate_bench::scenario::{Env, behaviours, fanout, handshakes, idle, slow, storm};
+use tidegate_bench::target::{self, Kind};
+
+#[derive(Parser)]
+#[command(
+    name = "tidegate-load",
+    about = "Loopback load generator: Tidegate and NATS measured side by side"
+)]
+struct Cli {
+    /// The Tidegate binary (default: $TIDEGATE_BIN, else target/release/tidegate).
+    #[arg(long, global = true, env = "TIDEGATE_BIN")]
+    tidegate_bin: Option<PathBuf>,
+    /// The nats-server binary (default: found on PATH).
+    #[arg(long, global = true, default_value = "nats-server")]
+    nats_bin: String,
+    /// The peer measured beside Tidegate in fanout, idle and handshakes.
+    #[arg(long, global = true, value_enum, default_value_t = Peer::Nats)]
+    peer: Peer,
+    /// Do not pin the broker and the load generator to separate cores.
+    #[arg(long, global = true)]
+    no_pin: bool,
+    /// Also write the JSON result to this file.
+    #[arg(long, global = true)]
+    out: Option<PathBuf>,
+    /// Draw the scenario's chart to this SVG file.
+    #[arg(long, global = true)]
+    chart: Option<PathBuf>,
+    #[command(subcommand)]
+    scenario: Scenario,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Peer {
+    Nats,
+    None,
+}
+
+#[derive(Subcommand)]
+enum Scenario {
+    /// S subscribers on one channel, publishers paced or closed-loop.
+    Fanout(FanoutArgs),
+    /// N idle subscribed connections: RSS per connection, connect rate.
+    Idle(IdleArgs),
+    /// Open + authenticate + close with concurrency C.
+    Handshakes(HandshakeArgs),
+    /// Seed 000's typist, buggy client and many-socket abuser together.
+    Behaviours(BehaviourArgs),
+    /// N clients dropped at once, reconnecting with and without jitter.
+    Storm(StormArgs),
+    /// One non-reading subscriber under a flood.
+    Slow(SlowArgs),
+}
+
+#[derive(Args)]
+struct FanoutArgs {
+    /// Subscriber counts (comma-separated: one cell each).
+    #[arg(long, value_delimiter = ',', default_value = "1000")]
+    subscribers: Vec<usize>,
+    /// Payload sizes in bytes (comma-separated; at least 34).
+    #[arg(long, value_delimiter = ',', default_value = "64")]
+    payload: Vec<usize>,
+    #[arg(long, default_value_t = 1)]
+    publishers: usize,
+    /// `max` (closed loop, see --window) or messages/s over all publishers.
+    #[arg(long, default_value = "max")]
+    rate: fanout::Rate,
+    /// Messages in flight per publisher with --rate max.
+    #[arg(long, default_value_t = 64)]
+    window: usize,
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    #[arg(long, default_value_t = 200)]
+    connect_concurrency: usize,
+    /// Subscribers per account (Tidegate's default cap is 8).
+    #[arg(long, default_value_t = 8)]
+    per_account: usize,
+}
+
+#[derive(Args)]
+struct IdleArgs {
+    #[arg(long, default_value_t = 5000)]
+    connections: usize,
+    #[arg(long, default_value_t = 2.0)]
+    hold: f64,
+    #[arg(long, default_value_t = 100)]
+    connect_concurrency: usize,
+    #[arg(long, default_value_t = 8)]
+    per_account: usize,
+}
+
+#[derive(Args)]
+struct HandshakeArgs {
+    #[arg(long, default_value_t = 50)]
+    concurrency: usize,
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Pre-minted Tidegate tokens (one account each), used in turn.
+    #[arg(long, default_value_t = 20000)]
+    tokens: usize,
+}
+
+#[derive(Args)]
+struct BehaviourArgs {
+    #[arg(long, default_value_t = 3.0)]
+    duration: f64,
+    #[arg(long, default_value_t = 50)]
+    abuser_sockets: usize,
+    #[arg(long, default_value_t = 200)]
+    abuser_messages: usize,
+    #[arg(long, default_value_t = 4000.0)]
+    buggy_rate: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum StormMode {
+    Fixed,
+    Jitter,
+    Both,
+}
+
+#[derive(Args)]
+struct StormArgs {
+    #[arg(long, default_value_t = 4000)]
+    clients: usize,
+    #[arg(long, default_value_t = 4)]
+    per_account: usize,
+    #[arg(long, value_enum, default_value_t = StormMode::Both)]
+    mode: StormMode,
+    /// Full jitter: first reconnect uniform in [0, this).
+    #[arg(long, default_value_t = 2000)]
+    jitter_ms: u64,
+    /// Fixed: retry interval after a refusal.
+    #[arg(long, default_value_t = 1000)]
+    fixed_retry_ms: u64,
+    /// Give up on a client after this long.
+    #[arg(long, default_value_t = 20.0)]
+    patience: f64,
+    /// Tidegate's node accept budget (default: the shipped 2,000/s).
+    #[arg(long)]
+    node_accepts: Option<f64>,
+}
+
+#[derive(Args)]
+struct SlowArgs {
+    #[arg(long, default_value_t = 50)]
+    subscribers: usize,
+    #[arg(long, default_value_t = 2000.0)]
+    rate: f64,
+    #[arg(long, default_value_t = 1024)]
+    payload: usize,
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// SO_RCVBUF of the non-reading client (0 = OS default).
+    #[arg(long, default_value_t = 0)]
+    slow_recv_buffer: u32,
+}
+
+fn default_tidegate_bin() -> PathBuf {
+    procs::find_tidegate_bin().unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/tidegate")
+    })
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let nofile = procs::raise_nofile();
+    let pinning = Pinning::auto(cli.no_pin);
+    if let Some(core) = pinning.loadgen_core {
+        procs::pin_current_thread(core)?;
+    }
+    let nats_bin = procs::which(&cli.nats_bin);
+    let env = Env {
+        tidegate_bin: cli
+            .tidegate_bin
+            .clone()
+            .unwrap_or_else(default_tidegate_bin),
+        nats_bin: nats_bin.clone(),
+        pinning,
+        chart: cli.chart.clone(),
+    };
+    let machine = Machine::read(
+        pinning,
+        nats_bin.as_deref().and_then(procs::nats_version),
+        nofile,
+    );
+    let started_at_unix = tidegate::auth::unix_now();
+    let kinds: Vec<Kind> = match cli.peer {
+        Peer::Nats => vec![Kind::Tidegate, Kind::Nats],
+        Peer::None => vec![Kind::Tidegate],
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let local = tokio::task::LocalSet::new();
+    let (name, params, results) =
+        local.block_on(&rt, async { run(&cli.scenario, &env, &kinds).await })?;
+    let mut params = params;
+    params["brokers"] = json!(kinds);
+    params["tidegate_bin"] = json!(env.tidegate_bin);
+    params["tidegate_config_changes"] = json!([target::TIDEGATE_BASE.trim()]);
+    let report = Report {
+        scenario: name,
+        started_at_unix,
+        machine,
+        params,
+        results,
+        chart: cli.chart.as_ref().map(|p| p.display().to_string()),
+    };
+    report.emit(cli.out.as_deref())?;
+    // Children are killed by PID as each scenario's brokers are dropped.
+    rt.shutdown_timeout(Duration::from_millis(100));
+    Ok(())
+}
+
+async fn run(
+    scenario: &Scenario,
+    env: &Env,
+    kinds: &[Kind],
+) -> Result<(&'static str, serde_json::Value, serde_json::Value)> {
+    Ok(match scenario {
+        Scenario::Fanout(a) => {
+            let p = fanout::Params {
+                subscribers: a.subscribers.clone(),
+                payloads: a.payload.clone(),
+                publishers: a.publishers.max(1),
+                rate: a.rate,
+                window: a.window.max(1),
+                warmup_secs: a.warmup,
+                duration_secs: a.duration,
+                connect_concurrency: a.connect_concurrency,
+                subscribers_per_account: a.per_account,
+            };
+            let r = fanout::run(env, kinds, &p).await?;
+            ("fanout", json!(p), r)
+        }
+        Scenario::Idle(a) => {
+            let p = idle::Params {
+                connections: a.connections,
+                hold_secs: a.hold,
+                connect_concurrency: a.connect_concurrency,
+                connections_per_account: a.per_account,
+            };
+            let r = idle::run(env, kinds, &p).await?;
+            ("idle", json!(p), r)
+        }
+        Scenario::Handshakes(a) => {
+            let p = handshakes::Params {
+                concurrency: a.concurrency,
+                duration_secs: a.duration,
+                tokens: a.tokens,
+            };
+            let r = handshakes::run(env, kinds, &p).await?;
+            ("handshakes", json!(p), r)
+        }
+        Scenario::Behaviours(a) => {
+            let p = behaviours::Params {
+                duration_secs: a.duration,
+                abuser_sockets: a.abuser_sockets,
+                abuser_messages: a.abuser_messages,
+                buggy_rate: a.buggy_rate,
+            };
+            let r = behaviours::run(env, &p).await?;
+            ("behaviours", json!(p), r)
+        }
+        Scenario::Storm(a) => {
+            let modes = match a.mode {
+                StormMode::Fixed => vec![storm::Mode::Fixed],
+                StormMode::Jitter => vec![storm::Mode::Jitter],
+                StormMode::Both => vec![storm::Mode::Fixed, storm::Mode::Jitter],
+            };
+            let p = storm::Params {
+                clients: a.clients,
+                clients_per_account: a.per_account,
+                modes,
+                jitter_ms: a.jitter_ms,
+                fixed_retry_ms: a.fixed_retry_ms,
+                patience_secs: a.patience,
+                node_accepts_per_sec: a.node_accepts,
+            };
+            let r = storm::run(env, &p).await?;
+            ("storm", json!(p), r)
+        }
+        Scenario::Slow(a) => {
+            let p = slow::Params {
+                subscribers: a.subscribers,
+                rate: a.rate,
+                payload_bytes: a.payload.max(target::MIN_PAYLOAD),
+                duration_secs: a.duration,
+                slow_recv_buffer: a.slow_recv_buffer,
+            };
+            let r = slow::run(env, &p).await?;
+            ("slow", json!(p), r)
+        }
+    })
+}

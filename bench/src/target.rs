@@ -1,0 +1,517 @@
+//! The broker a scenario talks to: its kind, address and credentials, the
+//! bench config Tidegate runs with, and the protocol each one speaks.
+//!
+//! Tidegate runs the shipped `config.toml` (every limit at its default)
+//! with only these changes, all listed in the result's `params`:
+//! one worker thread; a `bench_publisher` plan with a high message budget
+//! for the publisher's own account (subscribers stay on `free`); and,
+//! because every client comes from one loopback address, per-IP handshake
+//! limits raised (and the node accept budget, except in `storm`).
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use tidegate::auth::{Authenticator, Claims, unix_now};
+use tidegate::config::{Config, DEFAULT_TOML};
+
+use crate::nats;
+use crate::ws::{self, Flow, OP_BINARY, OP_CLOSE, OP_TEXT, Open, Opened, Refused, Ws};
+
+/// A safety net for one protocol exchange, never a pacing device.
+pub const PATIENCE: Duration = Duration::from_secs(10);
+
+/// What every Tidegate bench config changes from the shipped file.
+pub const TIDEGATE_BASE: &str = r#"
+[node]
+id = "bench"
+workers = 1
+
+[handshake]
+# All load comes from 127.0.0.1: per-IP limits would measure themselves.
+ip_handshakes_per_sec = 1000000.0
+ip_handshake_burst = 1000000
+ip_max_open = 1000000
+
+# The publisher's own budget (its account, its sockets); subscribers keep
+# the `free` plan with every default.
+[plans.bench_publisher]
+messages_per_sec = 1000000.0
+burst = 1000000
+account_messages_per_sec = 1000000.0
+account_burst = 1000000
+max_connections = 64
+handshake_burst = 64
+"#;
+
+/// Node accept budget raised for throughput scenarios.
+pub const RAISED_ACCEPT_BUDGET: &str = r#"
+[handshake]
+node_accepts_per_sec = 1000000.0
+"#;
+
+/// The plan publishers' tokens name.
+pub const PUBLISHER_PLAN: &str = "bench_publisher";
+
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
+/// The shipped config with `layers` merged over it in order; returns the
+/// TOML text and the config it validates to.
+pub fn tidegate_config(layers: &[&str]) -> Result<(String, Config)> {
+    let mut root: toml::Table = DEFAULT_TOML.parse().context("shipped config.toml")?;
+    for layer in layers {
+        merge(&mut root, layer.parse().context("bench config layer")?);
+    }
+    let text = toml::to_string(&root)?;
+    let config = Config::from_toml(&text, &|_| None).map_err(|e| anyhow!("bench config: {e}"))?;
+    Ok((text, config))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Tidegate,
+    Nats,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Tidegate => "tidegate",
+            Kind::Nats => "nats",
+        }
+    }
+}
+
+/// How clients authenticate.
+pub enum Auth {
+    /// HS256 tokens minted with the broker's secret, one account per
+    /// `per_account` connections.
+    Jwt(Box<Authenticator>),
+    /// NATS token auth.
+    Token(String),
+}
+
+/// A running broker as clients see it.
+#[derive(Clone)]
+pub struct Target {
+    pub kind: Kind,
+    pub addr: SocketAddr,
+    pub auth: Rc<Auth>,
+}
+
+/// Who a connection is.
+#[derive(Debug, Clone)]
+pub struct Who<'a> {
+    pub account: &'a str,
+    pub plan: Option<&'a str>,
+    /// A token minted beforehand (keeps minting out of timed loops).
+    pub token: Option<&'a str>,
+}
+
+impl Target {
+    pub fn tidegate(addr: SocketAddr, config: &Config) -> Result<Target> {
+        let auth = Authenticator::new(&config.auth.jwt_secret, 0)
+            .map_err(|e| anyhow!("authenticator: {e}"))?;
+        Ok(Target {
+            kind: Kind::Tidegate,
+            addr,
+            auth: Rc::new(Auth::Jwt(Box::new(auth))),
+        })
+    }
+
+    pub fn nats(addr: SocketAddr, token: &str) -> Target {
+        Target {
+            kind: Kind::Nats,
+            addr,
+            auth: Rc::new(Auth::Token(token.to_string())),
+        }
+    }
+
+    /// A Tidegate token for `who` allowed on `doc:*` (None for NATS).
+    pub fn token(&self, who: &Who<'_>) -> Option<String> {
+        match &*self.auth {
+            Auth::Jwt(a) => Some(a.mint(&Claims {
+                sub: who.account.to_string(),
+                exp: unix_now() + 3600,
+                plan: who.plan.map(str::to_string),
+                role: None,
+                sub_channels: vec!["doc:*".into()],
+                pub_channels: vec!["doc:*".into()],
+            })),
+            Auth::Token(_) => None,
+        }
+    }
+
+    /// Channel (Tidegate) or subject (NATS) name for a topic.
+    pub fn topic(&self, name: &str) -> String {
+        match self.kind {
+            Kind::Tidegate => format!("doc:{name}"),
+            Kind::Nats => format!("doc.{name}"),
+        }
+    }
+
+    /// Opens a connection: the upgrade, then `welcome` (Tidegate) or
+    /// `INFO` + `CONNECT` + `PONG` (NATS). A refusal is `Ok(Err(..))`.
+    pub async fn connect(
+        &self,
+        who: &Who<'_>,
+        seed: u64,
+        read_chunk: usize,
+        recv_buffer: u32,
+    ) -> Result<std::result::Result<Conn, Refused>> {
+        let proto;
+        let headers_owned: Vec<(&str, &str)>;
+        let opts = match self.kind {
+            Kind::Tidegate => {
+                let token = match who.token {
+                    Some(t) => t.to_string(),
+                    None => self.token(who).unwrap_or_default(),
+                };
+                proto = format!("tidegate.v1, bearer.{token}");
+                headers_owned = vec![("Sec-WebSocket-Protocol", proto.as_str())];
+                Open {
+                    path: "/v1/ws",
+                    headers: &headers_owned,
+                    read_chunk,
+                    recv_buffer,
+                }
+            }
+            Kind::Nats => Open {
+                path: "/",
+                headers: &[],
+                read_chunk,
+                recv_buffer,
+            },
+        };
+        let mut ws = match ws::open(self.addr, &opts, seed).await? {
+            Opened::Ok(ws) => ws,
+            Opened::Refused(r) => return Ok(Err(r)),
+        };
+        match self.kind {
+            Kind::Tidegate => {
+                ws.wait_for(PATIENCE, |op, p| {
+                    (op == OP_TEXT && p.starts_with(br#"{"type":"welcome""#)).then_some(())
+                })
+                .await
+                .context("waiting for welcome")?;
+                Ok(Ok(Conn::new(self.kind, ws)))
+            }
+            Kind::Nats => {
+                let mut conn = Conn::new(self.kind, ws);
+                conn.wait_event(|e| matches!(e, Event::Info).then_some(()))
+                    .await
+                    .context("waiting for INFO")?;
+                let token = match &*self.auth {
+                    Auth::Token(t) => Some(t.as_str()),
+                    Auth::Jwt(_) => None,
+                };
+                conn.send_raw_payload(&nats::connect(token)).await?;
+                conn.wait_ack()
+                    .await
+                    .context("waiting for PONG to CONNECT")?;
+                Ok(Ok(conn))
+            }
+        }
+    }
+}
+
+/// Something a broker sent, reduced to what scenarios count.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// A published message; `data` is the publisher's payload.
+    Message {
+        data: &'a [u8],
+    },
+    /// Tidegate `ack` / NATS `PONG`.
+    Ack,
+    /// Tidegate `error` frame / NATS `-ERR`: the code and, for
+    /// `rate_limited`, the frames it reports dropped.
+    Error {
+        code: String,
+        dropped: u64,
+    },
+    Info,
+    /// Close frame from the server.
+    Closed {
+        code: Option<u16>,
+    },
+    Other,
+}
+
+/// One client connection to either broker.
+pub struct Conn {
+    pub kind: Kind,
+    pub ws: Ws,
+    parser: nats::Parser,
+    scratch: Vec<u8>,
+}
+
+/// The publisher's payload inside a Tidegate `message` frame.
+fn tidegate_data(frame: &[u8]) -> Option<&[u8]> {
+    const KEY: &[u8] = br#","data":"#;
+    // The data is the last field; its key follows the seq near the start.
+    let at = frame
+        .windows(KEY.len())
+        .position(|w| w == KEY)
+        .map(|i| i + KEY.len())?;
+    frame.get(at..frame.len().checked_sub(1)?)
+}
+
+fn tidegate_error(frame: &[u8]) -> Event<'static> {
+    let v: serde_json::Value = serde_json::from_slice(frame).unwrap_or_default();
+    Event::Error {
+        code: v["code"].as_str().unwrap_or("?").to_string(),
+        dropped: v["dropped"].as_u64().unwrap_or(0),
+    }
+}
+
+fn classify_tidegate(op: u8, p: &[u8]) -> Event<'_> {
+    match op {
+        OP_TEXT if p.starts_with(br#"{"type":"message""#) => match tidegate_data(p) {
+            Some(data) => Event::Message { data },
+            None => Event::Other,
+        },
+        OP_TEXT if p.starts_with(br#"{"type":"ack""#) => Event::Ack,
+        OP_TEXT if p.starts_with(br#"{"type":"error""#) => tidegate_error(p),
+        OP_CLOSE => Event::Closed {
+            code: ws::close_code(p),
+        },
+        _ => Event::Other,
+    }
+}
+
+impl Conn {
+    pub fn new(kind: Kind, ws: Ws) -> Conn {
+        Conn {
+            kind,
+            ws,
+            parser: nats::Parser::default(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Calls `f` for each event in what the next read brings (at least one
+    /// frame). NATS `PING`s are answered. `f` returning `Flow::Stop` ends
+    /// the batch early (the rest stays buffered for the next call).
+    pub async fn recv(&mut self, mut f: impl FnMut(Event<'_>) -> Flow) -> Result<()> {
+        match self.kind {
+            Kind::Tidegate => {
+                self.ws
+                    .read_frames(|op, p| f(classify_tidegate(op, p)))
+                    .await?;
+            }
+            Kind::Nats => {
+                let mut pings = 0;
+                let mut result = Ok(());
+                let parser = &mut self.parser;
+                self.ws
+                    .read_frames(|op, p| match op {
+                        OP_BINARY | OP_TEXT => {
+                            let mut flow = Flow::Continue;
+                            let r = parser.feed(p, |sop| {
+                                let e = match sop {
+                                    nats::ServerOp::Msg { payload } => {
+                                        Event::Message { data: payload }
+                                    }
+                                    nats::ServerOp::Pong => Event::Ack,
+                                    nats::ServerOp::Ping => {
+                                        pings += 1;
+                                        Event::Other
+                                    }
+                                    nats::ServerOp::Info => Event::Info,
+                                    nats::ServerOp::Ok => Event::Other,
+                                    nats::ServerOp::Err(e) => Event::Error {
+                                        code: String::from_utf8_lossy(e).trim().to_string(),
+                                        dropped: 0,
+                                    },
+                                };
+                                // A frame's operations are all delivered;
+                                // Stop takes effect after this frame.
+                                if f(e) == Flow::Stop {
+                                    flow = Flow::Stop;
+                                }
+                            });
+                            if let Err(e) = r {
+                                result = Err(e);
+                                return Flow::Stop;
+                            }
+                            flow
+                        }
+                        OP_CLOSE => f(Event::Closed {
+                            code: ws::close_code(p),
+                        }),
+                        _ => Flow::Continue,
+                    })
+                    .await?;
+                result?;
+                for _ in 0..pings {
+                    self.send_raw_payload(b"PONG\r\n").await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the first event `pick` accepts.
+    pub async fn wait_event<T>(
+        &mut self,
+        mut pick: impl FnMut(&Event<'_>) -> Option<T>,
+    ) -> Result<T> {
+        let fut = async {
+            loop {
+                let mut found = None;
+                let mut closed = None;
+                self.recv(|e| {
+                    if let Event::Closed { code } = &e {
+                        closed = Some(*code);
+                    }
+                    match pick(&e) {
+                        Some(v) => {
+                            found = Some(v);
+                            Flow::Stop
+                        }
+                        None => Flow::Continue,
+                    }
+                })
+                .await?;
+                if let Some(v) = found {
+                    return Ok(v);
+                }
+                if let Some(code) = closed {
+                    bail!("closed by the server ({code:?})");
+                }
+            }
+        };
+        tokio::time::timeout(PATIENCE, fut)
+            .await
+            .map_err(|_| anyhow!("no answer within {PATIENCE:?}"))?
+    }
+
+    /// Waits for an `ack` (Tidegate) or `PONG` (NATS); an error frame or
+    /// `-ERR` fails.
+    pub async fn wait_ack(&mut self) -> Result<()> {
+        self.wait_event(|e| match e {
+            Event::Ack => Some(Ok(())),
+            Event::Error { code, .. } => Some(Err(anyhow!("error: {code}"))),
+            _ => None,
+        })
+        .await?
+    }
+
+    /// Sends bytes as one frame (text for Tidegate, binary for NATS).
+    pub async fn send_raw_payload(&mut self, payload: &[u8]) -> Result<()> {
+        let op = match self.kind {
+            Kind::Tidegate => OP_TEXT,
+            Kind::Nats => OP_BINARY,
+        };
+        self.ws.send(op, payload).await?;
+        Ok(())
+    }
+
+    /// Subscribes to `topic` and waits until the broker confirms it.
+    pub async fn subscribe(&mut self, topic: &str) -> Result<()> {
+        match self.kind {
+            Kind::Tidegate => {
+                let f = format!(r#"{{"type":"subscribe","channel":"{topic}","id":0}}"#);
+                self.send_raw_payload(f.as_bytes()).await?;
+            }
+            Kind::Nats => self.send_raw_payload(&nats::sub(topic, 1)).await?,
+        }
+        self.wait_ack().await
+    }
+
+    /// Appends one publish of `data` (raw JSON) with ack request `id` to
+    /// `out`, as a complete WebSocket frame.
+    pub fn publish_frame(&mut self, topic: &str, data: &[u8], id: u64, out: &mut Vec<u8>) {
+        self.scratch.clear();
+        match self.kind {
+            Kind::Tidegate => {
+                self.scratch
+                    .extend_from_slice(br#"{"type":"publish","channel":""#);
+                self.scratch.extend_from_slice(topic.as_bytes());
+                self.scratch.extend_from_slice(br#"","id":"#);
+                self.scratch.extend_from_slice(id.to_string().as_bytes());
+                self.scratch.extend_from_slice(br#","data":"#);
+                self.scratch.extend_from_slice(data);
+                self.scratch.push(b'}');
+                let payload = std::mem::take(&mut self.scratch);
+                self.ws.frame_into(OP_TEXT, &payload, out);
+                self.scratch = payload;
+            }
+            Kind::Nats => {
+                nats::publish(topic, data, true, &mut self.scratch);
+                let payload = std::mem::take(&mut self.scratch);
+                self.ws.frame_into(OP_BINARY, &payload, out);
+                self.scratch = payload;
+            }
+        }
+    }
+}
+
+/// A publish payload of exactly `size` bytes: a JSON string carrying the
+/// message's index and send time, padded.
+pub fn payload(size: usize, index: u64, sent_ns: u64, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(format!("\"{index:010}:{sent_ns:020}:").as_bytes());
+    let pad = size.saturating_sub(out.len() + 1);
+    out.resize(out.len() + pad, b'x');
+    out.push(b'"');
+}
+
+/// Smallest payload that fits the index and time stamp.
+pub const MIN_PAYLOAD: usize = 34;
+
+/// (index, send time) from a payload made by [`payload`].
+pub fn parse_payload(data: &[u8]) -> Option<(u64, u64)> {
+    let d = data.get(1..32)?;
+    let index = digits(&d[..10])?;
+    let sent = digits(&d[11..31])?;
+    Some((index, sent))
+}
+
+fn digits(b: &[u8]) -> Option<u64> {
+    b.iter().try_fold(0u64, |acc, &c| {
+        c.is_ascii_digit().then(|| acc * 10 + u64::from(c - b'0'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_round_trips_and_has_the_size() {
+        let mut p = Vec::new();
+        payload(64, 42, 123_456_789, &mut p);
+        assert_eq!(p.len(), 64);
+        assert!(serde_json::from_slice::<String>(&p).is_ok());
+        assert_eq!(parse_payload(&p), Some((42, 123_456_789)));
+        payload(1024, 7, 1, &mut p);
+        assert_eq!(p.len(), 1024);
+    }
+
+    #[test]
+    fn finds_data_in_a_tidegate_message() {
+        let f = br#"{"type":"message","channel":"doc:a","seq":17,"data":"abc"}"#;
+        assert_eq!(tidegate_data(f), Some(&br#""abc""#[..]));
+    }
+
+    #[test]
+    fn config_layers_validate() {
+        let (text, config) = tidegate_config(&[TIDEGATE_BASE, RAISED_ACCEPT_BUDGET]).unwrap();
+        assert!(text.contains("bench_publisher"));
+        assert_eq!(config.node.workers, 1);
+        assert!(config.limits_for("x", Some(PUBLISHER_PLAN)).is_ok());
+    }
+}

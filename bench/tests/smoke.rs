@@ -1,0 +1,113 @@
+//! The load generator against the real broker: a short fan-out and a short
+//! handshake run, asserting the shape of the JSON result (never a timing).
+//!
+//! Needs the release broker: `cargo build --release -p tidegate` (the
+//! project's test script builds it first), or `TIDEGATE_BIN=path`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn tidegate_bin() -> PathBuf {
+    match tidegate_bench::procs::find_tidegate_bin() {
+        Some(p) if p.is_file() => p,
+        other => panic!(
+            "no release Tidegate binary (looked for {other:?}, TIDEGATE_BIN, <target>/release/tidegate): \
+             run `cargo build --release -p tidegate` first, or set TIDEGATE_BIN"
+        ),
+    }
+}
+
+fn run(args: &[&str]) -> Value {
+    let out = tempfile_path(args[0]);
+    let output = Command::new(env!("CARGO_BIN_EXE_tidegate-load"))
+        .arg("--tidegate-bin")
+        .arg(tidegate_bin())
+        .args(["--peer", "none", "--no-pin", "--out"])
+        .arg(&out)
+        .args(args)
+        .output()
+        .expect("tidegate-load runs");
+    assert!(
+        output.status.success(),
+        "tidegate-load {args:?} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed: Value =
+        serde_json::from_slice(&output.stdout).expect("stdout is one JSON document");
+    let written: Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("--out written")).unwrap();
+    let _ = std::fs::remove_file(&out);
+    assert_eq!(printed, written, "--out holds what was printed");
+    for key in ["scenario", "machine", "params", "results"] {
+        assert!(printed.get(key).is_some(), "missing {key}: {printed}");
+    }
+    assert!(printed["machine"]["cpu_model"].is_string());
+    assert!(printed["machine"]["cores"].as_u64().unwrap() >= 1);
+    printed
+}
+
+fn tempfile_path(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "tidegate-bench-smoke-{name}-{}.json",
+        std::process::id()
+    ))
+}
+
+#[test]
+fn fanout_delivers_and_reports_its_fields() {
+    let r = run(&[
+        "fanout",
+        "--subscribers",
+        "10",
+        "--payload",
+        "64",
+        "--warmup",
+        "0.3",
+        "--duration",
+        "1",
+    ]);
+    assert_eq!(r["scenario"], "fanout");
+    let cell = &r["results"]["cells"][0];
+    assert_eq!(cell["broker"], "tidegate");
+    assert_eq!(cell["subscribers"], 10);
+    assert_eq!(cell["payload_bytes"], 64);
+    assert!(cell["published"].as_u64().unwrap() > 0, "{cell}");
+    assert!(cell["delivered"].as_u64().unwrap() > 0, "{cell}");
+    assert!(cell["acks"].as_u64().unwrap() > 0, "{cell}");
+    assert_eq!(cell["subscriber_closes"], 0, "{cell}");
+    for key in [
+        "delivered_per_sec",
+        "lost",
+        "loss_ratio",
+        "broker_rss_mib_max",
+    ] {
+        assert!(cell[key].is_number(), "missing {key}: {cell}");
+    }
+    let latency = &cell["latency"];
+    assert!(latency["count"].as_u64().unwrap() > 0, "{latency}");
+    for key in ["p50_us", "p99_us", "p999_us", "max_us"] {
+        assert!(latency[key].is_u64(), "missing {key}: {latency}");
+    }
+}
+
+#[test]
+fn handshakes_complete_and_are_counted() {
+    let r = run(&[
+        "handshakes",
+        "--concurrency",
+        "4",
+        "--duration",
+        "0.5",
+        "--tokens",
+        "100",
+    ]);
+    let run = &r["results"]["runs"][0];
+    assert_eq!(run["broker"], "tidegate");
+    assert!(run["completed"].as_u64().unwrap() > 0, "{run}");
+    assert!(
+        run["refusals"].is_object() && run["errors"].is_object(),
+        "{run}"
+    );
+}
