@@ -123,7 +123,7 @@ impl Socket {
     }
 
     /// One exceeded event for a socket-level refusal with no channel.
-    fn outbound_or_conn_event(&self, layer: Layer, reason: &'static str) {
+    fn socket_event(&self, layer: Layer, reason: &'static str) {
         crate::exceeded::Exceeded::new(layer, reason, &self.id.account)
             .conn(&self.id.label)
             .emit(&self.node.metrics);
@@ -135,7 +135,7 @@ impl Socket {
         if self.last_heard.elapsed() > timeout {
             let _e = self.span.enter();
             tracing::info!("client stopped answering; dropping the connection");
-            self.outbound_or_conn_event(Layer::Connection, "heartbeat_timeout");
+            self.socket_event(Layer::Connection, "heartbeat_timeout");
             self.outbox.abort();
             ctx.stop();
             return;
@@ -238,7 +238,7 @@ impl Handler<Deliver> for Socket {
                             .congested_since
                             .is_some_and(|since| since.elapsed() >= grace)
                         {
-                            act.outbound_or_conn_event(Layer::Outbound, "slow_consumer_closed");
+                            act.socket_event(Layer::Outbound, "slow_consumer_closed");
                             act.close(ctx, CloseCode::SlowConsumer);
                         }
                     });
