@@ -10,6 +10,7 @@
 //! - [`target`]: the broker as clients see it: connect, subscribe,
 //!   publish, and events reduced to what scenarios count; the Tidegate
 //!   bench config.
+//! - [`payload`]: the timestamped bytes each publish carries.
 //! - [`procs`]: starting and killing the brokers, pinning, RSS.
 //! - [`scenario`]: `fanout`, `idle`, `handshakes`, `behaviours`, `storm`,
 //!   `slow`.
@@ -18,6 +19,7 @@
 
 pub mod chart;
 pub mod nats;
+pub mod payload;
 pub mod procs;
 pub mod report;
 pub mod scenario;
