@@ -9,6 +9,9 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+import WebSocket from "ws";
+import { TidegateClient } from "../../src/client.js";
+import type { ClientOptions } from "../../src/types.js";
 
 // This file runs from build/test/helpers/ → client-sdk-ts is three levels up.
 export const SDK_ROOT = fileURLToPath(new URL("../../../", import.meta.url));
@@ -167,6 +170,31 @@ export async function startBroker(configToml: string): Promise<Broker> {
         clearTimeout(guard);
       }
       rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * SDK clients for one test file: made against `url()` with short reconnect
+ * delays (tests should not wait out production backoff), all closed by
+ * `closeAll()` in the file's `after` hook.
+ */
+export function sdkClients(url: () => string) {
+  const made: TidegateClient[] = [];
+  return {
+    make(options: Partial<ClientOptions>): TidegateClient {
+      const c = new TidegateClient({
+        url: url(),
+        WebSocket,
+        minReconnectDelayMs: 50,
+        maxReconnectDelayMs: 400,
+        ...options,
+      } as ClientOptions);
+      made.push(c);
+      return c;
+    },
+    closeAll(): void {
+      for (const c of made) c.close();
     },
   };
 }

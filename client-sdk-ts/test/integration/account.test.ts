@@ -5,15 +5,12 @@
  */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import WebSocket from "ws";
-import { TidegateClient } from "../../src/client.js";
 import type { TidegateError } from "../../src/errors.js";
-import type { ClientOptions } from "../../src/types.js";
-import { brokerConfig, merge, startBroker, TEST_BASE, type Broker } from "../helpers/broker.js";
+import { brokerConfig, merge, startBroker, TEST_BASE, type Broker, sdkClients } from "../helpers/broker.js";
 import { nextEvent } from "../helpers/events.js";
 
 let broker: Broker;
-const clients: TidegateClient[] = [];
+const clients = sdkClients(() => broker.wsUrl);
 
 before(async () => {
   broker = await startBroker(
@@ -33,21 +30,11 @@ before(async () => {
 });
 
 after(async () => {
-  for (const c of clients) c.close();
+  clients.closeAll();
   await broker?.stop();
 });
 
-function client(options: Partial<ClientOptions>): TidegateClient {
-  const c = new TidegateClient({
-    url: broker.wsUrl,
-    WebSocket,
-    minReconnectDelayMs: 50,
-    maxReconnectDelayMs: 400,
-    ...options,
-  } as ClientOptions);
-  clients.push(c);
-  return c;
-}
+const client = clients.make;
 
 test("over the account's connection cap, the handshake 429 is read and Retry-After is honoured", async () => {
   const token = await broker.token({ account: "capped" });

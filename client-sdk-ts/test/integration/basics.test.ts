@@ -1,36 +1,24 @@
 /** The SDK against the real broker built from this repo (default limits). */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import WebSocket from "ws";
-import { TidegateClient } from "../../src/client.js";
-import type { ClientOptions, Json } from "../../src/types.js";
-import { brokerConfig, startBroker, TEST_BASE, type Broker } from "../helpers/broker.js";
+import type { Json } from "../../src/types.js";
+import { brokerConfig, startBroker, TEST_BASE, type Broker, sdkClients } from "../helpers/broker.js";
 import { DropProxy } from "../helpers/proxy.js";
 import { nextEvent, settle } from "../helpers/events.js";
 
 let broker: Broker;
-const clients: TidegateClient[] = [];
+const clients = sdkClients(() => broker.wsUrl);
 
 before(async () => {
   broker = await startBroker(brokerConfig(TEST_BASE));
 });
 
 after(async () => {
-  for (const c of clients) c.close();
+  clients.closeAll();
   await broker?.stop();
 });
 
-function client(options: Partial<ClientOptions>): TidegateClient {
-  const c = new TidegateClient({
-    url: broker.wsUrl,
-    WebSocket,
-    minReconnectDelayMs: 50,
-    maxReconnectDelayMs: 400,
-    ...options,
-  } as ClientOptions);
-  clients.push(c);
-  return c;
-}
+const client = clients.make;
 
 test("connects with the bearer subprotocol and gets the welcome limits from the config", async () => {
   const c = client({ token: await broker.token({}) });

@@ -5,14 +5,13 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import WebSocket from "ws";
-import { TidegateClient } from "../../src/client.js";
-import type { ClientOptions, RateLimitedEvent } from "../../src/types.js";
-import { brokerConfig, merge, startBroker, TEST_BASE, type Broker } from "../helpers/broker.js";
+import type { RateLimitedEvent } from "../../src/types.js";
+import { brokerConfig, merge, startBroker, TEST_BASE, type Broker, sdkClients } from "../helpers/broker.js";
 import { DropProxy } from "../helpers/proxy.js";
 import { nextEvent, settle } from "../helpers/events.js";
 
 let broker: Broker;
-const clients: TidegateClient[] = [];
+const clients = sdkClients(() => broker.wsUrl);
 
 before(async () => {
   broker = await startBroker(
@@ -28,21 +27,11 @@ before(async () => {
 });
 
 after(async () => {
-  for (const c of clients) c.close();
+  clients.closeAll();
   await broker?.stop();
 });
 
-function client(options: Partial<ClientOptions>): TidegateClient {
-  const c = new TidegateClient({
-    url: broker.wsUrl,
-    WebSocket,
-    minReconnectDelayMs: 50,
-    maxReconnectDelayMs: 400,
-    ...options,
-  } as ClientOptions);
-  clients.push(c);
-  return c;
-}
+const client = clients.make;
 
 test("the limit is real: a raw socket sending 30 frames at once gets rate_limited", async () => {
   const token = await broker.token({});
