@@ -28,6 +28,13 @@ fn color_of(broker: &str) -> RGBColor {
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
+/// A white SVG canvas of `size` pixels at `path`.
+fn canvas(path: &Path, size: (u32, u32)) -> Result<Area<'_>> {
+    let root = SVGBackend::new(path, size).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    Ok(root)
+}
+
 /// A grouped bar chart: one group per category, one bar per series.
 fn bars(
     area: &Area<'_>,
@@ -132,8 +139,7 @@ pub fn fanout(path: &Path, cells: &[FanoutCell]) -> Result<()> {
         .into_iter()
         .filter(|b| cells.iter().any(|c| c.broker == *b))
         .collect();
-    let root = SVGBackend::new(path, (1200, 480)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
+    let root = canvas(path, (1200, 480))?;
     let (left, right) = root.split_horizontally(600);
     let rate: Vec<_> = brokers
         .iter()
@@ -176,8 +182,7 @@ pub fn fanout(path: &Path, cells: &[FanoutCell]) -> Result<()> {
 }
 
 pub fn idle(path: &Path, runs: &[IdleRun]) -> Result<()> {
-    let root = SVGBackend::new(path, (1000, 420)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
+    let root = canvas(path, (1000, 420))?;
     let (left, right) = root.split_horizontally(500);
     let labels = vec![format!(
         "{} idle subscribed connections",
@@ -212,8 +217,7 @@ pub fn idle(path: &Path, runs: &[IdleRun]) -> Result<()> {
 }
 
 pub fn handshakes(path: &Path, runs: &[HandshakeRun]) -> Result<()> {
-    let root = SVGBackend::new(path, (1000, 420)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
+    let root = canvas(path, (1000, 420))?;
     let (left, right) = root.split_horizontally(500);
     let labels = vec!["open + authenticate + close".to_string()];
     let rate: Vec<_> = runs
@@ -244,8 +248,7 @@ pub fn handshakes(path: &Path, runs: &[HandshakeRun]) -> Result<()> {
 }
 
 pub fn behaviours(path: &Path, clients: &[(&str, &Outcome)]) -> Result<()> {
-    let root = SVGBackend::new(path, (900, 440)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
+    let root = canvas(path, (900, 440))?;
     let labels: Vec<String> = clients.iter().map(|(n, _)| n.to_string()).collect();
     let pick = |f: &dyn Fn(&Outcome) -> f64| clients.iter().map(|(_, o)| f(o)).collect::<Vec<_>>();
     let series = vec![
@@ -267,8 +270,7 @@ pub fn behaviours(path: &Path, clients: &[(&str, &Outcome)]) -> Result<()> {
 }
 
 pub fn storm(path: &Path, runs: &[StormRun]) -> Result<()> {
-    let root = SVGBackend::new(path, (1000, 460)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
+    let root = canvas(path, (1000, 460))?;
     let per_sec = (1000 / BIN_MS) as f64;
     let t_max = runs
         .iter()
@@ -335,8 +337,7 @@ pub fn storm(path: &Path, runs: &[StormRun]) -> Result<()> {
 }
 
 pub fn slow(path: &Path, runs: &[SlowRun]) -> Result<()> {
-    let root = SVGBackend::new(path, (1200, 460)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
+    let root = canvas(path, (1200, 460))?;
     let (left, right) = root.split_horizontally(700);
     let t_max = runs
         .iter()
