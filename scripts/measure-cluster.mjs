@@ -112,7 +112,7 @@ max_single = 20
 }
 
 function startNode(file) {
-  const c = spawn(bin, ["serve", "--config", file, "--listen", "127.0.0.1:0"], { stdio: ["ignore", "pipe", "ignore"] });
+  const c = spawn(bin, ["serve", "--config", file, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"], { stdio: ["ignore", "pipe", "ignore"] });
   children.push(c);
   return new Promise((res) =>
     c.stdout.on("data", (d) => {

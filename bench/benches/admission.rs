@@ -105,7 +105,7 @@ impl Check {
     #[inline]
     fn run(&mut self, frame: &ClientFrame<'_>, len: usize) -> bool {
         let now = Instant::now();
-        let cost = self.admission.price(frame);
+        let cost = self.admission.price(frame, |_| 0);
         let mut shadow = None;
         if self.admission.admit(cost, len, now, &mut shadow) != Verdict::Admit {
             return false;

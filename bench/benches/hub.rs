@@ -188,7 +188,7 @@ fn registry(c: &mut Criterion) {
     let gauge = Arc::new(OutboundGauge::new(1 << 20));
     let sub = |conn: u64| Subscriber {
         conn,
-        sink: sink.clone(),
+        sink: sink.clone().into(),
         gauge: gauge.clone(),
     };
     for existing in [10u64, 1_000, 10_000] {

@@ -191,6 +191,8 @@ pub fn start_tidegate(
         .arg(&config)
         .arg("--listen")
         .arg("127.0.0.1:0")
+        .arg("--grpc-listen")
+        .arg("127.0.0.1:0")
         .env_remove("TIDEGATE_JWT_SECRET")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

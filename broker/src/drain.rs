@@ -2,7 +2,8 @@
 //! handshakes get 503 `draining`, open sockets are closed with 1012 in
 //! staggered batches over the drain window so their reconnects land spread
 //! out on the other nodes, stragglers get 1001 at the end, then the server
-//! stops (earlier if every socket is already gone).
+//! stops (earlier if every socket is already gone). gRPC streams end on
+//! their own within the same spread (`grpc/drain.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,7 @@ use crate::socket::{CloseWith, Socket};
 const STEP: Duration = Duration::from_millis(100);
 /// Batches are spread over this share of the window, leaving the rest for
 /// the last closes to complete before stragglers get 1001.
-const SPREAD: f64 = 0.8;
+pub const SPREAD: f64 = 0.8;
 
 fn close(addrs: &[Addr<Socket>], code: CloseCode) {
     for a in addrs {

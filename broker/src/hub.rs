@@ -119,11 +119,54 @@ pub enum Reserve {
     FirstDrop,
 }
 
-/// One socket's subscription as the hub sees it.
+/// Where the hub hands a subscriber's messages.
+#[derive(Clone)]
+pub enum Sink {
+    /// A WebSocket actor's mailbox.
+    Socket(Recipient<Deliver>),
+    /// A gRPC `Subscribe` stream, which lives on the gRPC server's own
+    /// tokio runtime, outside actix (`grpc/subscribe.rs`).
+    Stream(StreamSink),
+}
+
+/// A gRPC stream's side of [`Sink`]. The queue is unbounded like an actor
+/// mailbox and bounded the same way: the hub reserves each message's bytes
+/// in the subscriber's [`OutboundGauge`] first and drops past its mark.
+#[derive(Clone, Debug)]
+pub struct StreamSink {
+    pub messages: tokio::sync::mpsc::UnboundedSender<Deliver>,
+    /// Woken on [`Deliver::Congested`], which the stream's guard handles
+    /// at once rather than behind the queued messages.
+    pub congested: Arc<tokio::sync::Notify>,
+}
+
+impl Sink {
+    #[inline]
+    pub fn do_send(&self, msg: Deliver) {
+        match self {
+            Sink::Socket(r) => r.do_send(msg),
+            Sink::Stream(s) => match msg {
+                Deliver::Congested => s.congested.notify_one(),
+                m => {
+                    // A stream that ended has left the hub or is leaving.
+                    let _ = s.messages.send(m);
+                }
+            },
+        }
+    }
+}
+
+impl From<Recipient<Deliver>> for Sink {
+    fn from(r: Recipient<Deliver>) -> Sink {
+        Sink::Socket(r)
+    }
+}
+
+/// One subscription as the hub sees it (a socket or a gRPC stream).
 #[derive(Clone)]
 pub struct Subscriber {
     pub conn: u64,
-    pub sink: Recipient<Deliver>,
+    pub sink: Sink,
     pub gauge: Arc<OutboundGauge>,
 }
 
@@ -421,6 +464,27 @@ impl Hub {
         if let Some(ch) = self.channels.get(channel).map(|c| c.clone()) {
             ch.state.lock().subscribers.remove(conn);
         }
+    }
+
+    /// This node's subscribers of `channel` (sockets and gRPC streams).
+    pub fn subscriber_count(&self, channel: &str) -> u64 {
+        self.channels
+            .get(channel)
+            .map_or(0, |c| c.state.lock().subscribers.list.len() as u64)
+    }
+
+    /// Every channel with subscribers on this node, and how many.
+    pub fn subscriber_counts(&self) -> Vec<(Arc<str>, u64)> {
+        self.channels
+            .iter()
+            .map(|e| {
+                (
+                    e.key().clone(),
+                    e.value().state.lock().subscribers.list.len() as u64,
+                )
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect()
     }
 
     /// Whether any local socket is subscribed to `channel`.

@@ -22,6 +22,10 @@
 //!   single node.
 //! - [`http`]: HTTP publish with per-key buckets, and `/healthz`,
 //!   `/readyz`, `/metrics`.
+//! - [`grpc`]: the gRPC API (`tidegate.v1.Broker`: `Publish`,
+//!   `PublishStream`, `Subscribe`) on its own address and tokio runtime.
+//! - [`backend`]: what HTTP and gRPC publish share (checks, price, the
+//!   API-key bucket); [`pricing`]: the cost function (size, fan-out).
 //! - [`account`]: the account supervisor actor (sampled account budget,
 //!   connection cap, 1008 on breach).
 //! - [`gate`]: handshake defences before account state (node accept
@@ -38,16 +42,19 @@
 
 pub mod account;
 pub mod auth;
+pub mod backend;
 pub mod cluster;
 pub mod config;
 pub mod drain;
 pub mod exceeded;
 pub mod gate;
+pub mod grpc;
 pub mod http;
 pub mod hub;
 pub mod limiter;
 pub mod metrics;
 pub mod node;
+pub mod pricing;
 pub mod protocol;
 pub mod reload;
 pub mod rules;
@@ -56,4 +63,4 @@ pub mod socket;
 
 pub use config::Config;
 pub use node::Node;
-pub use server::{run, serve};
+pub use server::{run, serve, serve_with_grpc};

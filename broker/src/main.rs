@@ -35,6 +35,9 @@ enum Command {
         /// Override node.listen (e.g. 127.0.0.1:0 for a free port).
         #[arg(long)]
         listen: Option<SocketAddr>,
+        /// Override grpc.listen, the gRPC API's address.
+        #[arg(long)]
+        grpc_listen: Option<SocketAddr>,
     },
     /// Mint a development token signed with the configured secret.
     Token {
@@ -70,7 +73,11 @@ fn load(path: Option<&PathBuf>) -> Result<Config> {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { config, listen } => serve(config, listen),
+        Command::Serve {
+            config,
+            listen,
+            grpc_listen,
+        } => serve(config, listen, grpc_listen),
         Command::Token {
             account,
             sub_channels,
@@ -114,7 +121,11 @@ fn main() -> Result<()> {
     }
 }
 
-fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> Result<()> {
+fn serve(
+    path: Option<PathBuf>,
+    listen: Option<SocketAddr>,
+    grpc_listen: Option<SocketAddr>,
+) -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -126,11 +137,18 @@ fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> Result<()> {
     if let Some(addr) = listen {
         config.set_listen(addr)?;
     }
+    if let Some(addr) = grpc_listen {
+        config.set_grpc_listen(addr)?;
+    }
     let listener = TcpListener::bind(config.node.listen)
         .with_context(|| format!("binding {}", config.node.listen))?;
+    let grpc = TcpListener::bind(config.grpc.listen)
+        .with_context(|| format!("binding grpc.listen {}", config.grpc.listen))?;
     let addr = listener.local_addr()?;
-    // Tests and scripts read this line to learn the port.
+    // Tests and scripts read these lines to learn the ports (this one
+    // first).
     println!("tidegate listening on http://{addr}");
+    println!("tidegate grpc on http://{}", grpc.local_addr()?);
     std::io::stdout().flush()?;
 
     actix_rt::System::new().block_on(async move {
@@ -147,7 +165,7 @@ fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>) -> Result<()> {
                 _ = term.recv() => {}
             }
         };
-        tidegate::serve(listener, node, shutdown).await?;
+        tidegate::serve_with_grpc(listener, Some(grpc), node, shutdown).await?;
         anyhow::Ok(())
     })?;
     Ok(())

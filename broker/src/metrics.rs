@@ -19,6 +19,7 @@ pub enum Layer {
     Rule,
     Outbound,
     Http,
+    Grpc,
 }
 
 impl Layer {
@@ -30,6 +31,7 @@ impl Layer {
             Layer::Rule => "rule",
             Layer::Outbound => "outbound",
             Layer::Http => "http",
+            Layer::Grpc => "grpc",
         }
     }
 }

@@ -58,7 +58,21 @@ pub async fn serve(
     node: Arc<Node>,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
+    serve_with_grpc(listener, None, node, shutdown).await
+}
+
+/// [`serve`], plus the gRPC API (§8) on `grpc` when given: it runs on its
+/// own runtime and joins the drain (streams end within the window).
+pub async fn serve_with_grpc(
+    listener: TcpListener,
+    grpc: Option<TcpListener>,
+    node: Arc<Node>,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
     let config = node.config.load_full();
+    let grpc = grpc
+        .map(|l| crate::grpc::start(node.clone(), l))
+        .transpose()?;
     let workers = match config.node.workers {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
@@ -117,7 +131,16 @@ pub async fn serve(
             // Keep serving (handshakes get 503 draining) while sockets are
             // closed in batches; the server future must go on being polled.
             let window = Duration::from_millis(config.cluster.drain_ms);
-            let drained = crate::drain::drain(&node, window);
+            let deadline = std::time::Instant::now() + window;
+            if let Some(g) = &grpc {
+                g.drain(window.mul_f64(crate::drain::SPREAD));
+            }
+            let drained = async {
+                crate::drain::drain(&node, window).await;
+                if let Some(g) = &grpc {
+                    g.until_idle(deadline).await;
+                }
+            };
             tokio::select! {
                 r = &mut server => r,
                 () = drained => {
@@ -129,5 +152,8 @@ pub async fn serve(
         }
     };
     sweeper.abort();
+    if let Some(g) = grpc {
+        g.stop().await;
+    }
     result
 }

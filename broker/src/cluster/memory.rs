@@ -42,6 +42,10 @@ impl Bridge for MemoryBridge {
         self.hub.unsubscribe(channel, conn);
     }
 
+    fn subscribers(&self, channel: &str) -> u64 {
+        self.hub.subscriber_count(channel)
+    }
+
     fn charge_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<Charged> {
         Pending::Ready(
             self.local

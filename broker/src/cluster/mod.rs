@@ -77,6 +77,10 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
     /// (and, with `since`, with the recovered history).
     fn subscribe(&self, channel: &str, sub: Subscriber, since: Option<u64>) -> Pending<Joined>;
     fn unsubscribe(&self, channel: &str, conn: u64);
+    /// The channel's current subscribers, cluster-wide (this node's exact
+    /// count plus the other nodes' last reported ones): the fan-out a
+    /// publish prices. Never waits on Redis.
+    fn subscribers(&self, channel: &str) -> u64;
 
     /// One sampled charge of `units` to the account budget.
     fn charge_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<Charged>;

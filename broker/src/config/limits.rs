@@ -98,6 +98,10 @@ pub struct Costs {
     pub publish: u32,
     /// Extra units per started KiB of a publish's `data` (0 = flat price).
     pub publish_per_kib: u32,
+    /// Extra units per full 1,000 current subscribers of the channel
+    /// (cluster-wide in cluster mode): the fan-out the publish causes
+    /// (docs/limits.md, "Pricing by the work caused").
+    pub publish_per_1k_subscribers: u32,
     pub subscribe: u32,
     /// Extra units for a `subscribe` with `since` (history recovery).
     pub recovery: u32,
@@ -115,6 +119,7 @@ impl Default for Costs {
         Costs {
             publish: 1,
             publish_per_kib: 0,
+            publish_per_1k_subscribers: 0,
             subscribe: 1,
             recovery: 0,
             unsubscribe: 1,

@@ -5,6 +5,7 @@
 //! when no file is given, so the documented file and the behaviour of a
 //! bare `tidegate serve` cannot drift apart.
 
+mod grpc;
 mod limits;
 mod sections;
 mod validate;
@@ -17,6 +18,7 @@ use dashmap::DashMap;
 use serde::de::DeserializeOwned;
 use validate::{sample_secret_problems, validate_node};
 
+pub use grpc::GrpcSection;
 pub use limits::{Costs, LimitName, Limits, Op, Rule, TrackBy};
 pub use sections::{
     ApiKey, AuthSection, ClusterMode, ClusterSection, HandshakeSection, HistorySection,
@@ -51,6 +53,7 @@ pub struct Config {
     pub http: HttpSection,
     pub history: HistorySection,
     pub cluster: ClusterSection,
+    pub grpc: GrpcSection,
     plan_tables: HashMap<String, toml::Table>,
     plans: HashMap<String, Arc<Limits>>,
     accounts: HashMap<String, AccountEntry>,
@@ -63,6 +66,8 @@ pub struct ResolvedApiKey {
     pub key: String,
     pub account: String,
     pub pub_channels: Vec<String>,
+    /// What the key may `Subscribe` to over gRPC (none when absent).
+    pub sub_channels: Vec<String>,
 }
 
 /// Why a plan could not be resolved for a connection.
@@ -70,8 +75,9 @@ pub struct ResolvedApiKey {
 #[error("unknown plan {0:?}")]
 pub struct UnknownPlan(pub String);
 
-const SECTIONS: [&str; 10] = [
+const SECTIONS: [&str; 11] = [
     "node",
+    "grpc",
     "auth",
     "api_keys",
     "socket",
@@ -135,6 +141,7 @@ impl Config {
             section(take("history"), "history", &mut problems).unwrap_or_default();
         let cluster: ClusterSection =
             section(take("cluster"), "cluster", &mut problems).unwrap_or_default();
+        let grpc: GrpcSection = section(take("grpc"), "grpc", &mut problems).unwrap_or_default();
         let raw_keys = match take("api_keys") {
             toml::Value::Table(t) if t.is_empty() => toml::Value::Array(Vec::new()),
             other => other,
@@ -247,6 +254,7 @@ impl Config {
                     key,
                     account: k.account.clone(),
                     pub_channels: k.pub_channels.clone(),
+                    sub_channels: k.sub_channels.clone(),
                 });
             }
         }
@@ -262,6 +270,7 @@ impl Config {
             &mut problems,
         );
         problems.extend(sample_secret_problems(&node, &auth, &resolved_keys));
+        grpc.problems(&resolved_keys, &mut problems);
 
         if !problems.is_empty() {
             return Err(ConfigError { problems });
@@ -275,6 +284,7 @@ impl Config {
             http,
             history,
             cluster,
+            grpc,
             plan_tables,
             plans,
             accounts,
@@ -324,6 +334,19 @@ impl Config {
 
     pub fn plan_names(&self) -> impl Iterator<Item = &str> {
         self.plans.keys().map(String::as_str)
+    }
+
+    /// Moves the gRPC listener (`--grpc-listen`), re-checking that the
+    /// sample API key stays on loopback.
+    pub fn set_grpc_listen(&mut self, addr: std::net::SocketAddr) -> Result<(), ConfigError> {
+        self.grpc.listen = addr;
+        let mut problems = Vec::new();
+        self.grpc.sample_key_problems(&self.api_keys, &mut problems);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError { problems })
+        }
     }
 
     /// Moves the listener (`--listen`), re-checking that the sample secrets

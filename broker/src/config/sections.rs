@@ -71,6 +71,10 @@ pub struct ApiKey {
     /// Channels this key may publish to (globs; default: all).
     #[serde(default = "all_channels")]
     pub pub_channels: Vec<String>,
+    /// Channels this key may `Subscribe` to over gRPC (globs; default:
+    /// none, so a publish-only key cannot read).
+    #[serde(default)]
+    pub sub_channels: Vec<String>,
 }
 
 fn all_channels() -> Vec<String> {

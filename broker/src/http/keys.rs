@@ -1,4 +1,4 @@
-//! API keys for HTTP publish. Each key's token bucket (capacity and refill:
+//! API keys for backend services (HTTP publish, the gRPC API). Each key's token bucket (capacity and refill:
 //! its account plan's burst and rate, §5) lives behind the bridge, keyed by
 //! a fingerprint of the key, so it is shared by every node of a cluster
 //! without the key itself leaving this process.
@@ -13,6 +13,8 @@ use crate::protocol::glob::GlobSet;
 pub struct KeyState {
     pub account: String,
     pub publish: GlobSet,
+    /// What the key may `Subscribe` to over gRPC (empty: nothing).
+    pub subscribe: GlobSet,
     /// Stable fingerprint of the key: its bucket's name.
     pub id: String,
 }
@@ -41,6 +43,7 @@ impl ApiKeys {
                     let state = KeyState {
                         account: k.account.clone(),
                         publish: GlobSet::new(&k.pub_channels),
+                        subscribe: GlobSet::new(&k.sub_channels),
                         id: fingerprint(&k.key),
                     };
                     (k.key.clone(), Arc::new(state))

@@ -13,12 +13,12 @@ use serde_json::value::RawValue;
 
 use super::keys::KeyState;
 use super::refusal_builder;
+use crate::backend::{self, Refusal};
 use crate::cluster::KeyCharge as Charge;
-use crate::config::Limits;
 use crate::exceeded::Exceeded;
 use crate::metrics::Layer;
 use crate::node::Node;
-use crate::protocol::{ErrorCode, channel};
+use crate::protocol::ErrorCode;
 
 #[derive(Deserialize)]
 struct One<'a> {
@@ -61,6 +61,18 @@ impl Refused {
             code,
             message: message.into(),
         }
+    }
+}
+
+impl From<Refusal> for Refused {
+    fn from(r: Refusal) -> Refused {
+        let status = match r.code {
+            ErrorCode::Forbidden => StatusCode::FORBIDDEN,
+            ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::CostExceedsMax => StatusCode::UNPROCESSABLE_ENTITY,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        Refused::new(status, r.code, r.message)
     }
 }
 
@@ -111,59 +123,11 @@ fn parse<'a, T: Deserialize<'a>>(body: &'a [u8], max_depth: u32) -> Result<T, Re
     })
 }
 
-/// Every per-message check but the rate limit, in the order of §5.
-fn check(msg: &One<'_>, key: &KeyState, limits: &Limits) -> Result<(), Refused> {
-    channel::validate(&msg.channel)
-        .map_err(|why| Refused::new(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, why))?;
-    let size = msg.data.get().len();
-    if size > limits.max_payload_bytes {
-        return Err(Refused::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::PayloadTooLarge,
-            format!(
-                "data is {size} bytes, above the limit of {}",
-                limits.max_payload_bytes
-            ),
-        ));
-    }
-    if !key.publish.matches(&msg.channel) {
-        return Err(Refused::new(
-            StatusCode::FORBIDDEN,
-            ErrorCode::Forbidden,
-            format!("this API key may not publish on {:?}", msg.channel),
-        ));
-    }
-    let c = &limits.costs;
-    let cost = c.publish + c.publish_per_kib * size.div_ceil(1024) as u32;
-    if cost > c.max_single {
-        return Err(Refused::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            ErrorCode::CostExceedsMax,
-            format!(
-                "this message costs {cost} units, above the largest single charge of {}; send less data",
-                c.max_single
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Takes `cost` from the key's bucket: its account plan's burst, refilled
-/// at the account rate (cluster-wide through the bridge).
-async fn charge(node: &Node, key: &KeyState, limits: &Limits, cost: f64) -> Charge {
-    node.bridge
-        .charge_key(
-            &key.id,
-            cost,
-            f64::from(limits.account_burst),
-            limits.account_messages_per_sec,
-        )
-        .wait()
-        .await
-}
-
-fn with_rate_headers(status: StatusCode, charge: &Charge) -> HttpResponseBuilder {
+/// `X-RateLimit-*` from the charge, and `Tidegate-Cost`: the units this
+/// request was charged.
+fn with_rate_headers(status: StatusCode, charge: &Charge, cost: u32) -> HttpResponseBuilder {
     let mut b = HttpResponse::build(status);
+    b.insert_header(("Tidegate-Cost", cost.to_string()));
     b.insert_header(("X-RateLimit-Limit", charge.limit.to_string()));
     b.insert_header(("X-RateLimit-Remaining", charge.remaining.to_string()));
     b.insert_header((
@@ -187,7 +151,7 @@ fn refuse(
     .reset(charge.map_or(Duration::ZERO, |c| c.retry_after))
     .emit(&node.metrics);
     let builder = match charge {
-        Some(c) => with_rate_headers(r.status, c),
+        Some(c) => with_rate_headers(r.status, c, 0),
         None => HttpResponse::build(r.status),
     };
     let retry = (r.code == ErrorCode::RateLimited)
@@ -238,20 +202,16 @@ pub async fn publish(
         Ok(m) => m,
         Err(r) => return refuse(&node, Some(&key), r, None),
     };
-    if let Err(r) = check(&msg, &key, &limits) {
-        return refuse(&node, Some(&key), r, None);
-    }
-    let charge = charge(&node, &key, &limits, 1.0).await;
+    let cost = match backend::check(&node, &msg.channel, msg.data.get(), &key, &limits) {
+        Ok(cost) => cost,
+        Err(r) => return refuse(&node, Some(&key), r.into(), None),
+    };
+    let charge = backend::charge(&node, &key, &limits, f64::from(cost)).await;
     if !charge.allowed {
         return refuse(&node, Some(&key), rate_limited(&charge), Some(&charge));
     }
-    let seq = node
-        .bridge
-        .publish(&msg.channel, msg.data.get())
-        .wait()
-        .await;
-    node.metrics.published("http");
-    with_rate_headers(StatusCode::OK, &charge).json(serde_json::json!({ "seq": seq }))
+    let seq = backend::publish(&node, &msg.channel, msg.data.get(), "http").await;
+    with_rate_headers(StatusCode::OK, &charge, cost).json(serde_json::json!({ "seq": seq }))
 }
 
 pub async fn publish_batch(
@@ -284,23 +244,30 @@ pub async fn publish_batch(
         );
         return refuse(&node, Some(&key), r, None);
     }
-    // A batch costs the number of its messages, all or nothing.
-    let charge = charge(&node, &key, &limits, n as f64).await;
+    // A batch costs the sum of its messages' prices, all or nothing; a
+    // message refused on its own is charged the plan's `publish` (so with
+    // the default flat price a batch costs the number of its messages, §5)
+    // and gets its error in place.
+    let checked: Vec<Result<u32, Refusal>> = batch
+        .messages
+        .iter()
+        .map(|m| backend::check(&node, &m.channel, m.data.get(), &key, &limits))
+        .collect();
+    let cost: u32 = checked
+        .iter()
+        .map(|c| *c.as_ref().unwrap_or(&limits.costs.publish))
+        .fold(0, u32::saturating_add);
+    let charge = backend::charge(&node, &key, &limits, f64::from(cost)).await;
     if !charge.allowed {
         return refuse(&node, Some(&key), rate_limited(&charge), Some(&charge));
     }
     // In order: each publish is awaited before the next, so a batch's
     // messages to one channel get increasing seqs.
     let mut results = Vec::with_capacity(n);
-    for msg in &batch.messages {
-        results.push(match check(msg, &key, &limits) {
-            Ok(()) => {
-                let seq = node
-                    .bridge
-                    .publish(&msg.channel, msg.data.get())
-                    .wait()
-                    .await;
-                node.metrics.published("http");
+    for (msg, checked) in batch.messages.iter().zip(checked) {
+        results.push(match checked {
+            Ok(_) => {
+                let seq = backend::publish(&node, &msg.channel, msg.data.get(), "http").await;
                 Outcome::Ok { seq }
             }
             Err(r) => {
@@ -314,5 +281,5 @@ pub async fn publish_batch(
             }
         });
     }
-    with_rate_headers(StatusCode::OK, &charge).json(serde_json::json!({ "results": results }))
+    with_rate_headers(StatusCode::OK, &charge, cost).json(serde_json::json!({ "results": results }))
 }

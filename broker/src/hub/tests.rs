@@ -53,7 +53,7 @@ fn sink(conn: u64, high_water: usize) -> (TestSub, Received) {
     let addr = Sink(got.clone(), gauge.clone()).start();
     let sub = Subscriber {
         conn,
-        sink: addr.clone().recipient(),
+        sink: addr.clone().recipient().into(),
         gauge,
     };
     (TestSub { sub, flush: addr }, got)

@@ -68,6 +68,11 @@ impl GlobSet {
     pub fn matches(&self, name: &str) -> bool {
         self.0.iter().any(|g| g.matches(name))
     }
+
+    /// Whether the set allows nothing at all.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 #[cfg(test)]

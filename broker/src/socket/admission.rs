@@ -81,18 +81,18 @@ impl Admission {
         self.limits = limits;
     }
 
-    /// The frame's price in message-budget units (seed 004).
-    pub fn price(&self, frame: &ClientFrame<'_>) -> u32 {
+    /// The frame's price in message-budget units (seed 004); a publish is
+    /// priced by [`crate::pricing::publish`] with the channel's current
+    /// subscriber count from `subscribers`.
+    pub fn price(&self, frame: &ClientFrame<'_>, subscribers: impl FnOnce(&str) -> u64) -> u32 {
         let c = &self.limits.costs;
         match frame {
             ClientFrame::Subscribe { since, .. } => {
                 c.subscribe + if since.is_some() { c.recovery } else { 0 }
             }
             ClientFrame::Unsubscribe { .. } => c.unsubscribe,
-            ClientFrame::Publish { data, .. } => {
-                let kib = data.get().len().div_ceil(1024) as u32;
-                c.publish
-                    .saturating_add(c.publish_per_kib.saturating_mul(kib))
+            ClientFrame::Publish { channel, data, .. } => {
+                crate::pricing::publish(c, data.get().len(), subscribers(channel))
             }
             ClientFrame::Budget { .. } => c.budget,
         }
@@ -198,11 +198,11 @@ mod tests {
             r#"{{"type":"publish","channel":"a","data":"{}"}}"#,
             "x".repeat(2000)
         );
-        assert_eq!(a.price(&frames::parse(&big, 32).unwrap()), 1 + 2 * 2);
+        assert_eq!(a.price(&frames::parse(&big, 32).unwrap(), |_| 0), 1 + 2 * 2);
         let sub = frames::parse(r#"{"type":"subscribe","channel":"a","since":1}"#, 32).unwrap();
-        assert_eq!(a.price(&sub), 4);
+        assert_eq!(a.price(&sub, |_| 0), 4);
         let budget = frames::parse(r#"{"type":"budget"}"#, 32).unwrap();
-        assert_eq!(a.price(&budget), 0);
+        assert_eq!(a.price(&budget, |_| 0), 0);
     }
 
     #[test]

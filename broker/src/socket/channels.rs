@@ -67,7 +67,7 @@ impl Socket {
         }
         let sub = Subscriber {
             conn: self.id.conn,
-            sink: self.self_recipient.clone(),
+            sink: self.self_recipient.clone().into(),
             gauge: self.gauge.clone(),
         };
         self.next_join += 1;

@@ -92,7 +92,10 @@ impl Socket {
             }
         };
         let now = Instant::now();
-        let cost = self.admission.price(&frame);
+        let bridge = &self.node.bridge;
+        let cost = self
+            .admission
+            .price(&frame, |channel| bridge.subscribers(channel));
         let mut shadow = None;
         match self.admission.admit(cost, bytes.len(), now, &mut shadow) {
             Verdict::Admit => {}

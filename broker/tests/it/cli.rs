@@ -93,7 +93,13 @@ fn serve_refuses_the_sample_secret_off_loopback() {
 #[tokio::test]
 async fn serve_announces_its_port_and_answers() {
     let mut child = tokio::process::Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--grpc-listen",
+            "127.0.0.1:0",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)

@@ -49,6 +49,8 @@ fn merge(base: &mut toml::Table, over: toml::Table) {
 /// A broker running in this process until dropped.
 pub struct Broker {
     pub addr: SocketAddr,
+    /// The gRPC API's address (§8).
+    pub grpc_addr: SocketAddr,
     pub node: Arc<Node>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -62,13 +64,15 @@ impl Broker {
     pub fn with_config(config: Config) -> Broker {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
+        let grpc = TcpListener::bind("127.0.0.1:0").unwrap();
+        let grpc_addr = grpc.local_addr().unwrap();
         let node = Node::new(config).unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let n = node.clone();
         let thread = std::thread::spawn(move || {
             actix_rt::System::new()
                 .block_on(async move {
-                    tidegate::serve(listener, n, async {
+                    tidegate::serve_with_grpc(listener, Some(grpc), n, async {
                         let _ = rx.await;
                     })
                     .await
@@ -77,6 +81,7 @@ impl Broker {
         });
         Broker {
             addr,
+            grpc_addr,
             node,
             shutdown: Some(tx),
             thread: Some(thread),
@@ -202,6 +207,15 @@ pub fn metric_value(text: &str, series: &str) -> f64 {
             (name == series).then(|| value.parse().ok()).flatten()
         })
         .unwrap_or(0.0)
+}
+
+impl Broker {
+    /// Starts the graceful drain (what SIGTERM does) without waiting for it.
+    pub fn begin_shutdown(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
 }
 
 impl Drop for Broker {

@@ -29,7 +29,14 @@ impl Proc {
         let config = dir.join("config.toml");
         std::fs::write(&config, config_text).unwrap();
         let mut child = Command::new(BIN)
-            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--grpc-listen",
+                "127.0.0.1:0",
+                "--config",
+            ])
             .arg(&config)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -99,7 +99,7 @@ export async function startBroker(configToml: string): Promise<Broker> {
   const dir = mkdtempSync(join(tmpdir(), "tidegate-sdk-"));
   const configPath = join(dir, "config.toml");
   writeFileSync(configPath, configToml);
-  const child: ChildProcess = spawn(bin, ["serve", "--config", configPath, "--listen", "127.0.0.1:0"], {
+  const child: ChildProcess = spawn(bin, ["serve", "--config", configPath, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"], {
     stdio: ["ignore", "pipe", "pipe"],
     env: { ...process.env, RUST_LOG: process.env.RUST_LOG ?? "warn" },
   });

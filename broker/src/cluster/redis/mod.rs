@@ -207,6 +207,10 @@ impl Bridge for RedisBridge {
         self.unsubscribe_impl(channel, conn);
     }
 
+    fn subscribers(&self, channel: &str) -> u64 {
+        self.subscribers_impl(channel)
+    }
+
     fn charge_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<Charged> {
         self.charge_account_impl(account, units, limits)
     }

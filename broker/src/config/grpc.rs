@@ -1,0 +1,66 @@
+//! The `[grpc]` section: where the gRPC API (PROTOCOL.md §8) listens and
+//! the per-connection bounds that keep one client from hoarding the node.
+
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+
+use super::{ResolvedApiKey, SAMPLE_API_KEY};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct GrpcSection {
+    /// Plaintext HTTP/2 address of `tidegate.v1.Broker`; `--grpc-listen`
+    /// overrides it.
+    pub listen: SocketAddr,
+    /// Threads of the gRPC server's own runtime (0 = one per core).
+    pub workers: usize,
+    /// Calls open at once on one HTTP/2 connection (streams past it wait
+    /// for a slot, as HTTP/2 says): a client cannot pin the node's memory
+    /// by opening streams.
+    pub max_concurrent_streams: u32,
+    /// Replies a `PublishStream` holds for a client that does not read
+    /// them; past it the broker stops reading that stream's requests
+    /// (HTTP/2 flow control then stops the sender), so memory stays bounded.
+    pub reply_buffer: usize,
+    /// Largest encoded request; the plan's `max_payload_bytes` still
+    /// applies to `data_json` inside it.
+    pub max_message_bytes: usize,
+}
+
+impl Default for GrpcSection {
+    fn default() -> Self {
+        GrpcSection {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            workers: 0,
+            max_concurrent_streams: 100,
+            reply_buffer: 64,
+            max_message_bytes: 1024 * 1024,
+        }
+    }
+}
+
+impl GrpcSection {
+    pub(super) fn problems(&self, keys: &[ResolvedApiKey], problems: &mut Vec<String>) {
+        if self.max_concurrent_streams == 0 {
+            problems.push("grpc.max_concurrent_streams: must be at least 1".into());
+        }
+        if self.reply_buffer == 0 {
+            problems.push("grpc.reply_buffer: must be at least 1".into());
+        }
+        if self.max_message_bytes < 1024 {
+            problems.push("grpc.max_message_bytes: must be at least 1024".into());
+        }
+        self.sample_key_problems(keys, problems);
+    }
+
+    /// The shipped API key is public: like on HTTP, loopback only.
+    pub(super) fn sample_key_problems(&self, keys: &[ResolvedApiKey], problems: &mut Vec<String>) {
+        if !self.listen.ip().is_loopback() && keys.iter().any(|k| k.key == SAMPLE_API_KEY) {
+            problems.push(format!(
+                "api_keys: the sample API key may only be used on loopback, but grpc.listen is {}; use key_env",
+                self.listen
+            ));
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! The gRPC API for backend services (PROTOCOL.md §8, `proto/tidegate.proto`):
+//! `tidegate.v1.Broker` with `Publish`, `PublishStream` and `Subscribe`, on
+//! its own address (`[grpc] listen`) and its own tokio runtime.
+//!
+//! - `service.rs`: identify (API key), price, consume, delegate to
+//!   [`crate::backend`], the code HTTP publish uses: one bucket per key
+//!   across both transports.
+//! - `publish_stream.rs`: per-message charging, in-order replies, a bounded
+//!   reply queue.
+//! - `subscribe.rs`: a hub subscriber with the socket's recovery, `seq`
+//!   order and slow-consumer bound.
+//! - `status.rs`: codes, trailers, `RetryInfo`; `trailers.rs`: the unary
+//!   reply's balance moved into its trailers.
+//! - `server.rs`: the runtime thread; `drain.rs`: the staggered drain.
+
+mod drain;
+mod publish_stream;
+mod server;
+mod service;
+pub mod status;
+mod subscribe;
+mod trailers;
+
+pub use server::{GrpcServer, start};
+pub use service::BrokerService;
+
+/// The messages and service of `tidegate.v1`, generated at build time.
+pub mod proto {
+    #![allow(clippy::all, missing_docs)]
+    tonic::include_proto!("tidegate.v1");
+}
+
+#[cfg(test)]
+mod tests {
+    /// The compiled proto is the contract's: `shared/spec/tidegate.proto`,
+    /// found in the nearest ancestor that has it (the product folder sits
+    /// beside the repository).
+    #[test]
+    fn the_proto_is_the_contracts() {
+        let ours = include_str!("../../proto/tidegate.proto");
+        let spec = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .ancestors()
+            .map(|d| d.join("shared/spec/tidegate.proto"))
+            .find(|p| p.exists())
+            .expect("shared/spec/tidegate.proto beside the repository");
+        assert_eq!(ours, std::fs::read_to_string(spec).unwrap());
+    }
+}

@@ -1,0 +1,130 @@
+//! `PublishStream`: each request is priced and charged as it arrives and
+//! gets exactly one reply, in order. A refusal of one message is its reply
+//! (`PublishReply.error`) and the stream goes on; an empty budget ends the
+//! stream with `RESOURCE_EXHAUSTED` after every earlier reply.
+//!
+//! Memory stays bounded for a client that sends faster than it reads its
+//! replies: replies wait in a queue of `grpc.reply_buffer`, and while it is
+//! full the next request is not read, so HTTP/2 flow control stops the
+//! sender instead of the broker buffering its stream.
+
+use std::pin::pin;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Status, Streaming};
+
+use super::drain::drained;
+use super::proto::{PublishReply, PublishRequest, Refusal as WireRefusal};
+use super::service::{BrokerService, Caller};
+use super::status;
+use crate::backend;
+use crate::cluster::KeyCharge;
+use crate::protocol::ErrorCode;
+
+/// The replies of one `PublishStream`, as tonic sends them.
+pub type Replies = ReceiverStream<Result<PublishReply, Status>>;
+
+/// Starts serving one stream on the gRPC runtime.
+pub fn start(svc: BrokerService, caller: Caller, inbound: Streaming<PublishRequest>) -> Replies {
+    let (tx, rx) = mpsc::channel(svc.node.config.load().grpc.reply_buffer);
+    tokio::spawn(run(svc, caller, inbound, tx));
+    ReceiverStream::new(rx)
+}
+
+/// What the stream has spent: the units and the last balance seen.
+#[derive(Default)]
+struct Spent {
+    units: u64,
+    last: Option<KeyCharge>,
+}
+
+async fn run(
+    svc: BrokerService,
+    caller: Caller,
+    mut inbound: Streaming<PublishRequest>,
+    tx: mpsc::Sender<Result<PublishReply, Status>>,
+) {
+    let _open = svc.open_stream();
+    let mut spent = Spent::default();
+    let mut drain = pin!(drained(svc.drain.clone()));
+    let end = loop {
+        let next = tokio::select! {
+            biased;
+            () = &mut drain => break draining(&svc, &caller, &spent).await,
+            next = inbound.message() => next,
+        };
+        let msg = match next {
+            Ok(Some(msg)) => msg,
+            Ok(None) => break finished(&svc, &caller, &spent).await,
+            // The client cancelled or sent what tonic could not decode
+            // (e.g. past grpc.max_message_bytes): its status ends the call.
+            Err(mut s) => {
+                svc.count("bad_request", &caller.key.account, None);
+                let balance = balance(&svc, &caller, &spent).await;
+                status::balance(s.metadata_mut(), &balance, spent.units);
+                break s;
+            }
+        };
+        let reply = match svc.price(&caller, &msg) {
+            Err(r) => {
+                svc.count(r.code.as_str(), &caller.key.account, Some(&msg.channel));
+                PublishReply {
+                    id: msg.id,
+                    seq: 0,
+                    error: Some(WireRefusal {
+                        code: r.code.as_str().into(),
+                        message: r.message,
+                        retry_after_ms: 0,
+                    }),
+                }
+            }
+            Ok(cost) => {
+                let charge =
+                    backend::charge(&svc.node, &caller.key, &caller.limits, f64::from(cost)).await;
+                if !charge.allowed {
+                    svc.count(
+                        ErrorCode::RateLimited.as_str(),
+                        &caller.key.account,
+                        Some(&msg.channel),
+                    );
+                    break status::rate_limited(&charge, spent.units);
+                }
+                spent.units += u64::from(cost);
+                spent.last = Some(charge);
+                let seq = backend::publish(&svc.node, &msg.channel, &msg.data_json, "grpc").await;
+                PublishReply {
+                    id: msg.id,
+                    seq,
+                    error: None,
+                }
+            }
+        };
+        if tx.send(Ok(reply)).await.is_err() {
+            // The client is gone: nobody to tell.
+            return;
+        }
+    };
+    let _ = tx.send(Err(end)).await;
+}
+
+/// The key's balance for the trailers: the last charge, or a read of the
+/// bucket (a charge of 0) when nothing was charged.
+async fn balance(svc: &BrokerService, caller: &Caller, spent: &Spent) -> KeyCharge {
+    match spent.last {
+        Some(c) => c,
+        None => backend::charge(&svc.node, &caller.key, &caller.limits, 0.0).await,
+    }
+}
+
+async fn finished(svc: &BrokerService, caller: &Caller, spent: &Spent) -> Status {
+    let balance = balance(svc, caller, spent).await;
+    status::finished(Some(&balance), spent.units)
+}
+
+async fn draining(svc: &BrokerService, caller: &Caller, spent: &Spent) -> Status {
+    let balance = balance(svc, caller, spent).await;
+    let mut s = status::draining();
+    status::balance(s.metadata_mut(), &balance, spent.units);
+    s
+}

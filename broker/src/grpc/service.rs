@@ -1,0 +1,185 @@
+//! `tidegate.v1.Broker`: each handler identifies the caller (an API key in
+//! `authorization: Bearer …`), prices the work, consumes from the key's
+//! bucket and delegates to the code HTTP publish uses ([`backend`]).
+//!
+//! Everything here is `Send + Sync` and runs on the gRPC server's own
+//! tokio runtime: the node's state is shared (`Arc<Node>`), and the only
+//! actix-bound part, the socket actors the hub delivers to, is reached
+//! through the hub's [`crate::hub::Sink`] (a gRPC stream gets a tokio
+//! queue instead of an actor mailbox).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::watch;
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Response, Status};
+
+use super::proto::broker_server::Broker;
+use super::proto::{PublishReply, PublishRequest, SubscribeRequest};
+use super::status;
+use crate::backend::{self, Refusal};
+use crate::config::Limits;
+use crate::exceeded::Exceeded;
+use crate::http::keys::KeyState;
+use crate::metrics::Layer;
+use crate::node::Node;
+use crate::protocol::ErrorCode;
+
+/// The shared state of every call.
+#[derive(Debug, Clone)]
+pub struct BrokerService {
+    pub(super) node: Arc<Node>,
+    /// Set when the node starts draining: when open streams must have
+    /// ended by (staggered within it).
+    pub(super) drain: watch::Receiver<Option<tokio::time::Instant>>,
+    /// Calls open now (the drain and the stop wait for them).
+    pub(super) open: Arc<AtomicUsize>,
+}
+
+/// Counts one open call while it lives.
+#[derive(Debug)]
+pub(super) struct OpenStream(Arc<AtomicUsize>);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A caller that passed the door: its key and its account's limits.
+pub(super) struct Caller {
+    pub key: Arc<KeyState>,
+    pub limits: Arc<Limits>,
+}
+
+impl BrokerService {
+    pub fn new(
+        node: Arc<Node>,
+        drain: watch::Receiver<Option<tokio::time::Instant>>,
+        open: Arc<AtomicUsize>,
+    ) -> Self {
+        BrokerService { node, drain, open }
+    }
+
+    pub(super) fn open_stream(&self) -> OpenStream {
+        self.open.fetch_add(1, Ordering::AcqRel);
+        OpenStream(self.open.clone())
+    }
+
+    /// Counts a refusal under `tidegate_rejections_total{layer="grpc"}` and
+    /// logs it with the account.
+    pub(super) fn count(&self, reason: &'static str, account: &str, channel: Option<&str>) {
+        let mut e = Exceeded::new(Layer::Grpc, reason, account);
+        if let Some(c) = channel {
+            e = e.channel(c);
+        }
+        e.emit(&self.node.metrics);
+    }
+
+    /// Draining first (§7: `UNAVAILABLE`, another node answers), then the
+    /// key (`UNAUTHENTICATED`).
+    pub(super) fn admit(&self, metadata: &MetadataMap) -> Result<Caller, Status> {
+        if self.node.is_draining() {
+            self.count(ErrorCode::Draining.as_str(), "", None);
+            return Err(status::draining());
+        }
+        let key = metadata
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(|k| self.node.keys.load().get(k.trim()));
+        let Some(key) = key else {
+            self.count(ErrorCode::Unauthorized.as_str(), "", None);
+            return Err(status::refused(
+                ErrorCode::Unauthorized,
+                "send `authorization: Bearer <api key>` with a key from the config",
+                None,
+            ));
+        };
+        let limits = self.node.config.load().account_limits(&key.account);
+        Ok(Caller { key, limits })
+    }
+
+    /// Checks and prices one message (its data as JSON, then
+    /// `backend::check`); nothing is charged yet.
+    pub(super) fn price(&self, caller: &Caller, msg: &PublishRequest) -> Result<u32, Refusal> {
+        // JSON first, as HTTP parses its body before anything else.
+        backend::check_json(&msg.data_json, caller.limits.max_json_depth)?;
+        backend::check(
+            &self.node,
+            &msg.channel,
+            &msg.data_json,
+            &caller.key,
+            &caller.limits,
+        )
+    }
+
+    /// The status for a refusal that ends a unary call, with the key's
+    /// balance (read without charging) in its trailers.
+    pub(super) async fn refuse_call(&self, caller: &Caller, r: &Refusal, channel: &str) -> Status {
+        self.count(r.code.as_str(), &caller.key.account, Some(channel));
+        let balance = backend::charge(&self.node, &caller.key, &caller.limits, 0.0).await;
+        status::refused(r.code, &r.message, Some((&balance, 0)))
+    }
+}
+
+#[tonic::async_trait]
+impl Broker for BrokerService {
+    async fn publish(
+        &self,
+        request: Request<PublishRequest>,
+    ) -> Result<Response<PublishReply>, Status> {
+        let _open = self.open_stream();
+        let caller = self.admit(request.metadata())?;
+        let msg = request.into_inner();
+        let cost = match self.price(&caller, &msg) {
+            Ok(cost) => cost,
+            Err(r) => return Err(self.refuse_call(&caller, &r, &msg.channel).await),
+        };
+        let charge =
+            backend::charge(&self.node, &caller.key, &caller.limits, f64::from(cost)).await;
+        if !charge.allowed {
+            self.count(
+                ErrorCode::RateLimited.as_str(),
+                &caller.key.account,
+                Some(&msg.channel),
+            );
+            return Err(status::rate_limited(&charge, 0));
+        }
+        let seq = backend::publish(&self.node, &msg.channel, &msg.data_json, "grpc").await;
+        let mut reply = Response::new(PublishReply {
+            id: msg.id,
+            seq,
+            error: None,
+        });
+        status::balance(reply.metadata_mut(), &charge, u64::from(cost));
+        Ok(reply)
+    }
+
+    type PublishStreamStream = super::publish_stream::Replies;
+
+    async fn publish_stream(
+        &self,
+        request: Request<tonic::Streaming<PublishRequest>>,
+    ) -> Result<Response<Self::PublishStreamStream>, Status> {
+        let caller = self.admit(request.metadata())?;
+        Ok(Response::new(super::publish_stream::start(
+            self.clone(),
+            caller,
+            request.into_inner(),
+        )))
+    }
+
+    type SubscribeStream = super::subscribe::Events;
+
+    async fn subscribe(
+        &self,
+        request: Request<SubscribeRequest>,
+    ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let caller = self.admit(request.metadata())?;
+        super::subscribe::start(self, caller, request.into_inner())
+            .await
+            .map(Response::new)
+    }
+}

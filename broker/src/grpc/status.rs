@@ -1,0 +1,113 @@
+//! How the gRPC API says an outcome (§8): status codes for the contract's
+//! error codes, the balance trailers every finished call carries, and the
+//! `RESOURCE_EXHAUSTED` a rate limit ends a call with (trailing
+//! `retry-after-ms`, `grpc-retry-pushback-ms` and a `google.rpc.RetryInfo`
+//! detail, all the same delay; never `UNAVAILABLE`, which clients retry at
+//! once).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::cluster::KeyCharge;
+use crate::http::{retry_after_ms, retry_after_secs};
+use crate::protocol::ErrorCode;
+
+/// The `domain` of every `google.rpc.ErrorInfo` detail; its `reason` is
+/// the contract's error code (`forbidden`, `slow_consumer`, …).
+pub const DOMAIN: &str = "tidegate.v1";
+
+/// Trailer names of §8.
+pub const LIMIT: &str = "ratelimit-limit";
+pub const REMAINING: &str = "ratelimit-remaining";
+pub const RESET: &str = "ratelimit-reset";
+pub const COST: &str = "tidegate-cost";
+pub const RETRY_AFTER_MS: &str = "retry-after-ms";
+/// gRFC A6: honoured by stock clients whose retry policy lists the code.
+pub const PUSHBACK_MS: &str = "grpc-retry-pushback-ms";
+
+/// The trailers of a finished call that has a balance to show:
+/// `ratelimit-*` (as `X-RateLimit-*`) and `tidegate-cost`, the units the
+/// whole call was charged.
+pub fn balance(map: &mut MetadataMap, charge: &KeyCharge, cost: u64) {
+    map.insert(LIMIT, MetadataValue::from(charge.limit));
+    map.insert(REMAINING, MetadataValue::from(charge.remaining));
+    map.insert(RESET, MetadataValue::from(retry_after_secs(charge.reset)));
+    map.insert(COST, MetadataValue::from(cost));
+}
+
+/// The status for a contract error code.
+pub fn code_for(code: ErrorCode) -> Code {
+    match code {
+        ErrorCode::Unauthorized => Code::Unauthenticated,
+        ErrorCode::Forbidden => Code::PermissionDenied,
+        ErrorCode::CostExceedsMax => Code::FailedPrecondition,
+        ErrorCode::RateLimited | ErrorCode::SlowConsumer | ErrorCode::TooManyConnections => {
+            Code::ResourceExhausted
+        }
+        ErrorCode::Draining | ErrorCode::NodeOverloaded => Code::Unavailable,
+        ErrorCode::Internal => Code::Internal,
+        _ => Code::InvalidArgument,
+    }
+}
+
+fn details(code: ErrorCode) -> ErrorDetails {
+    let mut d = ErrorDetails::new();
+    d.set_error_info(code.as_str(), DOMAIN, HashMap::new());
+    d
+}
+
+/// A refusal ending a call: its status code, the sentence, an `ErrorInfo`
+/// naming the contract code, and the balance trailers when known.
+pub fn refused(code: ErrorCode, message: &str, balance_of: Option<(&KeyCharge, u64)>) -> Status {
+    let mut md = MetadataMap::new();
+    if let Some((charge, cost)) = balance_of {
+        balance(&mut md, charge, cost);
+    }
+    Status::with_error_details_and_metadata(code_for(code), message, details(code), md)
+}
+
+/// The key's budget is empty: `RESOURCE_EXHAUSTED` with the delay in
+/// `retry-after-ms`, `grpc-retry-pushback-ms` and `RetryInfo`.
+pub fn rate_limited(charge: &KeyCharge, cost: u64) -> Status {
+    let ms = retry_after_ms(charge.retry_after);
+    let mut md = MetadataMap::new();
+    balance(&mut md, charge, cost);
+    md.insert(RETRY_AFTER_MS, MetadataValue::from(ms));
+    md.insert(PUSHBACK_MS, MetadataValue::from(ms));
+    let mut d = details(ErrorCode::RateLimited);
+    d.set_retry_info(Some(Duration::from_millis(ms)));
+    Status::with_error_details_and_metadata(
+        Code::ResourceExhausted,
+        format!("this API key's budget is empty; retry after {ms} ms"),
+        d,
+        md,
+    )
+}
+
+/// The end of a stream that finished well, carrying its trailers.
+pub fn finished(charge: Option<&KeyCharge>, cost: u64) -> Status {
+    let mut status = Status::ok("");
+    if let Some(c) = charge {
+        balance(status.metadata_mut(), c, cost);
+    } else {
+        status
+            .metadata_mut()
+            .insert(COST, MetadataValue::from(cost));
+    }
+    status
+}
+
+/// `UNAVAILABLE` while the node drains (§7): another node will answer.
+pub fn draining() -> Status {
+    let mut d = details(ErrorCode::Draining);
+    d.set_retry_info(Some(Duration::from_secs(1)));
+    Status::with_error_details(
+        Code::Unavailable,
+        "this node is shutting down; call another node",
+        d,
+    )
+}

@@ -1,0 +1,343 @@
+//! `Subscribe`: a socket's subscription for backend consumers (§2, §3).
+//! The ack of each channel first, then its recovered messages (`since`),
+//! then live ones, each `seq` once and in order; a consumer that stops
+//! reading is a slow consumer with the socket's high-water mark and grace.
+//!
+//! The stream is the hub's subscriber: the hub reserves each message's
+//! bytes in the stream's [`OutboundGauge`] and drops past the mark; the
+//! bytes are released when tonic takes the message for the wire (after
+//! that, HTTP/2 flow control bounds what waits: one window per stream).
+//! A guard task does what must happen even while tonic is not polling the
+//! stream: it ends it past the grace (leaving the hub at once, so a dead
+//! consumer costs nothing more) and at its moment of the drain.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio_stream::Stream;
+use tonic::Status;
+
+use super::drain::drained;
+use super::proto::subscribe_event::Event;
+use super::proto::{Message, SlowConsumer, SubscribeAck, SubscribeEvent, SubscribeRequest};
+use super::service::{BrokerService, Caller, OpenStream};
+use super::status;
+use crate::backend::{self, Refusal};
+use crate::cluster::KeyCharge;
+use crate::hub::{Deliver, OutboundGauge, Sink, StreamSink, Subscriber};
+use crate::node::Node;
+use crate::protocol::{ErrorCode, channel, wire};
+
+/// The stream's place in the hub, left exactly once (when the stream is
+/// dropped, or by the guard past the grace).
+struct Membership {
+    node: Arc<Node>,
+    conn: u64,
+    channels: Mutex<Vec<String>>,
+    left: AtomicBool,
+}
+
+impl Membership {
+    fn leave(&self) {
+        if self.left.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        for ch in self.channels.lock().drain(..) {
+            self.node.bridge.unsubscribe(&ch, self.conn);
+        }
+    }
+}
+
+/// The events of one `Subscribe` call, as tonic sends them.
+pub struct Events {
+    prelude: VecDeque<SubscribeEvent>,
+    live: mpsc::UnboundedReceiver<Deliver>,
+    /// Set by the guard: the status that ends the stream.
+    end: Option<oneshot::Receiver<Status>>,
+    ended: bool,
+    /// Last `seq` sent per channel: recovered and live messages overlap
+    /// while joining; each goes out once.
+    last: HashMap<Arc<str>, u64>,
+    gauge: Arc<OutboundGauge>,
+    membership: Arc<Membership>,
+    guard: Option<JoinHandle<()>>,
+    /// For the trailers: what the call was charged, and the balance then.
+    charge: KeyCharge,
+    cost: u64,
+    _open: OpenStream,
+}
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        if let Some(g) = self.guard.take() {
+            g.abort();
+        }
+        self.membership.leave();
+    }
+}
+
+impl Stream for Events {
+    type Item = Result<SubscribeEvent, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        if let Some(end) = this.end.as_mut()
+            && let Poll::Ready(result) = Pin::new(end).poll(cx)
+        {
+            this.end = None;
+            if let Ok(mut s) = result {
+                this.ended = true;
+                status::balance(s.metadata_mut(), &this.charge, this.cost);
+                return Poll::Ready(Some(Err(s)));
+            }
+        }
+        if let Some(ev) = this.prelude.pop_front() {
+            return Poll::Ready(Some(Ok(ev)));
+        }
+        if this.gauge.is_congested() && this.gauge.pending() < this.gauge.high_water() {
+            let dropped = this.gauge.clear_congestion();
+            if dropped > 0 {
+                return Poll::Ready(Some(Ok(event(Event::SlowConsumer(SlowConsumer {
+                    dropped,
+                })))));
+            }
+        }
+        loop {
+            match std::task::ready!(this.live.poll_recv(cx)) {
+                None => {
+                    this.ended = true;
+                    return Poll::Ready(None);
+                }
+                Some(Deliver::Message {
+                    channel,
+                    seq,
+                    frame,
+                }) => {
+                    this.gauge.release(frame.len());
+                    let last = this.last.entry(channel.clone()).or_insert(0);
+                    if seq <= *last {
+                        continue;
+                    }
+                    *last = seq;
+                    return Poll::Ready(Some(Ok(message(&channel, seq, &frame))));
+                }
+                // Handled by the guard; never queued (see `Sink`).
+                Some(Deliver::Congested) => {}
+            }
+        }
+    }
+}
+
+fn event(e: Event) -> SubscribeEvent {
+    SubscribeEvent { event: Some(e) }
+}
+
+fn message(channel: &str, seq: u64, frame: &bytes::Bytes) -> SubscribeEvent {
+    let data = wire::message_data(frame, channel, seq);
+    event(Event::Message(Message {
+        channel: channel.to_owned(),
+        seq,
+        // Published data was checked to be UTF-8 JSON on the way in.
+        data_json: String::from_utf8_lossy(&data).into_owned(),
+    }))
+}
+
+/// Checks every channel and prices the call: `subscribe` per channel plus
+/// `recovery` per channel with `since`, each within `max_single`.
+fn check(caller: &Caller, req: &SubscribeRequest) -> Result<u32, (Refusal, Option<String>)> {
+    let key = &caller.key;
+    let limits = &caller.limits;
+    if key.subscribe.is_empty() {
+        return Err((
+            Refusal::new(
+                ErrorCode::Forbidden,
+                "this API key has no sub_channels in the config: it may not subscribe",
+            ),
+            None,
+        ));
+    }
+    let max = limits.max_subscriptions as usize;
+    let n = req.channels.len();
+    if n == 0 || n > max {
+        let code = if n == 0 {
+            ErrorCode::BadRequest
+        } else {
+            ErrorCode::TooManySubscriptions
+        };
+        let msg = format!("a Subscribe call names 1 to {max} channels, this one names {n}");
+        return Err((Refusal::new(code, msg), None));
+    }
+    let c = &limits.costs;
+    let mut seen = HashSet::with_capacity(n);
+    let mut cost = 0u32;
+    for cs in &req.channels {
+        let name = &cs.channel;
+        let fail = |code, msg: String| Err((Refusal::new(code, msg), Some(name.clone())));
+        if let Err(why) = channel::validate(name) {
+            return fail(ErrorCode::BadRequest, why.to_owned());
+        }
+        if !seen.insert(name.as_str()) {
+            return fail(ErrorCode::BadRequest, format!("{name:?} is named twice"));
+        }
+        if !key.subscribe.matches(name) {
+            return fail(
+                ErrorCode::Forbidden,
+                format!("this API key may not subscribe to {name:?}"),
+            );
+        }
+        let price = c
+            .subscribe
+            .saturating_add(if cs.since.is_some() { c.recovery } else { 0 });
+        if price > c.max_single {
+            return fail(
+                ErrorCode::CostExceedsMax,
+                format!(
+                    "subscribing to {name:?} costs {price} units, above the largest single charge of {}",
+                    c.max_single
+                ),
+            );
+        }
+        cost = cost.saturating_add(price);
+    }
+    Ok(cost)
+}
+
+pub async fn start(
+    svc: &BrokerService,
+    caller: Caller,
+    req: SubscribeRequest,
+) -> Result<Events, Status> {
+    let node = &svc.node;
+    let account = caller.key.account.clone();
+    let cost = match check(&caller, &req) {
+        Ok(cost) => cost,
+        Err((r, ch)) => {
+            return Err(svc
+                .refuse_call(&caller, &r, ch.as_deref().unwrap_or(""))
+                .await);
+        }
+    };
+    let charge = backend::charge(node, &caller.key, &caller.limits, f64::from(cost)).await;
+    if !charge.allowed {
+        svc.count(ErrorCode::RateLimited.as_str(), &account, None);
+        return Err(status::rate_limited(&charge, 0));
+    }
+
+    let conn = node.next_conn();
+    let gauge = Arc::new(OutboundGauge::new(caller.limits.outbound_high_water_bytes));
+    let (tx, live) = mpsc::unbounded_channel();
+    let congested = Arc::new(Notify::new());
+    let sub = Subscriber {
+        conn,
+        sink: Sink::Stream(StreamSink {
+            messages: tx,
+            congested: congested.clone(),
+        }),
+        gauge: gauge.clone(),
+    };
+    let membership = Arc::new(Membership {
+        node: node.clone(),
+        conn,
+        channels: Mutex::new(Vec::with_capacity(req.channels.len())),
+        left: AtomicBool::new(false),
+    });
+    let span = tracing::info_span!("grpc_subscribe", conn, account = %account);
+    let (end_tx, end_rx) = oneshot::channel();
+    let mut events = Events {
+        prelude: VecDeque::new(),
+        live,
+        end: Some(end_rx),
+        ended: false,
+        last: HashMap::with_capacity(req.channels.len()),
+        gauge: gauge.clone(),
+        membership: membership.clone(),
+        guard: None,
+        charge,
+        cost: u64::from(cost),
+        _open: svc.open_stream(),
+    };
+    for cs in req.channels {
+        // Recorded before joining, so a call dropped mid-way leaves it.
+        membership.channels.lock().push(cs.channel.clone());
+        let joined = node
+            .bridge
+            .subscribe(&cs.channel, sub.clone(), cs.since)
+            .wait()
+            .await;
+        let name: Arc<str> = Arc::from(cs.channel.as_str());
+        events.prelude.push_back(event(Event::Ack(SubscribeAck {
+            channel: cs.channel.clone(),
+            recovered: joined.recovered,
+        })));
+        let mut last = joined.last_seq;
+        for (seq, frame) in joined.backlog {
+            last = last.max(seq);
+            events.prelude.push_back(message(&name, seq, &frame));
+        }
+        events.last.insert(name, last);
+    }
+    let grace = Duration::from_millis(caller.limits.outbound_grace_ms);
+    events.guard = Some(tokio::spawn(guard(
+        svc.clone(),
+        account,
+        membership,
+        gauge,
+        congested,
+        grace,
+        end_tx,
+    )));
+    span.in_scope(|| tracing::debug!("grpc subscriber joined"));
+    Ok(events)
+}
+
+/// Ends the stream past the slow-consumer grace, or at its moment of the
+/// drain, whichever comes first.
+async fn guard(
+    svc: BrokerService,
+    account: String,
+    membership: Arc<Membership>,
+    gauge: Arc<OutboundGauge>,
+    congested: Arc<Notify>,
+    grace: Duration,
+    end: oneshot::Sender<Status>,
+) {
+    let mut drain = pin!(drained(svc.drain.clone()));
+    loop {
+        tokio::select! {
+            () = &mut drain => {
+                let _ = end.send(status::draining());
+                return;
+            }
+            () = congested.notified() => {}
+        }
+        tokio::select! {
+            () = &mut drain => {
+                let _ = end.send(status::draining());
+                return;
+            }
+            () = tokio::time::sleep(grace) => {}
+        }
+        if gauge.is_congested() {
+            svc.count(ErrorCode::SlowConsumer.as_str(), &account, None);
+            let _ = end.send(status::refused(
+                ErrorCode::SlowConsumer,
+                "this stream stayed above its high-water mark past the grace period",
+                None,
+            ));
+            // Stop the work for a consumer that does not read.
+            membership.leave();
+            return;
+        }
+    }
+}

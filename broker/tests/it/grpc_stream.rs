@@ -1,0 +1,172 @@
+//! `PublishStream` (§8): per-message charging, in-order replies, per-message
+//! refusals that keep the stream, `RESOURCE_EXHAUSTED` at an empty budget,
+//! and bounded memory for a sender that does not read its replies.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tidegate::grpc::proto::PublishRequest;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Code;
+
+use crate::common::{API_KEY, Broker, PATIENCE};
+use crate::grpc::{assert_rate_limited, authed, connect, connect_with, md, msg, reason};
+
+#[actix_rt::test]
+async fn a_stream_answers_each_message_in_order_and_ends_with_its_trailers() {
+    let b = Broker::start("");
+    let mut c = connect(&b).await;
+    let reqs = vec![
+        msg("doc:1", "1", "a"),
+        msg("doc 1", "2", "b"),
+        msg("doc:1", "not json", "c"),
+        msg("doc:1", "3", "d"),
+    ];
+    let mut replies = c
+        .publish_stream(authed(tokio_stream::iter(reqs), API_KEY))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut got = Vec::new();
+    while let Some(r) = tokio::time::timeout(PATIENCE, replies.message())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        got.push(r);
+    }
+    let ids: Vec<&str> = got.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["a", "b", "c", "d"]);
+    assert!(got[0].seq > 0 && got[3].seq > got[0].seq);
+    for r in &got[1..3] {
+        let e = r.error.as_ref().expect("refused");
+        assert_eq!(e.code, "bad_request");
+        assert_eq!(r.seq, 0);
+    }
+    let trailers = replies.trailers().await.unwrap().expect("trailers");
+    assert_eq!(md(&trailers, "tidegate-cost"), 2);
+    assert_eq!(md(&trailers, "ratelimit-limit"), 200);
+    assert!(md(&trailers, "ratelimit-remaining") <= 198);
+    assert!(trailers.get("ratelimit-reset").is_some());
+}
+
+#[actix_rt::test]
+async fn a_flood_gets_in_order_replies_then_resource_exhausted() {
+    let b = Broker::start(
+        "[plans.free]\naccount_burst = 10\naccount_messages_per_sec = 0.01\naccount_sample_every = 1\n",
+    );
+    let mut c = connect(&b).await;
+    // 30 messages, one of them refused on its own (forbidden channel
+    // grammar), which costs nothing and keeps the stream.
+    let reqs: Vec<PublishRequest> = (0..30)
+        .map(|i| {
+            let channel = if i == 3 { "bad channel" } else { "doc:flood" };
+            msg(channel, &i.to_string(), &i.to_string())
+        })
+        .collect();
+    let mut replies = c
+        .publish_stream(authed(tokio_stream::iter(reqs), API_KEY))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut ids = Vec::new();
+    let status = loop {
+        match tokio::time::timeout(PATIENCE, replies.message())
+            .await
+            .unwrap()
+        {
+            Ok(Some(r)) => ids.push((r.id, r.error.map(|e| e.code))),
+            Ok(None) => panic!("the stream ended without RESOURCE_EXHAUSTED"),
+            Err(s) => break s,
+        }
+    };
+    // Ten charged messages and the refused one, in request order.
+    let expected: Vec<(String, Option<String>)> = (0..11)
+        .map(|i| (i.to_string(), (i == 3).then(|| "bad_request".to_string())))
+        .collect();
+    assert_eq!(ids, expected);
+    assert_rate_limited(&status);
+    assert_eq!(md(status.metadata(), "tidegate-cost"), 10);
+    assert_eq!(md(status.metadata(), "ratelimit-remaining"), 0);
+    assert_eq!(
+        b.metric("tidegate_rejections_total{layer=\"grpc\",reason=\"rate_limited\"}")
+            .await,
+        1.0
+    );
+}
+
+#[actix_rt::test]
+async fn a_sender_that_does_not_read_its_replies_is_held_back() {
+    let b = Broker::start(
+        "[grpc]\nreply_buffer = 4\n\
+         [plans.free]\naccount_burst = 100000\naccount_messages_per_sec = 100000\n",
+    );
+    // A small receive window: unread replies stop the server quickly.
+    let mut c = connect_with(&b, |e| {
+        e.initial_stream_window_size(Some(4096))
+            .initial_connection_window_size(Some(4096))
+    })
+    .await;
+    const TOTAL: usize = 20_000;
+    let data = format!("\"{}\"", "x".repeat(500));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = tokio::sync::mpsc::channel::<PublishRequest>(1);
+    let feeder = {
+        let sent = sent.clone();
+        tokio::spawn(async move {
+            for i in 0..TOTAL {
+                if tx
+                    .send(msg("doc:fast", &data, &i.to_string()))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                sent.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    let mut replies = c
+        .publish_stream(authed(ReceiverStream::new(rx), API_KEY))
+        .await
+        .unwrap()
+        .into_inner();
+    // Not reading: the broker stops reading the stream, so the sender
+    // cannot get everything out (10 MB against windows of about 1 MB).
+    let finished = tokio::time::timeout(Duration::from_millis(500), async {
+        while sent.load(Ordering::Relaxed) < TOTAL {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(finished.is_err(), "all {TOTAL} messages went out unread");
+    let held = sent.load(Ordering::Relaxed);
+    assert!(held < TOTAL, "{held}");
+    // Reading again: every message gets its reply, in order.
+    let mut next = 0usize;
+    while next < TOTAL {
+        let r = tokio::time::timeout(PATIENCE, replies.next())
+            .await
+            .unwrap()
+            .expect("a reply")
+            .unwrap_or_else(|s| panic!("{s:?} after {next} replies"));
+        assert_eq!(r.id, next.to_string());
+        assert!(r.error.is_none(), "{r:?}");
+        next += 1;
+    }
+    feeder.await.unwrap();
+}
+
+#[actix_rt::test]
+async fn a_stream_without_a_key_is_refused_at_once() {
+    let b = Broker::start("");
+    let mut c = connect(&b).await;
+    let s = c
+        .publish_stream(tokio_stream::iter(vec![msg("doc:1", "1", "")]))
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), Code::Unauthenticated);
+    assert_eq!(reason(&s), "unauthorized");
+}
