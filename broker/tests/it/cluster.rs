@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::common::{Broker, Client, PATIENCE, metric_value};
 use crate::redis_server::RedisServer;
 
-fn prefix() -> String {
+pub fn prefix() -> String {
     let n = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -19,7 +19,7 @@ fn prefix() -> String {
 }
 
 /// A node of a cluster on `redis`, with `extra` config.
-fn node(redis: &RedisServer, id: &str, prefix: &str, extra: &str) -> Broker {
+pub fn node(redis: &RedisServer, id: &str, prefix: &str, extra: &str) -> Broker {
     Broker::start(&format!(
         "[node]\nid = \"{id}\"\n[cluster]\nmode = \"redis\"\nredis_url = \"{}\"\nkey_prefix = \"{prefix}\"\nlease_ms = 1000\n{extra}",
         redis.url()
@@ -27,7 +27,7 @@ fn node(redis: &RedisServer, id: &str, prefix: &str, extra: &str) -> Broker {
 }
 
 /// Waits (polling, with a deadline) for a node's bridge to be up or down.
-async fn bridge_up(b: &Broker, up: bool) {
+pub async fn bridge_up(b: &Broker, up: bool) {
     let deadline = Instant::now() + PATIENCE;
     while b.node.bridge.is_up() != up {
         assert!(

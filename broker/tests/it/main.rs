@@ -9,6 +9,7 @@ mod channels;
 mod cli;
 mod cluster;
 mod grpc;
+mod grpc_cluster;
 mod grpc_stream;
 mod grpc_subscribe;
 mod handshake;

@@ -186,11 +186,6 @@ impl RedisBridge {
         })
     }
 
-    /// Fan-out for pricing: this node's subscribers of the channel.
-    pub(super) fn subscribers_impl(&self, channel: &str) -> u64 {
-        self.hub.subscriber_count(channel)
-    }
-
     pub(super) fn unsubscribe_impl(&self, channel: &str, conn: u64) {
         self.hub.unsubscribe(channel, conn);
         self.remove_interest(channel);

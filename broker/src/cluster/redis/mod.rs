@@ -10,6 +10,9 @@
 //!   and API-key buckets are one script call each (`scripts.rs`); account
 //!   charges are sampled by the sockets. Connection caps are per-node counts
 //!   summed over nodes holding a live lease.
+//! - **Fan-out counts**: nodes exchange their large channels' subscriber
+//!   counts every second (`counts.rs`), so a publish is priced by its
+//!   cluster-wide fan-out from memory.
 //! - **Outage**: while Redis is unreachable the node serves alone: local
 //!   fan-out and history, and its share (1 / live nodes last seen) of every
 //!   cluster-wide limit. Nothing is queued toward Redis beyond
@@ -17,6 +20,7 @@
 //!   raises every channel counter above the `seq`s it issued, re-asserts its
 //!   connection counts and resubscribes, and only then reports itself up.
 
+mod counts;
 mod fanout;
 mod lease;
 mod limits;
@@ -89,6 +93,8 @@ pub struct RedisBridge {
     cmd_ok: AtomicBool,
     live_nodes: AtomicU32,
     interest: Mutex<HashMap<Arc<str>, Interest>>,
+    /// Other nodes' subscriber counts, for pricing (`counts.rs`).
+    remote_subscribers: parking_lot::RwLock<HashMap<Arc<str>, u64>>,
     cmds: mpsc::UnboundedSender<SubCmd>,
     cmds_rx: Mutex<Option<mpsc::UnboundedReceiver<SubCmd>>>,
     first_up: Notify,
@@ -128,6 +134,7 @@ impl RedisBridge {
             cmd_ok: AtomicBool::new(false),
             live_nodes: AtomicU32::new(1),
             interest: Mutex::new(HashMap::new()),
+            remote_subscribers: parking_lot::RwLock::new(HashMap::new()),
             cmds: tx,
             cmds_rx: Mutex::new(Some(rx)),
             first_up: Notify::new(),
@@ -263,6 +270,7 @@ impl Bridge for RedisBridge {
             actix_rt::spawn(subscriber::run(self.clone(), rx));
         }
         actix_rt::spawn(self.clone().lease_loop());
+        actix_rt::spawn(self.clone().counts_loop());
         let this = self.clone();
         actix_rt::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(10));

@@ -1,0 +1,94 @@
+//! Subscriber counts across the cluster, for pricing a publish by its
+//! fan-out (`costs.publish_per_1k_subscribers`, docs/limits.md) without a
+//! Redis round trip per publish.
+//!
+//! Every [`REFRESH`] each node writes its channels with at least
+//! [`REPORT_MIN`] local subscribers into a hash of its own
+//! (`{prefix}subs:{member}`, expiring with its lease, so a dead node's
+//! counts vanish), and reads the other live nodes' hashes into memory. A
+//! publish then reads this node's exact count plus the others' last
+//! reported ones: at most one refresh old, and low by at most
+//! `REPORT_MIN - 1` per other node, which is under one price step (1,000)
+//! for clusters of up to ten nodes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redis::aio::ConnectionManager;
+
+use super::{COMMAND_TIMEOUT, RedisBridge};
+
+/// A node reports a channel once it has this many local subscribers.
+pub const REPORT_MIN: u64 = 100;
+/// How often counts are exchanged.
+pub const REFRESH: Duration = Duration::from_secs(1);
+
+impl RedisBridge {
+    pub(super) async fn counts_loop(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(REFRESH);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(mut conn) = self.conn.get().cloned() else {
+                continue;
+            };
+            if !super::Bridge::is_up(&*self) {
+                // Serving alone: the last counts seen stay the best guess.
+                continue;
+            }
+            match tokio::time::timeout(COMMAND_TIMEOUT, self.exchange_counts(&mut conn)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => self.failed(&e),
+                Err(_) => self.failed(&(redis::ErrorKind::Io, "timed out").into()),
+            }
+        }
+    }
+
+    async fn exchange_counts(&self, conn: &mut ConnectionManager) -> redis::RedisResult<()> {
+        let mine: Vec<(String, u64)> = self
+            .hub
+            .subscriber_counts()
+            .into_iter()
+            .filter(|(_, n)| *n >= REPORT_MIN)
+            .map(|(c, n)| (c.to_string(), n))
+            .collect();
+        let own = self.key("subs", &self.member);
+        let mut pipe = redis::pipe();
+        pipe.atomic().del(&own).ignore();
+        if !mine.is_empty() {
+            pipe.hset_multiple(&own, &mine).ignore();
+            pipe.pexpire(&own, self.lease_ms as i64).ignore();
+        }
+        pipe.query_async::<()>(conn).await?;
+
+        let members: Vec<String> = conn.zrange(format!("{}nodes", self.prefix), 0, -1).await?;
+        let others: Vec<&String> = members.iter().filter(|m| **m != self.member).collect();
+        let mut totals: HashMap<Arc<str>, u64> = HashMap::new();
+        if !others.is_empty() {
+            let mut pipe = redis::pipe();
+            for m in &others {
+                pipe.hgetall(self.key("subs", m));
+            }
+            let counts: Vec<HashMap<String, u64>> = pipe.query_async(conn).await?;
+            for (channel, n) in counts.into_iter().flatten() {
+                *totals.entry(Arc::from(channel)).or_default() += n;
+            }
+        }
+        *self.remote_subscribers.write() = totals;
+        Ok(())
+    }
+
+    /// Fan-out for pricing: this node's subscribers of the channel plus
+    /// the other nodes' last reported ones.
+    pub(super) fn subscribers_impl(&self, channel: &str) -> u64 {
+        self.hub.subscriber_count(channel)
+            + self
+                .remote_subscribers
+                .read()
+                .get(channel)
+                .copied()
+                .unwrap_or(0)
+    }
+}
