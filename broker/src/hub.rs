@@ -372,6 +372,11 @@ impl Hub {
             }
         }
         self.metrics.messages_out.inc_by(delivered);
+        if delivered + dropped > 0 {
+            self.metrics
+                .delivery_duration
+                .observe(now.elapsed().as_secs_f64());
+        }
         if dropped > 0 {
             self.metrics
                 .reject_n(crate::metrics::Layer::Outbound, "slow_consumer", dropped);

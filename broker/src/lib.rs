@@ -34,7 +34,9 @@
 //!   table shared with the TypeScript SDK.
 //! - [`config`]: `config.toml`, plans and accounts, validation that
 //!   reports every problem; [`reload`]: SIGHUP and file-change reloads.
-//! - [`auth`]: HS256 tokens. [`metrics`]: Prometheus counters.
+//! - [`auth`]: HS256 tokens. [`metrics`]: Prometheus counters and
+//!   histograms; [`process_metrics`]: the process's memory, descriptors
+//!   and CPU from `/proc`.
 
 pub mod account;
 pub mod auth;
@@ -48,6 +50,7 @@ pub mod hub;
 pub mod limiter;
 pub mod metrics;
 pub mod node;
+pub mod process_metrics;
 pub mod protocol;
 pub mod reload;
 pub mod rules;

@@ -1,14 +1,23 @@
-//! Prometheus metrics (`GET /metrics`), all named `tidegate_*`.
+//! Prometheus metrics (`GET /metrics`): the broker's are named
+//! `tidegate_*`, the process's `process_*` (the names every Prometheus
+//! client library uses, so stock dashboards work).
 //!
 //! Hot-path counters are plain atomics registered once; refusals go through
 //! one labelled family so every layer and reason shows up under
-//! `tidegate_rejections_total{layer,reason}` (§6).
+//! `tidegate_rejections_total{layer,reason}` (§6). Durations are histograms
+//! in seconds, named `*_duration_seconds`.
+
+use std::future::Future;
+use std::time::Instant;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::process_metrics::ProcessMetrics;
 
 /// Where a refusal happened (§6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -50,6 +59,33 @@ struct OutcomeLabels {
     outcome: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ScriptLabels {
+    script: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    version: &'static str,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// 10 µs to ~2.6 s: an in-process fan-out is microseconds when healthy.
+fn delivery_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(1e-5, 4.0, 10))
+}
+
+/// 100 µs to ~18 s: a handshake may wait on Redis.
+fn handshake_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(1e-4, 3.0, 12))
+}
+
+/// 50 µs to ~8.9 s: one round trip to Redis, or a stall.
+fn script_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(5e-5, 3.0, 12))
+}
+
 pub struct Metrics {
     registry: Registry,
     pub connections_opened: Counter,
@@ -64,6 +100,12 @@ pub struct Metrics {
     pub live_nodes: Gauge,
     config_reloads: Family<OutcomeLabels, Counter>,
     pub outbound_queued: Gauge,
+    /// From a publish reaching the hub (from a client, HTTP or the cluster
+    /// bridge) to its frame queued to every local subscriber.
+    pub delivery_duration: Histogram,
+    handshake_duration: Histograms<OutcomeLabels>,
+    script_duration: Histograms<ScriptLabels>,
+    process: ProcessMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -80,7 +122,9 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("tidegate");
+        let mut root = Registry::default();
+        let process = ProcessMetrics::register(&mut root);
+        let registry = root.sub_registry_with_prefix("tidegate");
         let m = Metrics {
             registry: Registry::default(),
             connections_opened: Counter::default(),
@@ -95,6 +139,10 @@ impl Metrics {
             live_nodes: Gauge::default(),
             config_reloads: Family::default(),
             outbound_queued: Gauge::default(),
+            delivery_duration: delivery_buckets(),
+            handshake_duration: Family::new_with_constructor(handshake_buckets),
+            script_duration: Family::new_with_constructor(script_buckets),
+            process,
         };
         registry.register(
             "connections_opened",
@@ -127,7 +175,7 @@ impl Metrics {
             m.rejections.clone(),
         );
         registry.register(
-            "dry_run",
+            "dry_run_rejections",
             "What dry-run limits would have refused, by layer and reason",
             m.dry_run.clone(),
         );
@@ -142,7 +190,7 @@ impl Metrics {
             m.live_nodes.clone(),
         );
         registry.register(
-            "cluster_bridge_pending",
+            "cluster_bridge_pending_commands",
             "Messages queued toward the cluster bridge",
             m.bridge_pending.clone(),
         );
@@ -156,7 +204,52 @@ impl Metrics {
             "Config reloads, by outcome",
             m.config_reloads.clone(),
         );
-        Metrics { registry, ..m }
+        registry.register_with_unit(
+            "delivery_duration",
+            "From a publish reaching the hub to its frame queued to every local subscriber",
+            Unit::Seconds,
+            m.delivery_duration.clone(),
+        );
+        registry.register_with_unit(
+            "handshake_duration",
+            "WebSocket handshakes, from the request to the upgrade or refusal, by outcome",
+            Unit::Seconds,
+            m.handshake_duration.clone(),
+        );
+        registry.register_with_unit(
+            "redis_script_duration",
+            "Round trips of the cluster bridge's Redis scripts, by script",
+            Unit::Seconds,
+            m.script_duration.clone(),
+        );
+        let build_info: Family<VersionLabels, Gauge> = Family::default();
+        build_info
+            .get_or_create(&VersionLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        registry.register("build_info", "Always 1; the broker's version", build_info);
+        Metrics {
+            registry: root,
+            ..m
+        }
+    }
+
+    /// A handshake ended (`accepted`, or `refused` with any status).
+    pub fn handshake_done(&self, outcome: &'static str, started: Instant) {
+        self.handshake_duration
+            .get_or_create(&OutcomeLabels { outcome })
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    /// Runs one Redis script call and records how long it took.
+    pub async fn time_script<T>(&self, script: &'static str, call: impl Future<Output = T>) -> T {
+        let started = Instant::now();
+        let out = call.await;
+        self.script_duration
+            .get_or_create(&ScriptLabels { script })
+            .observe(started.elapsed().as_secs_f64());
+        out
     }
 
     pub fn reject(&self, layer: Layer, reason: &'static str) {
@@ -207,6 +300,7 @@ impl Metrics {
 
     /// The Prometheus text exposition.
     pub fn encode(&self) -> String {
+        self.process.refresh();
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

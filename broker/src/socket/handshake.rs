@@ -260,6 +260,7 @@ pub async fn upgrade(
     payload: web::Payload,
     node: web::Data<Arc<Node>>,
 ) -> HttpResponse {
+    let started = Instant::now();
     let node = node.get_ref().clone();
     let config = node.config.load_full();
 
@@ -268,6 +269,7 @@ pub async fn upgrade(
         Ok(r) => r,
         Err(e) => {
             Exceeded::new(Layer::Handshake, ErrorCode::BadRequest.as_str(), "").emit(&node.metrics);
+            node.metrics.handshake_done("refused", started);
             let message = format!("not a WebSocket upgrade: {e}");
             return refusal(
                 StatusCode::BAD_REQUEST,
@@ -279,8 +281,12 @@ pub async fn upgrade(
     };
     let admitted = match admit(&req, &node, &config).await {
         Ok(a) => a,
-        Err(r) => return refusal(r.status, r.code, &r.message, r.retry),
+        Err(r) => {
+            node.metrics.handshake_done("refused", started);
+            return refusal(r.status, r.code, &r.message, r.retry);
+        }
     };
+    node.metrics.handshake_done("accepted", started);
     if offered(&req).any(|p| p == SUBPROTOCOL) {
         response.insert_header((
             header::SEC_WEBSOCKET_PROTOCOL,

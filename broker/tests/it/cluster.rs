@@ -96,6 +96,16 @@ async fn a_message_published_on_any_node_reaches_every_subscriber_once_in_order(
         on_b.call(json!({"type":"budget"}), 9).await["type"],
         "budget"
     );
+    // Each Redis script call is timed, by script.
+    let text = a.metrics().await;
+    let count = |s: &str| {
+        metric_value(
+            &text,
+            &format!("tidegate_redis_script_duration_seconds_count{{script=\"{s}\"}}"),
+        )
+    };
+    assert!(count("publish") >= 10.0, "{text}");
+    assert!(count("bucket") >= 1.0, "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,7 +262,7 @@ async fn a_redis_outage_keeps_local_traffic_and_delivery_resumes_when_it_returns
     let text = a.metrics().await;
     assert_eq!(metric_value(&text, "tidegate_cluster_bridge_up"), 0.0);
     assert_eq!(
-        metric_value(&text, "tidegate_cluster_bridge_pending"),
+        metric_value(&text, "tidegate_cluster_bridge_pending_commands"),
         0.0,
         "nothing queued toward Redis"
     );

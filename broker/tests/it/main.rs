@@ -7,6 +7,7 @@ mod accounts;
 mod bad_input;
 mod channels;
 mod cli;
+mod cli_env;
 mod cluster;
 mod handshake;
 mod handshake_limits;

@@ -45,6 +45,36 @@ async fn metrics_count_connections_messages_and_rejections() {
         1.0
     );
     assert!(text.contains("tidegate_cluster_bridge_up"));
+    // Latency histograms, the version and the process's own gauges.
+    assert!(
+        v("tidegate_delivery_duration_seconds_count") >= 1.0,
+        "{text}"
+    );
+    assert!(v("tidegate_delivery_duration_seconds_sum") > 0.0, "{text}");
+    assert_eq!(
+        v(r#"tidegate_handshake_duration_seconds_count{outcome="accepted"}"#),
+        1.0
+    );
+    assert_eq!(
+        v(&format!(
+            "tidegate_build_info{{version=\"{}\"}}",
+            env!("CARGO_PKG_VERSION")
+        )),
+        1.0
+    );
+    assert!(v("process_resident_memory_bytes") > 0.0, "{text}");
+    assert!(v("process_open_fds") > 0.0, "{text}");
+    assert!(v("process_max_fds") >= v("process_open_fds"));
+    let refused = broker.try_connect("not-a-token").await;
+    assert!(refused.is_err());
+    let text = broker.metrics().await;
+    assert_eq!(
+        crate::common::metric_value(
+            &text,
+            r#"tidegate_handshake_duration_seconds_count{outcome="refused"}"#
+        ),
+        1.0
+    );
     drop(c);
     // The close is observed by the broker asynchronously; wait for the
     // gauge to reflect it rather than sleeping a fixed time.

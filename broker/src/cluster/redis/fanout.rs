@@ -76,10 +76,15 @@ impl RedisBridge {
         since: u64,
     ) -> Option<(bool, Vec<(u64, Bytes)>)> {
         let (mut conn, _in_flight) = self.command()?;
-        let result: redis::RedisResult<(String, Vec<Vec<u8>>)> = scripts::HISTORY
-            .key(self.key("seq", channel))
-            .key(self.key("hist", channel))
-            .invoke_async(&mut conn)
+        let result: redis::RedisResult<(String, Vec<Vec<u8>>)> = self
+            .metrics
+            .time_script(
+                "history",
+                scripts::HISTORY
+                    .key(self.key("seq", channel))
+                    .key(self.key("hist", channel))
+                    .invoke_async(&mut conn),
+            )
             .await;
         let (cur, held) = match result {
             Ok(r) => r,
@@ -121,18 +126,23 @@ impl RedisBridge {
             let Some((mut conn, _in_flight)) = this.command() else {
                 return this.hub.publish(&channel, &data);
             };
-            let result: redis::RedisResult<String> = scripts::PUBLISH
-                .key(this.key("seq", &channel))
-                .key(this.key("hist", &channel))
-                .arg(this.topic(&channel))
-                .arg(&channel)
-                .arg(&data)
-                .arg(this.history.0)
-                .arg(this.history.1)
-                .arg(this.hub.seq(&channel))
-                .arg(seq_floor())
-                .arg(SEQ_TTL_MS.max(this.history.1))
-                .invoke_async(&mut conn)
+            let result: redis::RedisResult<String> = this
+                .metrics
+                .time_script(
+                    "publish",
+                    scripts::PUBLISH
+                        .key(this.key("seq", &channel))
+                        .key(this.key("hist", &channel))
+                        .arg(this.topic(&channel))
+                        .arg(&channel)
+                        .arg(&data)
+                        .arg(this.history.0)
+                        .arg(this.history.1)
+                        .arg(this.hub.seq(&channel))
+                        .arg(seq_floor())
+                        .arg(SEQ_TTL_MS.max(this.history.1))
+                        .invoke_async(&mut conn),
+                )
                 .await;
             match result.map(|s| s.parse::<u64>()) {
                 Ok(Ok(seq)) => seq,

@@ -19,12 +19,17 @@ impl RedisBridge {
         cost: f64,
     ) -> Option<(bool, u64, u64, u64)> {
         let (mut conn, _in_flight) = self.command()?;
-        let result: redis::RedisResult<(i64, i64, i64, i64)> = scripts::BUCKET
-            .key(key)
-            .arg(capacity)
-            .arg(rate)
-            .arg(cost)
-            .invoke_async(&mut conn)
+        let result: redis::RedisResult<(i64, i64, i64, i64)> = self
+            .metrics
+            .time_script(
+                "bucket",
+                scripts::BUCKET
+                    .key(key)
+                    .arg(capacity)
+                    .arg(rate)
+                    .arg(cost)
+                    .invoke_async(&mut conn),
+            )
             .await;
         match result {
             Ok((allowed, remaining, retry, full)) => Some((
@@ -118,12 +123,17 @@ impl RedisBridge {
             let Some((mut conn, _in_flight)) = this.command() else {
                 return this.local.reserve_connection(&account, max);
             };
-            let result: redis::RedisResult<(i64, i64)> = scripts::RESERVE
-                .key(this.key("conns", &account))
-                .key(format!("{}nodes", this.prefix))
-                .arg(&this.member)
-                .arg(max)
-                .invoke_async(&mut conn)
+            let result: redis::RedisResult<(i64, i64)> = this
+                .metrics
+                .time_script(
+                    "reserve_connection",
+                    scripts::RESERVE
+                        .key(this.key("conns", &account))
+                        .key(format!("{}nodes", this.prefix))
+                        .arg(&this.member)
+                        .arg(max)
+                        .invoke_async(&mut conn),
+                )
                 .await;
             match result {
                 Ok((1, open)) => {
@@ -149,10 +159,16 @@ impl RedisBridge {
         };
         let (key, member) = (self.key("conns", account), self.member.clone());
         actix_rt::spawn(async move {
-            let r: redis::RedisResult<i64> = scripts::RELEASE
-                .key(key)
-                .arg(member)
-                .invoke_async(&mut conn)
+            let r: redis::RedisResult<i64> = in_flight
+                .0
+                .metrics
+                .time_script(
+                    "release_connection",
+                    scripts::RELEASE
+                        .key(key)
+                        .arg(member)
+                        .invoke_async(&mut conn),
+                )
                 .await;
             if let Err(e) = r {
                 in_flight.0.failed(&e);
