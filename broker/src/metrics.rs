@@ -50,6 +50,12 @@ struct OutcomeLabels {
     outcome: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AdminLabels {
+    action: &'static str,
+    outcome: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub connections_opened: Counter,
@@ -64,6 +70,10 @@ pub struct Metrics {
     pub live_nodes: Gauge,
     config_reloads: Family<OutcomeLabels, Counter>,
     pub outbound_queued: Gauge,
+    admin_actions: Family<AdminLabels, Counter>,
+    /// Each rejection series seen so far, for the admin page's chart (the
+    /// family cannot be listed); the counters are shared with it.
+    rejection_series: dashmap::DashMap<(&'static str, &'static str), Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -95,6 +105,8 @@ impl Metrics {
             live_nodes: Gauge::default(),
             config_reloads: Family::default(),
             outbound_queued: Gauge::default(),
+            admin_actions: Family::default(),
+            rejection_series: dashmap::DashMap::new(),
         };
         registry.register(
             "connections_opened",
@@ -156,25 +168,48 @@ impl Metrics {
             "Config reloads, by outcome",
             m.config_reloads.clone(),
         );
+        registry.register(
+            "admin_actions",
+            "Operator actions on the admin routes, by action and outcome",
+            m.admin_actions.clone(),
+        );
         Metrics { registry, ..m }
     }
 
     pub fn reject(&self, layer: Layer, reason: &'static str) {
-        self.rejections
-            .get_or_create(&RejectLabels {
-                layer: layer.as_str(),
-                reason,
-            })
-            .inc();
+        self.reject_n(layer, reason, 1);
     }
 
     pub fn reject_n(&self, layer: Layer, reason: &'static str, n: u64) {
-        self.rejections
+        let key = (layer.as_str(), reason);
+        if let Some(c) = self.rejection_series.get(&key) {
+            c.inc_by(n);
+            return;
+        }
+        let counter = self
+            .rejections
             .get_or_create(&RejectLabels {
-                layer: layer.as_str(),
+                layer: key.0,
                 reason,
             })
-            .inc_by(n);
+            .clone();
+        counter.inc_by(n);
+        self.rejection_series.insert(key, counter);
+    }
+
+    /// Every rejection series with its total so far.
+    pub fn rejection_totals(&self) -> Vec<(&'static str, &'static str, u64)> {
+        self.rejection_series
+            .iter()
+            .map(|e| (e.key().0, e.key().1, e.value().get()))
+            .collect()
+    }
+
+    /// Counts one operator action (`tidegate_admin_actions_total`).
+    pub fn admin_action(&self, action: &'static str, outcome: &'static str) {
+        self.admin_actions
+            .get_or_create(&AdminLabels { action, outcome })
+            .inc();
     }
 
     pub fn rejections(&self, layer: Layer, reason: &'static str) -> u64 {

@@ -26,6 +26,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(resource("/healthz").route(web::get().to(http::ops::healthz)))
         .service(resource("/readyz").route(web::get().to(http::ops::readyz)))
         .service(resource("/metrics").route(web::get().to(http::ops::metrics)));
+    crate::admin::routes(cfg);
     cfg.default_service(web::to(not_found));
 }
 
@@ -107,12 +108,14 @@ pub async fn serve(
                 node.hub.sweep();
                 node.gate.sweep(now);
                 node.rules.sweep(now);
+                node.admin.sweep(now);
             }
         })
     };
     // Ready once listening and, in a cluster, once the bridge first
     // connected or 5 s passed (§7): a node without Redis still serves.
     let connected = node.bridge.clone().start();
+    crate::admin::spawn(node.clone());
     {
         let node = node.clone();
         actix_rt::spawn(async move {
