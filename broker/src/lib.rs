@@ -34,11 +34,14 @@
 //!   table shared with the TypeScript SDK.
 //! - [`config`]: `config.toml`, plans and accounts, validation that
 //!   reports every problem; [`reload`]: SIGHUP and file-change reloads.
+//! - [`admin`]: the operators' routes and page (§10): overview, disconnect,
+//!   ban and unban, cluster-wide through the bridge.
 //! - [`auth`]: HS256 tokens. [`metrics`]: Prometheus counters and
 //!   histograms; [`process_metrics`]: the process's memory, descriptors
 //!   and CPU from `/proc`.
 
 pub mod account;
+pub mod admin;
 pub mod auth;
 pub mod cluster;
 pub mod config;

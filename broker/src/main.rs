@@ -10,6 +10,7 @@ use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand,
 use tidegate::Config;
 use tidegate::auth::{Authenticator, Claims, unix_now};
 use tidegate::config::ConfigError;
+use tidegate::config::LogFormat;
 
 /// Fan-out allocates and frees per delivered message (the actor mailbox's
 /// node and envelope); glibc's malloc spent ~23% of the broker's CPU on
@@ -47,7 +48,7 @@ struct NodeArgs {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum LogFormat {
+enum CliLogFormat {
     /// Human-readable lines.
     Text,
     /// One JSON object per line, for log shippers.
@@ -60,8 +61,9 @@ enum Command {
     Serve {
         #[command(flatten)]
         node: NodeArgs,
-        #[arg(long, env = "TIDEGATE_LOG_FORMAT", value_enum, default_value = "text")]
-        log_format: LogFormat,
+        /// Log line format; overrides `[log] format` (default text).
+        #[arg(long, env = "TIDEGATE_LOG_FORMAT", value_enum)]
+        log_format: Option<CliLogFormat>,
         /// Log filter (tracing's EnvFilter syntax; RUST_LOG if unset).
         #[arg(long, env = "TIDEGATE_LOG_LEVEL", value_name = "FILTER")]
         log_level: Option<String>,
@@ -138,9 +140,12 @@ fn main() -> Result<()> {
             log_format,
             log_level,
         } => {
-            init_logs(log_format, log_level.as_deref())?;
             let (listen, node_id) = command_line_flags(&sub, &node);
-            serve(node.config, listen, node_id)
+            let log_format = log_format.map(|f| match f {
+                CliLogFormat::Text => LogFormat::Text,
+                CliLogFormat::Json => LogFormat::Json,
+            });
+            serve(node.config, listen, node_id, log_format, log_level)
         }
         Command::Token {
             account,
@@ -207,6 +212,9 @@ fn source_name(path: Option<&PathBuf>) -> String {
     }
 }
 
+/// Starts logging to stderr. JSON lines carry the event's target
+/// (`tidegate::admin`, `tidegate::exceeded`) and the span fields (conn,
+/// account).
 fn init_logs(format: LogFormat, level: Option<&str>) -> Result<()> {
     let filter = match level {
         Some(l) => tracing_subscriber::EnvFilter::try_new(l)
@@ -219,13 +227,29 @@ fn init_logs(format: LogFormat, level: Option<&str>) -> Result<()> {
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => logs.init(),
-        LogFormat::Json => logs.json().init(),
+        LogFormat::Json => logs.json().with_current_span(true).init(),
     }
     Ok(())
 }
 
-fn serve(path: Option<PathBuf>, listen: Option<SocketAddr>, node_id: Option<String>) -> Result<()> {
-    let mut config = load(path.as_ref()).with_context(|| source_name(path.as_ref()))?;
+fn serve(
+    path: Option<PathBuf>,
+    listen: Option<SocketAddr>,
+    node_id: Option<String>,
+    log_format: Option<LogFormat>,
+    log_level: Option<String>,
+) -> Result<()> {
+    let loaded = load(path.as_ref()).with_context(|| source_name(path.as_ref()));
+    // Logging follows the file's `[log] format` unless the flag or its
+    // variable says otherwise; a config that fails to load is reported in
+    // the flag's format (or text).
+    let format = match (&loaded, log_format) {
+        (_, Some(f)) => f,
+        (Ok(c), None) => c.log.format,
+        (Err(_), None) => LogFormat::Text,
+    };
+    init_logs(format, log_level.as_deref())?;
+    let mut config = loaded?;
     config.apply_flags(listen, node_id)?;
     for w in &config.warnings {
         tracing::warn!("{w}");

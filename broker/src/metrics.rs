@@ -86,6 +86,12 @@ fn script_buckets() -> Histogram {
     Histogram::new(exponential_buckets(5e-5, 3.0, 12))
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AdminLabels {
+    action: &'static str,
+    outcome: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub connections_opened: Counter,
@@ -106,6 +112,10 @@ pub struct Metrics {
     handshake_duration: Histograms<OutcomeLabels>,
     script_duration: Histograms<ScriptLabels>,
     process: ProcessMetrics,
+    admin_actions: Family<AdminLabels, Counter>,
+    /// Each rejection series seen so far, for the admin page's chart (the
+    /// family cannot be listed); the counters are shared with it.
+    rejection_series: dashmap::DashMap<(&'static str, &'static str), Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -143,6 +153,8 @@ impl Metrics {
             handshake_duration: Family::new_with_constructor(handshake_buckets),
             script_duration: Family::new_with_constructor(script_buckets),
             process,
+            admin_actions: Family::default(),
+            rejection_series: dashmap::DashMap::new(),
         };
         registry.register(
             "connections_opened",
@@ -222,6 +234,11 @@ impl Metrics {
             Unit::Seconds,
             m.script_duration.clone(),
         );
+        registry.register(
+            "admin_actions",
+            "Operator actions on the admin routes, by action and outcome",
+            m.admin_actions.clone(),
+        );
         let build_info: Family<VersionLabels, Gauge> = Family::default();
         build_info
             .get_or_create(&VersionLabels {
@@ -253,21 +270,39 @@ impl Metrics {
     }
 
     pub fn reject(&self, layer: Layer, reason: &'static str) {
-        self.rejections
-            .get_or_create(&RejectLabels {
-                layer: layer.as_str(),
-                reason,
-            })
-            .inc();
+        self.reject_n(layer, reason, 1);
     }
 
     pub fn reject_n(&self, layer: Layer, reason: &'static str, n: u64) {
-        self.rejections
+        let key = (layer.as_str(), reason);
+        if let Some(c) = self.rejection_series.get(&key) {
+            c.inc_by(n);
+            return;
+        }
+        let counter = self
+            .rejections
             .get_or_create(&RejectLabels {
-                layer: layer.as_str(),
+                layer: key.0,
                 reason,
             })
-            .inc_by(n);
+            .clone();
+        counter.inc_by(n);
+        self.rejection_series.insert(key, counter);
+    }
+
+    /// Every rejection series with its total so far.
+    pub fn rejection_totals(&self) -> Vec<(&'static str, &'static str, u64)> {
+        self.rejection_series
+            .iter()
+            .map(|e| (e.key().0, e.key().1, e.value().get()))
+            .collect()
+    }
+
+    /// Counts one operator action (`tidegate_admin_actions_total`).
+    pub fn admin_action(&self, action: &'static str, outcome: &'static str) {
+        self.admin_actions
+            .get_or_create(&AdminLabels { action, outcome })
+            .inc();
     }
 
     pub fn rejections(&self, layer: Layer, reason: &'static str) -> u64 {

@@ -28,6 +28,8 @@ pub struct Node {
     pub accounts: Arc<Accounts>,
     pub gate: Arc<HandshakeGate>,
     pub rules: RuleBuckets,
+    /// Operators' bans and the admin page's history (§10).
+    pub admin: crate::admin::Admin,
     /// Live sockets, for config reloads, draining and metrics.
     pub sockets: DashMap<u64, SocketHandle>,
     ready: AtomicBool,
@@ -54,7 +56,11 @@ pub enum NodeError {
 #[derive(Debug, Clone)]
 pub struct SocketHandle {
     pub addr: Addr<Socket>,
+    /// The connection id shown to clients (`n1-8f3a`).
+    pub label: Arc<str>,
     pub account: Arc<str>,
+    /// The client address, for IP bans.
+    pub ip: std::net::IpAddr,
     /// The token's `plan` claim, to resolve limits again on reload.
     pub plan: Option<String>,
     pub gauge: Arc<OutboundGauge>,
@@ -94,6 +100,7 @@ impl Node {
                 accounts: Accounts::new(metrics.clone()),
                 gate,
                 rules: RuleBuckets::default(),
+                admin: crate::admin::Admin::default(),
                 config: ArcSwap::from_pointee(config),
                 auth: ArcSwap::from_pointee(auth),
                 keys: ArcSwap::from_pointee(keys),

@@ -294,6 +294,7 @@ export abstract class Connection extends Emitter<ClientEvents> {
     const decision = planReconnect(
       {
         code: info.code,
+        reason: info.reason,
         wasOpen: info.wasOpen,
         refusal: info.refusal,
         retryAfterHintMs: this.retryAfterHintMs,
@@ -308,6 +309,14 @@ export abstract class Connection extends Emitter<ClientEvents> {
       this.emit(
         "error",
         new TidegateError("account_rate_limited", "the account's message budget is exhausted", {
+          closeCode: info.code,
+        }),
+      );
+    }
+    if (decision.banned && !info.refusal) {
+      this.emit(
+        "error",
+        new TidegateError("banned", "an operator banned this account or address; the socket was closed", {
           closeCode: info.code,
         }),
       );

@@ -89,6 +89,7 @@ impl Actor for AccountSupervisor {
         }
         let me = ctx.address();
         self.registry.map.remove_if(&self.account, |_, a| *a == me);
+        self.registry.views.remove(&self.account);
         Running::Stop
     }
 }
@@ -108,12 +109,14 @@ impl AccountSupervisor {
             sink.do_send(CloseWith {
                 code: CloseCode::PolicyViolation,
                 notice: Some(ErrorCode::AccountRateLimited),
+                reason: None,
             });
         }
     }
 
     fn on_charged(&mut self, c: Charged, limits: &Limits) {
         self.last_view = Some(c.view);
+        self.registry.views.insert(self.account.clone(), c.view);
         if c.allowed {
             self.closing_since = None;
             return;
@@ -214,6 +217,9 @@ impl Handler<Breach> for AccountSupervisor {
 pub struct Accounts {
     map: DashMap<Arc<str>, Addr<AccountSupervisor>>,
     metrics: Arc<Metrics>,
+    /// Each account's budget as of its last charge, for the admin page's
+    /// "nearest their limits" (read without messaging the actors).
+    pub views: DashMap<Arc<str>, BudgetView>,
 }
 
 impl std::fmt::Debug for Accounts {
@@ -259,6 +265,7 @@ impl Accounts {
         Arc::new(Accounts {
             map: DashMap::new(),
             metrics,
+            views: DashMap::new(),
         })
     }
 

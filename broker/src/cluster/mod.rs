@@ -92,6 +92,13 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
     /// An API key's publish bucket.
     fn charge_key(&self, key: &str, cost: f64, capacity: f64, rate: f64) -> Pending<KeyCharge>;
 
+    /// Where operator actions and the ban list are shared with the other
+    /// nodes (§10); `None` on a single node, or while Redis is away (the
+    /// action then applies on this node only).
+    fn admin_store(&self) -> Option<redis::AdminStore> {
+        None
+    }
+
     /// The share of every cluster-wide limit this node enforces by itself
     /// right now: 1 when limits are shared (or there is one node), 1/N
     /// during a Redis outage (N = live nodes last seen).

@@ -5,6 +5,7 @@
 //! when no file is given, so the documented file and the behaviour of a
 //! bare `tidegate serve` cannot drift apart.
 
+mod admin;
 mod env;
 mod limits;
 mod report;
@@ -19,6 +20,7 @@ use dashmap::DashMap;
 use serde::de::DeserializeOwned;
 use validate::{NODE_ID_RULE, node_id_ok, sample_secret_problems, validate_node};
 
+pub use admin::{AdminKeys, AdminSection, LogFormat, LogSection, MIN_ADMIN_KEY_BYTES};
 pub use env::{JWT_SECRET_ALIAS, Source, Sources, var_name};
 pub use limits::{Costs, LimitName, Limits, Op, Rule, TrackBy};
 pub use sections::{
@@ -62,6 +64,8 @@ pub struct Config {
     pub http: HttpSection,
     pub history: HistorySection,
     pub cluster: ClusterSection,
+    pub admin: AdminKeys,
+    pub log: LogSection,
     plan_tables: HashMap<String, toml::Table>,
     plans: HashMap<String, Arc<Limits>>,
     accounts: HashMap<String, AccountEntry>,
@@ -87,7 +91,7 @@ pub struct ResolvedApiKey {
 #[error("unknown plan {0:?}")]
 pub struct UnknownPlan(pub String);
 
-const SECTIONS: [&str; 10] = [
+const SECTIONS: [&str; 12] = [
     "node",
     "auth",
     "api_keys",
@@ -98,6 +102,8 @@ const SECTIONS: [&str; 10] = [
     "cluster",
     "plans",
     "accounts",
+    "admin",
+    "log",
 ];
 
 impl Config {
@@ -174,6 +180,9 @@ impl Config {
             section(take("history"), "history", &mut problems).unwrap_or_default();
         let cluster: ClusterSection =
             section(take("cluster"), "cluster", &mut problems).unwrap_or_default();
+        let admin_section: AdminSection =
+            section(take("admin"), "admin", &mut problems).unwrap_or_default();
+        let log: LogSection = section(take("log"), "log", &mut problems).unwrap_or_default();
         let raw_keys = match take("api_keys") {
             toml::Value::Table(t) if t.is_empty() => toml::Value::Array(Vec::new()),
             other => other,
@@ -288,6 +297,7 @@ impl Config {
             }
         }
 
+        let admin = admin_section.resolve(env, &mut problems);
         validate_node(
             &node,
             &auth,
@@ -316,6 +326,8 @@ impl Config {
             http,
             history,
             cluster,
+            admin,
+            log,
             plan_tables,
             plans,
             accounts,

@@ -196,6 +196,22 @@ fn refuse(
     refusal_builder(builder, r.code, &r.message, retry)
 }
 
+/// 403 `banned` when an operator banned the key's account or the caller's
+/// address (§10), with `Retry-After` = the ban's remaining time.
+fn banned(req: &HttpRequest, node: &Node, key: &KeyState) -> Option<HttpResponse> {
+    let ip = super::request_ip(req, &node.config.load().node.trusted_proxies);
+    let ban = node.admin.bans.check(Some(&key.account), Some(ip))?;
+    Exceeded::new(Layer::Http, ErrorCode::Banned.as_str(), &key.account)
+        .reset(ban.remaining)
+        .emit(&node.metrics);
+    Some(super::refusal(
+        StatusCode::FORBIDDEN,
+        ErrorCode::Banned,
+        &ban.message(),
+        Some(ban.remaining),
+    ))
+}
+
 fn unauthorized(node: &Node) -> HttpResponse {
     refuse(
         node,
@@ -228,6 +244,9 @@ pub async fn publish(
     let Some(key) = authenticate(&req, &node) else {
         return unauthorized(&node);
     };
+    if let Some(refusal) = banned(&req, &node, &key) {
+        return refusal;
+    }
     let limits = node.config.load().account_limits(&key.account);
     // Room for the envelope around a maximal `data`.
     let body = match read_body(payload, limits.max_payload_bytes + 1024).await {
@@ -262,6 +281,9 @@ pub async fn publish_batch(
     let Some(key) = authenticate(&req, &node) else {
         return unauthorized(&node);
     };
+    if let Some(refusal) = banned(&req, &node, &key) {
+        return refusal;
+    }
     let config = node.config.load_full();
     let limits = config.account_limits(&key.account);
     let body = match read_body(payload, config.http.max_batch_bytes).await {

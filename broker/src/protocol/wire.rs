@@ -73,9 +73,15 @@ pub fn text(payload: &[u8]) -> Bytes {
 }
 
 pub fn close(code: CloseCode) -> Bytes {
-    frame(OP_CLOSE, 2 + code.reason().len(), |buf| {
+    close_because(code, code.reason())
+}
+
+/// A close frame with its own reason (≤ 123 bytes), for codes whose reason
+/// varies (4003: `disconnected` or `banned`).
+pub fn close_because(code: CloseCode, reason: &str) -> Bytes {
+    frame(OP_CLOSE, 2 + reason.len(), |buf| {
         buf.put_u16(code.code());
-        buf.put_slice(code.reason().as_bytes());
+        buf.put_slice(reason.as_bytes());
     })
 }
 

@@ -4,6 +4,7 @@
 mod common;
 
 mod accounts;
+mod admin;
 mod bad_input;
 mod channels;
 mod cli;

@@ -18,8 +18,15 @@ async fn health_and_readiness() {
     let missing = reqwest::get(broker.url("/nope")).await.unwrap();
     assert_eq!(missing.status(), 404);
     assert_eq!(
-        missing.json::<serde_json::Value>().await.unwrap()["error"],
+        crate::common::refusal_json(missing).await["error"],
         "not_found"
+    );
+    // A known path with the wrong method is refused in the same shape.
+    let wrong = reqwest::get(broker.url("/v1/publish")).await.unwrap();
+    assert_eq!(wrong.status(), 405);
+    assert_eq!(
+        crate::common::refusal_json(wrong).await["error"],
+        "bad_request"
     );
 }
 

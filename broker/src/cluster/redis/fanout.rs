@@ -23,12 +23,14 @@ impl RedisBridge {
     /// A message from the cluster, as delivered by Redis.
     pub(super) fn on_message(&self, topic: &str, payload: &[u8]) {
         if topic == self.control_topic() {
-            if let Some(account) = std::str::from_utf8(payload)
-                .ok()
-                .and_then(|p| p.strip_prefix("breach:"))
-                && let Some(node) = self.node.upgrade()
-            {
-                node.accounts.breach(account);
+            let text = std::str::from_utf8(payload).ok();
+            if let Some(node) = self.node.upgrade() {
+                if let Some(account) = text.and_then(|p| p.strip_prefix("breach:")) {
+                    node.accounts.breach(account);
+                } else if let Some(action) = text.and_then(|p| p.strip_prefix(super::ADMIN_MESSAGE))
+                {
+                    crate::admin::on_broadcast(&node, action);
+                }
             }
             return;
         }

@@ -17,6 +17,7 @@
 //!   raises every channel counter above the `seq`s it issued, re-asserts its
 //!   connection counts and resubscribes, and only then reports itself up.
 
+mod admin;
 mod fanout;
 mod lease;
 mod limits;
@@ -33,6 +34,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::{Notify, mpsc, oneshot};
+
+pub use admin::{ADMIN_MESSAGE, AdminStore};
 
 use super::{Bridge, CapReached, Charged, KeyCharge, LocalLimits, Pending};
 use crate::config::{Config, Limits};
@@ -229,6 +232,10 @@ impl Bridge for RedisBridge {
 
     fn charge_key(&self, key: &str, cost: f64, capacity: f64, rate: f64) -> Pending<KeyCharge> {
         self.charge_key_impl(key, cost, capacity, rate)
+    }
+
+    fn admin_store(&self) -> Option<AdminStore> {
+        self.admin_store_impl()
     }
 
     fn share(&self) -> f64 {
