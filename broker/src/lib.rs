@@ -34,6 +34,7 @@
 //!   table shared with the TypeScript SDK.
 //! - [`config`]: `config.toml`, plans and accounts, validation that
 //!   reports every problem; [`reload`]: SIGHUP and file-change reloads.
+//! - [`webhook`]: outbound webhooks (§9), on their own thread.
 //! - [`auth`]: HS256 tokens. [`metrics`]: Prometheus counters.
 
 pub mod account;
@@ -53,6 +54,7 @@ pub mod reload;
 pub mod rules;
 pub mod server;
 pub mod socket;
+pub mod webhook;
 
 pub use config::Config;
 pub use node::Node;

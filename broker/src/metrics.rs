@@ -64,6 +64,7 @@ pub struct Metrics {
     pub live_nodes: Gauge,
     config_reloads: Family<OutcomeLabels, Counter>,
     pub outbound_queued: Gauge,
+    pub webhooks: std::sync::Arc<crate::webhook::WebhookMetrics>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -95,7 +96,9 @@ impl Metrics {
             live_nodes: Gauge::default(),
             config_reloads: Family::default(),
             outbound_queued: Gauge::default(),
+            webhooks: Default::default(),
         };
+        m.webhooks.register(&mut registry);
         registry.register(
             "connections_opened",
             "WebSocket connections accepted",

@@ -8,6 +8,7 @@
 mod limits;
 mod sections;
 mod validate;
+mod webhooks;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -22,6 +23,7 @@ pub use sections::{
     ApiKey, AuthSection, ClusterMode, ClusterSection, HandshakeSection, HistorySection,
     HttpSection, NodeSection, SAMPLE_API_KEY, SAMPLE_JWT_SECRET, SocketSection,
 };
+pub use webhooks::{EVENT_TYPES, MIN_SECRET_BYTES, Pacing, WebhookEndpoint, WebhookEntry};
 
 /// The shipped `config.toml`, also the embedded default.
 pub const DEFAULT_TOML: &str = include_str!("../../../config.toml");
@@ -51,6 +53,8 @@ pub struct Config {
     pub http: HttpSection,
     pub history: HistorySection,
     pub cluster: ClusterSection,
+    /// `[[webhooks]]` (§9), in file order.
+    pub webhooks: Vec<WebhookEndpoint>,
     plan_tables: HashMap<String, toml::Table>,
     plans: HashMap<String, Arc<Limits>>,
     accounts: HashMap<String, AccountEntry>,
@@ -70,7 +74,7 @@ pub struct ResolvedApiKey {
 #[error("unknown plan {0:?}")]
 pub struct UnknownPlan(pub String);
 
-const SECTIONS: [&str; 10] = [
+const SECTIONS: [&str; 11] = [
     "node",
     "auth",
     "api_keys",
@@ -81,6 +85,7 @@ const SECTIONS: [&str; 10] = [
     "cluster",
     "plans",
     "accounts",
+    "webhooks",
 ];
 
 impl Config {
@@ -141,6 +146,8 @@ impl Config {
         };
         let api_keys: Vec<ApiKey> =
             section(raw_keys, "api_keys", &mut problems).unwrap_or_default();
+
+        let webhooks = webhooks::resolve(take("webhooks"), env, &mut problems);
 
         if let Some(secret) = env("TIDEGATE_JWT_SECRET") {
             auth.jwt_secret = secret;
@@ -275,6 +282,7 @@ impl Config {
             http,
             history,
             cluster,
+            webhooks,
             plan_tables,
             plans,
             accounts,

@@ -114,6 +114,19 @@ impl Socket {
         if code == CloseCode::SlowConsumer {
             self.outbox.discard_queued();
         }
+        // The account-level closes are `limit.exceeded` webhooks (§9).
+        let reason = match code {
+            CloseCode::PolicyViolation => {
+                Some(crate::protocol::ErrorCode::AccountRateLimited.as_str())
+            }
+            CloseCode::SlowConsumer => Some(crate::protocol::ErrorCode::SlowConsumer.as_str()),
+            _ => None,
+        };
+        if let Some(reason) = reason {
+            self.node
+                .webhooks
+                .limit_exceeded(&self.id.account, reason, Some(code.code()));
+        }
         self.send(wire::close(code));
         let timeout = Duration::from_millis(self.node.config.load().socket.close_timeout_ms);
         ctx.run_later(timeout, |act, ctx| {
