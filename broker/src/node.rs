@@ -77,7 +77,7 @@ impl Node {
         let auth = Authenticator::new(&config.auth.jwt_secret, config.auth.leeway_secs)?;
         let keys = ApiKeys::new(&config);
         let gate = HandshakeGate::new(&config.handshake);
-        let webhooks = Webhooks::new(&config.webhooks, metrics.webhooks.clone());
+        let webhooks = Webhooks::new(&config, metrics.webhooks.clone());
         let hook = Arc::downgrade(&webhooks);
         hub.on_occupancy(Box::new(move |channel, occupied| {
             if let Some(w) = hook.upgrade() {

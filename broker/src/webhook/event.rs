@@ -18,6 +18,8 @@ pub struct Event {
     pub body: Bytes,
     /// Attempts made so far (for the logs).
     pub attempts: u32,
+    /// Its stream entry in cluster mode (acknowledged when final).
+    pub entry: Option<Arc<str>>,
 }
 
 pub const OCCUPIED: &str = "channel.occupied";
@@ -86,6 +88,7 @@ impl Event {
             kind,
             body: Bytes::from(body),
             attempts: 0,
+            entry: None,
         }
     }
 
@@ -125,6 +128,7 @@ impl Event {
             kind,
             body,
             attempts,
+            entry: None,
         }
     }
 }

@@ -12,12 +12,15 @@
 //! - `runtime.rs`: the thread all of it runs on, away from the actix
 //!   workers.
 
+pub mod cluster;
 pub mod event;
 pub mod health;
 pub mod metrics;
 pub mod occupancy;
+mod ownership;
 pub mod queue;
 pub mod runtime;
+mod scripts;
 pub mod send;
 pub mod sign;
 pub mod worker;
@@ -34,7 +37,7 @@ pub use health::Status;
 pub use metrics::WebhookMetrics;
 pub use worker::Endpoint;
 
-use crate::config::WebhookEndpoint;
+use crate::config::{ClusterMode, Config, WebhookEndpoint};
 use metrics::outcome;
 
 /// `limit.exceeded` is sent at most once per account, reason and minute.
@@ -47,6 +50,10 @@ pub struct Webhooks {
     /// Started with the first endpoint; a node without webhooks has no
     /// extra thread.
     runtime: OnceLock<runtime::Runtime>,
+    /// Cluster mode: the shared queues (set with the runtime).
+    cluster: OnceLock<Arc<cluster::Cluster>>,
+    /// The config the cluster connection is made from (cluster mode only).
+    cluster_config: Option<cluster::Params>,
     occupancy: OnceLock<mpsc::UnboundedSender<occupancy::Op>>,
     /// (account, reason) → the minute its last `limit.exceeded` was sent.
     limits_sent: Mutex<HashMap<(Box<str>, &'static str), u64>>,
@@ -62,26 +69,46 @@ impl std::fmt::Debug for Webhooks {
 }
 
 impl Webhooks {
-    pub fn new(config: &[WebhookEndpoint], metrics: Arc<WebhookMetrics>) -> Arc<Webhooks> {
+    pub fn new(config: &Config, metrics: Arc<WebhookMetrics>) -> Arc<Webhooks> {
+        let cluster_config =
+            (config.cluster.mode == ClusterMode::Redis).then(|| cluster::Params::from(config));
         let webhooks = Arc::new_cyclic(|me| Webhooks {
             endpoints: ArcSwap::from_pointee(Vec::new()),
             metrics,
             runtime: OnceLock::new(),
+            cluster: OnceLock::new(),
+            cluster_config,
             occupancy: OnceLock::new(),
             limits_sent: Mutex::new(HashMap::new()),
             reload: Mutex::new(()),
             me: me.clone(),
         });
-        webhooks.apply(config);
+        webhooks.apply(&config.webhooks);
         webhooks
     }
 
     fn runtime(&self) -> &runtime::Runtime {
         self.runtime.get_or_init(|| {
             let rt = runtime::Runtime::start().expect("starting the webhook thread");
+            if let Some(config) = &self.cluster_config {
+                let _inside = rt.handle().enter();
+                match cluster::Cluster::new(config) {
+                    Ok(c) => {
+                        rt.handle().spawn(c.clone().lease_loop());
+                        let _ = self.cluster.set(c);
+                    }
+                    // Validated at load, so this is not expected; the
+                    // webhooks then run on this node's memory.
+                    Err(e) => tracing::error!(target: "tidegate::webhook", error = %e, "cannot set up Redis for webhooks; queues stay in memory"),
+                }
+            }
             let (tx, rx) = mpsc::unbounded_channel();
-            rt.handle()
-                .spawn(occupancy::run(self.me.clone(), tx.clone(), rx));
+            rt.handle().spawn(occupancy::run(
+                self.me.clone(),
+                self.cluster.get().cloned(),
+                tx.clone(),
+                rx,
+            ));
             let _ = self.occupancy.set(tx);
             rt
         })
@@ -108,8 +135,13 @@ impl Webhooks {
                     if let Some(ep) = found {
                         self.retire(ep, "changed");
                     }
-                    let ep = Endpoint::new(cfg.clone(), self.metrics.clone());
-                    self.runtime().handle().spawn(ep.clone().run());
+                    let handle = self.runtime().handle().clone();
+                    let ep = Endpoint::new(
+                        cfg.clone(),
+                        self.metrics.clone(),
+                        self.cluster.get().cloned(),
+                    );
+                    handle.spawn(ep.clone().run());
                     tracing::info!(target: "tidegate::webhook", endpoint = %cfg.id, url = %cfg.url, "endpoint started");
                     next.push(ep);
                 }
@@ -200,10 +232,30 @@ impl Webhooks {
             }
         }
         let event = Event::limit_exceeded(account, reason, close);
-        for ep in endpoints.iter() {
-            if ep.config.load().wants(event::LIMIT_EXCEEDED) {
-                ep.enqueue(event.clone());
+        let send = move |endpoints: &[Arc<Endpoint>]| {
+            for ep in endpoints {
+                if ep.config.load().wants(event::LIMIT_EXCEEDED) {
+                    ep.enqueue(event.clone());
+                }
             }
+        };
+        match (self.cluster.get(), self.runtime.get()) {
+            (Some(c), Some(rt)) => {
+                // Once per account, reason and minute across the cluster.
+                let (c, account) = (c.clone(), account.to_owned());
+                let endpoints = endpoints.clone();
+                rt.handle().spawn(async move {
+                    match c.limit_once(&account, reason, minute).await {
+                        Ok(true) => send(&endpoints),
+                        Ok(false) => {}
+                        Err(e) => {
+                            tracing::warn!(target: "tidegate::webhook", error = %e, "cannot deduplicate limit.exceeded in Redis; sending it");
+                            send(&endpoints);
+                        }
+                    }
+                });
+            }
+            _ => send(&endpoints),
         }
     }
 }

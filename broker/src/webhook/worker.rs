@@ -14,6 +14,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::cluster::Cluster;
 use super::event::Event;
 use super::health::{Health, Status};
 use super::metrics::{WebhookMetrics, outcome};
@@ -26,10 +27,12 @@ use crate::limiter::TokenBucket;
 pub struct Endpoint {
     pub config: ArcSwap<WebhookEndpoint>,
     client: reqwest::Client,
-    state: Mutex<State>,
-    wake: Notify,
-    cancel: CancellationToken,
-    metrics: Arc<WebhookMetrics>,
+    pub(super) state: Mutex<State>,
+    pub(super) wake: Notify,
+    pub(super) cancel: CancellationToken,
+    pub(super) metrics: Arc<WebhookMetrics>,
+    /// Cluster mode: the shared queue, and this node's appends to it.
+    pub(super) cluster: Option<ClusterLink>,
     /// Channels this endpoint was told are occupied (and not yet vacated),
     /// so it gets each `channel.occupied` once and a `channel.vacated`
     /// only after it.
@@ -42,14 +45,29 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
-struct State {
-    queue: Queue,
-    bucket: TokenBucket,
-    paused_until: Option<Instant>,
-    in_flight: u32,
-    health: Health,
+pub(super) struct ClusterLink {
+    pub shared: Arc<Cluster>,
+    pub appends: tokio::sync::mpsc::Sender<Event>,
+    pub appends_rx: Mutex<Option<tokio::sync::mpsc::Receiver<Event>>>,
+    /// Something was appended: the owner may read.
+    pub fed: Notify,
+}
+
+pub(super) struct State {
+    /// Single node: every pending event. Cluster mode: the entries this
+    /// node read from the stream while it owns the endpoint.
+    pub queue: Queue,
+    /// Cluster mode: attempts may start only while the owner lock is valid
+    /// for longer than an attempt can take (`None`: not the owner).
+    pub owner_until: Option<Instant>,
+    /// Cluster mode: stream entries being attempted now.
+    pub entries_in_flight: HashSet<Arc<str>>,
+    pub bucket: TokenBucket,
+    pub paused_until: Option<Instant>,
+    pub in_flight: u32,
+    pub health: Health,
     /// A 410 disabled the endpoint until its config changes.
-    gone: bool,
+    pub gone: bool,
 }
 
 /// What the worker does next.
@@ -60,16 +78,32 @@ enum Step {
 }
 
 impl Endpoint {
-    pub fn new(config: WebhookEndpoint, metrics: Arc<WebhookMetrics>) -> Arc<Endpoint> {
+    pub fn new(
+        config: WebhookEndpoint,
+        metrics: Arc<WebhookMetrics>,
+        cluster: Option<Arc<Cluster>>,
+    ) -> Arc<Endpoint> {
         let p = &config.pacing;
         let bucket = TokenBucket::new(f64::from(p.burst), p.rate_per_sec, Instant::now());
         metrics.set_queue(&config.id, 0);
         metrics.set_healthy(&config.id, true);
+        let cluster = cluster.map(|shared| {
+            let (tx, rx) = tokio::sync::mpsc::channel(p.queue_max.clamp(1, 100_000));
+            ClusterLink {
+                shared,
+                appends: tx,
+                appends_rx: Mutex::new(Some(rx)),
+                fed: Notify::new(),
+            }
+        });
         Arc::new(Endpoint {
+            cluster,
             client: send::client(p.timeout),
             config: ArcSwap::from_pointee(config),
             state: Mutex::new(State {
                 queue: Queue::default(),
+                owner_until: None,
+                entries_in_flight: HashSet::new(),
                 bucket,
                 paused_until: None,
                 in_flight: 0,
@@ -90,6 +124,13 @@ impl Endpoint {
     /// Queues an event (never blocks: called from the broker's hot paths).
     pub fn enqueue(&self, event: Event) {
         let cfg = self.config.load();
+        if let Some(link) = &self.cluster {
+            if link.appends.try_send(event).is_err() {
+                // Redis is too slow or away and the append buffer is full.
+                self.metrics.count(&cfg.id, outcome::DROPPED, 1);
+            }
+            return;
+        }
         let (dropped, len) = {
             let mut st = self.state.lock();
             let dropped = st.queue.push(event, cfg.pacing.queue_max);
@@ -99,8 +140,11 @@ impl Endpoint {
         self.wake.notify_one();
     }
 
-    fn after_drops(&self, id: &str, dropped: Vec<Event>, len: usize) {
-        self.metrics.set_queue(id, len);
+    pub(super) fn after_drops(&self, id: &str, dropped: Vec<Event>, len: usize) {
+        if self.cluster.is_none() {
+            // In cluster mode the gauge is the stream's length.
+            self.metrics.set_queue(id, len);
+        }
         if dropped.is_empty() {
             return;
         }
@@ -136,6 +180,11 @@ impl Endpoint {
         self.state.lock().queue.take_all()
     }
 
+    /// Cluster mode: whether this node sends this endpoint's events now.
+    pub fn is_owner(&self) -> bool {
+        self.state.lock().owner_until.is_some()
+    }
+
     pub fn pending(&self) -> usize {
         self.state.lock().queue.len()
     }
@@ -149,6 +198,9 @@ impl Endpoint {
         let cfg = self.config.load();
         let mut st = self.state.lock();
         if st.gone || st.queue.is_empty() {
+            return Step::Idle;
+        }
+        if self.cluster.is_some() && st.owner_until.is_none_or(|u| u <= now + cfg.pacing.timeout) {
             return Step::Idle;
         }
         if let Some(until) = st.paused_until {
@@ -172,12 +224,23 @@ impl Endpoint {
             return Step::Idle;
         };
         st.in_flight += 1;
-        self.metrics.set_queue(&cfg.id, st.queue.len());
+        if let Some(entry) = &event.entry {
+            st.entries_in_flight.insert(entry.clone());
+        }
+        if self.cluster.is_none() {
+            self.metrics.set_queue(&cfg.id, st.queue.len());
+        }
         Step::Send(event)
     }
 
     /// The endpoint's task: runs until the endpoint is removed.
     pub async fn run(self: Arc<Self>) {
+        if let Some(link) = &self.cluster {
+            if let Some(rx) = link.appends_rx.lock().take() {
+                tokio::spawn(self.clone().append_loop(link.shared.clone(), rx));
+            }
+            tokio::spawn(self.clone().own_loop(link.shared.clone()));
+        }
         loop {
             let step = self.next_step(Instant::now());
             let wait = match step {
@@ -221,6 +284,9 @@ impl Endpoint {
         let p = &cfg.pacing;
         let mut st = self.state.lock();
         st.in_flight = st.in_flight.saturating_sub(1);
+        if let Some(entry) = &event.entry {
+            st.entries_in_flight.remove(entry);
+        }
         let was = st.health.status(now, p);
         let (label, requeue) = match &result {
             Outcome::Delivered(code) => {
@@ -256,10 +322,19 @@ impl Endpoint {
         if status != was {
             tracing::warn!(target: "tidegate::webhook", endpoint = id, from = was.as_str(), to = status.as_str(), "endpoint health changed");
         }
-        let dropped = if requeue {
-            st.queue.push_front(event, p.queue_max)
-        } else {
-            Vec::new()
+        let final_entry = (!requeue).then(|| event.entry.clone()).flatten();
+        let pause = match &result {
+            Outcome::Pause(wait, _) => Some(*wait),
+            _ => None,
+        };
+        let dropped = match &self.cluster {
+            None if requeue => st.queue.push_front(event, p.queue_max),
+            // Cluster mode: a deposed owner leaves the entry pending for the
+            // next one instead of retrying it.
+            Some(_) if requeue && st.owner_until.is_some() => {
+                st.queue.push_front(event, usize::MAX)
+            }
+            _ => Vec::new(),
         };
         let len = st.queue.len();
         let healthy = status != Status::Unhealthy && !st.gone;
@@ -267,6 +342,9 @@ impl Endpoint {
         self.metrics.count(id, label, 1);
         self.metrics.set_healthy(id, healthy);
         self.after_drops(id, dropped, len);
+        if let Some(link) = &self.cluster {
+            self.share_outcome(link.shared.clone(), id, final_entry, pause);
+        }
     }
 }
 

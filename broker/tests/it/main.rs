@@ -19,4 +19,5 @@ mod redis_server;
 mod rules;
 mod slow_consumer;
 mod webhooks;
+mod webhooks_cluster;
 mod webhooks_input;

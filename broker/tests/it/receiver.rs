@@ -33,6 +33,8 @@ pub enum Reply {
     Hang,
     /// 200 with a streamed body of this many bytes.
     Huge(usize),
+    /// 200 after this long.
+    Slow(std::time::Duration),
 }
 
 impl Reply {
@@ -52,6 +54,9 @@ struct Shared {
     tx: mpsc::UnboundedSender<Got>,
     /// Bytes of `Huge` bodies produced so far.
     produced: Arc<AtomicUsize>,
+    /// Ids being answered now, and how often one arrived while in flight.
+    in_flight: Mutex<std::collections::HashSet<String>>,
+    overlaps: AtomicUsize,
 }
 
 pub struct Receiver {
@@ -82,6 +87,7 @@ async fn handle(
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
     };
     let reply = (shared.script.lock().unwrap())(&got);
+    let id = got.id.clone();
     let _ = shared.tx.send(got);
     match reply {
         Reply::Status(code, headers) => {
@@ -90,6 +96,14 @@ async fn handle(
                 r.insert_header((k, v));
             }
             r.finish()
+        }
+        Reply::Slow(wait) => {
+            if !shared.in_flight.lock().unwrap().insert(id.clone()) {
+                shared.overlaps.fetch_add(1, Ordering::Relaxed);
+            }
+            tokio::time::sleep(wait).await;
+            shared.in_flight.lock().unwrap().remove(&id);
+            HttpResponse::Ok().finish()
         }
         Reply::Hang => {
             std::future::pending::<()>().await;
@@ -122,6 +136,8 @@ impl Receiver {
             script: Mutex::new(Box::new(script)),
             tx,
             produced: Arc::new(AtomicUsize::new(0)),
+            in_flight: Mutex::new(Default::default()),
+            overlaps: AtomicUsize::new(0),
         });
         let (handle_tx, handle_rx) = std::sync::mpsc::channel();
         let data = shared.clone();
@@ -175,6 +191,12 @@ impl Receiver {
             out.push(g);
         }
         out
+    }
+
+    /// How often an event id arrived while a request with the same id was
+    /// still being answered (`Slow` replies).
+    pub fn overlaps(&self) -> usize {
+        self.shared.overlaps.load(Ordering::Relaxed)
     }
 
     pub fn produced(&self) -> usize {
