@@ -166,7 +166,12 @@ impl Endpoint {
             st.bucket
                 .reconfigure(f64::from(p.burst), p.rate_per_sec, Instant::now());
             st.gone = false;
-            let dropped = st.queue.shrink_to(p.queue_max);
+            // In cluster mode the stream is trimmed on its next append.
+            let dropped = if self.cluster.is_none() {
+                st.queue.shrink_to(p.queue_max)
+            } else {
+                Vec::new()
+            };
             (dropped, st.queue.len())
         };
         self.after_drops(&id, dropped, len);
@@ -174,10 +179,16 @@ impl Endpoint {
         self.wake.notify_one();
     }
 
-    /// Stops the worker; returns what was still pending.
+    /// Stops the worker; returns what was still pending on this node (in
+    /// cluster mode nothing: the stream keeps the events).
     pub fn stop(&self) -> Vec<Event> {
         self.cancel.cancel();
-        self.state.lock().queue.take_all()
+        let local = self.state.lock().queue.take_all();
+        if self.cluster.is_some() {
+            Vec::new()
+        } else {
+            local
+        }
     }
 
     /// Cluster mode: whether this node sends this endpoint's events now.
