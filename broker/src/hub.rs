@@ -216,9 +216,15 @@ pub struct HistoryLimits {
     pub ttl: Duration,
 }
 
+/// See [`Hub::on_occupancy`].
+pub type OccupancyHook = Box<dyn Fn(&Arc<str>, bool) + Send + Sync>;
+
 /// The node's channel registry.
 pub struct Hub {
     channels: DashMap<Arc<str>, Arc<Channel>>,
+    /// Told, under the channel's lock, when a channel gets its first local
+    /// subscriber (`true`) or loses its last (`false`): webhooks' occupancy.
+    occupancy: std::sync::OnceLock<OccupancyHook>,
     history: parking_lot::RwLock<HistoryLimits>,
     metrics: Arc<Metrics>,
 }
@@ -246,8 +252,21 @@ impl Hub {
     pub fn new(history: HistoryLimits, metrics: Arc<Metrics>) -> Hub {
         Hub {
             channels: DashMap::new(),
+            occupancy: std::sync::OnceLock::new(),
             history: parking_lot::RwLock::new(history),
             metrics,
+        }
+    }
+
+    /// Installs the occupancy hook (once; later calls are ignored). It runs
+    /// under the channel's lock, so it must only hand the transition on.
+    pub fn on_occupancy(&self, hook: OccupancyHook) {
+        let _ = self.occupancy.set(hook);
+    }
+
+    fn occupancy_changed(&self, channel: &Arc<str>, occupied: bool) {
+        if let Some(hook) = self.occupancy.get() {
+            hook(channel, occupied);
         }
     }
 
@@ -390,9 +409,13 @@ impl Hub {
     pub fn subscribe(&self, channel: &str, sub: Subscriber, since: Option<u64>) -> Joined {
         let now = Instant::now();
         let limits = *self.history.read();
-        self.with_channel(channel, |_, st| {
+        self.with_channel(channel, |ch, st| {
             trim(&mut st.history, limits, now);
+            let was_empty = st.subscribers.is_empty();
             st.subscribers.insert(sub.clone());
+            if was_empty {
+                self.occupancy_changed(&ch.name, true);
+            }
             let mut joined = Joined {
                 last_seq: st.seq,
                 ..Joined::default()
@@ -424,7 +447,12 @@ impl Hub {
 
     pub fn unsubscribe(&self, channel: &str, conn: u64) {
         if let Some(ch) = self.channels.get(channel).map(|c| c.clone()) {
-            ch.state.lock().subscribers.remove(conn);
+            let mut st = ch.state.lock();
+            let was_empty = st.subscribers.is_empty();
+            st.subscribers.remove(conn);
+            if !was_empty && st.subscribers.is_empty() {
+                self.occupancy_changed(&ch.name, false);
+            }
         }
     }
 

@@ -36,6 +36,7 @@
 //!   reports every problem; [`reload`]: SIGHUP and file-change reloads.
 //! - [`admin`]: the operators' routes and page (§10): overview, disconnect,
 //!   ban and unban, cluster-wide through the bridge.
+//! - [`webhook`]: outbound webhooks (§9), on their own thread.
 //! - [`auth`]: HS256 tokens. [`metrics`]: Prometheus counters and
 //!   histograms; [`process_metrics`]: the process's memory, descriptors
 //!   and CPU from `/proc`.
@@ -59,6 +60,7 @@ pub mod reload;
 pub mod rules;
 pub mod server;
 pub mod socket;
+pub mod webhook;
 
 pub use config::Config;
 pub use node::Node;

@@ -116,6 +116,7 @@ pub struct Metrics {
     /// Each rejection series seen so far, for the admin page's chart (the
     /// family cannot be listed); the counters are shared with it.
     rejection_series: dashmap::DashMap<(&'static str, &'static str), Counter>,
+    pub webhooks: std::sync::Arc<crate::webhook::WebhookMetrics>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -155,7 +156,9 @@ impl Metrics {
             process,
             admin_actions: Family::default(),
             rejection_series: dashmap::DashMap::new(),
+            webhooks: Default::default(),
         };
+        m.webhooks.register(registry);
         registry.register(
             "connections_opened",
             "WebSocket connections accepted",

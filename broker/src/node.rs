@@ -17,6 +17,7 @@ use crate::hub::{HistoryLimits, Hub, OutboundGauge};
 use crate::metrics::Metrics;
 use crate::rules::RuleBuckets;
 use crate::socket::{Reconfigure, Socket};
+use crate::webhook::Webhooks;
 
 pub struct Node {
     pub config: ArcSwap<Config>,
@@ -30,6 +31,8 @@ pub struct Node {
     pub rules: RuleBuckets,
     /// Operators' bans and the admin page's history (§10).
     pub admin: crate::admin::Admin,
+    /// Outbound webhooks (§9).
+    pub webhooks: Arc<Webhooks>,
     /// Live sockets, for config reloads, draining and metrics.
     pub sockets: DashMap<u64, SocketHandle>,
     ready: AtomicBool,
@@ -80,6 +83,13 @@ impl Node {
         let auth = Authenticator::new(&config.auth.jwt_secret, config.auth.leeway_secs)?;
         let keys = ApiKeys::new(&config);
         let gate = HandshakeGate::new(&config.handshake);
+        let webhooks = Webhooks::new(&config, metrics.webhooks.clone());
+        let hook = Arc::downgrade(&webhooks);
+        hub.on_occupancy(Box::new(move |channel, occupied| {
+            if let Some(w) = hook.upgrade() {
+                w.occupancy_changed(channel, occupied);
+            }
+        }));
         let redis = match config.cluster.mode {
             ClusterMode::Memory => None,
             ClusterMode::Redis => Some(redis::Client::open(config.cluster.redis_url.as_str())?),
@@ -101,6 +111,7 @@ impl Node {
                 gate,
                 rules: RuleBuckets::default(),
                 admin: crate::admin::Admin::default(),
+                webhooks,
                 config: ArcSwap::from_pointee(config),
                 auth: ArcSwap::from_pointee(auth),
                 keys: ArcSwap::from_pointee(keys),
@@ -144,6 +155,7 @@ impl Node {
         let auth = Authenticator::new(&config.auth.jwt_secret, config.auth.leeway_secs)?;
         let keys = ApiKeys::new(&config);
         self.hub.set_history_limits(history_limits(&config));
+        self.webhooks.apply(&config.webhooks);
         let config = Arc::new(config);
         self.auth.store(Arc::new(auth));
         self.keys.store(Arc::new(keys));
@@ -163,6 +175,12 @@ impl Node {
             "config reloaded"
         );
         Ok(())
+    }
+
+    /// A message got its `seq`: tell the webhooks (once per message, by the
+    /// node that published it).
+    pub fn published(&self, channel: &str, seq: u64, data: &str) {
+        self.webhooks.published(channel, seq, data);
     }
 
     /// Unsent outbound bytes over all sockets right now.

@@ -11,6 +11,7 @@ mod limits;
 mod report;
 mod sections;
 mod validate;
+mod webhooks;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -27,6 +28,7 @@ pub use sections::{
     ApiKey, AuthSection, ClusterMode, ClusterSection, HandshakeSection, HistorySection,
     HttpSection, NodeSection, ProxyRange, SAMPLE_API_KEY, SAMPLE_JWT_SECRET, SocketSection,
 };
+pub use webhooks::{EVENT_TYPES, MIN_SECRET_BYTES, Pacing, WebhookEndpoint, WebhookEntry};
 
 /// The shipped `config.toml`, also the embedded default.
 pub const DEFAULT_TOML: &str = include_str!("../../../config.toml");
@@ -66,6 +68,8 @@ pub struct Config {
     pub cluster: ClusterSection,
     pub admin: AdminKeys,
     pub log: LogSection,
+    /// `[[webhooks]]` (§9), in file order.
+    pub webhooks: Vec<WebhookEndpoint>,
     plan_tables: HashMap<String, toml::Table>,
     plans: HashMap<String, Arc<Limits>>,
     accounts: HashMap<String, AccountEntry>,
@@ -91,7 +95,7 @@ pub struct ResolvedApiKey {
 #[error("unknown plan {0:?}")]
 pub struct UnknownPlan(pub String);
 
-const SECTIONS: [&str; 12] = [
+const SECTIONS: [&str; 13] = [
     "node",
     "auth",
     "api_keys",
@@ -104,6 +108,7 @@ const SECTIONS: [&str; 12] = [
     "accounts",
     "admin",
     "log",
+    "webhooks",
 ];
 
 impl Config {
@@ -189,6 +194,8 @@ impl Config {
         };
         let api_keys: Vec<ApiKey> =
             section(raw_keys, "api_keys", &mut problems).unwrap_or_default();
+
+        let webhooks = webhooks::resolve(take("webhooks"), env, &mut problems);
 
         // Plans: each validated on its own so every broken plan is reported.
         let mut plan_tables = HashMap::new();
@@ -328,6 +335,7 @@ impl Config {
             cluster,
             admin,
             log,
+            webhooks,
             plan_tables,
             plans,
             accounts,

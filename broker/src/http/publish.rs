@@ -270,6 +270,7 @@ pub async fn publish(
         .wait()
         .await;
     node.metrics.published("http");
+    node.published(&msg.channel, seq, msg.data.get());
     with_rate_headers(StatusCode::OK, &charge).json(serde_json::json!({ "seq": seq }))
 }
 
@@ -323,6 +324,7 @@ pub async fn publish_batch(
                     .wait()
                     .await;
                 node.metrics.published("http");
+                node.published(&msg.channel, seq, msg.data.get());
                 Outcome::Ok { seq }
             }
             Err(r) => {

@@ -150,13 +150,16 @@ impl Socket {
         self.node.metrics.published("ws");
         match self.node.bridge.publish(channel, data.get()) {
             Pending::Ready(seq) => {
+                self.node.published(channel, seq, data.get());
                 if let Some(id) = id {
                     self.send(wire::ack(id, Some(seq), None));
                 }
             }
             Pending::Later(f) => {
                 let id: Option<Box<RawValue>> = id.map(ToOwned::to_owned);
+                let (channel, data) = (channel.to_owned(), data.to_owned());
                 ctx.spawn(f.into_actor(self).map(move |seq, act, _| {
+                    act.node.published(&channel, seq, data.get());
                     if let Some(id) = id {
                         act.send(wire::ack(&id, Some(seq), None));
                     }

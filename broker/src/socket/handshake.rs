@@ -216,6 +216,8 @@ async fn admit(req: &HttpRequest, node: &Arc<Node>, config: &Config) -> Result<A
         .emit(&node.metrics);
     }
     if let Err(cap) = reserved {
+        node.webhooks
+            .limit_exceeded(&claims.sub, ErrorCode::TooManyConnections.as_str(), None);
         return Err(refused(
             StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::TooManyConnections,

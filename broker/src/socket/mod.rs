@@ -122,6 +122,19 @@ impl Socket {
         if code == CloseCode::SlowConsumer {
             self.outbox.discard_queued();
         }
+        // The account-level closes are `limit.exceeded` webhooks (§9).
+        let event = match code {
+            CloseCode::PolicyViolation => {
+                Some(crate::protocol::ErrorCode::AccountRateLimited.as_str())
+            }
+            CloseCode::SlowConsumer => Some(crate::protocol::ErrorCode::SlowConsumer.as_str()),
+            _ => None,
+        };
+        if let Some(event) = event {
+            self.node
+                .webhooks
+                .limit_exceeded(&self.id.account, event, Some(code.code()));
+        }
         self.send(wire::close_because(code, reason));
         let timeout = Duration::from_millis(self.node.config.load().socket.close_timeout_ms);
         ctx.run_later(timeout, |act, ctx| {
