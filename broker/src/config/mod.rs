@@ -6,6 +6,7 @@
 //! bare `tidegate serve` cannot drift apart.
 
 mod limits;
+mod namespaces;
 mod sections;
 mod validate;
 
@@ -18,6 +19,7 @@ use serde::de::DeserializeOwned;
 use validate::{sample_secret_problems, validate_node};
 
 pub use limits::{Costs, LimitName, Limits, Op, Rule, TrackBy};
+pub use namespaces::{Conflation, Delivery, DeliveryClasses, NamespaceSection};
 pub use sections::{
     ApiKey, AuthSection, ClusterMode, ClusterSection, HandshakeSection, HistorySection,
     HttpSection, NodeSection, SAMPLE_API_KEY, SAMPLE_JWT_SECRET, SocketSection,
@@ -51,6 +53,8 @@ pub struct Config {
     pub http: HttpSection,
     pub history: HistorySection,
     pub cluster: ClusterSection,
+    /// `[namespaces.NAME]`: delivery classes (§11).
+    pub namespaces: HashMap<String, NamespaceSection>,
     plan_tables: HashMap<String, toml::Table>,
     plans: HashMap<String, Arc<Limits>>,
     accounts: HashMap<String, AccountEntry>,
@@ -70,7 +74,7 @@ pub struct ResolvedApiKey {
 #[error("unknown plan {0:?}")]
 pub struct UnknownPlan(pub String);
 
-const SECTIONS: [&str; 10] = [
+const SECTIONS: [&str; 11] = [
     "node",
     "auth",
     "api_keys",
@@ -79,6 +83,7 @@ const SECTIONS: [&str; 10] = [
     "http",
     "history",
     "cluster",
+    "namespaces",
     "plans",
     "accounts",
 ];
@@ -135,6 +140,9 @@ impl Config {
             section(take("history"), "history", &mut problems).unwrap_or_default();
         let cluster: ClusterSection =
             section(take("cluster"), "cluster", &mut problems).unwrap_or_default();
+        let namespaces: HashMap<String, NamespaceSection> =
+            section(take("namespaces"), "namespaces", &mut problems).unwrap_or_default();
+        problems.extend(namespaces::problems(&namespaces));
         let raw_keys = match take("api_keys") {
             toml::Value::Table(t) if t.is_empty() => toml::Value::Array(Vec::new()),
             other => other,
@@ -275,6 +283,7 @@ impl Config {
             http,
             history,
             cluster,
+            namespaces,
             plan_tables,
             plans,
             accounts,

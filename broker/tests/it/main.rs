@@ -8,6 +8,7 @@ mod bad_input;
 mod channels;
 mod cli;
 mod cluster;
+mod delivery;
 mod handshake;
 mod handshake_limits;
 mod http_publish;
