@@ -121,6 +121,28 @@ test("the collab-note example connects, shows an HTTP publish, publishes keystro
   await page.close();
 });
 
+test("two pages of the demo see each other's cursor through the conflating cursor channel", async () => {
+  const token = await broker.token({ sub: ["note:*", "cursor:*"], pub: ["note:*", "cursor:*"] });
+  const query = new URLSearchParams({ url: broker.wsUrl, token, note: "cursors" });
+  const [a, b] = [await browser.newPage(), await browser.newPage()];
+  for (const p of [a, b]) {
+    await p.goto(`${site.url}/collab-note/?${query}`);
+    await p.waitForSelector('body[data-cursors="true"]', { timeout: 15_000 });
+  }
+  await a.click("#note");
+  await a.keyboard.type("hello cursors", { delay: 10 });
+  const userA = await a.evaluate(() => (window as unknown as { tidegateUser: string }).tidegateUser);
+  // b shows a's caret where a typed up to (the latest value, whatever came before).
+  const caret = await b.waitForSelector(`#cursor-view .caret[data-user="${userA}"][data-pos="13"]`, {
+    timeout: 10_000,
+  });
+  assert.ok(caret);
+  mkdirSync(join(SDK_ROOT, "test-results"), { recursive: true });
+  await b.screenshot({ path: join(SDK_ROOT, "test-results", "cursors.png"), fullPage: true });
+  await a.close();
+  await b.close();
+});
+
 test("in the browser, a subscriber made slow on purpose ends with every message, in order, once", async () => {
   const token = await broker.token({});
   const page = await browser.newPage();
