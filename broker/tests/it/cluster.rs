@@ -136,6 +136,46 @@ async fn the_subscribe_ack_carries_the_cluster_position_on_every_node() {
     assert_eq!(ack["seq"].as_u64(), Some(pos + 1));
 }
 
+/// Redis subscribers of a channel's topic (the nodes listening to it).
+async fn listeners(redis: &RedisServer, prefix: &str, channel: &str) -> u64 {
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let (_, n): (String, u64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(format!("{prefix}ch:{channel}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribing_again_to_recover_does_not_keep_the_node_listening_after_unsubscribe() {
+    let redis = RedisServer::start();
+    let p = prefix();
+    let a = node(&redis, "a", &p, "");
+    bridge_up(&a, true).await;
+    let mut c = subscribed(&a, "s", "doc:r").await;
+    let pos = c
+        .call(json!({"type":"subscribe","channel":"doc:r"}), 2)
+        .await["seq"]
+        .as_u64()
+        .unwrap();
+    // What the SDK does after slow_consumer: the same channel, with since.
+    let ack = c
+        .call(json!({"type":"subscribe","channel":"doc:r","since":pos}), 3)
+        .await;
+    assert_eq!(ack["recovered"], true, "{ack}");
+    assert_eq!(listeners(&redis, &p, "doc:r").await, 1);
+    c.call(json!({"type":"unsubscribe","channel":"doc:r"}), 4)
+        .await;
+    let deadline = Instant::now() + PATIENCE;
+    while listeners(&redis, &p, "doc:r").await != 0 {
+        assert!(Instant::now() < deadline, "the node still listens to doc:r");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_published_on_one_node_is_recovered_through_another() {
     let redis = RedisServer::start();
