@@ -98,6 +98,7 @@ pub struct Metrics {
     pub connections_open: Gauge,
     pub messages_in: Counter,
     pub messages_out: Counter,
+    pub messages_superseded: Counter,
     publishes: Family<ViaLabels, Counter>,
     rejections: Family<RejectLabels, Counter>,
     dry_run: Family<RejectLabels, Counter>,
@@ -142,6 +143,7 @@ impl Metrics {
             connections_open: Gauge::default(),
             messages_in: Counter::default(),
             messages_out: Counter::default(),
+            messages_superseded: Counter::default(),
             publishes: Family::default(),
             rejections: Family::default(),
             dry_run: Family::default(),
@@ -178,6 +180,11 @@ impl Metrics {
             "messages_out",
             "Message frames queued to subscribers",
             m.messages_out.clone(),
+        );
+        registry.register(
+            "messages_superseded",
+            "Unsent messages of conflating channels replaced by a newer one with the same key (not dropped: §11)",
+            m.messages_superseded.clone(),
         );
         registry.register(
             "publishes",

@@ -10,7 +10,7 @@ use dashmap::DashMap;
 use crate::account::Accounts;
 use crate::auth::{AuthError, Authenticator};
 use crate::cluster::{MemoryBridge, RedisBridge, SharedBridge};
-use crate::config::{ClusterMode, Config};
+use crate::config::{ClusterMode, Config, DeliveryClasses};
 use crate::gate::HandshakeGate;
 use crate::http::keys::ApiKeys;
 use crate::hub::{HistoryLimits, Hub, OutboundGauge};
@@ -80,6 +80,7 @@ impl Node {
     pub fn new(config: Config) -> Result<Arc<Node>, NodeError> {
         let metrics = Arc::new(Metrics::new());
         let hub = Arc::new(Hub::new(history_limits(&config), metrics.clone()));
+        hub.set_delivery(DeliveryClasses::new(&config.namespaces));
         let auth = Authenticator::new(&config.auth.jwt_secret, config.auth.leeway_secs)?;
         let keys = ApiKeys::new(&config);
         let gate = HandshakeGate::new(&config.handshake);
@@ -156,6 +157,8 @@ impl Node {
         let keys = ApiKeys::new(&config);
         self.hub.set_history_limits(history_limits(&config));
         self.webhooks.apply(&config.webhooks);
+        self.hub
+            .set_delivery(DeliveryClasses::new(&config.namespaces));
         let config = Arc::new(config);
         self.auth.store(Arc::new(auth));
         self.keys.store(Arc::new(keys));

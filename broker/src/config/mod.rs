@@ -9,6 +9,7 @@ mod admin;
 mod env;
 mod limits;
 mod report;
+mod namespaces;
 mod sections;
 mod validate;
 mod webhooks;
@@ -24,6 +25,7 @@ use validate::{NODE_ID_RULE, node_id_ok, sample_secret_problems, validate_node};
 pub use admin::{AdminKeys, AdminSection, LogFormat, LogSection, MIN_ADMIN_KEY_BYTES};
 pub use env::{JWT_SECRET_ALIAS, Source, Sources, var_name};
 pub use limits::{Costs, LimitName, Limits, Op, Rule, TrackBy};
+pub use namespaces::{Conflation, Delivery, DeliveryClasses, NamespaceSection};
 pub use sections::{
     ApiKey, AuthSection, ClusterMode, ClusterSection, HandshakeSection, HistorySection,
     HttpSection, NodeSection, ProxyRange, SAMPLE_API_KEY, SAMPLE_JWT_SECRET, SocketSection,
@@ -70,6 +72,8 @@ pub struct Config {
     pub log: LogSection,
     /// `[[webhooks]]` (§9), in file order.
     pub webhooks: Vec<WebhookEndpoint>,
+    /// `[namespaces.NAME]`: delivery classes (§11).
+    pub namespaces: HashMap<String, NamespaceSection>,
     plan_tables: HashMap<String, toml::Table>,
     plans: HashMap<String, Arc<Limits>>,
     accounts: HashMap<String, AccountEntry>,
@@ -95,7 +99,7 @@ pub struct ResolvedApiKey {
 #[error("unknown plan {0:?}")]
 pub struct UnknownPlan(pub String);
 
-const SECTIONS: [&str; 13] = [
+const SECTIONS: [&str; 14] = [
     "node",
     "auth",
     "api_keys",
@@ -104,6 +108,7 @@ const SECTIONS: [&str; 13] = [
     "http",
     "history",
     "cluster",
+    "namespaces",
     "plans",
     "accounts",
     "admin",
@@ -188,6 +193,9 @@ impl Config {
         let admin_section: AdminSection =
             section(take("admin"), "admin", &mut problems).unwrap_or_default();
         let log: LogSection = section(take("log"), "log", &mut problems).unwrap_or_default();
+        let namespaces: HashMap<String, NamespaceSection> =
+            section(take("namespaces"), "namespaces", &mut problems).unwrap_or_default();
+        problems.extend(namespaces::problems(&namespaces));
         let raw_keys = match take("api_keys") {
             toml::Value::Table(t) if t.is_empty() => toml::Value::Array(Vec::new()),
             other => other,
@@ -336,6 +344,7 @@ impl Config {
             admin,
             log,
             webhooks,
+            namespaces,
             plan_tables,
             plans,
             accounts,

@@ -9,6 +9,7 @@ mod handle;
 pub mod handshake;
 mod inbound;
 mod outbox;
+mod queue;
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -251,22 +252,28 @@ impl Handler<Deliver> for Socket {
                 channel,
                 seq,
                 frame,
-            } => self.deliver(&channel, seq, frame),
-            Deliver::Congested => {
-                if self.congested_since.is_none() {
-                    self.congested_since = Some(Instant::now());
-                    let grace = Duration::from_millis(self.limits().outbound_grace_ms);
-                    ctx.run_later(grace, move |act, ctx| {
-                        if act
-                            .congested_since
-                            .is_some_and(|since| since.elapsed() >= grace)
-                        {
-                            act.socket_event(Layer::Outbound, "slow_consumer_closed");
-                            act.close(ctx, CloseCode::SlowConsumer);
-                        }
-                    });
+                key,
+            } => self.deliver(&channel, seq, frame, key, ctx),
+            Deliver::Congested => self.congested(ctx),
+        }
+    }
+}
+
+impl Socket {
+    /// A drop episode began: close with 4008 if it outlasts the grace.
+    fn congested(&mut self, ctx: &mut Context<Self>) {
+        if self.congested_since.is_none() {
+            self.congested_since = Some(Instant::now());
+            let grace = Duration::from_millis(self.limits().outbound_grace_ms);
+            ctx.run_later(grace, move |act, ctx| {
+                if act
+                    .congested_since
+                    .is_some_and(|since| since.elapsed() >= grace)
+                {
+                    act.socket_event(Layer::Outbound, "slow_consumer_closed");
+                    act.close(ctx, CloseCode::SlowConsumer);
                 }
-            }
+            });
         }
     }
 }

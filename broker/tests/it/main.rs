@@ -10,6 +10,7 @@ mod channels;
 mod cli;
 mod cli_env;
 mod cluster;
+mod delivery;
 mod handshake;
 mod handshake_limits;
 mod http_publish;

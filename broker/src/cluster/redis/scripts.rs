@@ -35,12 +35,25 @@ return seq
     )
 });
 
-/// History for recovery: the current `seq` and every held message.
-/// KEYS: seq counter, history list.
-pub static HISTORY: LazyLock<Script> = LazyLock::new(|| {
+/// Joining a channel: the `seq` the counter had ('0': none), the position
+/// the subscription starts from, and (when ARGV[4] is '1') every held
+/// message for recovery, read atomically. A missing counter is created as
+/// a publish would start it (the node's floor or the clock floor), so the
+/// position exists before the first message and `since` from it works.
+/// KEYS: seq counter, history list. ARGV: node floor, clock floor, counter
+/// TTL ms, with history.
+pub static JOIN: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
-return { redis.call('GET', KEYS[1]) or '0', redis.call('LRANGE', KEYS[2], 0, -1) }
+local cur = redis.call('GET', KEYS[1])
+local pos = cur
+if not cur then
+  pos = string.format('%d', math.max(tonumber(ARGV[1]), tonumber(ARGV[2])))
+  redis.call('SET', KEYS[1], pos, 'PX', ARGV[3])
+end
+local held = {}
+if ARGV[4] == '1' then held = redis.call('LRANGE', KEYS[2], 0, -1) end
+return { cur or '0', pos, held }
 "#,
     )
 });
