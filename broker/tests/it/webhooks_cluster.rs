@@ -59,9 +59,15 @@ async fn a_killed_owner_loses_no_event_and_none_is_in_flight_twice() {
     for i in 0..n / 2 {
         publish(if i % 2 == 0 { &a } else { &b }, i).await;
     }
-    let mut got = HashSet::new();
+    // n → every webhook-id it arrived with (retries and takeovers included).
+    let mut got = std::collections::HashMap::<u64, HashSet<String>>::new();
+    let record = |got: &mut std::collections::HashMap<u64, HashSet<String>>,
+                  g: crate::receiver::Got| {
+        let n = g.body["data"]["data"]["n"].as_u64().unwrap();
+        got.entry(n).or_default().insert(g.id);
+    };
     while got.len() < 10 {
-        got.insert(rx.next().await.body["data"]["data"]["n"].as_u64().unwrap());
+        record(&mut got, rx.next().await);
     }
     // Kill whichever node sends (its lock stays in Redis until it expires).
     let deadline = Instant::now() + PATIENCE;
@@ -75,9 +81,16 @@ async fn a_killed_owner_loses_no_event_and_none_is_in_flight_twice() {
         publish(&survivor, i).await;
     }
     while got.len() < n as usize {
-        got.insert(rx.next().await.body["data"]["data"]["n"].as_u64().unwrap());
+        record(&mut got, rx.next().await);
     }
-    assert_eq!(got, (0..n).collect::<HashSet<_>>());
+    assert_eq!(
+        got.keys().copied().collect::<HashSet<_>>(),
+        (0..n).collect()
+    );
+    assert!(
+        got.values().all(|ids| ids.len() == 1),
+        "an event arrived under two webhook-ids: {got:?}"
+    );
     assert_eq!(rx.overlaps(), 0, "an event was in flight twice at once");
     assert!(owns(&survivor, "shared"));
 }
