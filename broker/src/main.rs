@@ -15,6 +15,7 @@ use tidegate::config::LogFormat;
 /// Fan-out allocates and frees per delivered message (the actor mailbox's
 /// node and envelope); glibc's malloc spent ~23% of the broker's CPU on
 /// that churn, jemalloc a fraction of it.
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

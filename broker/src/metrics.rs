@@ -1,6 +1,5 @@
-//! Prometheus metrics (`GET /metrics`): the broker's are named
-//! `tidegate_*`, the process's `process_*` (the names every Prometheus
-//! client library uses, so stock dashboards work).
+//! Prometheus metrics (`GET /metrics`), all named `tidegate_*` (§6), the
+//! process's own included (`tidegate_process_*`).
 //!
 //! Hot-path counters are plain atomics registered once; refusals go through
 //! one labelled family so every layer and reason shows up under
@@ -134,9 +133,8 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
-        let mut root = Registry::default();
-        let process = ProcessMetrics::register(&mut root);
-        let registry = root.sub_registry_with_prefix("tidegate");
+        let mut registry = Registry::with_prefix("tidegate");
+        let process = ProcessMetrics::register(&mut registry);
         let m = Metrics {
             registry: Registry::default(),
             connections_opened: Counter::default(),
@@ -256,10 +254,7 @@ impl Metrics {
             })
             .set(1);
         registry.register("build_info", "Always 1; the broker's version", build_info);
-        Metrics {
-            registry: root,
-            ..m
-        }
+        Metrics { registry, ..m }
     }
 
     /// A handshake ended (`accepted`, or `refused` with any status).

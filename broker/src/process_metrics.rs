@@ -1,8 +1,8 @@
-//! The process's own metrics under the names every Prometheus client
-//! library exports (`process_resident_memory_bytes`, `process_open_fds`,
-//! ...), so stock dashboards and alerts on memory and descriptor
-//! exhaustion work unchanged. Read from Linux's `/proc` at each scrape;
-//! elsewhere they stay at 0.
+//! The process's own metrics: the names every Prometheus client library
+//! exports (`process_resident_memory_bytes`, `process_open_fds`, ...) under
+//! the `tidegate_` prefix the contract gives every metric (§6), for alerts
+//! on memory and descriptor exhaustion. Read from Linux's `/proc` at each
+//! scrape; elsewhere they stay at 0.
 
 use std::sync::atomic::AtomicU64;
 

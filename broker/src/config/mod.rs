@@ -32,8 +32,10 @@ pub use sections::{
 };
 pub use webhooks::{EVENT_TYPES, MIN_SECRET_BYTES, Pacing, WebhookEndpoint, WebhookEntry};
 
-/// The shipped `config.toml`, also the embedded default.
-pub const DEFAULT_TOML: &str = include_str!("../../../config.toml");
+/// The shipped `config.toml`, also the embedded default. The crate keeps
+/// its own copy (`broker/config.toml`) so it can be packaged and installed
+/// on its own; a test keeps it equal to the repo root's.
+pub const DEFAULT_TOML: &str = include_str!("../../config.toml");
 
 /// The shipped file as a table: the keys the environment may set, and the
 /// type each takes.

@@ -113,3 +113,13 @@ async fn serve_announces_its_port_and_answers() {
     assert_eq!(resp.status(), 200);
     child.kill().await.unwrap();
 }
+
+#[test]
+fn the_crates_embedded_config_is_the_repo_roots() {
+    let root =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../config.toml")).unwrap();
+    assert!(
+        root == tidegate::config::DEFAULT_TOML,
+        "broker/config.toml (compiled in) differs from config.toml: cp config.toml broker/config.toml"
+    );
+}

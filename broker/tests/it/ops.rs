@@ -69,9 +69,9 @@ async fn metrics_count_connections_messages_and_rejections() {
         )),
         1.0
     );
-    assert!(v("process_resident_memory_bytes") > 0.0, "{text}");
-    assert!(v("process_open_fds") > 0.0, "{text}");
-    assert!(v("process_max_fds") >= v("process_open_fds"));
+    assert!(v("tidegate_process_resident_memory_bytes") > 0.0, "{text}");
+    assert!(v("tidegate_process_open_fds") > 0.0, "{text}");
+    assert!(v("tidegate_process_max_fds") >= v("tidegate_process_open_fds"));
     let refused = broker.try_connect("not-a-token").await;
     assert!(refused.is_err());
     let text = broker.metrics().await;
