@@ -59,6 +59,12 @@ enum Command {
     },
     /// Report every problem in a config file; exit 1 if there is one.
     CheckConfig { file: PathBuf },
+    /// Exit 0 when the node at ADDR answers `GET /healthz` with 200 (for
+    /// container health checks in images without curl).
+    Healthcheck {
+        #[arg(default_value = "127.0.0.1:8080")]
+        addr: SocketAddr,
+    },
 }
 
 fn load(path: Option<&PathBuf>) -> Result<Config> {
@@ -99,6 +105,7 @@ fn main() -> Result<()> {
             println!("{}", auth.mint(&claims));
             Ok(())
         }
+        Command::Healthcheck { addr } => healthcheck(addr),
         Command::CheckConfig { file } => match Config::load(&file) {
             Ok(_) => {
                 println!("{}: ok", file.display());
@@ -112,6 +119,29 @@ fn main() -> Result<()> {
                 std::process::exit(1);
             }
         },
+    }
+}
+
+fn healthcheck(addr: SocketAddr) -> Result<()> {
+    use std::io::Read;
+    let timeout = std::time::Duration::from_secs(2);
+    let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)
+        .with_context(|| format!("connecting to {addr}"))?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    write!(
+        s,
+        "GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head)?;
+    if head.starts_with(b"HTTP/1.1 200") {
+        Ok(())
+    } else {
+        bail!(
+            "{addr} answered {:?}",
+            String::from_utf8_lossy(&head).trim()
+        )
     }
 }
 

@@ -23,7 +23,9 @@ if [ -z "$NGINX" ]; then
   echo "edge: nginx is missing; installing Debian's nginx" >&2
   SUDO=""
   if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nginx >/dev/null
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get install -y -qq --no-install-recommends nginx >/dev/null \
+    || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends nginx >/dev/null; }
   NGINX=/usr/sbin/nginx
 fi
 
