@@ -147,7 +147,12 @@ fn log_format_json_writes_one_json_object_per_line() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("json.toml");
     let repo_config = include_str!("../../../config.toml");
-    std::fs::write(&file, format!("{repo_config}\n[log]\nformat = \"json\"\n")).unwrap();
+    let json_config = repo_config.replace("format = \"text\"", "format = \"json\"");
+    assert_ne!(
+        json_config, repo_config,
+        "the shipped config has [log] format"
+    );
+    std::fs::write(&file, json_config).unwrap();
     let mut child = Command::new(BIN)
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(&file)
