@@ -103,6 +103,12 @@ enum Command {
         #[arg(long, value_name = "ID")]
         node_id: Option<String>,
     },
+    /// Exit 0 when the node at ADDR answers `GET /healthz` with 200 (for
+    /// container health checks in images without curl).
+    Healthcheck {
+        #[arg(default_value = "127.0.0.1:8080")]
+        addr: SocketAddr,
+    },
 }
 
 /// The file (or the embedded default) with the environment over it.
@@ -175,6 +181,7 @@ fn main() -> Result<()> {
             println!("{}", auth.mint(&claims));
             Ok(())
         }
+        Command::Healthcheck { addr } => healthcheck(addr),
         Command::CheckConfig {
             file,
             listen,
@@ -203,6 +210,29 @@ fn main() -> Result<()> {
                 }
             }
         }
+    }
+}
+
+fn healthcheck(addr: SocketAddr) -> Result<()> {
+    use std::io::Read;
+    let timeout = std::time::Duration::from_secs(2);
+    let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)
+        .with_context(|| format!("connecting to {addr}"))?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    write!(
+        s,
+        "GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head)?;
+    if head.starts_with(b"HTTP/1.1 200") {
+        Ok(())
+    } else {
+        bail!(
+            "{addr} answered {:?}",
+            String::from_utf8_lossy(&head).trim()
+        )
     }
 }
 

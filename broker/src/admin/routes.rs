@@ -69,6 +69,20 @@ pub(super) fn enabled(node: &Node) -> bool {
     node.config.load().admin.admin.is_some()
 }
 
+/// A refused admin request (kept small: it is built on every wrong key).
+pub(super) struct Denied {
+    status: StatusCode,
+    code: ErrorCode,
+    message: &'static str,
+    retry: Option<Duration>,
+}
+
+impl Denied {
+    fn response(self) -> HttpResponse {
+        refusal(self.status, self.code, self.message, self.retry)
+    }
+}
+
 /// The caller's role, or the refusal: 404 without an admin key, 429 after
 /// too many failed attempts from the address, 401 for a wrong key, 403
 /// for a viewer where an admin is needed.
@@ -77,21 +91,26 @@ fn authorize(
     node: &Node,
     need: Role,
     action: &'static str,
-) -> Result<(Role, IpAddr), HttpResponse> {
+) -> Result<(Role, IpAddr), Denied> {
     let config = node.config.load();
     let Some(admin_key) = config.admin.admin.as_deref() else {
-        return Err(not_found());
+        return Err(Denied {
+            status: StatusCode::NOT_FOUND,
+            code: ErrorCode::NotFound,
+            message: "no such endpoint",
+            retry: None,
+        });
     };
     let ip = request_ip(req, &config.node.trusted_proxies);
     let now = Instant::now();
     if node.admin.failures.remaining(&ip, FAILURE_BURST, now) < 1.0 {
         node.metrics.admin_action(action, "rate_limited");
-        return Err(refusal(
-            StatusCode::TOO_MANY_REQUESTS,
-            ErrorCode::RateLimited,
-            "too many failed admin key attempts from this address",
-            Some(Duration::from_secs_f64(1.0 / FAILURE_REFILL_PER_SEC)),
-        ));
+        return Err(Denied {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            code: ErrorCode::RateLimited,
+            message: "too many failed admin key attempts from this address",
+            retry: Some(Duration::from_secs_f64(1.0 / FAILURE_REFILL_PER_SEC)),
+        });
     }
     let given = req
         .headers()
@@ -116,21 +135,21 @@ fn authorize(
             .try_take(&ip, 1.0, FAILURE_BURST, FAILURE_REFILL_PER_SEC, now);
         node.metrics.admin_action(action, "unauthorized");
         tracing::warn!(target: "tidegate::admin", action, %ip, "admin request with a wrong key");
-        return Err(refusal(
-            StatusCode::UNAUTHORIZED,
-            ErrorCode::Unauthorized,
-            "send `Authorization: Bearer <admin key>` with the key from [admin]",
-            None,
-        ));
+        return Err(Denied {
+            status: StatusCode::UNAUTHORIZED,
+            code: ErrorCode::Unauthorized,
+            message: "send `Authorization: Bearer <admin key>` with the key from [admin]",
+            retry: None,
+        });
     };
     if need == Role::Admin && role == Role::Viewer {
         node.metrics.admin_action(action, "forbidden");
-        return Err(refusal(
-            StatusCode::FORBIDDEN,
-            ErrorCode::Forbidden,
-            "the viewer key reads the overview; actions need the admin key",
-            None,
-        ));
+        return Err(Denied {
+            status: StatusCode::FORBIDDEN,
+            code: ErrorCode::Forbidden,
+            message: "the viewer key reads the overview; actions need the admin key",
+            retry: None,
+        });
     }
     Ok((role, ip))
 }
@@ -148,7 +167,7 @@ fn bad_request(node: &Node, action: &'static str, message: &str) -> HttpResponse
 async fn overview_route(req: HttpRequest, node: web::Data<Arc<Node>>) -> HttpResponse {
     let (role, _) = match authorize(&req, &node, Role::Viewer, "overview") {
         Ok(r) => r,
-        Err(refused) => return refused,
+        Err(denied) => return denied.response(),
     };
     let me = overview::node_stats(&node);
     let mut others = Vec::new();
@@ -228,7 +247,7 @@ async fn disconnect(
     const ACTION: &str = "disconnect";
     let (_, by) = match authorize(&req, &node, Role::Admin, ACTION) {
         Ok(r) => r,
-        Err(refused) => return refused,
+        Err(denied) => return denied.response(),
     };
     let body = match parse_body(&body) {
         Ok(b) => b,
@@ -251,19 +270,25 @@ async fn disconnect(
     HttpResponse::Ok().json(serde_json::json!({ "closed": closed }))
 }
 
+/// The checks a ban and an unban share: the admin key, a JSON body, one
+/// target. The refusal is boxed: it is the rare path.
+fn ban_request(
+    req: &HttpRequest,
+    body: &[u8],
+    node: &Node,
+    action: &'static str,
+) -> Result<(IpAddr, Body, BanTarget), Box<HttpResponse>> {
+    let (_, by) = authorize(req, node, Role::Admin, action).map_err(|d| Box::new(d.response()))?;
+    let body = parse_body(body).map_err(|m| Box::new(bad_request(node, action, &m)))?;
+    let target = ban_target(&body).map_err(|m| Box::new(bad_request(node, action, &m)))?;
+    Ok((by, body, target))
+}
+
 async fn ban(req: HttpRequest, body: web::Bytes, node: web::Data<Arc<Node>>) -> HttpResponse {
     const ACTION: &str = "ban";
-    let (_, by) = match authorize(&req, &node, Role::Admin, ACTION) {
+    let (by, body, target) = match ban_request(&req, &body, &node, ACTION) {
         Ok(r) => r,
-        Err(refused) => return refused,
-    };
-    let body = match parse_body(&body) {
-        Ok(b) => b,
-        Err(m) => return bad_request(&node, ACTION, &m),
-    };
-    let target = match ban_target(&body) {
-        Ok(t) => t,
-        Err(m) => return bad_request(&node, ACTION, &m),
+        Err(refused) => return *refused,
     };
     let ttl_ms = match body.ttl_ms {
         Some(t) if (1..=MAX_TTL_MS).contains(&t) => t,
@@ -294,17 +319,9 @@ async fn ban(req: HttpRequest, body: web::Bytes, node: web::Data<Arc<Node>>) -> 
 
 async fn unban(req: HttpRequest, body: web::Bytes, node: web::Data<Arc<Node>>) -> HttpResponse {
     const ACTION: &str = "unban";
-    let (_, by) = match authorize(&req, &node, Role::Admin, ACTION) {
+    let (by, _, target) = match ban_request(&req, &body, &node, ACTION) {
         Ok(r) => r,
-        Err(refused) => return refused,
-    };
-    let body = match parse_body(&body) {
-        Ok(b) => b,
-        Err(m) => return bad_request(&node, ACTION, &m),
-    };
-    let target = match ban_target(&body) {
-        Ok(t) => t,
-        Err(m) => return bad_request(&node, ACTION, &m),
+        Err(refused) => return *refused,
     };
     let was_banned = node.admin.bans.check(
         match &target {

@@ -39,6 +39,42 @@ async fn ok(resp: reqwest::Response) -> Value {
     resp.json().await.unwrap()
 }
 
+async fn overview(broker: &Broker) -> Value {
+    ok(call(
+        broker,
+        reqwest::Method::GET,
+        "/v1/admin/overview",
+        ADMIN_KEY,
+        None,
+    )
+    .await)
+    .await
+}
+
+async fn unban(broker: &Broker, body: Value) -> Value {
+    ok(call(
+        broker,
+        reqwest::Method::DELETE,
+        "/v1/admin/ban",
+        ADMIN_KEY,
+        Some(body),
+    )
+    .await)
+    .await
+}
+
+async fn disconnect(broker: &Broker, body: Value) -> Value {
+    ok(call(
+        broker,
+        reqwest::Method::POST,
+        "/v1/admin/disconnect",
+        ADMIN_KEY,
+        Some(body),
+    )
+    .await)
+    .await
+}
+
 async fn ban(broker: &Broker, body: Value) -> Value {
     ok(call(
         broker,
@@ -175,28 +211,12 @@ async fn disconnect_closes_an_accounts_sockets_or_one_connection_with_4003() {
     let welcome = single.next_json().await;
     let conn_id = welcome["connId"].as_str().unwrap().to_owned();
 
-    let answer = ok(call(
-        &broker,
-        reqwest::Method::POST,
-        "/v1/admin/disconnect",
-        ADMIN_KEY,
-        Some(json!({"account":"acme"})),
-    )
-    .await)
-    .await;
+    let answer = disconnect(&broker, json!({"account":"acme"})).await;
     assert_eq!(answer, json!({"closed": 2}));
     for c in [&mut a1, &mut a2] {
         assert_eq!(close_frame(c).await, (4003, "disconnected".into()));
     }
-    let answer = ok(call(
-        &broker,
-        reqwest::Method::POST,
-        "/v1/admin/disconnect",
-        ADMIN_KEY,
-        Some(json!({"connId": conn_id})),
-    )
-    .await)
-    .await;
+    let answer = disconnect(&broker, json!({"connId": conn_id})).await;
     assert_eq!(answer, json!({"closed": 1}));
     assert_eq!(
         close_frame(&mut single).await,
@@ -265,39 +285,15 @@ async fn a_ban_closes_refuses_handshakes_and_publishes_until_lifted() {
             >= 1.0
     );
 
-    let overview = ok(call(
-        &broker,
-        reqwest::Method::GET,
-        "/v1/admin/overview",
-        ADMIN_KEY,
-        None,
-    )
-    .await)
-    .await;
-    assert_eq!(overview["bans"][0]["account"], "acme");
-    assert!(overview["bans"][0]["remainingMs"].as_u64().unwrap() > 590_000);
+    let o = overview(&broker).await;
+    assert_eq!(o["bans"][0]["account"], "acme");
+    assert!(o["bans"][0]["remainingMs"].as_u64().unwrap() > 590_000);
 
-    let lifted = ok(call(
-        &broker,
-        reqwest::Method::DELETE,
-        "/v1/admin/ban",
-        ADMIN_KEY,
-        Some(json!({"account":"acme"})),
-    )
-    .await)
-    .await;
+    let lifted = unban(&broker, json!({"account":"acme"})).await;
     assert_eq!(lifted["lifted"], true);
     broker.client("acme").await;
     assert_eq!(broker.publish_http("doc:1", json!(1)).await.status(), 200);
-    let again = ok(call(
-        &broker,
-        reqwest::Method::DELETE,
-        "/v1/admin/ban",
-        ADMIN_KEY,
-        Some(json!({"account":"acme"})),
-    )
-    .await)
-    .await;
+    let again = unban(&broker, json!({"account":"acme"})).await;
     assert_eq!(again["lifted"], false);
 
     for bad in [
@@ -332,16 +328,8 @@ async fn bans_expire_by_themselves() {
     // The ban's own clock: nothing to wait on but its expiry.
     tokio::time::sleep(Duration::from_millis(450)).await;
     broker.client("acme").await;
-    let overview = ok(call(
-        &broker,
-        reqwest::Method::GET,
-        "/v1/admin/overview",
-        ADMIN_KEY,
-        None,
-    )
-    .await)
-    .await;
-    assert_eq!(overview["bans"], json!([]));
+    let o = overview(&broker).await;
+    assert_eq!(o["bans"], json!([]));
 }
 
 #[tokio::test]
@@ -368,15 +356,7 @@ async fn the_overview_shows_nodes_accounts_rejections_and_an_empty_webhook_list(
     let _c3 = broker.client("other").await;
     // One rejection to chart.
     let _ = broker.try_connect("not-a-token").await;
-    let o = ok(call(
-        &broker,
-        reqwest::Method::GET,
-        "/v1/admin/overview",
-        ADMIN_KEY,
-        None,
-    )
-    .await)
-    .await;
+    let o = overview(&broker).await;
     assert_eq!(o["role"], "admin");
     assert_eq!(o["totals"]["connections"], 3);
     assert_eq!(o["nodes"][0]["id"], "n1");
@@ -451,28 +431,12 @@ async fn a_ban_on_one_node_closes_and_refuses_on_every_node_through_redis() {
     // Disconnect by connection id reaches the node that holds it.
     let mut other = b.client("other").await;
     let conn = b.node.sockets.iter().next().unwrap().label.to_string();
-    let answer = ok(call(
-        &a,
-        reqwest::Method::POST,
-        "/v1/admin/disconnect",
-        ADMIN_KEY,
-        Some(json!({"connId": conn})),
-    )
-    .await)
-    .await;
+    let answer = disconnect(&a, json!({"connId": conn})).await;
     assert_eq!(answer["closed"], 0);
     assert_eq!(close_frame(&mut other).await, (4003, "disconnected".into()));
 
     // Unban on b lifts it on a.
-    ok(call(
-        &b,
-        reqwest::Method::DELETE,
-        "/v1/admin/ban",
-        ADMIN_KEY,
-        Some(json!({"account":"acme"})),
-    )
-    .await)
-    .await;
+    unban(&b, json!({"account":"acme"})).await;
     let deadline = std::time::Instant::now() + PATIENCE;
     while a.node.admin.bans.check(Some("acme"), None).is_some() {
         assert!(
@@ -486,15 +450,7 @@ async fn a_ban_on_one_node_closes_and_refuses_on_every_node_through_redis() {
     // The overview from one node lists every node.
     let deadline = std::time::Instant::now() + PATIENCE;
     loop {
-        let o = ok(call(
-            &a,
-            reqwest::Method::GET,
-            "/v1/admin/overview",
-            ADMIN_KEY,
-            None,
-        )
-        .await)
-        .await;
+        let o = overview(&a).await;
         let ids: Vec<&str> = o["nodes"]
             .as_array()
             .unwrap()
