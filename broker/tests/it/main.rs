@@ -3,6 +3,7 @@
 
 mod common;
 
+mod account_precision;
 mod accounts;
 mod bad_input;
 mod channels;
