@@ -35,6 +35,7 @@
 //! - [`config`]: `config.toml`, plans and accounts, validation that
 //!   reports every problem; [`reload`]: SIGHUP and file-change reloads.
 //! - [`auth`]: HS256 tokens. [`metrics`]: Prometheus counters.
+//! - [`fuzzing`]: the parsers' entry points for the fuzz targets.
 
 pub mod account;
 pub mod auth;
@@ -42,6 +43,7 @@ pub mod cluster;
 pub mod config;
 pub mod drain;
 pub mod exceeded;
+pub mod fuzzing;
 pub mod gate;
 pub mod http;
 pub mod hub;

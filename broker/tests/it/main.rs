@@ -9,6 +9,7 @@ mod bad_input;
 mod channels;
 mod cli;
 mod cluster;
+mod fuzz_bounded;
 mod handshake;
 mod handshake_limits;
 mod http_publish;
