@@ -40,6 +40,7 @@
 //! - [`auth`]: HS256 tokens. [`metrics`]: Prometheus counters and
 //!   histograms; [`process_metrics`]: the process's memory, descriptors
 //!   and CPU from `/proc`.
+//! - [`fuzzing`]: the parsers' entry points for the fuzz targets.
 
 pub mod account;
 pub mod admin;
@@ -48,6 +49,7 @@ pub mod cluster;
 pub mod config;
 pub mod drain;
 pub mod exceeded;
+pub mod fuzzing;
 pub mod gate;
 pub mod http;
 pub mod hub;

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use dashmap::DashMap;
 
-pub use sampler::Sampler;
+pub use sampler::{Sample, Sampler};
 
 use crate::cluster::{Charged, Pending, SharedBridge};
 use crate::config::{LimitName, Limits};
@@ -50,11 +50,13 @@ struct Detach {
     conn: u64,
 }
 
-/// A socket's sampled charge: `units` admitted since its last one.
+/// A socket's sampled charge: `units` admitted since its last one, the
+/// first of them at `since`.
 #[derive(Message)]
 #[rtype(result = "BudgetView")]
 pub struct Charge {
     pub units: u32,
+    pub since: Instant,
     pub limits: Arc<Limits>,
 }
 
@@ -183,7 +185,7 @@ impl Handler<Charge> for AccountSupervisor {
     fn handle(&mut self, msg: Charge, _: &mut Context<Self>) -> Self::Result {
         match self
             .bridge
-            .charge_account(&self.account, msg.units, &msg.limits)
+            .charge_account(&self.account, msg.units, msg.since, &msg.limits)
         {
             Pending::Ready(c) => {
                 self.on_charged(c, &msg.limits);

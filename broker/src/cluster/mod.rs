@@ -14,7 +14,7 @@ pub mod redis;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use local::{LocalLimits, scale_cap};
 pub use memory::MemoryBridge;
@@ -78,8 +78,15 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
     fn subscribe(&self, channel: &str, sub: Subscriber, since: Option<u64>) -> Pending<Joined>;
     fn unsubscribe(&self, channel: &str, conn: u64);
 
-    /// One sampled charge of `units` to the account budget.
-    fn charge_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<Charged>;
+    /// One sampled charge of `units` to the account budget, the first of
+    /// them admitted at `since` (see [`crate::limiter::SampledBucket`]).
+    fn charge_account(
+        &self,
+        account: &str,
+        units: u32,
+        since: Instant,
+        limits: &Limits,
+    ) -> Pending<Charged>;
     /// Tells every other node that `account` breached its budget, so they
     /// close its sockets too.
     fn announce_breach(&self, account: &str);
@@ -112,3 +119,6 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
 }
 
 pub type SharedBridge = Arc<dyn Bridge>;
+
+#[cfg(test)]
+mod properties;

@@ -111,6 +111,40 @@ fn parse<'a, T: Deserialize<'a>>(body: &'a [u8], max_depth: u32) -> Result<T, Re
     })
 }
 
+/// The checks of a publish (or, with `batch`, a batch) body that need no
+/// node or key: parsing, nesting, each message's channel and size. How
+/// many messages it holds, or the refusal's code. For the fuzz targets.
+pub(crate) fn check_body(
+    body: &[u8],
+    batch: bool,
+    limits: &Limits,
+) -> Result<usize, (StatusCode, ErrorCode)> {
+    let one = |m: &One<'_>| -> Result<(), Refused> {
+        channel::validate(&m.channel)
+            .map_err(|why| Refused::new(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, why))?;
+        if m.data.get().len() > limits.max_payload_bytes {
+            return Err(Refused::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorCode::PayloadTooLarge,
+                "",
+            ));
+        }
+        Ok(())
+    };
+    let refused = |r: Refused| (r.status, r.code);
+    if batch {
+        let b: Batch<'_> = parse(body, limits.max_json_depth.saturating_add(2)).map_err(refused)?;
+        for m in &b.messages {
+            one(m).map_err(refused)?;
+        }
+        Ok(b.messages.len())
+    } else {
+        let m: One<'_> = parse(body, limits.max_json_depth).map_err(refused)?;
+        one(&m).map_err(refused)?;
+        Ok(1)
+    }
+}
+
 /// Every per-message check but the rate limit, in the order of §5.
 fn check(msg: &One<'_>, key: &KeyState, limits: &Limits) -> Result<(), Refused> {
     channel::validate(&msg.channel)

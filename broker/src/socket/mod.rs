@@ -7,7 +7,7 @@ mod admission;
 mod channels;
 mod handle;
 pub mod handshake;
-mod inbound;
+pub(crate) mod inbound;
 mod outbox;
 mod queue;
 

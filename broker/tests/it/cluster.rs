@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::common::{Broker, Client, PATIENCE, metric_value};
 use crate::redis_server::RedisServer;
 
-fn prefix() -> String {
+pub fn prefix() -> String {
     let n = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -19,7 +19,7 @@ fn prefix() -> String {
 }
 
 /// A node of a cluster on `redis`, with `extra` config.
-fn node(redis: &RedisServer, id: &str, prefix: &str, extra: &str) -> Broker {
+pub fn node(redis: &RedisServer, id: &str, prefix: &str, extra: &str) -> Broker {
     Broker::start(&format!(
         "[node]\nid = \"{id}\"\n[cluster]\nmode = \"redis\"\nredis_url = \"{}\"\nkey_prefix = \"{prefix}\"\nlease_ms = 1000\n{extra}",
         redis.url()

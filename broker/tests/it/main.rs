@@ -3,6 +3,7 @@
 
 mod common;
 
+mod account_precision;
 mod accounts;
 mod admin;
 mod bad_input;
@@ -11,6 +12,7 @@ mod cli;
 mod cli_env;
 mod cluster;
 mod delivery;
+mod fuzz_bounded;
 mod handshake;
 mod handshake_limits;
 mod http_publish;

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use super::{RedisBridge, ms, scripts};
 use crate::cluster::{Bridge, CapReached, Charged, KeyCharge, Pending};
 use crate::config::Limits;
+use crate::limiter::sampled::CREDIT_HORIZON;
 use crate::protocol::wire::BudgetView;
 
 impl RedisBridge {
@@ -45,10 +46,42 @@ impl RedisBridge {
         }
     }
 
+    /// The account script; `None` when Redis is away.
+    async fn account_bucket(
+        &self,
+        key: String,
+        capacity: f64,
+        rate: f64,
+        units: u32,
+        since: Instant,
+    ) -> Option<(bool, u64, u64)> {
+        let (mut conn, _in_flight) = self.command()?;
+        let age_ms = since.elapsed().as_millis() as u64;
+        let result: redis::RedisResult<(i64, i64, i64)> = scripts::ACCOUNT
+            .key(key)
+            .arg(capacity)
+            .arg(rate)
+            .arg(units)
+            .arg(age_ms)
+            .arg(CREDIT_HORIZON.as_millis() as u64)
+            .invoke_async(&mut conn)
+            .await;
+        match result {
+            Ok((allowed, remaining, retry)) => {
+                Some((allowed == 1, remaining.max(0) as u64, retry.max(0) as u64))
+            }
+            Err(e) => {
+                self.failed(&e);
+                None
+            }
+        }
+    }
+
     pub(super) fn charge_account_impl(
         &self,
         account: &str,
         units: u32,
+        since: Instant,
         limits: &Limits,
     ) -> Pending<Charged> {
         let share = self.share();
@@ -56,6 +89,7 @@ impl RedisBridge {
             return Pending::Ready(self.local.charge_account(
                 account,
                 units,
+                since,
                 limits,
                 share,
                 Instant::now(),
@@ -69,10 +103,10 @@ impl RedisBridge {
                 limits.account_messages_per_sec,
             );
             match this
-                .bucket(this.key("acct", &account), cap, rate, f64::from(units))
+                .account_bucket(this.key("acct", &account), cap, rate, units, since)
                 .await
             {
-                Some((allowed, remaining, retry, _)) => Charged {
+                Some((allowed, remaining, retry)) => Charged {
                     allowed,
                     retry_after: ms(retry),
                     view: BudgetView {
@@ -84,6 +118,7 @@ impl RedisBridge {
                 None => this.local.charge_account(
                     &account,
                     units,
+                    since,
                     &limits,
                     this.share(),
                     Instant::now(),

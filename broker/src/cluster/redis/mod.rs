@@ -210,8 +210,14 @@ impl Bridge for RedisBridge {
         self.unsubscribe_impl(channel, conn);
     }
 
-    fn charge_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<Charged> {
-        self.charge_account_impl(account, units, limits)
+    fn charge_account(
+        &self,
+        account: &str,
+        units: u32,
+        since: Instant,
+        limits: &Limits,
+    ) -> Pending<Charged> {
+        self.charge_account_impl(account, units, since, limits)
     }
 
     fn announce_breach(&self, account: &str) {

@@ -97,6 +97,65 @@ return { allowed, math.floor(tokens), retry, math.ceil((cap - tokens) / rate * 1
     )
 });
 
+/// The account budget: [`crate::limiter::SampledBucket`] in Redis, timed by
+/// Redis's clock. A charge comes late, after its units were admitted; the
+/// refill the cap discarded is kept (`spill`) and a charge gets back the
+/// part that fell after its first unit, up to its own units, so the account
+/// is judged as if charged unit by unit. A missing bucket is full as of the
+/// charge's first unit. A wait is credited for at most the horizon, and the
+/// key lives the horizon plus its time to refill after the last charge.
+/// KEYS: bucket. ARGV: capacity, refill per second, units, ms since the
+/// first unit was admitted, horizon ms.
+/// Returns {allowed, remaining (floor), retry ms}.
+pub static ACCOUNT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local cap = tonumber(ARGV[1])
+local rate = tonumber(ARGV[2])
+local units = tonumber(ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local horizon = tonumber(ARGV[5])
+local since = now - math.min(tonumber(ARGV[4]), horizon)
+local st = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'spill', 'spilled')
+local tokens = tonumber(st[1]) or cap
+local ts = tonumber(st[2]) or since
+local spill = tonumber(st[3]) or 0
+local spilled = tonumber(st[4]) or ts
+if now > ts then
+  local raw = tokens + (now - ts) / 1000 * rate
+  if raw > cap then
+    spill = spill + raw - cap
+    spilled = now
+    tokens = cap
+  else
+    tokens = raw
+  end
+  ts = now
+end
+tokens = math.min(tokens, cap)
+local credit = math.min(spill, units, math.max(0, spilled - since) / 1000 * rate)
+local balance = tokens + credit - units
+local allowed = 0
+local retry = 0
+if balance >= 0 then
+  allowed = 1
+  spill = spill - credit
+  tokens = math.min(balance, cap)
+  redis.call('PEXPIRE', KEYS[1], math.ceil(cap / rate * 1000) + horizon)
+else
+  retry = math.ceil(-balance / rate * 1000)
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', string.format('%d', ts),
+  'spill', tostring(spill), 'spilled', string.format('%d', spilled))
+if redis.call('PTTL', KEYS[1]) < 0 then
+  redis.call('PEXPIRE', KEYS[1], math.ceil(cap / rate * 1000) + horizon)
+end
+return { allowed, math.floor(tokens), retry }
+"#,
+    )
+});
+
 /// Counts one connection of this node for an account if the account is
 /// under its cap, summing only nodes whose lease is live (a dead node's
 /// counts are dropped here). KEYS: the account's per-node counts, the node
