@@ -16,7 +16,7 @@ out="${1:-bench/results}"
 shift || true
 scenarios=("$@")
 if [ ${#scenarios[@]} -eq 0 ]; then
-  scenarios=(fanout latency idle handshakes behaviours storm slow)
+  scenarios=(fanout latency idle handshakes behaviours storm slow webhooks)
 fi
 mkdir -p "$out"
 
@@ -54,6 +54,8 @@ for s in "${scenarios[@]}"; do
       run storm --peer none storm --clients 4000 --mode both ;;
     slow)
       run slow --peer none slow --subscribers 50 --rate 2000 --payload 1024 --duration 10 ;;
+    webhooks)
+      run webhooks --peer none webhooks --events 10000 --failing error ;;
     *)
       echo "unknown scenario: $s" >&2
       exit 2 ;;

@@ -1,11 +1,19 @@
 // Subscribe to a channel and print what arrives.
 //   node examples/subscribe.mjs <token> <channel> [ws://127.0.0.1:8080/v1/ws]
-// Uses the `ws` package from client-sdk-ts's dev dependencies
-// (run `npm ci` in client-sdk-ts once).
-import { createRequire } from "node:module";
+// Needs nothing installed: it uses Node's built-in WebSocket (Node 22+, and
+// Node 20 behind --experimental-websocket, which this script turns on for
+// itself by re-running under that flag).
+import { spawnSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
 
-const require = createRequire(new URL("../client-sdk-ts/package.json", import.meta.url));
-const WebSocket = require("ws");
+if (typeof globalThis.WebSocket !== "function") {
+  const again = spawnSync(
+    process.execPath,
+    ["--experimental-websocket", "--no-warnings", fileURLToPath(import.meta.url), ...process.argv.slice(2)],
+    { stdio: "inherit" },
+  );
+  process.exit(again.status ?? 1);
+}
 
 const [token, channel, url = "ws://127.0.0.1:8080/v1/ws"] = process.argv.slice(2);
 if (!token || !channel) {
@@ -13,13 +21,19 @@ if (!token || !channel) {
   process.exit(2);
 }
 const ws = new WebSocket(url, ["tidegate.v1", `bearer.${token}`]);
-ws.on("open", () => ws.send(JSON.stringify({ type: "subscribe", channel, id: 1 })));
-ws.on("message", (raw) => console.log(raw.toString()));
-ws.on("close", (code, reason) => {
-  console.log(`closed ${code} ${reason}`);
-  process.exit(code === 1000 ? 0 : 1);
+ws.addEventListener("open", () => ws.send(JSON.stringify({ type: "subscribe", channel, id: 1 })));
+ws.addEventListener("message", (e) => console.log(String(e.data)));
+let opened = false;
+ws.addEventListener("open", () => (opened = true));
+// A refused handshake (a bad token, or no broker at the URL) is an error
+// before "open"; the built-in WebSocket does not expose the HTTP status.
+ws.addEventListener("error", () => {
+  if (!opened) {
+    console.error(`refused: the handshake with ${url} failed (check the token and that the broker runs)`);
+    process.exit(1);
+  }
 });
-ws.on("unexpected-response", (_req, res) => {
-  console.error(`refused: HTTP ${res.statusCode}`);
-  process.exit(1);
+ws.addEventListener("close", (e) => {
+  console.log(`closed ${e.code} ${e.reason}`);
+  process.exit(e.code === 1000 ? 0 : 1);
 });

@@ -20,7 +20,7 @@
 //!
 //! Budgets are raised so the bench measures the admitting path (a refused
 //! frame stops at the first empty bucket and is cheaper). The account
-//! bucket is a `TokenBucket` behind a lock, as the single-node account
+//! bucket is a `SampledBucket` behind a lock, as the single-node account
 //! supervisor holds it; the actor message that carries a sampled charge
 //! there (one per 25 frames) is not included.
 
@@ -33,7 +33,7 @@ use parking_lot::Mutex;
 use tidegate::account::Sampler;
 use tidegate::auth::{Claims, Grants};
 use tidegate::config::Limits;
-use tidegate::limiter::TokenBucket;
+use tidegate::limiter::SampledBucket;
 use tidegate::protocol::{ClientFrame, frames};
 use tidegate::rules::{self, ConnRules, RuleBuckets, RuleVerdict};
 use tidegate::socket::{Admission, Verdict};
@@ -69,7 +69,7 @@ struct Check {
     admission: Admission,
     grants: Grants,
     sampler: Sampler,
-    account: Arc<Mutex<TokenBucket>>,
+    account: Arc<Mutex<SampledBucket>>,
     shared_rules: RuleBuckets,
     conn_rules: ConnRules,
 }
@@ -94,7 +94,7 @@ impl Check {
         Check {
             sampler: Sampler::new(limits.account_sample_every),
             admission: Admission::new(limits.clone(), now),
-            account: Arc::new(Mutex::new(TokenBucket::new(1e12, 1e12, now))),
+            account: Arc::new(Mutex::new(SampledBucket::new(1e12, 1e12, now))),
             grants: claims.grants(),
             shared_rules: RuleBuckets::default(),
             conn_rules: ConnRules::default(),
@@ -129,12 +129,11 @@ impl Check {
                 return false;
             }
         }
-        let charge = self.sampler.admit(cost);
-        if charge > 0
+        if let Some(sample) = self.sampler.admit(cost, now)
             && self
                 .account
                 .lock()
-                .try_take(f64::from(charge), now)
+                .charge(f64::from(sample.units), sample.since, now)
                 .is_err()
         {
             return false;

@@ -51,7 +51,15 @@ struct Fleet {
     _inbound: Vec<tokio::sync::mpsc::UnboundedSender<Result<Bytes, PayloadError>>>,
 }
 
-fn fleet(n: usize) -> Fleet {
+/// The same fleet on a conflating namespace (§11), keyed by `/k`: every
+/// message is keyed once at the hub and pushed keyed into each outbox.
+const CONFLATING: &str = r#"
+[namespaces.doc]
+delivery = "conflate"
+conflation_key = "/k"
+"#;
+
+fn fleet(n: usize, extra: &str) -> Fleet {
     let sys = actix_rt::System::new();
     let frames = Rc::new(Cell::new(0u64));
     let (node, inbound) = sys.block_on({
@@ -61,6 +69,7 @@ fn fleet(n: usize) -> Fleet {
                 target::TIDEGATE_BASE,
                 target::RAISED_ACCEPT_BUDGET,
                 NO_HEARTBEAT,
+                extra,
             ])
             .expect("bench config");
             let minter = target::Target::tidegate("127.0.0.1:1".parse().unwrap(), &config)
@@ -137,23 +146,34 @@ fn fleet(n: usize) -> Fleet {
 }
 
 fn fanout(c: &mut Criterion) {
-    let mut g = c.benchmark_group("fanout");
+    let data = format!("\"{}\"", "x".repeat(62));
+    fanout_group(c, "fanout", "", &data);
+}
+
+/// The cost of conflation on the fan-out path, next to `fanout` (a 64-byte
+/// payload with a key, so the pointer finds one).
+fn fanout_conflate(c: &mut Criterion) {
+    let data = format!("{{\"k\":7,\"x\":\"{}\"}}", "x".repeat(48));
+    fanout_group(c, "fanout_conflate", CONFLATING, &data);
+}
+
+fn fanout_group(c: &mut Criterion, name: &str, extra: &str, data: &str) {
+    let mut g = c.benchmark_group(name);
     g.sample_size(20)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(3));
-    let data = format!("\"{}\"", "x".repeat(62));
     for n in [1usize, 100, 1_000, 10_000] {
         g.throughput(Throughput::Elements(n as u64));
         // Built only when this benchmark is selected.
         let mut built: Option<Fleet> = None;
         g.bench_function(BenchmarkId::from_parameter(n), |b| {
-            let f = built.get_or_insert_with(|| fleet(n));
+            let f = built.get_or_insert_with(|| fleet(n, extra));
             b.iter_custom(|iters| {
                 f.sys.block_on(async {
                     let start = Instant::now();
                     for _ in 0..iters {
                         let target = f.frames.get() + f.n;
-                        black_box(f.node.hub.publish("doc:bench", &data));
+                        black_box(f.node.hub.publish("doc:bench", data));
                         while f.frames.get() < target {
                             tokio::task::yield_now().await;
                         }
@@ -235,5 +255,5 @@ fn registry(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, fanout, registry);
+criterion_group!(benches, fanout, fanout_conflate, registry);
 criterion_main!(benches);

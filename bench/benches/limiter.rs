@@ -3,7 +3,7 @@
 //! The sampled account charge is the broker's own `account::Sampler` (a
 //! per-socket count of admitted units; every `account_sample_every`
 //! units it asks for one charge of that many) plus the charge itself on a
-//! shared account bucket (`TokenBucket` behind a lock: the bucket the
+//! shared account bucket (`SampledBucket` behind a lock: the bucket the
 //! single-node account supervisor holds; the actor message that carries
 //! the charge there, once per 25 messages, and a cluster's Redis round
 //! trip are not part of this number).
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use parking_lot::Mutex;
 use tidegate::account::Sampler;
-use tidegate::limiter::TokenBucket;
+use tidegate::limiter::{SampledBucket, TokenBucket};
 
 fn token_bucket(c: &mut Criterion) {
     let mut g = c.benchmark_group("token_bucket");
@@ -56,10 +56,10 @@ fn account_charge(c: &mut Criterion) {
     let t0 = Instant::now();
     // The free plan's account budget (100/s, burst 200) would refuse
     // within microseconds; raise it so the bench measures charges.
-    let account = Mutex::new(TokenBucket::new(1e12, 1e12, t0));
+    let account = Mutex::new(SampledBucket::new(1e12, 1e12, t0));
 
     g.bench_function("shared_bucket_charge", |b| {
-        b.iter(|| black_box(account.lock().try_take(black_box(25.0), t0)))
+        b.iter(|| black_box(account.lock().charge(black_box(25.0), t0, t0)))
     });
 
     // Per admitted message: the sampler, and every 25th message the
@@ -67,9 +67,8 @@ fn account_charge(c: &mut Criterion) {
     let mut sampler = Sampler::new(25);
     g.bench_function("sampled_per_message", |b| {
         b.iter(|| {
-            let units = sampler.admit(black_box(1));
-            if units > 0 {
-                black_box(account.lock().try_take(f64::from(units), t0)).ok();
+            if let Some(s) = sampler.admit(black_box(1), t0) {
+                black_box(account.lock().charge(f64::from(s.units), s.since, t0)).ok();
             }
         })
     });

@@ -12,7 +12,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::json;
 use tidegate_bench::procs::{self, Pinning};
 use tidegate_bench::report::{Machine, Report};
-use tidegate_bench::scenario::{Env, behaviours, fanout, handshakes, idle, slow, storm};
+use tidegate_bench::scenario::{Env, behaviours, fanout, handshakes, idle, slow, storm, webhooks};
 use tidegate_bench::target::{self, Kind};
 
 #[derive(Parser)]
@@ -63,6 +63,28 @@ enum Scenario {
     Storm(StormArgs),
     /// One non-reading subscriber under a flood.
     Slow(SlowArgs),
+    /// Webhook deliveries to a fast endpoint, alone and beside a failing one.
+    Webhooks(WebhookArgs),
+}
+
+#[derive(Args)]
+struct WebhookArgs {
+    #[arg(long, default_value_t = 10_000)]
+    events: usize,
+    /// Messages per HTTP batch publish.
+    #[arg(long, default_value_t = 100)]
+    batch: usize,
+    /// How the failing endpoint fails.
+    #[arg(long, value_enum, default_value_t = webhooks::Failing::Error)]
+    failing: webhooks::Failing,
+    /// Each endpoint's pacing bucket (rate; burst is the same number).
+    #[arg(long, default_value_t = 100_000.0)]
+    rate: f64,
+    #[arg(long, default_value_t = 16)]
+    max_in_flight: u32,
+    /// Give up waiting for deliveries after this long.
+    #[arg(long, default_value_t = 60.0)]
+    patience: f64,
 }
 
 #[derive(Args)]
@@ -306,6 +328,18 @@ async fn run(
             };
             let r = slow::run(env, &p).await?;
             ("slow", json!(p), r)
+        }
+        Scenario::Webhooks(a) => {
+            let p = webhooks::Params {
+                events: a.events,
+                batch: a.batch.max(1),
+                failing: a.failing,
+                fast_rate_per_sec: a.rate,
+                max_in_flight: a.max_in_flight.max(1),
+                patience_secs: a.patience,
+            };
+            let r = webhooks::run(env, &p).await?;
+            ("webhooks", json!(p), r)
         }
     })
 }

@@ -98,10 +98,12 @@ pub async fn charge(node: &Node, key: &KeyState, limits: &Limits, cost: f64) -> 
         .await
 }
 
-/// Publishes through the bridge (local or cluster) and counts it under
-/// `tidegate_publishes_total{via}`; resolves to the message's `seq`.
+/// Publishes through the bridge (local or cluster), counts it under
+/// `tidegate_publishes_total{via}` and hands it to the webhooks
+/// (`message.published`, §9); resolves to the message's `seq`.
 pub async fn publish(node: &Node, channel: &str, data: &str, via: &'static str) -> u64 {
     let seq = node.bridge.publish(channel, data).wait().await;
     node.metrics.published(via);
+    node.published(channel, seq, data);
     seq
 }

@@ -21,7 +21,11 @@ pub const SPREAD: f64 = 0.8;
 
 fn close(addrs: &[Addr<Socket>], code: CloseCode) {
     for a in addrs {
-        a.do_send(CloseWith { code, notice: None });
+        a.do_send(CloseWith {
+            code,
+            notice: None,
+            reason: None,
+        });
     }
 }
 

@@ -1,7 +1,7 @@
 //! Exceeded events: every refusal, drop and close for cause emits exactly
 //! one structured `tracing` event (target `tidegate::exceeded`) and
 //! increments `tidegate_rejections_total{layer,reason}` (or
-//! `tidegate_dry_run_total` for a limit that only observes).
+//! `tidegate_dry_run_rejections_total` for a limit that only observes).
 //!
 //! Events are at DEBUG for the per-frame layers (a runaway loop produces
 //! thousands a second; the metric is what to alert on) and INFO for the

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use dashmap::DashMap;
 use parking_lot::Mutex;
 
-use crate::config::HandshakeSection;
+use crate::config::{HandshakeSection, ProxyRange};
 use crate::limiter::{KeyedBuckets, TokenBucket};
 
 #[derive(Debug)]
@@ -98,8 +98,9 @@ impl HandshakeGate {
 
 /// The client's address: the peer, or — when the peer is a trusted proxy —
 /// the right-most address of `X-Forwarded-For` that is not one.
-pub fn client_ip(peer: IpAddr, forwarded_for: Option<&str>, trusted: &[IpAddr]) -> IpAddr {
-    if !trusted.contains(&peer) {
+pub fn client_ip(peer: IpAddr, forwarded_for: Option<&str>, trusted: &[ProxyRange]) -> IpAddr {
+    let trusted_ip = |ip: IpAddr| trusted.iter().any(|range| range.contains(ip));
+    if !trusted_ip(peer) {
         return peer;
     }
     let Some(xff) = forwarded_for else {
@@ -111,7 +112,7 @@ pub fn client_ip(peer: IpAddr, forwarded_for: Option<&str>, trusted: &[IpAddr]) 
             // A malformed hop cannot be trusted further left.
             return last;
         };
-        if !trusted.contains(&ip) {
+        if !trusted_ip(ip) {
             return ip;
         }
         last = ip;
@@ -130,7 +131,7 @@ mod tests {
     #[test]
     fn forwarded_for_is_believed_only_from_trusted_proxies() {
         let proxy = ip("10.0.0.1");
-        let trusted = [proxy, ip("10.0.0.2")];
+        let trusted = ["10.0.0.1", "10.0.0.2"].map(range);
         let xff = Some("1.2.3.4, 5.6.7.8, 10.0.0.2");
         assert_eq!(
             client_ip(ip("9.9.9.9"), xff, &trusted),
@@ -147,6 +148,37 @@ mod tests {
             client_ip(proxy, Some("junk, 10.0.0.2"), &trusted),
             ip("10.0.0.2")
         );
+    }
+
+    fn range(s: &str) -> ProxyRange {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn trusted_proxies_may_be_cidr_ranges() {
+        let trusted = [range("10.0.0.0/8"), range("fd00::/8"), range("192.168.1.7")];
+        assert_eq!(
+            range("10.1.2.3/8"),
+            range("10.0.0.0/8"),
+            "host bits dropped"
+        );
+        let xff = Some("1.2.3.4, 10.200.0.9");
+        assert_eq!(client_ip(ip("10.9.9.9"), xff, &trusted), ip("1.2.3.4"));
+        assert_eq!(client_ip(ip("fd12::1"), xff, &trusted), ip("1.2.3.4"));
+        assert_eq!(
+            client_ip(ip("::ffff:10.0.0.5"), xff, &trusted),
+            ip("1.2.3.4"),
+            "a v4 proxy seen through a dual-stack socket"
+        );
+        assert_eq!(client_ip(ip("192.168.1.7"), xff, &trusted), ip("1.2.3.4"));
+        assert_eq!(
+            client_ip(ip("192.168.1.8"), xff, &trusted),
+            ip("192.168.1.8"),
+            "outside every range: XFF ignored"
+        );
+        assert_eq!(client_ip(ip("11.0.0.1"), xff, &trusted), ip("11.0.0.1"));
+        let err = "10.0.0.0/33".parse::<ProxyRange>().unwrap_err();
+        assert!(err.contains("10.0.0.0/33"), "{err}");
     }
 
     #[test]

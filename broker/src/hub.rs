@@ -9,9 +9,11 @@
 //! is over its high-water mark, so a slow consumer's backlog (mailbox and
 //! outbox together) stays bounded by the mark plus one message.
 
+mod conflation;
+mod gauge;
+
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use actix::{Message, Recipient};
@@ -19,8 +21,12 @@ use bytes::Bytes;
 use dashmap::DashMap;
 use parking_lot::Mutex;
 
+use crate::config::{Conflation, DeliveryClasses};
 use crate::metrics::Metrics;
 use crate::protocol::wire;
+
+pub use conflation::conflation_key;
+pub use gauge::{OutboundGauge, Reserve};
 
 /// What the hub sends a subscribed socket.
 #[derive(Message, Debug)]
@@ -32,91 +38,14 @@ pub enum Deliver {
         channel: Arc<str>,
         seq: u64,
         frame: Bytes,
+        /// The conflation key on a conflating channel (§11): an unsent
+        /// message with the same key on this socket is replaced by this
+        /// one. `None` on a queueing channel.
+        key: Option<Arc<str>>,
     },
     /// The socket crossed its high-water mark and messages are being
     /// dropped (sent once per episode).
     Congested,
-}
-
-/// A socket's unsent outbound bytes, shared between the hub (which reserves
-/// before queueing) and the socket's outbox (which releases as the HTTP
-/// layer takes bytes for the wire). This is the broker's `bufferedAmount`.
-#[derive(Debug)]
-pub struct OutboundGauge {
-    pending: AtomicUsize,
-    high_water: AtomicUsize,
-    dropped: AtomicU64,
-    congested: AtomicBool,
-}
-
-impl OutboundGauge {
-    pub fn new(high_water: usize) -> OutboundGauge {
-        OutboundGauge {
-            pending: AtomicUsize::new(0),
-            high_water: AtomicUsize::new(high_water),
-            dropped: AtomicU64::new(0),
-            congested: AtomicBool::new(false),
-        }
-    }
-
-    /// Counts `len` bytes for a message about to be queued, unless the
-    /// socket is at or over its mark: then counts a drop. The first drop
-    /// of an episode returns `Reserve::FirstDrop` so the caller wakes the
-    /// socket.
-    #[inline]
-    pub fn try_reserve(&self, len: usize) -> Reserve {
-        if self.pending.load(Ordering::Relaxed) >= self.high_water.load(Ordering::Relaxed) {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-            if self.congested.swap(true, Ordering::AcqRel) {
-                Reserve::Dropped
-            } else {
-                Reserve::FirstDrop
-            }
-        } else {
-            self.pending.fetch_add(len, Ordering::Relaxed);
-            Reserve::Queued
-        }
-    }
-
-    /// Counts bytes that are queued regardless of the mark (acks, errors,
-    /// recovered history: answers the client asked for).
-    pub fn add(&self, len: usize) {
-        self.pending.fetch_add(len, Ordering::Relaxed);
-    }
-
-    /// Bytes handed to the HTTP layer (or discarded). Returns what is left.
-    pub fn release(&self, len: usize) -> usize {
-        self.pending.fetch_sub(len, Ordering::Relaxed) - len
-    }
-
-    pub fn pending(&self) -> usize {
-        self.pending.load(Ordering::Relaxed)
-    }
-
-    pub fn high_water(&self) -> usize {
-        self.high_water.load(Ordering::Relaxed)
-    }
-
-    pub fn set_high_water(&self, bytes: usize) {
-        self.high_water.store(bytes, Ordering::Relaxed);
-    }
-
-    pub fn is_congested(&self) -> bool {
-        self.congested.load(Ordering::Acquire)
-    }
-
-    /// Ends a congestion episode; returns the messages dropped in it.
-    pub fn clear_congestion(&self) -> u64 {
-        self.congested.store(false, Ordering::Release);
-        self.dropped.swap(0, Ordering::AcqRel)
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reserve {
-    Queued,
-    Dropped,
-    FirstDrop,
 }
 
 /// Where the hub hands a subscriber's messages.
@@ -132,6 +61,10 @@ pub enum Sink {
 /// A gRPC stream's side of [`Sink`]. The queue is unbounded like an actor
 /// mailbox and bounded the same way: the hub reserves each message's bytes
 /// in the subscriber's [`OutboundGauge`] first and drops past its mark.
+/// That holds on conflating channels too: the gRPC `Message` has no
+/// `conflated` flag to tell a consumer that a message replaced others, so
+/// a stream gets every message in `seq` order, or a `SlowConsumer` count
+/// of what it missed (docs/protocol.md, amendments to §8).
 #[derive(Clone, Debug)]
 pub struct StreamSink {
     pub messages: tokio::sync::mpsc::UnboundedSender<Deliver>,
@@ -153,6 +86,13 @@ impl Sink {
                 }
             },
         }
+    }
+
+    /// Whether this sink replaces unsent messages by their conflation key
+    /// (a socket's outbox does; a gRPC stream queues, see [`StreamSink`]).
+    #[inline]
+    fn conflates(&self) -> bool {
+        matches!(self, Sink::Socket(_))
     }
 }
 
@@ -231,6 +171,8 @@ struct ChannelState {
     seq: u64,
     subscribers: Subscribers,
     history: VecDeque<Held>,
+    /// How a conflating namespace keys its messages; `None`: queue.
+    conflate: Option<Arc<Conflation>>,
     /// Set when the sweeper removed the channel from the map; a caller
     /// holding a stale `Arc` looks the channel up again.
     dead: bool,
@@ -248,9 +190,21 @@ struct Channel {
 pub struct Joined {
     pub recovered: Option<bool>,
     pub backlog: Vec<(u64, Bytes)>,
-    /// The channel's last `seq` when the subscriber joined: live messages
-    /// are exactly those above it.
+    /// The channel's last `seq` when the subscription went live (in a
+    /// cluster, the cluster's): live messages are exactly those above it.
     pub last_seq: u64,
+}
+
+impl Joined {
+    /// The subscription's position, what the subscribe ack's `seq` says
+    /// (§11): the last `seq` the recovery covers, and at least the one the
+    /// subscription went live at. Every transport's subscribe answers with
+    /// this, so a client can resume with `since` from it.
+    pub fn position(&self) -> u64 {
+        self.backlog
+            .last()
+            .map_or(self.last_seq, |(seq, _)| self.last_seq.max(*seq))
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -259,10 +213,17 @@ pub struct HistoryLimits {
     pub ttl: Duration,
 }
 
+/// See [`Hub::on_occupancy`].
+pub type OccupancyHook = Box<dyn Fn(&Arc<str>, bool) + Send + Sync>;
+
 /// The node's channel registry.
 pub struct Hub {
     channels: DashMap<Arc<str>, Arc<Channel>>,
+    /// Told, under the channel's lock, when a channel gets its first local
+    /// subscriber (`true`) or loses its last (`false`): webhooks' occupancy.
+    occupancy: std::sync::OnceLock<OccupancyHook>,
     history: parking_lot::RwLock<HistoryLimits>,
+    delivery: parking_lot::RwLock<Arc<DeliveryClasses>>,
     metrics: Arc<Metrics>,
 }
 
@@ -289,8 +250,32 @@ impl Hub {
     pub fn new(history: HistoryLimits, metrics: Arc<Metrics>) -> Hub {
         Hub {
             channels: DashMap::new(),
+            occupancy: std::sync::OnceLock::new(),
             history: parking_lot::RwLock::new(history),
+            delivery: parking_lot::RwLock::default(),
             metrics,
+        }
+    }
+
+    /// Installs the occupancy hook (once; later calls are ignored). It runs
+    /// under the channel's lock, so it must only hand the transition on.
+    pub fn on_occupancy(&self, hook: OccupancyHook) {
+        let _ = self.occupancy.set(hook);
+    }
+
+    fn occupancy_changed(&self, channel: &Arc<str>, occupied: bool) {
+        if let Some(hook) = self.occupancy.get() {
+            hook(channel, occupied);
+        }
+    }
+
+    /// Sets which namespaces conflate (at start and on reload); channels
+    /// the node already knows switch at their next message.
+    pub fn set_delivery(&self, classes: DeliveryClasses) {
+        let classes = Arc::new(classes);
+        *self.delivery.write() = classes.clone();
+        for ch in self.channels.iter() {
+            ch.state.lock().conflate = classes.conflation(&ch.name);
         }
     }
 
@@ -311,6 +296,7 @@ impl Hub {
                         seq: 0,
                         subscribers: Subscribers::default(),
                         history: VecDeque::new(),
+                        conflate: self.delivery.read().conflation(name),
                         dead: false,
                     }),
                 })
@@ -395,6 +381,11 @@ impl Hub {
             trim(&mut st.history, limits, now);
         }
         let len = frame.len();
+        if let Some(rule) = &st.conflate {
+            let key = conflation_key(rule, &frame);
+            self.conflating_fan_out(ch, st, seq, &frame, &key);
+            return;
+        }
         let mut delivered = 0u64;
         let mut dropped = 0u64;
         for sub in st.subscribers.iter() {
@@ -405,6 +396,7 @@ impl Hub {
                         channel: ch.name.clone(),
                         seq,
                         frame: frame.clone(),
+                        key: None,
                     });
                 }
                 Reserve::FirstDrop => {
@@ -415,6 +407,11 @@ impl Hub {
             }
         }
         self.metrics.messages_out.inc_by(delivered);
+        if delivered + dropped > 0 {
+            self.metrics
+                .delivery_duration
+                .observe(now.elapsed().as_secs_f64());
+        }
         if dropped > 0 {
             self.metrics
                 .reject_n(crate::metrics::Layer::Outbound, "slow_consumer", dropped);
@@ -425,21 +422,50 @@ impl Hub {
     /// after it, and whether they are complete. Taken under the channel
     /// lock, so nothing published concurrently is either missed or sent
     /// twice: it is in the backlog or it arrives live, never both.
+    ///
+    /// This node is the channel's authority here (single-node mode, or a
+    /// cluster node serving alone), so a channel with no `seq` yet gets its
+    /// starting point now ([`seq_floor`], as its first publish would): the
+    /// ack can then tell a position even before the first message, and
+    /// `since` from it recovers everything published after it.
     pub fn subscribe(&self, channel: &str, sub: Subscriber, since: Option<u64>) -> Joined {
+        self.join(channel, sub, since, true)
+    }
+
+    /// Adds a subscriber for a cluster that owns `seq`: the node's view of
+    /// the channel is left as it is (the cluster's counter is the
+    /// position; see the Redis bridge).
+    pub fn subscribe_follower(&self, channel: &str, sub: Subscriber) -> Joined {
+        self.join(channel, sub, None, false)
+    }
+
+    fn join(&self, channel: &str, sub: Subscriber, since: Option<u64>, authority: bool) -> Joined {
         let now = Instant::now();
         let limits = *self.history.read();
-        self.with_channel(channel, |_, st| {
+        self.with_channel(channel, |ch, st| {
             trim(&mut st.history, limits, now);
+            let was_empty = st.subscribers.is_empty();
             st.subscribers.insert(sub.clone());
-            let mut joined = Joined {
-                last_seq: st.seq,
-                ..Joined::default()
-            };
+            if was_empty {
+                self.occupancy_changed(&ch.name, true);
+            }
+            let mut joined = Joined::default();
             if let Some(since) = since {
                 joined.recovered = Some(recover(st, since, &mut joined.backlog));
             }
+            if authority && st.seq == 0 {
+                st.seq = seq_floor();
+            }
+            joined.last_seq = st.seq;
             joined
         })
+    }
+
+    /// Whether socket `conn` is subscribed to `channel` on this node.
+    pub fn is_subscribed(&self, channel: &str, conn: u64) -> bool {
+        self.channels
+            .get(channel)
+            .is_some_and(|c| c.state.lock().subscribers.index.contains_key(&conn))
     }
 
     /// This node's last known `seq` for `channel` (0: none).
@@ -462,29 +488,13 @@ impl Hub {
 
     pub fn unsubscribe(&self, channel: &str, conn: u64) {
         if let Some(ch) = self.channels.get(channel).map(|c| c.clone()) {
-            ch.state.lock().subscribers.remove(conn);
+            let mut st = ch.state.lock();
+            let was_empty = st.subscribers.is_empty();
+            st.subscribers.remove(conn);
+            if !was_empty && st.subscribers.is_empty() {
+                self.occupancy_changed(&ch.name, false);
+            }
         }
-    }
-
-    /// This node's subscribers of `channel` (sockets and gRPC streams).
-    pub fn subscriber_count(&self, channel: &str) -> u64 {
-        self.channels
-            .get(channel)
-            .map_or(0, |c| c.state.lock().subscribers.list.len() as u64)
-    }
-
-    /// Every channel with subscribers on this node, and how many.
-    pub fn subscriber_counts(&self) -> Vec<(Arc<str>, u64)> {
-        self.channels
-            .iter()
-            .map(|e| {
-                (
-                    e.key().clone(),
-                    e.value().state.lock().subscribers.list.len() as u64,
-                )
-            })
-            .filter(|(_, n)| *n > 0)
-            .collect()
     }
 
     /// Whether any local socket is subscribed to `channel`.
@@ -512,6 +522,28 @@ impl Hub {
 
     pub fn channel_count(&self) -> usize {
         self.channels.len()
+    }
+
+    /// This node's subscribers of `channel` (sockets and gRPC streams), for
+    /// pricing a publish by its fan-out.
+    pub fn subscriber_count(&self, channel: &str) -> u64 {
+        self.channels
+            .get(channel)
+            .map_or(0, |c| c.state.lock().subscribers.list.len() as u64)
+    }
+
+    /// Every channel with subscribers on this node, and how many.
+    pub fn subscriber_counts(&self) -> Vec<(Arc<str>, u64)> {
+        self.channels
+            .iter()
+            .map(|e| {
+                (
+                    e.key().clone(),
+                    e.value().state.lock().subscribers.list.len() as u64,
+                )
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect()
     }
 }
 
@@ -552,6 +584,55 @@ fn recover(st: &mut ChannelState, since: u64, out: &mut Vec<(u64, Bytes)>) -> bo
         );
     }
     complete
+}
+
+impl Hub {
+    /// Fan-out on a conflating channel: never dropped at the hub for a
+    /// socket (it replaces an unsent message with the same key instead), so
+    /// every socket gets it counted in its gauge and sent. A gRPC stream
+    /// does not conflate and is bounded like a queueing subscriber.
+    fn conflating_fan_out(
+        &self,
+        ch: &Channel,
+        st: &ChannelState,
+        seq: u64,
+        frame: &Bytes,
+        key: &Arc<str>,
+    ) {
+        let len = frame.len();
+        let mut delivered = 0u64;
+        let mut dropped = 0u64;
+        for sub in st.subscribers.iter() {
+            if !sub.sink.conflates() {
+                match sub.gauge.try_reserve(len) {
+                    Reserve::Queued => {}
+                    Reserve::FirstDrop => {
+                        dropped += 1;
+                        sub.sink.do_send(Deliver::Congested);
+                        continue;
+                    }
+                    Reserve::Dropped => {
+                        dropped += 1;
+                        continue;
+                    }
+                }
+            } else {
+                sub.gauge.add(len);
+            }
+            delivered += 1;
+            sub.sink.do_send(Deliver::Message {
+                channel: ch.name.clone(),
+                seq,
+                frame: frame.clone(),
+                key: Some(key.clone()),
+            });
+        }
+        self.metrics.messages_out.inc_by(delivered);
+        if dropped > 0 {
+            self.metrics
+                .reject_n(crate::metrics::Layer::Outbound, "slow_consumer", dropped);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -38,15 +38,23 @@
 //!   table shared with the TypeScript SDK.
 //! - [`config`]: `config.toml`, plans and accounts, validation that
 //!   reports every problem; [`reload`]: SIGHUP and file-change reloads.
-//! - [`auth`]: HS256 tokens. [`metrics`]: Prometheus counters.
+//! - [`admin`]: the operators' routes and page (§10): overview, disconnect,
+//!   ban and unban, cluster-wide through the bridge.
+//! - [`webhook`]: outbound webhooks (§9), on their own thread.
+//! - [`auth`]: HS256 tokens. [`metrics`]: Prometheus counters and
+//!   histograms; [`process_metrics`]: the process's memory, descriptors
+//!   and CPU from `/proc`.
+//! - [`fuzzing`]: the parsers' entry points for the fuzz targets.
 
 pub mod account;
+pub mod admin;
 pub mod auth;
 pub mod backend;
 pub mod cluster;
 pub mod config;
 pub mod drain;
 pub mod exceeded;
+pub mod fuzzing;
 pub mod gate;
 pub mod grpc;
 pub mod http;
@@ -55,11 +63,13 @@ pub mod limiter;
 pub mod metrics;
 pub mod node;
 pub mod pricing;
+pub mod process_metrics;
 pub mod protocol;
 pub mod reload;
 pub mod rules;
 pub mod server;
 pub mod socket;
+pub mod webhook;
 
 pub use config::Config;
 pub use node::Node;

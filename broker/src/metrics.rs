@@ -1,14 +1,22 @@
-//! Prometheus metrics (`GET /metrics`), all named `tidegate_*`.
+//! Prometheus metrics (`GET /metrics`), all named `tidegate_*` (§6), the
+//! process's own included (`tidegate_process_*`).
 //!
 //! Hot-path counters are plain atomics registered once; refusals go through
 //! one labelled family so every layer and reason shows up under
-//! `tidegate_rejections_total{layer,reason}` (§6).
+//! `tidegate_rejections_total{layer,reason}` (§6). Durations are histograms
+//! in seconds, named `*_duration_seconds`.
+
+use std::future::Future;
+use std::time::Instant;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::process_metrics::ProcessMetrics;
 
 /// Where a refusal happened (§6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -52,12 +60,46 @@ struct OutcomeLabels {
     outcome: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ScriptLabels {
+    script: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    version: &'static str,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// 10 µs to ~2.6 s: an in-process fan-out is microseconds when healthy.
+fn delivery_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(1e-5, 4.0, 10))
+}
+
+/// 100 µs to ~18 s: a handshake may wait on Redis.
+fn handshake_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(1e-4, 3.0, 12))
+}
+
+/// 50 µs to ~8.9 s: one round trip to Redis, or a stall.
+fn script_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(5e-5, 3.0, 12))
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AdminLabels {
+    action: &'static str,
+    outcome: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub connections_opened: Counter,
     pub connections_open: Gauge,
     pub messages_in: Counter,
     pub messages_out: Counter,
+    pub messages_superseded: Counter,
     publishes: Family<ViaLabels, Counter>,
     rejections: Family<RejectLabels, Counter>,
     dry_run: Family<RejectLabels, Counter>,
@@ -66,6 +108,17 @@ pub struct Metrics {
     pub live_nodes: Gauge,
     config_reloads: Family<OutcomeLabels, Counter>,
     pub outbound_queued: Gauge,
+    /// From a publish reaching the hub (from a client, HTTP or the cluster
+    /// bridge) to its frame queued to every local subscriber.
+    pub delivery_duration: Histogram,
+    handshake_duration: Histograms<OutcomeLabels>,
+    script_duration: Histograms<ScriptLabels>,
+    process: ProcessMetrics,
+    admin_actions: Family<AdminLabels, Counter>,
+    /// Each rejection series seen so far, for the admin page's chart (the
+    /// family cannot be listed); the counters are shared with it.
+    rejection_series: dashmap::DashMap<(&'static str, &'static str), Counter>,
+    pub webhooks: std::sync::Arc<crate::webhook::WebhookMetrics>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -83,12 +136,14 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("tidegate");
+        let process = ProcessMetrics::register(&mut registry);
         let m = Metrics {
             registry: Registry::default(),
             connections_opened: Counter::default(),
             connections_open: Gauge::default(),
             messages_in: Counter::default(),
             messages_out: Counter::default(),
+            messages_superseded: Counter::default(),
             publishes: Family::default(),
             rejections: Family::default(),
             dry_run: Family::default(),
@@ -97,7 +152,15 @@ impl Metrics {
             live_nodes: Gauge::default(),
             config_reloads: Family::default(),
             outbound_queued: Gauge::default(),
+            delivery_duration: delivery_buckets(),
+            handshake_duration: Family::new_with_constructor(handshake_buckets),
+            script_duration: Family::new_with_constructor(script_buckets),
+            process,
+            admin_actions: Family::default(),
+            rejection_series: dashmap::DashMap::new(),
+            webhooks: Default::default(),
         };
+        m.webhooks.register(&mut registry);
         registry.register(
             "connections_opened",
             "WebSocket connections accepted",
@@ -119,6 +182,11 @@ impl Metrics {
             m.messages_out.clone(),
         );
         registry.register(
+            "messages_superseded",
+            "Unsent messages of conflating channels replaced by a newer one with the same key (not dropped: §11)",
+            m.messages_superseded.clone(),
+        );
+        registry.register(
             "publishes",
             "Messages published, by transport",
             m.publishes.clone(),
@@ -129,7 +197,7 @@ impl Metrics {
             m.rejections.clone(),
         );
         registry.register(
-            "dry_run",
+            "dry_run_rejections",
             "What dry-run limits would have refused, by layer and reason",
             m.dry_run.clone(),
         );
@@ -144,7 +212,7 @@ impl Metrics {
             m.live_nodes.clone(),
         );
         registry.register(
-            "cluster_bridge_pending",
+            "cluster_bridge_pending_commands",
             "Messages queued toward the cluster bridge",
             m.bridge_pending.clone(),
         );
@@ -158,25 +226,90 @@ impl Metrics {
             "Config reloads, by outcome",
             m.config_reloads.clone(),
         );
+        registry.register_with_unit(
+            "delivery_duration",
+            "From a publish reaching the hub to its frame queued to every local subscriber",
+            Unit::Seconds,
+            m.delivery_duration.clone(),
+        );
+        registry.register_with_unit(
+            "handshake_duration",
+            "WebSocket handshakes, from the request to the upgrade or refusal, by outcome",
+            Unit::Seconds,
+            m.handshake_duration.clone(),
+        );
+        registry.register_with_unit(
+            "redis_script_duration",
+            "Round trips of the cluster bridge's Redis scripts, by script",
+            Unit::Seconds,
+            m.script_duration.clone(),
+        );
+        registry.register(
+            "admin_actions",
+            "Operator actions on the admin routes, by action and outcome",
+            m.admin_actions.clone(),
+        );
+        let build_info: Family<VersionLabels, Gauge> = Family::default();
+        build_info
+            .get_or_create(&VersionLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        registry.register("build_info", "Always 1; the broker's version", build_info);
         Metrics { registry, ..m }
     }
 
+    /// A handshake ended (`accepted`, or `refused` with any status).
+    pub fn handshake_done(&self, outcome: &'static str, started: Instant) {
+        self.handshake_duration
+            .get_or_create(&OutcomeLabels { outcome })
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    /// Runs one Redis script call and records how long it took.
+    pub async fn time_script<T>(&self, script: &'static str, call: impl Future<Output = T>) -> T {
+        let started = Instant::now();
+        let out = call.await;
+        self.script_duration
+            .get_or_create(&ScriptLabels { script })
+            .observe(started.elapsed().as_secs_f64());
+        out
+    }
+
     pub fn reject(&self, layer: Layer, reason: &'static str) {
-        self.rejections
-            .get_or_create(&RejectLabels {
-                layer: layer.as_str(),
-                reason,
-            })
-            .inc();
+        self.reject_n(layer, reason, 1);
     }
 
     pub fn reject_n(&self, layer: Layer, reason: &'static str, n: u64) {
-        self.rejections
+        let key = (layer.as_str(), reason);
+        if let Some(c) = self.rejection_series.get(&key) {
+            c.inc_by(n);
+            return;
+        }
+        let counter = self
+            .rejections
             .get_or_create(&RejectLabels {
-                layer: layer.as_str(),
+                layer: key.0,
                 reason,
             })
-            .inc_by(n);
+            .clone();
+        counter.inc_by(n);
+        self.rejection_series.insert(key, counter);
+    }
+
+    /// Every rejection series with its total so far.
+    pub fn rejection_totals(&self) -> Vec<(&'static str, &'static str, u64)> {
+        self.rejection_series
+            .iter()
+            .map(|e| (e.key().0, e.key().1, e.value().get()))
+            .collect()
+    }
+
+    /// Counts one operator action (`tidegate_admin_actions_total`).
+    pub fn admin_action(&self, action: &'static str, outcome: &'static str) {
+        self.admin_actions
+            .get_or_create(&AdminLabels { action, outcome })
+            .inc();
     }
 
     pub fn rejections(&self, layer: Layer, reason: &'static str) -> u64 {
@@ -209,6 +342,7 @@ impl Metrics {
 
     /// The Prometheus text exposition.
     pub fn encode(&self) -> String {
+        self.process.refresh();
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

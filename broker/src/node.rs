@@ -10,13 +10,14 @@ use dashmap::DashMap;
 use crate::account::Accounts;
 use crate::auth::{AuthError, Authenticator};
 use crate::cluster::{MemoryBridge, RedisBridge, SharedBridge};
-use crate::config::{ClusterMode, Config};
+use crate::config::{ClusterMode, Config, DeliveryClasses};
 use crate::gate::HandshakeGate;
 use crate::http::keys::ApiKeys;
 use crate::hub::{HistoryLimits, Hub, OutboundGauge};
 use crate::metrics::Metrics;
 use crate::rules::RuleBuckets;
 use crate::socket::{Reconfigure, Socket};
+use crate::webhook::Webhooks;
 
 pub struct Node {
     pub config: ArcSwap<Config>,
@@ -28,6 +29,10 @@ pub struct Node {
     pub accounts: Arc<Accounts>,
     pub gate: Arc<HandshakeGate>,
     pub rules: RuleBuckets,
+    /// Operators' bans and the admin page's history (§10).
+    pub admin: crate::admin::Admin,
+    /// Outbound webhooks (§9).
+    pub webhooks: Arc<Webhooks>,
     /// Live sockets, for config reloads, draining and metrics.
     pub sockets: DashMap<u64, SocketHandle>,
     ready: AtomicBool,
@@ -54,7 +59,11 @@ pub enum NodeError {
 #[derive(Debug, Clone)]
 pub struct SocketHandle {
     pub addr: Addr<Socket>,
+    /// The connection id shown to clients (`n1-8f3a`).
+    pub label: Arc<str>,
     pub account: Arc<str>,
+    /// The client address, for IP bans.
+    pub ip: std::net::IpAddr,
     /// The token's `plan` claim, to resolve limits again on reload.
     pub plan: Option<String>,
     pub gauge: Arc<OutboundGauge>,
@@ -71,9 +80,17 @@ impl Node {
     pub fn new(config: Config) -> Result<Arc<Node>, NodeError> {
         let metrics = Arc::new(Metrics::new());
         let hub = Arc::new(Hub::new(history_limits(&config), metrics.clone()));
+        hub.set_delivery(DeliveryClasses::new(&config.namespaces));
         let auth = Authenticator::new(&config.auth.jwt_secret, config.auth.leeway_secs)?;
         let keys = ApiKeys::new(&config);
         let gate = HandshakeGate::new(&config.handshake);
+        let webhooks = Webhooks::new(&config, metrics.webhooks.clone());
+        let hook = Arc::downgrade(&webhooks);
+        hub.on_occupancy(Box::new(move |channel, occupied| {
+            if let Some(w) = hook.upgrade() {
+                w.occupancy_changed(channel, occupied);
+            }
+        }));
         let redis = match config.cluster.mode {
             ClusterMode::Memory => None,
             ClusterMode::Redis => Some(redis::Client::open(config.cluster.redis_url.as_str())?),
@@ -94,6 +111,8 @@ impl Node {
                 accounts: Accounts::new(metrics.clone()),
                 gate,
                 rules: RuleBuckets::default(),
+                admin: crate::admin::Admin::default(),
+                webhooks,
                 config: ArcSwap::from_pointee(config),
                 auth: ArcSwap::from_pointee(auth),
                 keys: ArcSwap::from_pointee(keys),
@@ -137,6 +156,9 @@ impl Node {
         let auth = Authenticator::new(&config.auth.jwt_secret, config.auth.leeway_secs)?;
         let keys = ApiKeys::new(&config);
         self.hub.set_history_limits(history_limits(&config));
+        self.webhooks.apply(&config.webhooks);
+        self.hub
+            .set_delivery(DeliveryClasses::new(&config.namespaces));
         let config = Arc::new(config);
         self.auth.store(Arc::new(auth));
         self.keys.store(Arc::new(keys));
@@ -156,6 +178,12 @@ impl Node {
             "config reloaded"
         );
         Ok(())
+    }
+
+    /// A message got its `seq`: tell the webhooks (once per message, by the
+    /// node that published it).
+    pub fn published(&self, channel: &str, seq: u64, data: &str) {
+        self.webhooks.published(channel, seq, data);
     }
 
     /// Unsent outbound bytes over all sockets right now.

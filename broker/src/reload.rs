@@ -1,10 +1,15 @@
 //! Hot reload: on SIGHUP, or when the config file changes, validate the new
 //! file and apply it to the running node without dropping a connection; if
 //! it has problems, keep the old config and log every one of them.
+//!
+//! SIGHUP is always handled, file or not: operators send it by habit, and
+//! the default action of an unhandled HUP is to kill the process.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+
+use tokio::signal::unix::Signal;
 
 use crate::config::{Config, ConfigError};
 use crate::node::Node;
@@ -12,14 +17,22 @@ use crate::node::Node;
 /// How often the file's modification time is looked at.
 const POLL: Duration = Duration::from_secs(2);
 
-/// Loads `path` and applies it. The listen address cannot change on a
-/// running node: the old one is kept (and a different one logged).
+/// Loads `path` and applies it. The listen addresses (HTTP and gRPC)
+/// cannot change on a running node: the old ones are kept (and a different
+/// one logged).
 pub fn reload_file(node: &Node, path: &Path) -> Result<(), ConfigError> {
     let result = Config::load(path).and_then(|mut config| {
-        let listen = node.config.load().node.listen;
+        let running = node.config.load();
+        config.keep_flags_from(&running)?;
+        let listen = running.node.listen;
         if config.node.listen != listen {
             tracing::warn!(old = %listen, new = %config.node.listen, "node.listen needs a restart; keeping the old address");
             config.set_listen(listen)?;
+        }
+        let grpc = running.grpc.listen;
+        if config.grpc.listen != grpc {
+            tracing::warn!(old = %grpc, new = %config.grpc.listen, "grpc.listen needs a restart; keeping the old address");
+            config.set_grpc_listen(grpc)?;
         }
         node.reload(config).map_err(|e| ConfigError {
             problems: vec![format!("auth.jwt_secret: {e}")],
@@ -41,15 +54,36 @@ fn modified(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
-/// Reloads on SIGHUP and on file changes until the task is dropped.
-pub async fn watch(node: Arc<Node>, path: PathBuf) {
-    let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+/// Installs the SIGHUP handler. Call it before the node announces itself,
+/// so that a HUP sent as soon as the node is up finds it in place.
+pub fn hangups() -> Option<Signal> {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
         Ok(s) => Some(s),
         Err(e) => {
-            tracing::warn!(error = %e, "cannot listen for SIGHUP; reloading on file changes only");
+            tracing::warn!(error = %e, "cannot listen for SIGHUP");
             None
         }
-    };
+    }
+}
+
+/// Reloads `path` on SIGHUP and when it changes; without a file, logs and
+/// counts each SIGHUP as ignored. Runs until the task is dropped.
+pub async fn watch(node: Arc<Node>, path: Option<PathBuf>, hangup: Option<Signal>) {
+    match path {
+        Some(path) => watch_file(node, path, hangup).await,
+        None => {
+            let Some(mut hangup) = hangup else { return };
+            while hangup.recv().await.is_some() {
+                node.metrics.reloaded("ignored");
+                tracing::info!(
+                    "SIGHUP ignored: this node runs the embedded config (no --config file to reload)"
+                );
+            }
+        }
+    }
+}
+
+async fn watch_file(node: Arc<Node>, path: PathBuf, mut hangup: Option<Signal>) {
     let mut seen = modified(&path);
     let mut tick = tokio::time::interval(POLL);
     loop {

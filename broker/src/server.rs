@@ -20,16 +20,29 @@ use crate::socket;
 const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/v1/ws", web::get().to(socket::handshake::upgrade))
-        .route("/v1/publish", web::post().to(http::publish::publish))
-        .route(
-            "/v1/publish/batch",
-            web::post().to(http::publish::publish_batch),
-        )
-        .route("/healthz", web::get().to(http::ops::healthz))
-        .route("/readyz", web::get().to(http::ops::readyz))
-        .route("/metrics", web::get().to(http::ops::metrics))
-        .default_service(web::to(not_found));
+    cfg.service(resource("/v1/ws").route(web::get().to(socket::handshake::upgrade)))
+        .service(resource("/v1/publish").route(web::post().to(http::publish::publish)))
+        .service(resource("/v1/publish/batch").route(web::post().to(http::publish::publish_batch)))
+        .service(resource("/healthz").route(web::get().to(http::ops::healthz)))
+        .service(resource("/readyz").route(web::get().to(http::ops::readyz)))
+        .service(resource("/metrics").route(web::get().to(http::ops::metrics)));
+    crate::admin::routes(cfg);
+    cfg.default_service(web::to(not_found));
+}
+
+/// A path whose other methods get the contract's refusal body (405), not
+/// actix's empty one.
+pub fn resource(path: &str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(method_not_allowed))
+}
+
+async fn method_not_allowed() -> HttpResponse {
+    refusal(
+        StatusCode::METHOD_NOT_ALLOWED,
+        ErrorCode::BadRequest,
+        "this endpoint does not answer that method",
+        None,
+    )
 }
 
 async fn not_found() -> HttpResponse {
@@ -109,12 +122,14 @@ pub async fn serve_with_grpc(
                 node.hub.sweep();
                 node.gate.sweep(now);
                 node.rules.sweep(now);
+                node.admin.sweep(now);
             }
         })
     };
     // Ready once listening and, in a cluster, once the bridge first
     // connected or 5 s passed (§7): a node without Redis still serves.
     let connected = node.bridge.clone().start();
+    crate::admin::spawn(node.clone());
     {
         let node = node.clone();
         actix_rt::spawn(async move {

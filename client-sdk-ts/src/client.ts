@@ -8,6 +8,7 @@ import type { Request } from "./request.js";
 import type { Subscription } from "./subscriptions.js";
 import { byteLength } from "./frames.js";
 import type {
+  AckFrame,
   BudgetFrame,
   ClientOptions,
   Json,
@@ -174,7 +175,7 @@ export class TidegateClient extends Connection {
     onErr?: (e: TidegateError) => void,
   ): Request {
     const { channel } = sub;
-    const req = this.makeRequest<{ recovered?: boolean }>(
+    const req = this.makeRequest<AckFrame>(
       "subscribe",
       { type: "subscribe", channel },
       channel,
@@ -182,14 +183,20 @@ export class TidegateClient extends Connection {
       (ack) => {
         if (sub.request === req) sub.request = undefined;
         sub.live = true;
-        const since = req.frame["since"];
-        if (ack.recovered === false && typeof since === "number") {
-          this.emit("gap", { channel, since });
+        const since = typeof req.frame["since"] === "number" ? req.frame["since"] : undefined;
+        const position = typeof ack.seq === "number" ? { seq: ack.seq } : {};
+        if (this.subs.acked(sub, since, ack) && since !== undefined) {
+          this.emit("gap", { channel, since, ...position });
         }
-        onOk?.({ channel, recovered: ack.recovered });
+        onOk?.({ channel, recovered: ack.recovered, ...position });
       },
       (err) => {
         if (sub.request === req) sub.request = undefined;
+        // Nothing will settle what was held (a lost connection resubscribes
+        // from the same position, which still covers it): deliver it.
+        if (sub.held && err.code !== "disconnected") {
+          this.subs.acked(sub, undefined, { type: "ack", id: req.id });
+        }
         const keep = internal && (err.code === "timeout" || err.code === "disconnected");
         if (!keep && this.subs.get(channel) === sub) this.subs.delete(channel);
         if (onErr) onErr(err);

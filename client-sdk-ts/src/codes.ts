@@ -31,6 +31,7 @@ export const ERROR_CODES = [
   "payload_too_large",
   "not_found",
   "internal",
+  "banned",
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 export const CLOSE_CODES = {
@@ -42,6 +43,7 @@ export const CLOSE_CODES = {
   INTERNAL_ERROR: 1011,
   SERVICE_RESTART: 1012,
   TRY_AGAIN_LATER: 1013,
+  OPERATOR: 4003,
   SLOW_CONSUMER: 4008,
   CONNECTION_CAP: 4029,
 } as const;
@@ -88,6 +90,7 @@ export const TEMPORARY_ERROR_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>(
   "handshake_rate_limited",
   "too_many_connections",
   "internal",
+  "banned",
 ]);
 
 const CLIENT_TEMPORARY: ReadonlySet<ClientErrorCode> = new Set<ClientErrorCode>([
@@ -123,6 +126,7 @@ export const CLOSE_POLICY: Readonly<Record<CloseCode, ReconnectPolicy>> = {
   [CLOSE_CODES.INTERNAL_ERROR]: "jittered",
   [CLOSE_CODES.SERVICE_RESTART]: "jittered",
   [CLOSE_CODES.TRY_AGAIN_LATER]: "jittered",
+  [CLOSE_CODES.OPERATOR]: "jittered",
   [CLOSE_CODES.SLOW_CONSUMER]: "jittered",
   [CLOSE_CODES.CONNECTION_CAP]: "jittered",
 };

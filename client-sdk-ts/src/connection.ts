@@ -36,7 +36,7 @@ export interface Waiter {
 export abstract class Connection extends Emitter<ClientEvents> {
   /** @internal */ readonly clock: Clock;
   /** @internal */ readonly pacer: Pacer;
-  /** @internal */ readonly subs = new Subscriptions();
+  /** @internal */ readonly subs = new Subscriptions((f) => this.emit("message", f));
   /** @internal */ readonly inFlight = new Map<number, Request>();
   /** @internal */ readonly maxRetries: number;
   /** @internal */ retryAfterHintMs?: number;
@@ -294,6 +294,7 @@ export abstract class Connection extends Emitter<ClientEvents> {
     const decision = planReconnect(
       {
         code: info.code,
+        reason: info.reason,
         wasOpen: info.wasOpen,
         refusal: info.refusal,
         retryAfterHintMs: this.retryAfterHintMs,
@@ -308,6 +309,14 @@ export abstract class Connection extends Emitter<ClientEvents> {
       this.emit(
         "error",
         new TidegateError("account_rate_limited", "the account's message budget is exhausted", {
+          closeCode: info.code,
+        }),
+      );
+    }
+    if (decision.banned && !info.refusal) {
+      this.emit(
+        "error",
+        new TidegateError("banned", "an operator banned this account or address; the socket was closed", {
           closeCode: info.code,
         }),
       );
@@ -399,6 +408,23 @@ export abstract class Connection extends Emitter<ClientEvents> {
     if (previous === state) return;
     this._state = state;
     this.emit("state", { state, previous });
+  }
+
+  /**
+   * @internal After `slow_consumer`: every live subscription is asked
+   * again with `since` its position, so what the server dropped comes back
+   * from history, in order, before anything newer is delivered. One whose
+   * subscribe is already on its way is left to it (its ack is after those
+   * drops, so its recovery covers them).
+   */
+  recoverAll(): void {
+    const resubscribes: Request[] = [];
+    for (const sub of this.subs.all()) {
+      if (!sub.live || (sub.request && !sub.request.done)) continue;
+      sub.held = [];
+      resubscribes.push(this.subscribeRequest(sub, true));
+    }
+    this.pacer.prepend(resubscribes);
   }
 
   /** @internal Lets the frame handler emit through the typed emitter. */

@@ -62,7 +62,7 @@ export class FrameHandler {
 
   private onMessage(f: MessageFrame): void {
     if (typeof f.channel !== "string" || typeof f.seq !== "number") return;
-    if (this.client.subs.deliver(f.channel, f.seq, f.data)) this.client.fire("message", f);
+    this.client.subs.receive(f);
   }
 
   private onBudget(f: BudgetFrame): void {
@@ -88,6 +88,7 @@ export class FrameHandler {
     }
     if (f.code === "slow_consumer") {
       client.fire("slowConsumer", { dropped: f.dropped ?? 0 });
+      client.recoverAll();
       return;
     }
     if (typeof f.retryAfterMs === "number") client.retryAfterHintMs = f.retryAfterMs;

@@ -11,6 +11,8 @@ import type { Refusal } from "./types.js";
 
 export interface ReconnectInput {
   code: number;
+  /** The close frame's reason (4003 says `disconnected` or `banned`). */
+  reason?: string;
   wasOpen: boolean;
   refusal?: Refusal;
   /** `retryAfterMs` from an error frame received just before the close. */
@@ -43,6 +45,12 @@ export interface ReconnectDecision {
   terminal?: { code: "unauthorized" | "unknown_plan"; message: string };
   /** The server closed for the account's budget: surface `account_rate_limited`. */
   accountRateLimited: boolean;
+  /**
+   * An operator banned the account or address (close 4003 `banned`, or a
+   * 403 `banned` handshake): surface `banned`. The client still reconnects
+   * with the normal backoff; the handshake answers while the ban lasts.
+   */
+  banned: boolean;
 }
 
 const DEFAULT_REFUSAL_FLOOR_MS = 1000;
@@ -57,6 +65,7 @@ export function planReconnect(
   let refreshToken = false;
   let terminal: ReconnectDecision["terminal"];
   let accountRateLimited = false;
+  let banned = false;
   let step = input.step;
 
   if (input.refusal) {
@@ -70,6 +79,10 @@ export function planReconnect(
           message: `the server refused the token (HTTP ${status}${code ? ` ${code}` : ""}) and there is no getToken() to ask for another`,
         };
       }
+    } else if (status === 403 && code === "banned") {
+      // No floor from the ban's length: it may be lifted early. The growing
+      // backoff keeps a banned client's attempts rare.
+      banned = true;
     } else if (status === 429 || status === 503) {
       floorMs = Math.max(floorMs, input.refusal.retryAfterMs ?? DEFAULT_REFUSAL_FLOOR_MS);
     }
@@ -84,6 +97,7 @@ export function planReconnect(
       floorMs = Math.max(floorMs, settings.accountLimitedDelayMs);
       accountRateLimited = true;
     }
+    if (input.code === CLOSE_CODES.OPERATOR && input.reason === "banned") banned = true;
     if (input.code === CLOSE_CODES.CONNECTION_CAP) {
       floorMs = Math.max(floorMs, input.retryAfterHintMs ?? settings.connectionCapDelayMs);
     }
@@ -101,5 +115,6 @@ export function planReconnect(
     refreshToken,
     terminal,
     accountRateLimited,
+    banned,
   };
 }

@@ -43,6 +43,8 @@ export interface MessageFrame {
   channel: string;
   seq: number;
   data: Json;
+  /** On a conflating channel: this message replaced unsent ones (§11). */
+  conflated?: boolean;
 }
 
 export interface ErrorFrame {
@@ -148,11 +150,18 @@ export interface SubscribeResult {
   channel: string;
   /** Present when the subscribe carried `since`. */
   recovered?: boolean;
+  /** The channel's position: live messages are above it (§11). */
+  seq?: number;
 }
 
 export interface MessageContext {
   channel: string;
   seq: number;
+  /**
+   * On a conflating channel, this message replaced unsent ones with the
+   * same key: the `seq` gap before it is expected, nothing was lost.
+   */
+  conflated: boolean;
 }
 
 export type MessageHandler = (data: Json, ctx: MessageContext) => void;
@@ -183,6 +192,8 @@ export interface GapEvent {
   channel: string;
   /** The `since` the client asked from. */
   since: number;
+  /** Where the subscription resumed: messages between are lost. */
+  seq?: number;
 }
 
 export interface RateLimitedEvent {
@@ -208,8 +219,9 @@ export interface ClientEvents {
   /** Every budget frame, requested or unsolicited. */
   budget: BudgetFrame;
   rateLimited: RateLimitedEvent;
+  /** The server dropped messages to this socket; the SDK recovers them with `since`. */
   slowConsumer: { dropped: number };
-  /** A subscription's `since` could not be fully recovered: resynchronise. */
+  /** History could not cover what a subscription missed: resynchronise. */
   gap: GapEvent;
   /** A message arrived (after de-duplication), for any channel. */
   message: MessageFrame;

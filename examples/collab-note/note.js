@@ -2,12 +2,16 @@
 // 150 ms into one publish of the whole text on `note:<name>`; other tabs
 // replace their text with it. The SDK paces the publishes, so fast typing
 // or pasting is smoothed locally instead of being dropped by the server.
+// Each tab's caret goes to `cursor:<name>`, a conflating namespace keyed by
+// `/user` (config.toml): a tab that falls behind gets every user's latest
+// caret, never a backlog of old ones.
 import { TidegateClient } from "/sdk/tidegate.js";
 
 const params = new URLSearchParams(location.search);
 const token = params.get("token");
 const url = params.get("url") ?? `ws://${location.hostname || "127.0.0.1"}:8080/v1/ws`;
 const channel = `note:${params.get("note") ?? "demo"}`;
+const cursorChannel = `cursor:${params.get("note") ?? "demo"}`;
 const me = Math.random().toString(36).slice(2, 8);
 const BATCH_MS = 150;
 
@@ -98,6 +102,7 @@ function onEdit(data, { seq }) {
   const { selectionStart, selectionEnd } = note;
   note.value = data.text;
   note.setSelectionRange(selectionStart, selectionEnd);
+  renderCursors();
   $("last-from").textContent = `updated by ${data.from ?? "someone"}`;
 }
 
@@ -129,5 +134,69 @@ async function flush() {
     timer = setTimeout(flush, 1000);
   }
 }
+
+// --- remote cursors (a conflating channel) ---------------------------------
+const cursors = new Map(); // user -> caret position
+let cursorTimer;
+let cursorSent = -1;
+
+client
+  .subscribe(cursorChannel, onCursor)
+  .then(() => (document.body.dataset.cursors = "true"))
+  .catch((e) => log(`cursor subscribe failed: ${e.code}`));
+
+function onCursor(data) {
+  if (!data || typeof data.user !== "string" || data.user === me) return;
+  if (typeof data.pos !== "number") return;
+  cursors.set(data.user, data.pos);
+  renderCursors();
+}
+
+/** The note as text with a marker at each remote caret. */
+function renderCursors() {
+  const text = note.value;
+  const marks = [...cursors].sort((a, b) => a[1] - b[1]);
+  const parts = [];
+  let at = 0;
+  for (const [user, pos] of marks) {
+    const p = Math.min(Math.max(pos, 0), text.length);
+    parts.push(document.createTextNode(text.slice(at, p)));
+    const caret = document.createElement("span");
+    caret.className = "caret";
+    caret.dataset.user = user;
+    caret.dataset.pos = String(pos);
+    caret.title = user;
+    caret.style.setProperty("--hue", String(hue(user)));
+    parts.push(caret);
+    at = p;
+  }
+  parts.push(document.createTextNode(text.slice(at)));
+  $("cursor-view").replaceChildren(...parts);
+  $("cursor-count").textContent = String(cursors.size);
+}
+
+function hue(user) {
+  let h = 0;
+  for (const c of user) h = (h * 31 + c.charCodeAt(0)) % 360;
+  return h;
+}
+
+// One caret publish per BATCH_MS at most, the latest position only.
+for (const ev of ["keyup", "click", "select", "input"]) {
+  note.addEventListener(ev, () => {
+    if (cursorTimer === undefined) cursorTimer = setTimeout(sendCursor, BATCH_MS);
+  });
+}
+
+function sendCursor() {
+  cursorTimer = undefined;
+  const pos = note.selectionStart;
+  if (pos === cursorSent) return;
+  cursorSent = pos;
+  client.publish(cursorChannel, { user: me, pos }).catch(() => (cursorSent = -1));
+}
+
+note.addEventListener("input", renderCursors);
+window.tidegateUser = me;
 
 client.connect().catch((e) => log(`not connected yet: ${e.code}`));

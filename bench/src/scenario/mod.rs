@@ -7,6 +7,7 @@ pub mod handshakes;
 pub mod idle;
 pub mod slow;
 pub mod storm;
+pub mod webhooks;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;

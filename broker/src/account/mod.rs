@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use dashmap::DashMap;
 
-pub use sampler::Sampler;
+pub use sampler::{Sample, Sampler};
 
 use crate::cluster::{Charged, Pending, SharedBridge};
 use crate::config::{LimitName, Limits};
@@ -50,11 +50,13 @@ struct Detach {
     conn: u64,
 }
 
-/// A socket's sampled charge: `units` admitted since its last one.
+/// A socket's sampled charge: `units` admitted since its last one, the
+/// first of them at `since`.
 #[derive(Message)]
 #[rtype(result = "BudgetView")]
 pub struct Charge {
     pub units: u32,
+    pub since: Instant,
     pub limits: Arc<Limits>,
 }
 
@@ -89,6 +91,7 @@ impl Actor for AccountSupervisor {
         }
         let me = ctx.address();
         self.registry.map.remove_if(&self.account, |_, a| *a == me);
+        self.registry.views.remove(&self.account);
         Running::Stop
     }
 }
@@ -108,12 +111,14 @@ impl AccountSupervisor {
             sink.do_send(CloseWith {
                 code: CloseCode::PolicyViolation,
                 notice: Some(ErrorCode::AccountRateLimited),
+                reason: None,
             });
         }
     }
 
     fn on_charged(&mut self, c: Charged, limits: &Limits) {
         self.last_view = Some(c.view);
+        self.registry.views.insert(self.account.clone(), c.view);
         if c.allowed {
             self.closing_since = None;
             return;
@@ -180,7 +185,7 @@ impl Handler<Charge> for AccountSupervisor {
     fn handle(&mut self, msg: Charge, _: &mut Context<Self>) -> Self::Result {
         match self
             .bridge
-            .charge_account(&self.account, msg.units, &msg.limits)
+            .charge_account(&self.account, msg.units, msg.since, &msg.limits)
         {
             Pending::Ready(c) => {
                 self.on_charged(c, &msg.limits);
@@ -214,6 +219,9 @@ impl Handler<Breach> for AccountSupervisor {
 pub struct Accounts {
     map: DashMap<Arc<str>, Addr<AccountSupervisor>>,
     metrics: Arc<Metrics>,
+    /// Each account's budget as of its last charge, for the admin page's
+    /// "nearest their limits" (read without messaging the actors).
+    pub views: DashMap<Arc<str>, BudgetView>,
 }
 
 impl std::fmt::Debug for Accounts {
@@ -259,6 +267,7 @@ impl Accounts {
         Arc::new(Accounts {
             map: DashMap::new(),
             metrics,
+            views: DashMap::new(),
         })
     }
 

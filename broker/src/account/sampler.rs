@@ -6,11 +6,27 @@
 //! Overshoot: a socket has at most `every - 1` admitted units not yet
 //! charged, so an account with S sockets can exceed its budget by at most
 //! S × (every − 1) units before the breach is seen (plus charges in flight).
+//!
+//! Each charge also says when its first unit was admitted, so the account
+//! bucket can judge it as if it had been charged unit by unit
+//! ([`crate::limiter::SampledBucket`]): without that, a charge that arrives
+//! while the bucket sits full loses the refill its units had made room for.
+
+use std::time::Instant;
 
 #[derive(Debug, Clone)]
 pub struct Sampler {
     every: u32,
     pending: u32,
+    /// When the first of the `pending` units was admitted.
+    since: Option<Instant>,
+}
+
+/// One sampled charge: `units` admitted from `since` on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    pub units: u32,
+    pub since: Instant,
 }
 
 impl Sampler {
@@ -18,20 +34,30 @@ impl Sampler {
         Sampler {
             every: every.max(1),
             pending: 0,
+            since: None,
         }
     }
 
-    /// Adds admitted units; returns how many units to charge now (a
-    /// multiple of `every`, usually 0).
+    /// Adds units admitted at `now`; returns the charge to make now (a
+    /// multiple of `every`), usually none.
     #[inline]
-    pub fn admit(&mut self, units: u32) -> u32 {
+    pub fn admit(&mut self, units: u32, now: Instant) -> Option<Sample> {
+        if units == 0 {
+            return None;
+        }
+        let since = *self.since.get_or_insert(now);
         self.pending += units;
         if self.pending < self.every {
-            return 0;
+            return None;
         }
         let charge = self.pending - self.pending % self.every;
         self.pending -= charge;
-        charge
+        // The units left over were admitted just now.
+        self.since = (self.pending > 0).then_some(now);
+        Some(Sample {
+            units: charge,
+            since,
+        })
     }
 
     pub fn set_every(&mut self, every: u32) {
@@ -48,16 +74,29 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::limiter::TokenBucket;
+    use crate::limiter::SampledBucket;
 
     #[test]
-    fn charges_in_full_samples() {
+    fn charges_in_full_samples_from_the_first_unit() {
+        let t0 = Instant::now();
+        let at = |n: u64| t0 + Duration::from_millis(n);
         let mut s = Sampler::new(25);
-        let charged: u32 = (0..24).map(|_| s.admit(1)).sum();
-        assert_eq!((charged, s.pending()), (0, 24));
-        assert_eq!(s.admit(1), 25);
-        assert_eq!(s.admit(30), 25, "a 30-unit op charges one sample now");
+        assert!((0..24).all(|i| s.admit(1, at(i)).is_none()));
+        assert_eq!(s.pending(), 24);
+        let first = s.admit(1, at(24)).unwrap();
+        assert_eq!((first.units, first.since), (25, t0));
+        let big = s.admit(30, at(30)).unwrap();
+        assert_eq!(
+            (big.units, big.since),
+            (25, at(30)),
+            "a 30-unit op charges one sample now"
+        );
         assert_eq!(s.pending(), 5);
+        assert_eq!(
+            s.admit(20, at(40)).unwrap().since,
+            at(30),
+            "the 5 left over came at 30"
+        );
     }
 
     /// S sockets flood an account sharing one bucket; count what gets
@@ -68,7 +107,7 @@ mod tests {
         for sockets in [1usize, 8, 12] {
             let t0 = Instant::now();
             let every = 25;
-            let mut bucket = TokenBucket::new(200.0, 100.0, t0);
+            let mut bucket = SampledBucket::new(200.0, 100.0, t0);
             let mut samplers = vec![Sampler::new(every); sockets];
             let mut admitted = 0u64;
             let mut charged = 0u64;
@@ -78,12 +117,11 @@ mod tests {
                 for s in &mut samplers {
                     t += Duration::from_micros(100);
                     admitted += 1;
-                    let c = s.admit(1);
-                    if c > 0 {
-                        if bucket.try_take(f64::from(c), t).is_err() {
+                    if let Some(c) = s.admit(1, t) {
+                        if bucket.charge(f64::from(c.units), c.since, t).is_err() {
                             break 'flood;
                         }
-                        charged += u64::from(c);
+                        charged += u64::from(c.units);
                     }
                 }
             }

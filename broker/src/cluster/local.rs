@@ -10,7 +10,7 @@ use dashmap::DashMap;
 
 use super::{CapReached, Charged, KeyCharge};
 use crate::config::Limits;
-use crate::limiter::KeyedBuckets;
+use crate::limiter::{KeyedBuckets, SampledBucket};
 use crate::protocol::wire::BudgetView;
 
 /// `cap` scaled by `share`: rounded down, never below 1.
@@ -20,31 +20,43 @@ pub fn scale_cap(cap: u32, share: f64) -> u32 {
 
 #[derive(Debug, Default)]
 pub struct LocalLimits {
-    accounts: KeyedBuckets<String>,
+    accounts: DashMap<String, SampledBucket, foldhash::fast::RandomState>,
     conns: DashMap<String, u32>,
     identities: KeyedBuckets<String>,
     keys: KeyedBuckets<String>,
 }
 
 impl LocalLimits {
+    /// One sampled charge of `units`, the first admitted at `since`. A
+    /// missing bucket (first charge, or forgotten once full) is created
+    /// full as of `since`, so the charge keeps the refill of its wait.
     pub fn charge_account(
         &self,
         account: &str,
         units: u32,
+        since: Instant,
         limits: &Limits,
         share: f64,
         now: Instant,
     ) -> Charged {
         let cap = f64::from(limits.account_burst) * share;
         let rate = limits.account_messages_per_sec * share;
-        let result = self
-            .accounts
-            .try_take(account, f64::from(units), cap, rate, now);
+        let mut bucket = match self.accounts.get_mut(account) {
+            Some(b) => b,
+            None => self
+                .accounts
+                .entry(account.to_owned())
+                .or_insert_with(|| SampledBucket::new(cap, rate, since.min(now))),
+        };
+        if bucket.capacity() != cap || bucket.rate() != rate {
+            bucket.reconfigure(cap, rate, now);
+        }
+        let result = bucket.charge(f64::from(units), since, now);
         Charged {
             allowed: result.is_ok(),
             retry_after: result.err().unwrap_or_default(),
             view: BudgetView {
-                remaining: self.accounts.remaining(account, cap, now).max(0.0) as u64,
+                remaining: bucket.remaining(now).max(0.0) as u64,
                 capacity: cap as u64,
                 refill_per_sec: rate,
             },
@@ -126,7 +138,7 @@ impl LocalLimits {
 
     /// Forgets buckets that refilled.
     pub fn sweep(&self, now: Instant) {
-        self.accounts.sweep(now);
+        self.accounts.retain(|_, b| !b.is_idle(now));
         self.identities.sweep(now);
         self.keys.sweep(now);
     }
@@ -149,14 +161,16 @@ mod tests {
         let local = LocalLimits::default();
         let limits = Limits::default();
         let now = Instant::now();
-        let c = local.charge_account("a", 25, &limits, 0.5, now);
+        let c = local.charge_account("a", 25, now, &limits, 0.5, now);
         assert!(c.allowed);
         assert_eq!((c.view.capacity, c.view.refill_per_sec), (100, 50.0));
         for _ in 0..3 {
-            local.charge_account("a", 25, &limits, 0.5, now);
+            local.charge_account("a", 25, now, &limits, 0.5, now);
         }
         assert!(
-            !local.charge_account("a", 25, &limits, 0.5, now).allowed,
+            !local
+                .charge_account("a", 25, now, &limits, 0.5, now)
+                .allowed,
             "100 of 100 used"
         );
     }

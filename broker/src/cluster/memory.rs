@@ -46,11 +46,21 @@ impl Bridge for MemoryBridge {
         self.hub.subscriber_count(channel)
     }
 
-    fn charge_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<Charged> {
-        Pending::Ready(
-            self.local
-                .charge_account(account, units, limits, 1.0, Instant::now()),
-        )
+    fn charge_account(
+        &self,
+        account: &str,
+        units: u32,
+        since: Instant,
+        limits: &Limits,
+    ) -> Pending<Charged> {
+        Pending::Ready(self.local.charge_account(
+            account,
+            units,
+            since,
+            limits,
+            1.0,
+            Instant::now(),
+        ))
     }
 
     fn announce_breach(&self, _: &str) {}

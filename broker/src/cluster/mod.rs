@@ -14,7 +14,7 @@ pub mod redis;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use local::{LocalLimits, scale_cap};
 pub use memory::MemoryBridge;
@@ -82,8 +82,15 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
     /// publish prices. Never waits on Redis.
     fn subscribers(&self, channel: &str) -> u64;
 
-    /// One sampled charge of `units` to the account budget.
-    fn charge_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<Charged>;
+    /// One sampled charge of `units` to the account budget, the first of
+    /// them admitted at `since` (see [`crate::limiter::SampledBucket`]).
+    fn charge_account(
+        &self,
+        account: &str,
+        units: u32,
+        since: Instant,
+        limits: &Limits,
+    ) -> Pending<Charged>;
     /// Tells every other node that `account` breached its budget, so they
     /// close its sockets too.
     fn announce_breach(&self, account: &str);
@@ -95,6 +102,13 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
     fn handshake(&self, account: &str, limits: &Limits) -> Pending<Result<(), Duration>>;
     /// An API key's publish bucket.
     fn charge_key(&self, key: &str, cost: f64, capacity: f64, rate: f64) -> Pending<KeyCharge>;
+
+    /// Where operator actions and the ban list are shared with the other
+    /// nodes (§10); `None` on a single node, or while Redis is away (the
+    /// action then applies on this node only).
+    fn admin_store(&self) -> Option<redis::AdminStore> {
+        None
+    }
 
     /// The share of every cluster-wide limit this node enforces by itself
     /// right now: 1 when limits are shared (or there is one node), 1/N
@@ -109,3 +123,6 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
 }
 
 pub type SharedBridge = Arc<dyn Bridge>;
+
+#[cfg(test)]
+mod properties;

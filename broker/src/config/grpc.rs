@@ -3,11 +3,11 @@
 
 use std::net::SocketAddr;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{ResolvedApiKey, SAMPLE_API_KEY};
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct GrpcSection {
     /// Plaintext HTTP/2 address of `tidegate.v1.Broker`; `--grpc-listen`

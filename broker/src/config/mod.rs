@@ -5,28 +5,47 @@
 //! when no file is given, so the documented file and the behaviour of a
 //! bare `tidegate serve` cannot drift apart.
 
+mod admin;
+mod env;
 mod grpc;
 mod limits;
+mod namespaces;
+mod report;
 mod sections;
 mod validate;
+mod webhooks;
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use dashmap::DashMap;
 use serde::de::DeserializeOwned;
-use validate::{sample_secret_problems, validate_node};
+use validate::{NODE_ID_RULE, node_id_ok, sample_secret_problems, validate_node};
 
+pub use admin::{AdminKeys, AdminSection, LogFormat, LogSection, MIN_ADMIN_KEY_BYTES};
+pub use env::{JWT_SECRET_ALIAS, Source, Sources, var_name};
 pub use grpc::GrpcSection;
 pub use limits::{Costs, LimitName, Limits, Op, Rule, TrackBy};
+pub use namespaces::{Conflation, Delivery, DeliveryClasses, NamespaceSection};
 pub use sections::{
     ApiKey, AuthSection, ClusterMode, ClusterSection, HandshakeSection, HistorySection,
-    HttpSection, NodeSection, SAMPLE_API_KEY, SAMPLE_JWT_SECRET, SocketSection,
+    HttpSection, NodeSection, ProxyRange, SAMPLE_API_KEY, SAMPLE_JWT_SECRET, SocketSection,
 };
+pub use webhooks::{EVENT_TYPES, MIN_SECRET_BYTES, Pacing, WebhookEndpoint, WebhookEntry};
 
-/// The shipped `config.toml`, also the embedded default.
-pub const DEFAULT_TOML: &str = include_str!("../../../config.toml");
+/// The shipped `config.toml`, also the embedded default. The crate keeps
+/// its own copy (`broker/config.toml`) so it can be packaged and installed
+/// on its own; a test keeps it equal to the repo root's.
+pub const DEFAULT_TOML: &str = include_str!("../../config.toml");
+
+/// The shipped file as a table: the keys the environment may set, and the
+/// type each takes.
+static DEFAULT_TABLE: LazyLock<toml::Table> = LazyLock::new(|| {
+    DEFAULT_TOML
+        .parse()
+        .expect("the shipped config.toml is TOML")
+});
 
 /// Every problem found in a config file, not just the first.
 #[derive(Debug, thiserror::Error)]
@@ -54,10 +73,22 @@ pub struct Config {
     pub history: HistorySection,
     pub cluster: ClusterSection,
     pub grpc: GrpcSection,
+    pub admin: AdminKeys,
+    pub log: LogSection,
+    /// `[[webhooks]]` (§9), in file order.
+    pub webhooks: Vec<WebhookEndpoint>,
+    /// `[namespaces.NAME]`: delivery classes (§11).
+    pub namespaces: HashMap<String, NamespaceSection>,
     plan_tables: HashMap<String, toml::Table>,
     plans: HashMap<String, Arc<Limits>>,
     accounts: HashMap<String, AccountEntry>,
     resolved: DashMap<(String, String), Arc<Limits>>,
+    /// Where each value that is not a default came from (`check-config`).
+    pub sources: Sources,
+    /// Built from the embedded default rather than an operator's file.
+    embedded: bool,
+    /// What was adjusted rather than refused; logged at start.
+    pub warnings: Vec<String>,
 }
 
 /// An API key with its secret read (from the file or the environment).
@@ -75,7 +106,7 @@ pub struct ResolvedApiKey {
 #[error("unknown plan {0:?}")]
 pub struct UnknownPlan(pub String);
 
-const SECTIONS: [&str; 11] = [
+const SECTIONS: [&str; 15] = [
     "node",
     "grpc",
     "auth",
@@ -85,18 +116,28 @@ const SECTIONS: [&str; 11] = [
     "http",
     "history",
     "cluster",
+    "namespaces",
     "plans",
     "accounts",
+    "admin",
+    "log",
+    "webhooks",
 ];
 
 impl Config {
-    /// The embedded default (`config.toml` at the repo root).
+    /// The embedded default (`config.toml` at the repo root), without the
+    /// environment.
     pub fn embedded() -> Config {
         Config::from_toml(DEFAULT_TOML, &|_| None).expect("the shipped config.toml is valid")
     }
 
-    /// Reads and validates a file, taking secrets from the process
-    /// environment.
+    /// The embedded default with the process environment over it: what
+    /// `tidegate serve` runs without `--config`.
+    pub fn embedded_with_env() -> Result<Config, ConfigError> {
+        Config::parse(DEFAULT_TOML, &|k| std::env::var(k).ok(), false)
+    }
+
+    /// Reads and validates a file, with the process environment over it.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
             problems: vec![format!("{}: {e}", path.display())],
@@ -104,11 +145,22 @@ impl Config {
         Config::from_toml(&text, &|k| std::env::var(k).ok())
     }
 
-    /// Parses and validates `text`; `env` looks up environment variables
-    /// (injected so tests do not touch the process environment).
+    /// Parses and validates `text` (a file's contents); `env` looks up
+    /// environment variables (injected so tests do not touch the process
+    /// environment).
     pub fn from_toml(
         text: &str,
         env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        Config::parse(text, env, true)
+    }
+
+    /// `from_file`: whether `text` is an operator's file (its values are
+    /// reported as coming from the file) or the embedded default.
+    fn parse(
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+        from_file: bool,
     ) -> Result<Config, ConfigError> {
         let mut problems = Vec::new();
         let mut root: toml::Table = match text.parse() {
@@ -119,6 +171,12 @@ impl Config {
                 });
             }
         };
+        let mut sources = if from_file {
+            Sources::from_file(&root)
+        } else {
+            Sources::default()
+        };
+        env::overlay(&mut root, &DEFAULT_TABLE, env, &mut sources, &mut problems);
         for key in root.keys() {
             if !SECTIONS.contains(&key.as_str()) {
                 problems.push(format!("{key}: unknown key"));
@@ -130,8 +188,7 @@ impl Config {
         };
 
         let node: NodeSection = section(take("node"), "node", &mut problems).unwrap_or_default();
-        let mut auth: AuthSection =
-            section(take("auth"), "auth", &mut problems).unwrap_or_default();
+        let auth: AuthSection = section(take("auth"), "auth", &mut problems).unwrap_or_default();
         let socket: SocketSection =
             section(take("socket"), "socket", &mut problems).unwrap_or_default();
         let handshake: HandshakeSection =
@@ -142,6 +199,12 @@ impl Config {
         let cluster: ClusterSection =
             section(take("cluster"), "cluster", &mut problems).unwrap_or_default();
         let grpc: GrpcSection = section(take("grpc"), "grpc", &mut problems).unwrap_or_default();
+        let admin_section: AdminSection =
+            section(take("admin"), "admin", &mut problems).unwrap_or_default();
+        let log: LogSection = section(take("log"), "log", &mut problems).unwrap_or_default();
+        let namespaces: HashMap<String, NamespaceSection> =
+            section(take("namespaces"), "namespaces", &mut problems).unwrap_or_default();
+        problems.extend(namespaces::problems(&namespaces));
         let raw_keys = match take("api_keys") {
             toml::Value::Table(t) if t.is_empty() => toml::Value::Array(Vec::new()),
             other => other,
@@ -149,9 +212,7 @@ impl Config {
         let api_keys: Vec<ApiKey> =
             section(raw_keys, "api_keys", &mut problems).unwrap_or_default();
 
-        if let Some(secret) = env("TIDEGATE_JWT_SECRET") {
-            auth.jwt_secret = secret;
-        }
+        let webhooks = webhooks::resolve(take("webhooks"), env, &mut problems);
 
         // Plans: each validated on its own so every broken plan is reported.
         let mut plan_tables = HashMap::new();
@@ -224,6 +285,7 @@ impl Config {
             }
             _ => problems.push("accounts: must be a table of accounts".into()),
         }
+        sources.name_variables(&mut problems);
         problems.sort();
         problems.dedup();
 
@@ -233,6 +295,7 @@ impl Config {
             let key = match (&k.key, &k.key_env) {
                 (Some(key), None) => Some(key.clone()),
                 (None, Some(var)) => {
+                    sources.set(format!("{path}.key"), Source::Env(var.clone()));
                     let v = env(var);
                     if v.is_none() {
                         problems.push(format!(
@@ -259,6 +322,7 @@ impl Config {
             }
         }
 
+        let admin = admin_section.resolve(env, &mut problems);
         validate_node(
             &node,
             &auth,
@@ -269,6 +333,11 @@ impl Config {
             &http,
             &mut problems,
         );
+        let mut warnings = Vec::new();
+        if !from_file {
+            retire_sample_key(node.listen, &mut resolved_keys, &mut warnings);
+            retire_sample_key(grpc.listen, &mut resolved_keys, &mut warnings);
+        }
         problems.extend(sample_secret_problems(&node, &auth, &resolved_keys));
         grpc.problems(&resolved_keys, &mut problems);
 
@@ -285,10 +354,17 @@ impl Config {
             history,
             cluster,
             grpc,
+            admin,
+            log,
+            webhooks,
+            namespaces,
             plan_tables,
             plans,
             accounts,
             resolved: DashMap::new(),
+            sources,
+            embedded: !from_file,
+            warnings,
         })
     }
 
@@ -336,10 +412,61 @@ impl Config {
         self.plans.keys().map(String::as_str)
     }
 
-    /// Moves the gRPC listener (`--grpc-listen`), re-checking that the
-    /// sample API key stays on loopback.
+    /// Applies the command line's `--listen` and `--node-id` over the file
+    /// and the environment.
+    pub fn apply_flags(
+        &mut self,
+        listen: Option<std::net::SocketAddr>,
+        node_id: Option<String>,
+    ) -> Result<(), ConfigError> {
+        if let Some(id) = node_id {
+            if !node_id_ok(&id) {
+                return Err(ConfigError {
+                    problems: vec![format!("{NODE_ID_RULE} (--node-id {id:?})")],
+                });
+            }
+            self.node.id = id;
+            self.sources
+                .set("node.id".into(), Source::Flag("--node-id"));
+        }
+        if let Some(addr) = listen {
+            self.set_listen(addr)?;
+            self.sources
+                .set("node.listen".into(), Source::Flag("--listen"));
+        }
+        Ok(())
+    }
+
+    /// A reloaded file does not undo the command line: values the running
+    /// config took from a flag are kept.
+    pub fn keep_flags_from(&mut self, running: &Config) -> Result<(), ConfigError> {
+        let flag = |path: &str| matches!(running.sources.get(path), Source::Flag(_));
+        let id = flag("node.id").then(|| running.node.id.clone());
+        let listen = flag("node.listen").then_some(running.node.listen);
+        self.apply_flags(listen, id)?;
+        if flag("grpc.listen") {
+            self.set_grpc_flag(running.grpc.listen)?;
+        }
+        Ok(())
+    }
+
+    /// Applies the command line's `--grpc-listen` (its variable,
+    /// `TIDEGATE_GRPC_LISTEN`, is the config's own `grpc.listen`).
+    pub fn set_grpc_flag(&mut self, addr: std::net::SocketAddr) -> Result<(), ConfigError> {
+        self.set_grpc_listen(addr)?;
+        self.sources
+            .set("grpc.listen".into(), Source::Flag("--grpc-listen"));
+        Ok(())
+    }
+
+    /// Moves the gRPC listener (`--grpc-listen`, or a reload keeping the
+    /// running address), re-checking that the sample API key stays on
+    /// loopback.
     pub fn set_grpc_listen(&mut self, addr: std::net::SocketAddr) -> Result<(), ConfigError> {
         self.grpc.listen = addr;
+        if self.embedded {
+            retire_sample_key(addr, &mut self.api_keys, &mut self.warnings);
+        }
         let mut problems = Vec::new();
         self.grpc.sample_key_problems(&self.api_keys, &mut problems);
         if problems.is_empty() {
@@ -353,6 +480,9 @@ impl Config {
     /// stay on loopback.
     pub fn set_listen(&mut self, addr: std::net::SocketAddr) -> Result<(), ConfigError> {
         self.node.listen = addr;
+        if self.embedded {
+            retire_sample_key(self.node.listen, &mut self.api_keys, &mut self.warnings);
+        }
         let problems = sample_secret_problems(&self.node, &self.auth, &self.api_keys);
         if problems.is_empty() {
             Ok(())
@@ -360,6 +490,24 @@ impl Config {
             Err(ConfigError { problems })
         }
     }
+}
+
+/// The embedded default's sample API key is public: off loopback it is
+/// dropped (HTTP publish then needs a key of the operator's) rather than
+/// refusing to start a node whose operator gave the JWT secret and meant to
+/// add keys later. An operator's own file with the sample key is refused.
+fn retire_sample_key(
+    listen: std::net::SocketAddr,
+    keys: &mut Vec<ResolvedApiKey>,
+    warnings: &mut Vec<String>,
+) {
+    if listen.ip().is_loopback() || !keys.iter().any(|k| k.key == SAMPLE_API_KEY) {
+        return;
+    }
+    keys.retain(|k| k.key != SAMPLE_API_KEY);
+    warnings.push(format!(
+        "api_keys: the sample API key is not accepted on {listen}; HTTP and gRPC publish need a key of yours (TIDEGATE_API_KEYS_0_KEY and TIDEGATE_API_KEYS_0_ACCOUNT)"
+    ));
 }
 
 /// Deserializes one section, recording unknown keys (with their full path)
@@ -385,6 +533,9 @@ fn section<T: DeserializeOwned>(
             } else {
                 format!(".{at}")
             };
+            // toml's message repeats the key ("\nin `key`"): the path says it.
+            let e = e.to_string();
+            let e = e.split("\nin `").next().unwrap_or_default().trim_end();
             problems.push(format!("{path}{at}: {e}"));
             None
         }

@@ -2,8 +2,10 @@
 //! accounts). Defaults here are the contract's §0 and §7.
 
 use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
 
-use serde::Deserialize;
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
 
 /// The HS256 secret shipped in the sample `config.toml`. The broker refuses
 /// to serve with it on anything but loopback.
@@ -11,7 +13,7 @@ pub const SAMPLE_JWT_SECRET: &str = "tidegate-sample-secret-do-not-use-in-produc
 /// The API key shipped in the sample `config.toml`; same rule.
 pub const SAMPLE_API_KEY: &str = "tidegate-sample-publish-key";
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct NodeSection {
     /// Appears in connection ids and the welcome frame; unique per cluster.
@@ -19,8 +21,9 @@ pub struct NodeSection {
     pub listen: SocketAddr,
     /// HTTP worker threads (0 = one per core).
     pub workers: usize,
-    /// Peers whose `X-Forwarded-For` is trusted.
-    pub trusted_proxies: Vec<IpAddr>,
+    /// Peers whose `X-Forwarded-For` is trusted: addresses or CIDR ranges
+    /// (load balancers and ingress pods come from a subnet).
+    pub trusted_proxies: Vec<ProxyRange>,
 }
 
 impl Default for NodeSection {
@@ -34,7 +37,52 @@ impl Default for NodeSection {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// One `trusted_proxies` entry: `10.0.0.0/8`, `fd00::/8`, or a single
+/// address (`10.0.0.7`, taken as `/32` or `/128`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ProxyRange(pub IpNet);
+
+impl TryFrom<String> for ProxyRange {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<ProxyRange> for String {
+    fn from(p: ProxyRange) -> String {
+        p.to_string()
+    }
+}
+
+impl ProxyRange {
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        // A v4 client seen on a dual-stack socket arrives as ::ffff:a.b.c.d.
+        self.0.contains(&ip.to_canonical())
+    }
+}
+
+impl FromStr for ProxyRange {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        s.parse::<IpNet>()
+            .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
+            .map(|net| ProxyRange(net.trunc()))
+            .map_err(|_| format!("{s:?} is neither an IP address nor a CIDR range"))
+    }
+}
+
+impl std::fmt::Display for ProxyRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct AuthSection {
     /// HS256 secret; `TIDEGATE_JWT_SECRET` overrides it.
@@ -59,7 +107,7 @@ impl Default for AuthSection {
 }
 
 /// An API key for HTTP publish, bound to one account.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApiKey {
     /// The key itself; or leave it out and name an environment variable.
@@ -81,7 +129,7 @@ fn all_channels() -> Vec<String> {
     vec!["*".into()]
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct SocketSection {
     /// How often the server pings an idle client.
@@ -112,7 +160,7 @@ impl Default for SocketSection {
 }
 
 /// Node-level handshake defences (per node by design: they protect it).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct HandshakeSection {
     /// Handshakes per second this node takes before answering 503.
@@ -142,7 +190,7 @@ impl Default for HandshakeSection {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct HttpSection {
     /// Most messages in one `/v1/publish/batch`.
@@ -160,7 +208,7 @@ impl Default for HttpSection {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct HistorySection {
     /// Messages kept per channel for `since` recovery (0 = none).
@@ -178,14 +226,14 @@ impl Default for HistorySection {
     }
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum ClusterMode {
     Memory,
     Redis,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct ClusterSection {
     pub mode: ClusterMode,

@@ -108,3 +108,162 @@ fn syntax_errors_are_reported() {
     let err = parse("[node\nid=1").unwrap_err();
     assert!(err.problems[0].starts_with("not valid TOML"));
 }
+
+fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let pairs: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+}
+
+#[test]
+fn every_node_wide_key_can_come_from_the_environment() {
+    let env = env_of(&[
+        ("TIDEGATE_NODE_LISTEN", "0.0.0.0:9000"),
+        ("TIDEGATE_NODE_ID", "edge-7"),
+        ("TIDEGATE_NODE_TRUSTED_PROXIES", "10.0.0.0/8, 192.168.1.7"),
+        ("TIDEGATE_AUTH_JWT_SECRET", "a-real-secret-of-enough-length"),
+        ("TIDEGATE_HANDSHAKE_IP_HANDSHAKES_PER_SEC", "2.5"),
+        ("TIDEGATE_CLUSTER_REDIS_URL", "redis://:pw@db:6379/0"),
+        ("TIDEGATE_HISTORY_SIZE", "7"),
+        ("TIDEGATE_API_KEYS_0_KEY", "first-key-0123456789"),
+        ("TIDEGATE_API_KEYS_1_KEY", "second-key-0123456789"),
+        ("TIDEGATE_API_KEYS_1_ACCOUNT", "globex"),
+        ("TIDEGATE_API_KEYS_1_PUB_CHANNELS", "news:*,alerts"),
+    ]);
+    let file = "[node]\nid = \"from-file\"\nworkers = 2\n[[api_keys]]\nkey_env = \"UNSET\"\naccount = \"acme\"\n[plans.free]\n";
+    let config = Config::from_toml(file, &env).unwrap();
+    assert_eq!(config.node.listen.to_string(), "0.0.0.0:9000");
+    assert_eq!(
+        config.node.id, "edge-7",
+        "the environment wins over the file"
+    );
+    assert_eq!(config.node.workers, 2);
+    assert_eq!(
+        config.node.trusted_proxies,
+        ["10.0.0.0/8", "192.168.1.7"].map(|s| s.parse::<ProxyRange>().unwrap())
+    );
+    assert_eq!(config.auth.jwt_secret, "a-real-secret-of-enough-length");
+    assert_eq!(config.handshake.ip_handshakes_per_sec, 2.5);
+    assert_eq!(config.cluster.redis_url, "redis://:pw@db:6379/0");
+    assert_eq!(config.history.size, 7);
+    let keys: Vec<_> = config
+        .api_keys
+        .iter()
+        .map(|k| (k.key.as_str(), k.account.as_str(), k.pub_channels.clone()))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("first-key-0123456789", "acme", vec!["*".to_owned()]),
+            (
+                "second-key-0123456789",
+                "globex",
+                vec!["news:*".to_owned(), "alerts".to_owned()]
+            ),
+        ]
+    );
+    let src = |p: &str| config.sources.get(p).to_string();
+    assert_eq!(src("node.id"), "env TIDEGATE_NODE_ID");
+    assert_eq!(src("node.workers"), "file");
+    assert_eq!(src("socket.client_timeout_ms"), "default");
+    assert_eq!(
+        src("api_keys[1].account"),
+        "env TIDEGATE_API_KEYS_1_ACCOUNT"
+    );
+    let report = config.report().join("\n");
+    assert!(!report.contains("pw@"), "{report}");
+    assert!(!report.contains("a-real-secret"), "{report}");
+    assert!(
+        report.contains(
+            "cluster.redis_url = \"redis://:********@db:6379/0\"  (env TIDEGATE_CLUSTER_REDIS_URL)"
+        ),
+        "{report}"
+    );
+}
+
+#[test]
+fn the_short_secret_name_is_an_alias_and_the_long_one_wins() {
+    let short = env_of(&[("TIDEGATE_JWT_SECRET", "short-name-secret-0123")]);
+    let config = Config::from_toml("[plans.free]\n", &short).unwrap();
+    assert_eq!(config.auth.jwt_secret, "short-name-secret-0123");
+    assert_eq!(
+        config.sources.get("auth.jwt_secret"),
+        Source::Env("TIDEGATE_JWT_SECRET".into())
+    );
+    let both = env_of(&[
+        ("TIDEGATE_JWT_SECRET", "short-name-secret-0123"),
+        ("TIDEGATE_AUTH_JWT_SECRET", "long-name-secret-0123"),
+    ]);
+    let config = Config::from_toml("[plans.free]\n", &both).unwrap();
+    assert_eq!(config.auth.jwt_secret, "long-name-secret-0123");
+}
+
+#[test]
+fn a_bad_environment_value_names_its_variable() {
+    let env = env_of(&[
+        ("TIDEGATE_SOCKET_CLIENT_TIMEOUT_MS", "soon"),
+        ("TIDEGATE_NODE_TRUSTED_PROXIES", "10.0.0.0/40"),
+        ("TIDEGATE_CLUSTER_REDIS_URL", "redis://db/"),
+        ("TIDEGATE_CLUSTER_MODE", "carrier-pigeon"),
+    ]);
+    let all = Config::from_toml("[plans.free]\n", &env)
+        .unwrap_err()
+        .problems
+        .join("\n");
+    for needle in [
+        "socket.client_timeout_ms: TIDEGATE_SOCKET_CLIENT_TIMEOUT_MS must be a number, got \"soon\"",
+        "\"10.0.0.0/40\" is neither an IP address nor a CIDR range (from TIDEGATE_NODE_TRUSTED_PROXIES)",
+        "carrier-pigeon",
+        "(from TIDEGATE_CLUSTER_MODE)",
+    ] {
+        assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
+    }
+}
+
+#[test]
+fn the_shipped_file_lists_every_node_wide_key_so_each_has_a_variable() {
+    let sections = Config::embedded().node_wide_tables();
+    assert_eq!(
+        sections.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+        env::ENV_SECTIONS
+    );
+    for (name, fields) in sections {
+        let toml::Value::Table(shipped) = &DEFAULT_TABLE[name] else {
+            panic!("config.toml has no [{name}]")
+        };
+        for key in fields.keys() {
+            assert!(
+                shipped.contains_key(key),
+                "config.toml does not list {name}.{key}, so {} would be ignored",
+                var_name(name, key)
+            );
+        }
+    }
+}
+
+#[test]
+fn the_embedded_default_retires_the_sample_key_off_loopback() {
+    let mut config = Config::parse(
+        DEFAULT_TOML,
+        &env_of(&[("TIDEGATE_JWT_SECRET", "a-real-secret-of-enough-length")]),
+        false,
+    )
+    .unwrap();
+    config
+        .apply_flags(Some("0.0.0.0:8080".parse().unwrap()), None)
+        .unwrap();
+    assert!(config.api_keys.is_empty());
+    assert!(config.warnings[0].contains("TIDEGATE_API_KEYS_0_KEY"));
+    // An operator's own file with the sample key is refused instead.
+    let mut config = Config::from_toml(
+        DEFAULT_TOML,
+        &env_of(&[("TIDEGATE_JWT_SECRET", "a-real-secret-of-enough-length")]),
+    )
+    .unwrap();
+    let err = config
+        .apply_flags(Some("0.0.0.0:8080".parse().unwrap()), None)
+        .unwrap_err();
+    assert!(err.problems[0].contains("sample API key"), "{err}");
+}

@@ -22,10 +22,22 @@ pub(super) fn sample_secret_problems(
         ));
     }
     if keys.iter().any(|k| k.key == SAMPLE_API_KEY) {
-        problems
-            .push("api_keys: the sample API key may only be used on loopback; use key_env".into());
+        problems.push(
+            "api_keys: the sample API key may only be used on loopback; set your own with TIDEGATE_API_KEYS_0_KEY (or key_env in a file)".into(),
+        );
     }
     problems
+}
+
+pub(super) const NODE_ID_RULE: &str = "node.id: 1-32 characters of [A-Za-z0-9_-]";
+
+/// A node id goes into connection ids and Redis keys.
+pub(super) fn node_id_ok(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 32
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -44,13 +56,7 @@ pub(super) fn validate_node(
             problems.push(what);
         }
     };
-    let id_ok = !node.id.is_empty()
-        && node.id.len() <= 32
-        && node
-            .id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    need(id_ok, "node.id: 1-32 characters of [A-Za-z0-9_-]".into());
+    need(node_id_ok(&node.id), NODE_ID_RULE.into());
     need(
         auth.jwt_secret.len() >= 16,
         "auth.jwt_secret: must be at least 16 bytes".into(),

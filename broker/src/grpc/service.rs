@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::watch;
-use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use super::proto::broker_server::Broker;
@@ -78,8 +77,10 @@ impl BrokerService {
     }
 
     /// Draining first (§7: `UNAVAILABLE`, another node answers), then the
-    /// key (`UNAUTHENTICATED`).
-    pub(super) fn admit(&self, metadata: &MetadataMap) -> Result<Caller, Status> {
+    /// key (`UNAUTHENTICATED`), then an operator's ban of its account or of
+    /// the peer's address (§10, `PERMISSION_DENIED`).
+    pub(super) fn admit<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
+        let metadata = request.metadata();
         if self.node.is_draining() {
             self.count(ErrorCode::Draining.as_str(), "", None);
             return Err(status::draining());
@@ -97,6 +98,11 @@ impl BrokerService {
                 None,
             ));
         };
+        let ip = request.remote_addr().map(|a| a.ip());
+        if let Some(ban) = self.node.admin.bans.check(Some(&key.account), ip) {
+            self.count(ErrorCode::Banned.as_str(), &key.account, None);
+            return Err(status::banned(&ban));
+        }
         let limits = self.node.config.load().account_limits(&key.account);
         Ok(Caller { key, limits })
     }
@@ -131,7 +137,7 @@ impl Broker for BrokerService {
         request: Request<PublishRequest>,
     ) -> Result<Response<PublishReply>, Status> {
         let _open = self.open_stream();
-        let caller = self.admit(request.metadata())?;
+        let caller = self.admit(&request)?;
         let msg = request.into_inner();
         let cost = match self.price(&caller, &msg) {
             Ok(cost) => cost,
@@ -163,7 +169,7 @@ impl Broker for BrokerService {
         &self,
         request: Request<tonic::Streaming<PublishRequest>>,
     ) -> Result<Response<Self::PublishStreamStream>, Status> {
-        let caller = self.admit(request.metadata())?;
+        let caller = self.admit(&request)?;
         Ok(Response::new(super::publish_stream::start(
             self.clone(),
             caller,
@@ -177,7 +183,7 @@ impl Broker for BrokerService {
         &self,
         request: Request<SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
-        let caller = self.admit(request.metadata())?;
+        let caller = self.admit(&request)?;
         super::subscribe::start(self, caller, request.into_inner())
             .await
             .map(Response::new)

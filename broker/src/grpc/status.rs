@@ -43,7 +43,7 @@ pub fn balance(map: &mut MetadataMap, charge: &KeyCharge, cost: u64) {
 pub fn code_for(code: ErrorCode) -> Code {
     match code {
         ErrorCode::Unauthorized => Code::Unauthenticated,
-        ErrorCode::Forbidden => Code::PermissionDenied,
+        ErrorCode::Forbidden | ErrorCode::Banned => Code::PermissionDenied,
         ErrorCode::CostExceedsMax => Code::FailedPrecondition,
         ErrorCode::RateLimited | ErrorCode::SlowConsumer | ErrorCode::TooManyConnections => {
             Code::ResourceExhausted
@@ -99,6 +99,18 @@ pub fn finished(charge: Option<&KeyCharge>, cost: u64) -> Status {
             .insert(COST, MetadataValue::from(cost));
     }
     status
+}
+
+/// `PERMISSION_DENIED` `banned` while an operator's ban on the key's
+/// account or the caller's address lasts (§10), its remaining time in
+/// `retry-after-ms` and `RetryInfo`.
+pub fn banned(ban: &crate::admin::Ban) -> Status {
+    let ms = retry_after_ms(ban.remaining);
+    let mut md = MetadataMap::new();
+    md.insert(RETRY_AFTER_MS, MetadataValue::from(ms));
+    let mut d = details(ErrorCode::Banned);
+    d.set_retry_info(Some(Duration::from_millis(ms)));
+    Status::with_error_details_and_metadata(Code::PermissionDenied, ban.message(), d, md)
 }
 
 /// `UNAVAILABLE` while the node drains (§7): another node will answer.

@@ -123,6 +123,7 @@ impl Stream for Events {
                     channel,
                     seq,
                     frame,
+                    ..
                 }) => {
                     this.gauge.release(frame.len());
                     let last = this.last.entry(channel.clone()).or_insert(0);
@@ -276,16 +277,17 @@ pub async fn start(
             .wait()
             .await;
         let name: Arc<str> = Arc::from(cs.channel.as_str());
+        let position = joined.position();
         events.prelude.push_back(event(Event::Ack(SubscribeAck {
             channel: cs.channel.clone(),
             recovered: joined.recovered,
+            seq: position,
         })));
-        let mut last = joined.last_seq;
         for (seq, frame) in joined.backlog {
-            last = last.max(seq);
             events.prelude.push_back(message(&name, seq, &frame));
         }
-        events.last.insert(name, last);
+        // Live messages are exactly those above the position (§11).
+        events.last.insert(name, position);
     }
     let grace = Duration::from_millis(caller.limits.outbound_grace_ms);
     events.guard = Some(tokio::spawn(guard(

@@ -2,6 +2,11 @@
 //! its account plan's burst and rate, §5) lives behind the bridge, keyed by
 //! a fingerprint of the key, so it is shared by every node of a cluster
 //! without the key itself leaving this process.
+//!
+//! The fingerprint is HMAC-SHA256 keyed with `auth.jwt_secret`: the same on
+//! every node of a cluster (they share the secret), and neither reversible
+//! nor guessable offline by someone who can read Redis but not the config.
+//! Changing the secret renames the buckets (they start full again).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,15 +24,15 @@ pub struct KeyState {
     pub id: String,
 }
 
-/// FNV-1a, 64 bit: stable across builds and nodes, which a bucket name must
-/// be; not a security boundary (the key is checked before this is used).
-fn fingerprint(key: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in key.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016x}")
+/// The first 128 bits of HMAC-SHA256(secret, key), in hex: stable across
+/// builds and nodes, which a bucket name must be, and one-way.
+fn fingerprint(secret: &str, key: &str) -> String {
+    use hmac::{KeyInit, Mac};
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes())
+        .expect("HMAC takes a key of any length");
+    mac.update(key.as_bytes());
+    let digest = mac.finalize().into_bytes();
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[derive(Debug, Default)]
@@ -44,7 +49,7 @@ impl ApiKeys {
                         account: k.account.clone(),
                         publish: GlobSet::new(&k.pub_channels),
                         subscribe: GlobSet::new(&k.sub_channels),
-                        id: fingerprint(&k.key),
+                        id: fingerprint(&config.auth.jwt_secret, &k.key),
                     };
                     (k.key.clone(), Arc::new(state))
                 })
@@ -61,16 +66,28 @@ impl ApiKeys {
 mod tests {
     use super::fingerprint;
 
+    const SECRET: &str = "a-secret-of-sixteen-bytes";
+
     #[test]
-    fn fingerprints_are_stable_and_distinct() {
-        assert_eq!(
-            fingerprint("tidegate-sample-publish-key"),
-            fingerprint("tidegate-sample-publish-key")
+    fn fingerprints_are_stable_distinct_and_keyed() {
+        let key = "tidegate-sample-publish-key";
+        assert_eq!(fingerprint(SECRET, key), fingerprint(SECRET, key));
+        assert_ne!(
+            fingerprint(SECRET, "key-a-0123456789"),
+            fingerprint(SECRET, "key-b-0123456789")
         );
         assert_ne!(
-            fingerprint("key-a-0123456789"),
-            fingerprint("key-b-0123456789")
+            fingerprint(SECRET, key),
+            fingerprint("another-secret-0123", key),
+            "without the secret the name cannot be recomputed from a guess"
         );
-        assert_eq!(fingerprint("").len(), 16);
+        let id = fingerprint(SECRET, "");
+        assert_eq!(id.len(), 32);
+        assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
+        // RFC 4231 test case 2 (key "Jefe"), truncated to 128 bits.
+        assert_eq!(
+            fingerprint("Jefe", "what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c7"
+        );
     }
 }

@@ -13,13 +13,27 @@ use serde::Serialize;
 
 use crate::protocol::ErrorCode;
 
+/// The client address of a request: the peer, or the right-most untrusted
+/// `X-Forwarded-For` entry when the peer is a trusted proxy (§1).
+pub fn request_ip(
+    req: &actix_web::HttpRequest,
+    trusted: &[crate::config::ProxyRange],
+) -> std::net::IpAddr {
+    let peer = req.peer_addr().map_or([127, 0, 0, 1].into(), |a| a.ip());
+    let xff = req
+        .headers()
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok());
+    crate::gate::client_ip(peer, xff, trusted)
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorBody<'a> {
     pub error: &'static str,
     pub message: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub retry_after_ms: Option<u64>,
+    /// On every refusal (§1): 0 where waiting cannot help.
+    pub retry_after_ms: u64,
 }
 
 /// `Retry-After` is whole seconds, rounded up (never 0 for a wait).
@@ -32,7 +46,8 @@ pub fn retry_after_ms(d: Duration) -> u64 {
 }
 
 /// A refusal with the contract's body; with `retry_after`, also the
-/// `Retry-After` header and `retryAfterMs`.
+/// `Retry-After` header and a non-zero `retryAfterMs` (0 without: waiting
+/// cannot help).
 pub fn refusal(
     status: StatusCode,
     code: ErrorCode,
@@ -54,6 +69,6 @@ pub fn refusal_builder(
     builder.json(ErrorBody {
         error: code.as_str(),
         message,
-        retry_after_ms: retry_after.map(retry_after_ms),
+        retry_after_ms: retry_after.map_or(0, retry_after_ms),
     })
 }

@@ -15,10 +15,11 @@ use super::keys::KeyState;
 use super::refusal_builder;
 use crate::backend::{self, Refusal};
 use crate::cluster::KeyCharge as Charge;
+use crate::config::Limits;
 use crate::exceeded::Exceeded;
 use crate::metrics::Layer;
 use crate::node::Node;
-use crate::protocol::ErrorCode;
+use crate::protocol::{ErrorCode, channel};
 
 #[derive(Deserialize)]
 struct One<'a> {
@@ -123,6 +124,40 @@ fn parse<'a, T: Deserialize<'a>>(body: &'a [u8], max_depth: u32) -> Result<T, Re
     })
 }
 
+/// The checks of a publish (or, with `batch`, a batch) body that need no
+/// node or key: parsing, nesting, each message's channel and size. How
+/// many messages it holds, or the refusal's code. For the fuzz targets.
+pub(crate) fn check_body(
+    body: &[u8],
+    batch: bool,
+    limits: &Limits,
+) -> Result<usize, (StatusCode, ErrorCode)> {
+    let one = |m: &One<'_>| -> Result<(), Refused> {
+        channel::validate(&m.channel)
+            .map_err(|why| Refused::new(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, why))?;
+        if m.data.get().len() > limits.max_payload_bytes {
+            return Err(Refused::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorCode::PayloadTooLarge,
+                "",
+            ));
+        }
+        Ok(())
+    };
+    let refused = |r: Refused| (r.status, r.code);
+    if batch {
+        let b: Batch<'_> = parse(body, limits.max_json_depth.saturating_add(2)).map_err(refused)?;
+        for m in &b.messages {
+            one(m).map_err(refused)?;
+        }
+        Ok(b.messages.len())
+    } else {
+        let m: One<'_> = parse(body, limits.max_json_depth).map_err(refused)?;
+        one(&m).map_err(refused)?;
+        Ok(1)
+    }
+}
+
 /// `X-RateLimit-*` from the charge, and `Tidegate-Cost`: the units this
 /// request was charged.
 fn with_rate_headers(status: StatusCode, charge: &Charge, cost: u32) -> HttpResponseBuilder {
@@ -160,6 +195,22 @@ fn refuse(
     refusal_builder(builder, r.code, &r.message, retry)
 }
 
+/// 403 `banned` when an operator banned the key's account or the caller's
+/// address (§10), with `Retry-After` = the ban's remaining time.
+fn banned(req: &HttpRequest, node: &Node, key: &KeyState) -> Option<HttpResponse> {
+    let ip = super::request_ip(req, &node.config.load().node.trusted_proxies);
+    let ban = node.admin.bans.check(Some(&key.account), Some(ip))?;
+    Exceeded::new(Layer::Http, ErrorCode::Banned.as_str(), &key.account)
+        .reset(ban.remaining)
+        .emit(&node.metrics);
+    Some(super::refusal(
+        StatusCode::FORBIDDEN,
+        ErrorCode::Banned,
+        &ban.message(),
+        Some(ban.remaining),
+    ))
+}
+
 fn unauthorized(node: &Node) -> HttpResponse {
     refuse(
         node,
@@ -192,6 +243,9 @@ pub async fn publish(
     let Some(key) = authenticate(&req, &node) else {
         return unauthorized(&node);
     };
+    if let Some(refusal) = banned(&req, &node, &key) {
+        return refusal;
+    }
     let limits = node.config.load().account_limits(&key.account);
     // Room for the envelope around a maximal `data`.
     let body = match read_body(payload, limits.max_payload_bytes + 1024).await {
@@ -222,6 +276,9 @@ pub async fn publish_batch(
     let Some(key) = authenticate(&req, &node) else {
         return unauthorized(&node);
     };
+    if let Some(refusal) = banned(&req, &node, &key) {
+        return refusal;
+    }
     let config = node.config.load_full();
     let limits = config.account_limits(&key.account);
     let body = match read_body(payload, config.http.max_batch_bytes).await {

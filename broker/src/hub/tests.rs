@@ -107,6 +107,7 @@ async fn since_recovers_held_messages_or_says_it_cannot() {
     let (s, _) = sink(1, 1 << 20);
     let joined = hub.subscribe("doc:1", s.sub.clone(), Some(last - 2));
     assert_eq!(joined.recovered, Some(true));
+    assert_eq!(joined.position(), last, "the ack's seq: the last recovered");
     assert_eq!(
         joined.backlog.iter().map(|x| x.0).collect::<Vec<_>>(),
         [last - 1, last]
@@ -130,6 +131,87 @@ async fn since_recovers_held_messages_or_says_it_cannot() {
         Some(false),
         "an unknown channel cannot vouch for the past"
     );
+}
+
+#[actix_rt::test]
+async fn a_channel_has_a_position_before_its_first_message() {
+    let hub = hub(10);
+    let (s, _) = sink(1, 1 << 20);
+    let pos = hub.subscribe("doc:fresh", s.sub.clone(), None).position();
+    assert!(pos > 0, "a position to resume from");
+    assert_eq!(
+        hub.publish("doc:fresh", "1"),
+        pos + 1,
+        "live starts above it"
+    );
+    let again = hub.subscribe("doc:fresh", s.sub.clone(), Some(pos));
+    assert_eq!(
+        again.recovered,
+        Some(true),
+        "since the ack's seq is covered"
+    );
+    assert_eq!(again.backlog.len(), 1);
+    assert!(hub.is_subscribed("doc:fresh", 1));
+    assert!(!hub.is_subscribed("doc:fresh", 2));
+}
+
+/// A stand-in socket that records each message's conflation key.
+struct KeySink(Arc<Mutex<Vec<Option<Arc<str>>>>>);
+
+impl Actor for KeySink {
+    type Context = Context<Self>;
+}
+
+impl Handler<Deliver> for KeySink {
+    type Result = ();
+    fn handle(&mut self, msg: Deliver, _: &mut Context<Self>) {
+        if let Deliver::Message { key, .. } = msg {
+            self.0.lock().push(key);
+        }
+    }
+}
+
+#[actix_rt::test]
+async fn a_conflating_namespace_is_never_dropped_at_the_hub_and_carries_keys() {
+    let hub = hub(0);
+    let ns: std::collections::HashMap<String, crate::config::NamespaceSection> =
+        toml::from_str("[cur]\ndelivery = \"conflate\"\nconflation_key = \"/u\"\n").unwrap();
+    hub.set_delivery(DeliveryClasses::new(&ns));
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let addr = KeySink(got.clone()).start();
+    let gauge = Arc::new(OutboundGauge::new(16));
+    gauge.add(1024); // far over its mark
+    let sub = Subscriber {
+        conn: 1,
+        sink: addr.clone().recipient().into(),
+        gauge: gauge.clone(),
+    };
+    hub.subscribe("cur:1", sub.clone(), None);
+    hub.subscribe("doc:1", sub, None);
+    hub.publish("cur:1", r#"{"u":"ada"}"#);
+    hub.publish("cur:1", r#"{"v":1}"#);
+    hub.publish("doc:1", "1");
+    addr.send(Flush2).await.unwrap();
+    let keys: Vec<Option<String>> = got
+        .lock()
+        .iter()
+        .map(|k| k.as_deref().map(Into::into))
+        .collect();
+    assert_eq!(keys, vec![Some(r#""ada""#.into()), Some(String::new())]);
+    assert_eq!(
+        gauge.clear_congestion(),
+        1,
+        "only the queueing channel dropped"
+    );
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Flush2;
+
+impl Handler<Flush2> for KeySink {
+    type Result = ();
+    fn handle(&mut self, _: Flush2, _: &mut Context<Self>) {}
 }
 
 #[actix_rt::test]

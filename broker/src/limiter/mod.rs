@@ -5,7 +5,12 @@
 pub mod bucket;
 pub mod keyed;
 pub mod notice;
+pub mod sampled;
 
 pub use bucket::TokenBucket;
 pub use keyed::KeyedBuckets;
 pub use notice::{DropNotice, Due, PendingNotice};
+pub use sampled::SampledBucket;
+
+#[cfg(test)]
+mod properties;

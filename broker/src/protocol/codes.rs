@@ -27,11 +27,12 @@ pub enum ErrorCode {
     PayloadTooLarge,
     NotFound,
     Internal,
+    Banned,
 }
 
 impl ErrorCode {
     /// Every code, in table order (used by the SDK sync test and docs).
-    pub const ALL: [ErrorCode; 18] = [
+    pub const ALL: [ErrorCode; 19] = [
         ErrorCode::RateLimited,
         ErrorCode::AccountRateLimited,
         ErrorCode::TooManySubscriptions,
@@ -50,6 +51,7 @@ impl ErrorCode {
         ErrorCode::PayloadTooLarge,
         ErrorCode::NotFound,
         ErrorCode::Internal,
+        ErrorCode::Banned,
     ];
 
     /// The wire spelling.
@@ -73,6 +75,7 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::NotFound => "not_found",
             ErrorCode::Internal => "internal",
+            ErrorCode::Banned => "banned",
         }
     }
 
@@ -91,6 +94,7 @@ impl ErrorCode {
                 | ErrorCode::HandshakeRateLimited
                 | ErrorCode::TooManyConnections
                 | ErrorCode::Internal
+                | ErrorCode::Banned
         )
     }
 }
@@ -123,12 +127,13 @@ pub enum CloseCode {
     InternalError,
     ServiceRestart,
     TryAgainLater,
+    Operator,
     SlowConsumer,
     ConnectionCap,
 }
 
 impl CloseCode {
-    pub const ALL: [CloseCode; 10] = [
+    pub const ALL: [CloseCode; 11] = [
         CloseCode::GoingAway,
         CloseCode::ProtocolError,
         CloseCode::InvalidUtf8,
@@ -137,6 +142,7 @@ impl CloseCode {
         CloseCode::InternalError,
         CloseCode::ServiceRestart,
         CloseCode::TryAgainLater,
+        CloseCode::Operator,
         CloseCode::SlowConsumer,
         CloseCode::ConnectionCap,
     ];
@@ -152,6 +158,7 @@ impl CloseCode {
             CloseCode::InternalError => 1011,
             CloseCode::ServiceRestart => 1012,
             CloseCode::TryAgainLater => 1013,
+            CloseCode::Operator => 4003,
             CloseCode::SlowConsumer => 4008,
             CloseCode::ConnectionCap => 4029,
         }
@@ -168,6 +175,7 @@ impl CloseCode {
             CloseCode::InternalError => "INTERNAL_ERROR",
             CloseCode::ServiceRestart => "SERVICE_RESTART",
             CloseCode::TryAgainLater => "TRY_AGAIN_LATER",
+            CloseCode::Operator => "OPERATOR",
             CloseCode::SlowConsumer => "SLOW_CONSUMER",
             CloseCode::ConnectionCap => "CONNECTION_CAP",
         }
@@ -184,6 +192,9 @@ impl CloseCode {
             CloseCode::InternalError => "internal error",
             CloseCode::ServiceRestart => "service restart: reconnect with jittered backoff",
             CloseCode::TryAgainLater => "node overloaded: try again later",
+            // The generic one; operator closes send `disconnected` or
+            // `banned` instead (§4: the reason says which).
+            CloseCode::Operator => "disconnected",
             CloseCode::SlowConsumer => "slow consumer: stayed above the outbound high-water mark",
             CloseCode::ConnectionCap => "account connection cap reached",
         }

@@ -96,10 +96,47 @@ pub fn text(payload: &[u8]) -> Bytes {
     frame(OP_TEXT, payload.len(), |buf| buf.put_slice(payload))
 }
 
+/// The payload of a frame this module built (after its 2-, 4- or 10-byte
+/// header; server frames are never masked).
+pub fn payload(frame: &[u8]) -> &[u8] {
+    let head = match frame.get(1).map(|b| b & 0x7f) {
+        Some(126) => 4,
+        Some(127) => 10,
+        Some(_) => 2,
+        None => return &[],
+    };
+    frame.get(head..).unwrap_or(&[])
+}
+
+/// A message frame marked `"conflated":true` (§11: it replaced unsent
+/// messages with the same key, so a `seq` gap before it is expected).
+/// Built per socket, only when a replacement happens.
+pub fn conflated(message: &[u8]) -> Bytes {
+    const TYPE: &[u8] = br#"{"type":"message","#;
+    let json = payload(message);
+    let at = if json.starts_with(TYPE) {
+        TYPE.len()
+    } else {
+        1
+    };
+    let flag = br#""conflated":true,"#;
+    frame(OP_TEXT, json.len() + flag.len(), |buf| {
+        buf.put_slice(&json[..at.min(json.len())]);
+        buf.put_slice(flag);
+        buf.put_slice(&json[at.min(json.len())..]);
+    })
+}
+
 pub fn close(code: CloseCode) -> Bytes {
-    frame(OP_CLOSE, 2 + code.reason().len(), |buf| {
+    close_because(code, code.reason())
+}
+
+/// A close frame with its own reason (≤ 123 bytes), for codes whose reason
+/// varies (4003: `disconnected` or `banned`).
+pub fn close_because(code: CloseCode, reason: &str) -> Bytes {
+    frame(OP_CLOSE, 2 + reason.len(), |buf| {
         buf.put_u16(code.code());
-        buf.put_slice(code.reason().as_bytes());
+        buf.put_slice(reason.as_bytes());
     })
 }
 
@@ -292,14 +329,6 @@ pub fn budget(id: Option<&RawValue>, connection: BudgetView, account: Option<Bud
 mod tests {
     use super::*;
 
-    fn payload(frame: &Bytes) -> &[u8] {
-        match frame[1] {
-            126 => &frame[4..],
-            127 => &frame[10..],
-            _ => &frame[2..],
-        }
-    }
-
     #[test]
     fn message_data_is_the_verbatim_data() {
         for size in [3, 200, 70_000] {
@@ -323,6 +352,18 @@ mod tests {
         );
         let v: serde_json::Value = serde_json::from_slice(payload(&f)).unwrap();
         assert_eq!(v["seq"], 1188);
+    }
+
+    #[test]
+    fn a_conflated_message_says_so_and_keeps_everything_else() {
+        for data in [r#"{"x":1}"#.to_owned(), format!("\"{}\"", "y".repeat(200))] {
+            let f = conflated(&message("cur:1", 9, &data));
+            let v: serde_json::Value = serde_json::from_slice(payload(&f)).unwrap();
+            assert_eq!(v["conflated"], true);
+            assert_eq!(v["type"], "message");
+            assert_eq!(v["seq"], 9);
+            assert_eq!(v["data"].to_string(), data);
+        }
     }
 
     #[test]

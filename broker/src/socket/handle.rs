@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 
 use super::inbound::{InError, InFrame};
 use super::{Shadow, Socket, Verdict};
-use crate::account::{Balance, Charge};
+use crate::account::{Balance, Charge, Sample};
 use crate::exceeded::Exceeded;
 use crate::limiter::Due;
 use crate::metrics::Layer;
@@ -152,9 +152,8 @@ impl Socket {
             return;
         }
         self.node.metrics.messages_in.inc();
-        let charge = self.sampler.admit(cost);
-        if charge > 0 {
-            self.charge_account(charge, ctx);
+        if let Some(sample) = self.sampler.admit(cost, now) {
+            self.charge_account(sample, ctx);
         }
         self.execute(frame, ctx);
         self.maybe_budget_frame(now);
@@ -246,12 +245,13 @@ impl Socket {
         }
     }
 
-    fn charge_account(&mut self, units: u32, ctx: &mut Context<Self>) {
+    fn charge_account(&mut self, sample: Sample, ctx: &mut Context<Self>) {
         let Some(slot) = &self.slots.account else {
             return;
         };
         let charge = slot.addr.send(Charge {
-            units,
+            units: sample.units,
+            since: sample.since,
             limits: self.limits().clone(),
         });
         ctx.spawn(charge.into_actor(self).map(|view, act, _| {

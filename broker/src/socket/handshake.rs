@@ -15,7 +15,6 @@ use crate::auth::AuthError;
 use crate::cluster::scale_cap;
 use crate::config::{Config, LimitName, Limits};
 use crate::exceeded::Exceeded;
-use crate::gate::client_ip;
 use crate::http::refusal;
 use crate::metrics::Layer;
 use crate::node::Node;
@@ -84,12 +83,7 @@ struct Admitted {
 async fn admit(req: &HttpRequest, node: &Arc<Node>, config: &Config) -> Result<Admitted, Refused> {
     let now = Instant::now();
     let hs = &config.handshake;
-    let peer = req.peer_addr().map_or([127, 0, 0, 1].into(), |a| a.ip());
-    let xff = req
-        .headers()
-        .get("x-forwarded-for")
-        .and_then(|v| v.to_str().ok());
-    let ip = client_ip(peer, xff, &config.node.trusted_proxies);
+    let ip = crate::http::request_ip(req, &config.node.trusted_proxies);
     let ip_text = ip.to_string();
     let event = |reason: ErrorCode, account: &str, reset: Duration| {
         Exceeded::new(Layer::Handshake, reason.as_str(), account)
@@ -222,6 +216,8 @@ async fn admit(req: &HttpRequest, node: &Arc<Node>, config: &Config) -> Result<A
         .emit(&node.metrics);
     }
     if let Err(cap) = reserved {
+        node.webhooks
+            .limit_exceeded(&claims.sub, ErrorCode::TooManyConnections.as_str(), None);
         return Err(refused(
             StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::TooManyConnections,
@@ -230,6 +226,21 @@ async fn admit(req: &HttpRequest, node: &Arc<Node>, config: &Config) -> Result<A
                 claims.sub, cap.open, cap.max
             ),
             Some(cap_retry),
+        ));
+    }
+    // Last in §1's order: an operator's ban of the account or the address
+    // (cluster-wide, checked in this node's copy of the ban list).
+    if let Some(ban) = node.admin.bans.check(Some(&claims.sub), Some(ip)) {
+        node.bridge.release_connection(&claims.sub);
+        Exceeded::new(Layer::Handshake, ErrorCode::Banned.as_str(), &claims.sub)
+            .conn(&ip_text)
+            .reset(ban.remaining)
+            .emit(&node.metrics);
+        return Err(refused(
+            StatusCode::FORBIDDEN,
+            ErrorCode::Banned,
+            ban.message(),
+            Some(ban.remaining),
         ));
     }
     let conn = node.next_conn();
@@ -243,6 +254,7 @@ async fn admit(req: &HttpRequest, node: &Arc<Node>, config: &Config) -> Result<A
             conn,
             label: format!("{}-{conn:x}", config.node.id).into(),
             account: claims.sub.as_str().into(),
+            ip,
             role: claims.role.clone(),
             plan: claims.plan.clone(),
             grants: claims.grants(),
@@ -260,6 +272,7 @@ pub async fn upgrade(
     payload: web::Payload,
     node: web::Data<Arc<Node>>,
 ) -> HttpResponse {
+    let started = Instant::now();
     let node = node.get_ref().clone();
     let config = node.config.load_full();
 
@@ -268,6 +281,7 @@ pub async fn upgrade(
         Ok(r) => r,
         Err(e) => {
             Exceeded::new(Layer::Handshake, ErrorCode::BadRequest.as_str(), "").emit(&node.metrics);
+            node.metrics.handshake_done("refused", started);
             let message = format!("not a WebSocket upgrade: {e}");
             return refusal(
                 StatusCode::BAD_REQUEST,
@@ -279,8 +293,12 @@ pub async fn upgrade(
     };
     let admitted = match admit(&req, &node, &config).await {
         Ok(a) => a,
-        Err(r) => return refusal(r.status, r.code, &r.message, r.retry),
+        Err(r) => {
+            node.metrics.handshake_done("refused", started);
+            return refusal(r.status, r.code, &r.message, r.retry);
+        }
     };
+    node.metrics.handshake_done("accepted", started);
     if offered(&req).any(|p| p == SUBPROTOCOL) {
         response.insert_header((
             header::SEC_WEBSOCKET_PROTOCOL,

@@ -74,11 +74,30 @@ struct Partial {
     data: BytesMut,
 }
 
-pub struct Inbound {
-    payload: Payload,
+/// The bytes a client sent, as the broker decodes them: WebSocket frames
+/// and fragmented messages reassembled under a size limit. Separate from
+/// the socket's stream so it can be driven (and fuzzed) from plain bytes.
+pub struct WsDecoder {
     buf: BytesMut,
     codec: Codec,
     partial: Option<Partial>,
+}
+
+impl Default for WsDecoder {
+    fn default() -> Self {
+        WsDecoder {
+            buf: BytesMut::new(),
+            // The payload limit is enforced below, before buffering; the
+            // codec's own limit only needs to be out of its way.
+            codec: Codec::new().max_size(usize::MAX >> 1),
+            partial: None,
+        }
+    }
+}
+
+pub struct Inbound {
+    payload: Payload,
+    decoder: WsDecoder,
     gate: Rc<Gate>,
     eof: bool,
 }
@@ -87,19 +106,23 @@ impl Inbound {
     pub fn new(payload: Payload, gate: Rc<Gate>) -> Inbound {
         Inbound {
             payload,
-            buf: BytesMut::new(),
-            // The payload limit is enforced below, before buffering; the
-            // codec's own limit only needs to be out of its way.
-            codec: Codec::new().max_size(usize::MAX >> 1),
-            partial: None,
+            decoder: WsDecoder::default(),
             gate,
             eof: false,
         }
     }
+}
 
-    /// Decodes one frame from the buffer, if a whole one is there.
-    fn decode(&mut self) -> Result<Option<InFrame>, InError> {
-        let max = self.gate.max_size.get();
+impl WsDecoder {
+    /// Bytes read from the socket.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Decodes one frame (a whole message, once reassembled) from what
+    /// was fed, if a whole one is there; messages over `max` bytes are
+    /// refused from their header, before their payload is buffered.
+    pub fn decode(&mut self, max: usize) -> Result<Option<InFrame>, InError> {
         loop {
             // Refuse an oversized frame from its header, before its
             // payload is buffered (a 1 GiB length must not cost 1 GiB).
@@ -183,7 +206,7 @@ impl Stream for Inbound {
                 this.gate.waker.set(Some(cx.waker().clone()));
                 return Poll::Pending;
             }
-            match this.decode() {
+            match this.decoder.decode(this.gate.max_size.get()) {
                 Ok(Some(frame)) => return Poll::Ready(Some(Ok(frame))),
                 Ok(None) => {}
                 Err(e) => {
@@ -192,7 +215,7 @@ impl Stream for Inbound {
                 }
             }
             match Pin::new(&mut this.payload).poll_next(cx) {
-                Poll::Ready(Some(Ok(chunk))) => this.buf.extend_from_slice(&chunk),
+                Poll::Ready(Some(Ok(chunk))) => this.decoder.feed(&chunk),
                 Poll::Ready(Some(Err(_))) | Poll::Ready(None) => {
                     this.eof = true;
                     return Poll::Ready(None);

@@ -7,8 +7,9 @@ mod admission;
 mod channels;
 mod handle;
 pub mod handshake;
-mod inbound;
+pub(crate) mod inbound;
 mod outbox;
+mod queue;
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -46,6 +47,8 @@ pub struct Identity {
     /// `node-hex`, as shown to the client.
     pub label: Arc<str>,
     pub account: Arc<str>,
+    /// The client address the handshake saw (after trusted proxies).
+    pub ip: std::net::IpAddr,
     pub role: Option<String>,
     pub plan: Option<String>,
     pub grants: Grants,
@@ -105,16 +108,35 @@ impl Socket {
     /// client frames, and drop the TCP connection if the close frame is not
     /// delivered within `close_timeout_ms`.
     fn close(&mut self, ctx: &mut Context<Self>, code: CloseCode) {
+        self.close_because(ctx, code, code.reason());
+    }
+
+    /// [`Socket::close`] with a reason of the caller's (an operator's
+    /// `disconnected` or `banned`).
+    fn close_because(&mut self, ctx: &mut Context<Self>, code: CloseCode, reason: &str) {
         if self.closing {
             return;
         }
         self.closing = true;
         let _e = self.span.enter();
-        tracing::info!(code = code.code(), reason = code.reason(), "closing socket");
+        tracing::info!(code = code.code(), reason, "closing socket");
         if code == CloseCode::SlowConsumer {
             self.outbox.discard_queued();
         }
-        self.send(wire::close(code));
+        // The account-level closes are `limit.exceeded` webhooks (§9).
+        let event = match code {
+            CloseCode::PolicyViolation => {
+                Some(crate::protocol::ErrorCode::AccountRateLimited.as_str())
+            }
+            CloseCode::SlowConsumer => Some(crate::protocol::ErrorCode::SlowConsumer.as_str()),
+            _ => None,
+        };
+        if let Some(event) = event {
+            self.node
+                .webhooks
+                .limit_exceeded(&self.id.account, event, Some(code.code()));
+        }
+        self.send(wire::close_because(code, reason));
         let timeout = Duration::from_millis(self.node.config.load().socket.close_timeout_ms);
         ctx.run_later(timeout, |act, ctx| {
             act.outbox.abort();
@@ -156,7 +178,9 @@ impl Actor for Socket {
             self.id.conn,
             crate::node::SocketHandle {
                 addr: ctx.address(),
+                label: self.id.label.clone(),
                 account: self.id.account.clone(),
+                ip: self.id.ip,
                 plan: self.id.plan.clone(),
                 gauge: self.gauge.clone(),
             },
@@ -228,22 +252,28 @@ impl Handler<Deliver> for Socket {
                 channel,
                 seq,
                 frame,
-            } => self.deliver(&channel, seq, frame),
-            Deliver::Congested => {
-                if self.congested_since.is_none() {
-                    self.congested_since = Some(Instant::now());
-                    let grace = Duration::from_millis(self.limits().outbound_grace_ms);
-                    ctx.run_later(grace, move |act, ctx| {
-                        if act
-                            .congested_since
-                            .is_some_and(|since| since.elapsed() >= grace)
-                        {
-                            act.socket_event(Layer::Outbound, "slow_consumer_closed");
-                            act.close(ctx, CloseCode::SlowConsumer);
-                        }
-                    });
+                key,
+            } => self.deliver(&channel, seq, frame, key, ctx),
+            Deliver::Congested => self.congested(ctx),
+        }
+    }
+}
+
+impl Socket {
+    /// A drop episode began: close with 4008 if it outlasts the grace.
+    fn congested(&mut self, ctx: &mut Context<Self>) {
+        if self.congested_since.is_none() {
+            self.congested_since = Some(Instant::now());
+            let grace = Duration::from_millis(self.limits().outbound_grace_ms);
+            ctx.run_later(grace, move |act, ctx| {
+                if act
+                    .congested_since
+                    .is_some_and(|since| since.elapsed() >= grace)
+                {
+                    act.socket_event(Layer::Outbound, "slow_consumer_closed");
+                    act.close(ctx, CloseCode::SlowConsumer);
                 }
-            }
+            });
         }
     }
 }
@@ -280,6 +310,8 @@ pub struct CloseWith {
     pub code: CloseCode,
     /// An error frame to send just before the close frame.
     pub notice: Option<crate::protocol::ErrorCode>,
+    /// The close frame's reason when not the code's own.
+    pub reason: Option<&'static str>,
 }
 
 impl Handler<CloseWith> for Socket {
@@ -291,7 +323,7 @@ impl Handler<CloseWith> for Socket {
         {
             self.send(wire::ErrorFrame::new(code).encode());
         }
-        self.close(ctx, msg.code);
+        self.close_because(ctx, msg.code, msg.reason.unwrap_or(msg.code.reason()));
     }
 }
 

@@ -13,7 +13,6 @@
 //! the server-side equivalent of a browser's `bufferedAmount`.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -24,6 +23,7 @@ use actix::{Message, Recipient};
 use actix_web::body::{BodySize, MessageBody};
 use bytes::Bytes;
 
+use super::queue::{Keyed, OutQueue};
 use crate::hub::OutboundGauge;
 
 /// Sent to the socket when a congested outbox drains below its mark.
@@ -43,7 +43,7 @@ enum State {
 }
 
 struct Shared {
-    queue: VecDeque<Bytes>,
+    queue: OutQueue,
     waker: Option<Waker>,
     state: State,
 }
@@ -64,7 +64,7 @@ pub struct OutboxBody {
 impl Outbox {
     pub fn new(gauge: Arc<OutboundGauge>, on_drain: Recipient<Drained>) -> (Outbox, OutboxBody) {
         let shared = Rc::new(RefCell::new(Shared {
-            queue: VecDeque::new(),
+            queue: OutQueue::default(),
             waker: None,
             state: State::Open,
         }));
@@ -89,10 +89,44 @@ impl Outbox {
             self.gauge.release(frame.len());
             return;
         }
-        s.queue.push_back(frame);
+        s.queue.push(frame);
         if let Some(w) = s.waker.take() {
             w.wake();
         }
+    }
+
+    /// Queues a message of a conflating channel whose bytes the hub already
+    /// counted, replacing the unsent one with the same key (§11) and
+    /// keeping the gauge exact. A new key is refused (and released) when
+    /// the unsent keyed frames would pass the high-water mark: the caller
+    /// counts it as a drop.
+    pub fn push_conflated(&self, channel: &Arc<str>, key: Arc<str>, frame: Bytes) -> Keyed {
+        let mut s = self.shared.borrow_mut();
+        let len = frame.len();
+        if s.state != State::Open {
+            // Discarded, as `push_reserved` does: nobody will read it.
+            drop(s);
+            self.gauge.release(len);
+            return Keyed::Queued(0);
+        }
+        let done = s
+            .queue
+            .push_keyed(channel, key, frame, self.gauge.high_water());
+        match done {
+            Keyed::Queued(_) => {}
+            Keyed::Replaced { old, new } => {
+                self.gauge.add(new);
+                self.gauge.release(old + len);
+            }
+            Keyed::Refused => {
+                self.gauge.release(len);
+                return done;
+            }
+        }
+        if let Some(w) = s.waker.take() {
+            w.wake();
+        }
+        done
     }
 
     /// Queues a frame the socket itself produced (acks, errors, pings).
@@ -104,9 +138,7 @@ impl Outbox {
     /// Throws away what is queued (a slow consumer being closed will not
     /// read it anyway); returns the bytes discarded.
     pub fn discard_queued(&self) -> usize {
-        let mut s = self.shared.borrow_mut();
-        let bytes: usize = s.queue.drain(..).map(|b| b.len()).sum();
-        drop(s);
+        let bytes = self.shared.borrow_mut().queue.clear();
         self.gauge.release(bytes);
         bytes
     }
@@ -147,7 +179,7 @@ impl MessageBody for OutboxBody {
     ) -> Poll<Option<Result<Bytes, io::Error>>> {
         let this = self.get_mut();
         let mut s = this.shared.borrow_mut();
-        if let Some(frame) = s.queue.pop_front() {
+        if let Some(frame) = s.queue.pop() {
             let left = this.gauge.release(frame.len());
             if this.gauge.is_congested() && left < this.gauge.high_water() {
                 this.on_drain.do_send(Drained);
@@ -172,7 +204,7 @@ impl Drop for OutboxBody {
     fn drop(&mut self) {
         let mut s = self.shared.borrow_mut();
         s.state = State::Gone;
-        let bytes: usize = s.queue.drain(..).map(|b| b.len()).sum();
+        let bytes = s.queue.clear();
         self.gauge.release(bytes);
     }
 }

@@ -14,7 +14,8 @@ async fn publish_reaches_every_subscriber_in_seq_order_with_acks() {
         let ack = c
             .call(json!({"type":"subscribe","channel":"doc:42"}), 1)
             .await;
-        assert_eq!(ack, json!({"type":"ack","id":1}));
+        assert_eq!((&ack["type"], &ack["id"]), (&json!("ack"), &json!(1)));
+        assert!(ack["seq"].is_u64(), "the channel's position (§11): {ack}");
         subs.push(c);
     }
     let mut publisher = broker.client("acme").await;
@@ -182,7 +183,11 @@ async fn since_recovers_missed_messages_after_the_ack_without_gap_or_duplicate()
             100,
         )
         .await;
-    assert_eq!(ack, json!({"type":"ack","id":100,"recovered":true}));
+    assert_eq!(
+        ack,
+        json!({"type":"ack","id":100,"recovered":true,"seq":first + 4}),
+        "the ack's seq is the last message recovered"
+    );
     // Published while the recovered ones are on their way: must follow them.
     p.call(json!({"type":"publish","channel":"doc:9","data":5}), 50)
         .await;
@@ -248,5 +253,6 @@ async fn string_ids_are_echoed_verbatim() {
     let mut c = broker.client("acme").await;
     c.send(json!({"type":"subscribe","channel":"doc:1","id":"sub-1"}))
         .await;
-    assert_eq!(c.next_json().await, json!({"type":"ack","id":"sub-1"}));
+    let ack = c.next_json().await;
+    assert_eq!((&ack["type"], &ack["id"]), (&json!("ack"), &json!("sub-1")));
 }

@@ -119,3 +119,80 @@ async fn serve_announces_its_port_and_answers() {
     assert_eq!(resp.status(), 200);
     child.kill().await.unwrap();
 }
+
+#[test]
+fn the_crates_embedded_config_is_the_repo_roots() {
+    let root =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../config.toml")).unwrap();
+    assert!(
+        root == tidegate::config::DEFAULT_TOML,
+        "broker/config.toml (compiled in) differs from config.toml: cp config.toml broker/config.toml"
+    );
+}
+
+#[tokio::test]
+async fn healthcheck_exits_0_for_a_live_node_and_1_otherwise() {
+    let broker = crate::common::Broker::start("");
+    let ok = tokio::process::Command::new(BIN)
+        .arg("healthcheck")
+        .arg(broker.addr.to_string())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap();
+    drop(closed);
+    let down = tokio::process::Command::new(BIN)
+        .arg("healthcheck")
+        .arg(addr.to_string())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(down.status.code(), Some(1));
+}
+
+#[test]
+fn log_format_json_writes_one_json_object_per_line() {
+    use std::io::BufRead;
+    let dir = std::env::temp_dir().join(format!("tidegate-cli-log-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("json.toml");
+    let repo_config = include_str!("../../../config.toml");
+    let json_config = repo_config.replace("format = \"text\"", "format = \"json\"");
+    assert_ne!(
+        json_config, repo_config,
+        "the shipped config has [log] format"
+    );
+    std::fs::write(&file, json_config).unwrap();
+    let mut child = Command::new(BIN)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--grpc-listen",
+            "127.0.0.1:0",
+            "--config",
+        ])
+        .arg(&file)
+        .env_remove("TIDEGATE_LOG_FORMAT")
+        .env("RUST_LOG", "warn,tidegate=info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
+    assert_eq!(v["target"], "tidegate::server", "{line}");
+    assert_eq!(v["fields"]["message"], "serving");
+    assert_eq!(v["level"], "INFO");
+}

@@ -96,6 +96,94 @@ async fn a_message_published_on_any_node_reaches_every_subscriber_once_in_order(
         on_b.call(json!({"type":"budget"}), 9).await["type"],
         "budget"
     );
+    // Each Redis script call is timed, by script.
+    let text = a.metrics().await;
+    let count = |s: &str| {
+        metric_value(
+            &text,
+            &format!("tidegate_redis_script_duration_seconds_count{{script=\"{s}\"}}"),
+        )
+    };
+    assert!(count("publish") >= 10.0, "{text}");
+    assert!(count("bucket") >= 1.0, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_subscribe_ack_carries_the_cluster_position_on_every_node() {
+    let redis = RedisServer::start();
+    let p = prefix();
+    let (a, b) = (node(&redis, "a", &p, ""), node(&redis, "b", &p, ""));
+    bridge_up(&a, true).await;
+    bridge_up(&b, true).await;
+    // A channel no node has seen: the position exists before any message,
+    // and the first publish, wherever it happens, is right above it.
+    let mut on_b = b.client("s").await;
+    let ack = on_b
+        .call(json!({"type":"subscribe","channel":"doc:p"}), 1)
+        .await;
+    let pos = ack["seq"].as_u64().expect("the ack carries seq");
+    let mut pub_a = a.client("p").await;
+    let first = pub_a
+        .call(json!({"type":"publish","channel":"doc:p","data":1}), 2)
+        .await;
+    assert_eq!(first["seq"].as_u64(), Some(pos + 1));
+    assert_eq!(messages(&mut on_b, 1).await[0].0, pos + 1);
+    // A node that has never held the channel answers with the cluster's
+    // last seq; `since` from the first ack recovers what followed.
+    let mut on_a = a.client("s2").await;
+    let ack = on_a
+        .call(json!({"type":"subscribe","channel":"doc:p","since":pos}), 3)
+        .await;
+    assert_eq!(
+        (ack["recovered"].clone(), ack["seq"].as_u64()),
+        (json!(true), Some(pos + 1))
+    );
+    assert_eq!(messages(&mut on_a, 1).await[0].0, pos + 1);
+    let mut fresh = b.client("s3").await;
+    let ack = fresh
+        .call(json!({"type":"subscribe","channel":"doc:p"}), 4)
+        .await;
+    assert_eq!(ack["seq"].as_u64(), Some(pos + 1));
+}
+
+/// Redis subscribers of a channel's topic (the nodes listening to it).
+async fn listeners(redis: &RedisServer, prefix: &str, channel: &str) -> u64 {
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let (_, n): (String, u64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(format!("{prefix}ch:{channel}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribing_again_to_recover_does_not_keep_the_node_listening_after_unsubscribe() {
+    let redis = RedisServer::start();
+    let p = prefix();
+    let a = node(&redis, "a", &p, "");
+    bridge_up(&a, true).await;
+    let mut c = subscribed(&a, "s", "doc:r").await;
+    let pos = c
+        .call(json!({"type":"subscribe","channel":"doc:r"}), 2)
+        .await["seq"]
+        .as_u64()
+        .unwrap();
+    // What the SDK does after slow_consumer: the same channel, with since.
+    let ack = c
+        .call(json!({"type":"subscribe","channel":"doc:r","since":pos}), 3)
+        .await;
+    assert_eq!(ack["recovered"], true, "{ack}");
+    assert_eq!(listeners(&redis, &p, "doc:r").await, 1);
+    c.call(json!({"type":"unsubscribe","channel":"doc:r"}), 4)
+        .await;
+    let deadline = Instant::now() + PATIENCE;
+    while listeners(&redis, &p, "doc:r").await != 0 {
+        assert!(Instant::now() < deadline, "the node still listens to doc:r");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,7 +340,7 @@ async fn a_redis_outage_keeps_local_traffic_and_delivery_resumes_when_it_returns
     let text = a.metrics().await;
     assert_eq!(metric_value(&text, "tidegate_cluster_bridge_up"), 0.0);
     assert_eq!(
-        metric_value(&text, "tidegate_cluster_bridge_pending"),
+        metric_value(&text, "tidegate_cluster_bridge_pending_commands"),
         0.0,
         "nothing queued toward Redis"
     );

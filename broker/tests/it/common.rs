@@ -189,14 +189,45 @@ pub fn refusal(
                 .headers()
                 .get("retry-after")
                 .and_then(|v| v.to_str().ok()?.parse().ok());
-            Err((
-                resp.status().as_u16(),
-                serde_json::from_slice(&body).unwrap_or(Value::Null),
-                retry,
-            ))
+            let status = resp.status().as_u16();
+            let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            check_refusal_body(status, &body, retry);
+            Err((status, body, retry))
         }
         Err(e) => panic!("connection failed without an HTTP answer: {e}"),
     }
+}
+
+/// Every HTTP refusal's body (§1): `error`, `message`, and `retryAfterMs`,
+/// which agrees with `Retry-After` when there is one and is 0 without it
+/// (waiting cannot help).
+pub fn check_refusal_body(status: u16, body: &Value, retry_after: Option<u64>) {
+    assert!(status >= 400, "not a refusal: {status}");
+    assert!(body["error"].as_str().is_some(), "{status} {body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    let ms = body["retryAfterMs"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{status} refusal without retryAfterMs: {body}"));
+    match retry_after {
+        Some(secs) => assert_eq!(secs, ms.div_ceil(1000).max(1), "{body}"),
+        None => assert_eq!(ms, 0, "{body}"),
+    }
+}
+
+/// Reads an HTTP refusal, checks its body (see [`check_refusal_body`]) and
+/// returns it.
+pub async fn refusal_json(resp: reqwest::Response) -> Value {
+    let status = resp.status().as_u16();
+    let retry = resp
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    let body: Value = resp.json().await.expect("a JSON refusal body");
+    check_refusal_body(status, &body, retry);
+    body
 }
 
 pub fn metric_value(text: &str, series: &str) -> f64 {

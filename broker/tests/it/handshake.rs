@@ -2,22 +2,14 @@
 
 use serde_json::Value;
 use tidegate::auth::{Claims, unix_now};
-use tokio_tungstenite::tungstenite;
 
 use crate::common::{Broker, Client};
 
 /// The status and JSON body of a refused upgrade.
 async fn refused(broker: &Broker, token: &str) -> (u16, Value) {
-    match Client::connect(&broker.ws_url(), token).await {
-        Err(tungstenite::Error::Http(resp)) => {
-            let body = resp.body().clone().unwrap_or_default();
-            (
-                resp.status().as_u16(),
-                serde_json::from_slice(&body).expect("JSON error body"),
-            )
-        }
+    match broker.try_connect(token).await {
+        Err((status, body, _)) => (status, body),
         Ok(_) => panic!("upgrade was accepted"),
-        Err(e) => panic!("unexpected error {e}"),
     }
 }
 
@@ -134,6 +126,6 @@ async fn plain_get_is_not_an_upgrade() {
     let broker = Broker::start("");
     let resp = reqwest::get(broker.url("/v1/ws")).await.unwrap();
     assert_eq!(resp.status(), 400);
-    let body: Value = resp.json().await.unwrap();
+    let body = crate::common::refusal_json(resp).await;
     assert_eq!(body["error"], "bad_request");
 }

@@ -70,17 +70,22 @@ async fn open_sockets_per_ip_are_capped_and_forwarded_for_is_trusted_only_from_p
         Some(429)
     );
 
-    let broker =
-        Broker::start("[node]\ntrusted_proxies = [\"127.0.0.1\"]\n[handshake]\nip_max_open = 1\n");
-    let t = |n: u32| broker.token(&format!("u{n}"));
-    let _c = via_proxy(&broker, &t(1), "203.0.113.1").await.unwrap();
-    let _d = via_proxy(&broker, &t(2), "203.0.113.2, 127.0.0.1")
-        .await
-        .unwrap();
-    assert_eq!(
-        via_proxy(&broker, &t(3), "203.0.113.1").await.err(),
-        Some(429)
-    );
+    // A single address and a CIDR range (load balancers come from a subnet).
+    for proxies in ["\"127.0.0.1\"", "\"127.0.0.0/8\", \"10.0.0.0/8\""] {
+        let broker = Broker::start(&format!(
+            "[node]\ntrusted_proxies = [{proxies}]\n[handshake]\nip_max_open = 1\n"
+        ));
+        let t = |n: u32| broker.token(&format!("u{n}"));
+        let _c = via_proxy(&broker, &t(1), "203.0.113.1").await.unwrap();
+        let _d = via_proxy(&broker, &t(2), "203.0.113.2, 127.0.0.1")
+            .await
+            .unwrap();
+        assert_eq!(
+            via_proxy(&broker, &t(3), "203.0.113.1").await.err(),
+            Some(429),
+            "trusted_proxies = [{proxies}]"
+        );
+    }
 }
 
 #[tokio::test]

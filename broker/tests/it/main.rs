@@ -3,11 +3,16 @@
 
 mod common;
 
+mod account_precision;
 mod accounts;
+mod admin;
 mod bad_input;
 mod channels;
 mod cli;
+mod cli_env;
 mod cluster;
+mod delivery;
+mod fuzz_bounded;
 mod grpc;
 mod grpc_cluster;
 mod grpc_stream;
@@ -18,6 +23,10 @@ mod http_publish;
 mod inbound_limits;
 mod ops;
 mod process;
+mod receiver;
 mod redis_server;
 mod rules;
 mod slow_consumer;
+mod webhooks;
+mod webhooks_cluster;
+mod webhooks_input;

@@ -18,8 +18,15 @@ async fn health_and_readiness() {
     let missing = reqwest::get(broker.url("/nope")).await.unwrap();
     assert_eq!(missing.status(), 404);
     assert_eq!(
-        missing.json::<serde_json::Value>().await.unwrap()["error"],
+        crate::common::refusal_json(missing).await["error"],
         "not_found"
+    );
+    // A known path with the wrong method is refused in the same shape.
+    let wrong = reqwest::get(broker.url("/v1/publish")).await.unwrap();
+    assert_eq!(wrong.status(), 405);
+    assert_eq!(
+        crate::common::refusal_json(wrong).await["error"],
+        "bad_request"
     );
 }
 
@@ -45,6 +52,36 @@ async fn metrics_count_connections_messages_and_rejections() {
         1.0
     );
     assert!(text.contains("tidegate_cluster_bridge_up"));
+    // Latency histograms, the version and the process's own gauges.
+    assert!(
+        v("tidegate_delivery_duration_seconds_count") >= 1.0,
+        "{text}"
+    );
+    assert!(v("tidegate_delivery_duration_seconds_sum") > 0.0, "{text}");
+    assert_eq!(
+        v(r#"tidegate_handshake_duration_seconds_count{outcome="accepted"}"#),
+        1.0
+    );
+    assert_eq!(
+        v(&format!(
+            "tidegate_build_info{{version=\"{}\"}}",
+            env!("CARGO_PKG_VERSION")
+        )),
+        1.0
+    );
+    assert!(v("tidegate_process_resident_memory_bytes") > 0.0, "{text}");
+    assert!(v("tidegate_process_open_fds") > 0.0, "{text}");
+    assert!(v("tidegate_process_max_fds") >= v("tidegate_process_open_fds"));
+    let refused = broker.try_connect("not-a-token").await;
+    assert!(refused.is_err());
+    let text = broker.metrics().await;
+    assert_eq!(
+        crate::common::metric_value(
+            &text,
+            r#"tidegate_handshake_duration_seconds_count{outcome="refused"}"#
+        ),
+        1.0
+    );
     drop(c);
     // The close is observed by the broker asynchronously; wait for the
     // gauge to reflect it rather than sleeping a fixed time.

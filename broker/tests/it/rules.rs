@@ -141,7 +141,9 @@ async fn dry_run_limits_observe_and_count_without_refusing() {
     }
     let text = broker.metrics().await;
     let v = |s: &str| crate::common::metric_value(&text, s);
-    assert!(v(r#"tidegate_dry_run_total{layer="connection",reason="rate_limited"}"#) >= 30.0);
+    assert!(
+        v(r#"tidegate_dry_run_rejections_total{layer="connection",reason="rate_limited"}"#) >= 30.0
+    );
     assert_eq!(
         v(r#"tidegate_rejections_total{layer="connection",reason="rate_limited"}"#),
         0.0

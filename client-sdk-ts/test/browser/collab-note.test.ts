@@ -11,7 +11,9 @@ import { join } from "node:path";
 import WebSocket from "ws";
 import { chromium, type Browser } from "playwright-core";
 import { TidegateClient } from "../../src/client.js";
-import { brokerConfig, REPO_ROOT, SDK_ROOT, startBroker, TEST_BASE, type Broker } from "../helpers/broker.js";
+import { brokerConfig, merge, REPO_ROOT, SDK_ROOT, startBroker, TEST_BASE, type Broker } from "../helpers/broker.js";
+import { DropProxy } from "../helpers/proxy.js";
+import { publishBatches, SLOW_READER } from "../helpers/slow.js";
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 const SCREENSHOT = join(SDK_ROOT, "test-results", "browser.png");
@@ -19,6 +21,7 @@ const SCREENSHOT = join(SDK_ROOT, "test-results", "browser.png");
 let broker: Broker;
 let browser: Browser;
 let site: { url: string; stop(): Promise<void> };
+let proxy: DropProxy;
 
 before(async () => {
   if (!existsSync(CHROMIUM)) {
@@ -27,7 +30,8 @@ before(async () => {
   if (!existsSync(join(SDK_ROOT, "dist", "tidegate.js"))) {
     throw new Error("dist/tidegate.js is missing: run `npm run build`");
   }
-  broker = await startBroker(brokerConfig(TEST_BASE));
+  broker = await startBroker(brokerConfig(merge(TEST_BASE, SLOW_READER)));
+  proxy = await DropProxy.start(broker.port);
   const serve = (await import(join(REPO_ROOT, "examples", "serve.mjs"))) as {
     startStaticServer(o: { port: number }): Promise<{ url: string; stop(): Promise<void> }>;
   };
@@ -50,6 +54,7 @@ before(async () => {
 });
 
 after(async () => {
+  await proxy?.stop();
   await browser?.close();
   await site?.stop();
   await broker?.stop();
@@ -113,5 +118,66 @@ test("the collab-note example connects, shows an HTTP publish, publishes keystro
   mkdirSync(join(SDK_ROOT, "test-results"), { recursive: true });
   await page.screenshot({ path: SCREENSHOT, fullPage: true });
   assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test("two pages of the demo see each other's cursor through the conflating cursor channel", async () => {
+  const token = await broker.token({ sub: ["note:*", "cursor:*"], pub: ["note:*", "cursor:*"] });
+  const query = new URLSearchParams({ url: broker.wsUrl, token, note: "cursors" });
+  const [a, b] = [await browser.newPage(), await browser.newPage()];
+  for (const p of [a, b]) {
+    await p.goto(`${site.url}/collab-note/?${query}`);
+    await p.waitForSelector('body[data-cursors="true"]', { timeout: 15_000 });
+  }
+  await a.click("#note");
+  await a.keyboard.type("hello cursors", { delay: 10 });
+  const userA = await a.evaluate(() => (window as unknown as { tidegateUser: string }).tidegateUser);
+  // b shows a's caret where a typed up to (the latest value, whatever came before).
+  const caret = await b.waitForSelector(`#cursor-view .caret[data-user="${userA}"][data-pos="13"]`, {
+    timeout: 10_000,
+  });
+  assert.ok(caret);
+  mkdirSync(join(SDK_ROOT, "test-results"), { recursive: true });
+  await b.screenshot({ path: join(SDK_ROOT, "test-results", "cursors.png"), fullPage: true });
+  await a.close();
+  await b.close();
+});
+
+test("in the browser, a subscriber made slow on purpose ends with every message, in order, once", async () => {
+  const token = await broker.token({});
+  const page = await browser.newPage();
+  await page.goto(`${site.url}/sdk/tidegate.js`);
+  // The app's whole code: connect and subscribe. The proxy in front of the
+  // broker stops reading, as a browser tab that cannot keep up would.
+  await page.evaluate(
+    async ({ sdk, url, token }) => {
+      const { TidegateClient } = await import(sdk);
+      const w = window as unknown as { got: number[]; slow: number; gaps: number };
+      w.got = [];
+      w.slow = 0;
+      w.gaps = 0;
+      const c = new TidegateClient({ url, token });
+      c.on("slowConsumer", () => (w.slow += 1));
+      c.on("gap", () => (w.gaps += 1));
+      await c.connect();
+      await c.subscribe("doc:browser", (data: { i: number }) => w.got.push(data.i));
+    },
+    { sdk: `${site.url}/sdk/tidegate.js`, url: proxy.wsUrl, token },
+  );
+  proxy.pauseDownstream();
+  const n = 2000;
+  const pad = "p".repeat(500);
+  await publishBatches(broker, "doc:browser", n, (i) => ({ i, pad }));
+  proxy.resumeDownstream();
+  await page.waitForFunction((n) => (window as unknown as { got: number[] }).got.length >= n, n, {
+    timeout: 30_000,
+  });
+  const { got, slow, gaps } = await page.evaluate(() => {
+    const w = window as unknown as { got: number[]; slow: number; gaps: number };
+    return { got: w.got, slow: w.slow, gaps: w.gaps };
+  });
+  assert.ok(slow > 0, "the broker dropped some and said so");
+  assert.equal(gaps, 0);
+  assert.deepEqual(got, Array.from({ length: n }, (_, i) => i), "every message, in order, once");
   await page.close();
 });

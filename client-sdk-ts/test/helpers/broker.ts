@@ -85,7 +85,13 @@ export interface Broker {
   port: number;
   configPath: string;
   /** `tidegate token …` with this broker's config. */
-  token(args: { sub?: string; pub?: string; account?: string; plan?: string; ttl?: number }): Promise<string>;
+  token(args: {
+    sub?: string | string[];
+    pub?: string | string[];
+    account?: string;
+    plan?: string;
+    ttl?: number;
+  }): Promise<string>;
   /** POST /v1/publish with the sample API key. */
   publish(channel: string, data: unknown): Promise<{ status: number; body: any }>;
   stop(): Promise<void>;
@@ -134,7 +140,9 @@ export async function startBroker(configToml: string): Promise<Broker> {
     output: () => log,
     token: ({ sub = "doc:*", pub = "doc:*", account = "acme", plan, ttl }) =>
       new Promise((resolveToken, reject) => {
-        const args = ["token", "--account", account, "--sub", sub, "--pub", pub, "--config", configPath];
+        const args = ["token", "--account", account, "--config", configPath];
+        for (const s of [sub].flat()) args.push("--sub", s);
+        for (const p of [pub].flat()) args.push("--pub", p);
         if (plan) args.push("--plan", plan);
         if (ttl !== undefined) args.push("--ttl", String(ttl));
         execFile(bin, args, (err, stdout, stderr) => {

@@ -1,13 +1,16 @@
 /**
  * A TCP proxy on 127.0.0.1:0 in front of the broker, so a test can cut
  * every connection (a network drop: close 1006 after open) and refuse new
- * ones for a while, without touching the broker.
+ * ones for a while, or stop reading from the broker (a client that is slow
+ * on purpose, in Node or in a browser alike), without touching the broker.
  */
 import { createServer, connect, type Server, type Socket } from "node:net";
 import type { AddressInfo } from "node:net";
 
 export class DropProxy {
   private readonly sockets = new Set<Socket>();
+  /** Each connection's broker side and client side. */
+  private readonly pairs = new Map<Socket, Socket>();
   /** While true, new connections are cut at once (the client sees 1006 before open). */
   refuse = false;
   port = 0;
@@ -24,6 +27,8 @@ export class DropProxy {
           s.on("error", () => undefined);
         }
         client.pipe(upstream).pipe(client);
+        proxy.pairs.set(upstream, client);
+        upstream.on("close", () => proxy.pairs.delete(upstream));
         client.on("close", () => upstream.destroy());
         upstream.on("close", () => client.destroy());
       }),
@@ -35,6 +40,23 @@ export class DropProxy {
 
   get wsUrl(): string {
     return `ws://127.0.0.1:${this.port}/v1/ws`;
+  }
+
+  /**
+   * Stops reading what the broker sends on every open connection: its
+   * socket buffers fill and its outbound queue grows, as for a client that
+   * stopped reading.
+   */
+  pauseDownstream(): void {
+    for (const [upstream, client] of this.pairs) {
+      upstream.unpipe(client);
+      upstream.pause();
+    }
+  }
+
+  /** Reads and forwards again. */
+  resumeDownstream(): void {
+    for (const [upstream, client] of this.pairs) upstream.pipe(client);
   }
 
   /** Cuts every open connection. */

@@ -95,3 +95,26 @@ test("an unreadable refusal (browser 1006 before open) backs off and refreshes t
   assert.ok(d.delayMs >= 3000 && d.delayMs < 4000);
   assert.equal(plan({ code: 1006, wasOpen: false }).refreshToken, false);
 });
+
+test("4003 reconnects with the normal backoff; a ban says banned, a disconnect does not", () => {
+  const banned = plan({ code: CLOSE_CODES.OPERATOR, reason: "banned", connectedForMs: 60_000 }, bottom);
+  assert.equal(banned.policy, "jittered");
+  assert.equal(banned.banned, true);
+  assert.equal(banned.floorMs, 0);
+  const kicked = plan({ code: CLOSE_CODES.OPERATOR, reason: "disconnected", connectedForMs: 60_000 });
+  assert.equal(kicked.policy, "jittered");
+  assert.equal(kicked.banned, false);
+  assert.ok(kicked.delayMs < settings.minDelayMs);
+});
+
+test("a 403 banned handshake is surfaced and retried with a growing backoff, not the ban's length", () => {
+  const refusal = { status: 403, code: "banned", retryAfterMs: 600_000 };
+  const first = plan({ wasOpen: false, refusal, step: 0 });
+  assert.equal(first.policy, "refused");
+  assert.equal(first.banned, true);
+  assert.equal(first.floorMs, 0, "a ban can be lifted early");
+  assert.equal(first.terminal, undefined);
+  const later = plan({ wasOpen: false, refusal, step: 6 });
+  assert.ok(later.delayMs > first.delayMs);
+  assert.ok(later.delayMs <= settings.maxDelayMs);
+});

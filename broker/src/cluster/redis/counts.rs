@@ -4,7 +4,7 @@
 //!
 //! Every [`REFRESH`] each node writes its channels with at least
 //! [`REPORT_MIN`] local subscribers into a hash of its own
-//! (`{prefix}subs:{member}`, expiring with its lease, so a dead node's
+//! (`{prefix}subs:{member}`, expiring like its lease, so a dead node's
 //! counts vanish), and reads the other live nodes' hashes into memory. A
 //! publish then reads this node's exact count plus the others' last
 //! reported ones: at most one refresh old, and low by at most
@@ -59,7 +59,10 @@ impl RedisBridge {
         pipe.atomic().del(&own).ignore();
         if !mine.is_empty() {
             pipe.hset_multiple(&own, &mine).ignore();
-            pipe.pexpire(&own, self.lease_ms as i64).ignore();
+            // The lease's length, but never less than three exchanges, so a
+            // live node's counts do not blink out between two refreshes.
+            let ttl = self.lease_ms.max(3 * REFRESH.as_millis() as u64);
+            pipe.pexpire(&own, ttl as i64).ignore();
         }
         pipe.query_async::<()>(conn).await?;
 

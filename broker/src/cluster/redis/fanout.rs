@@ -23,12 +23,14 @@ impl RedisBridge {
     /// A message from the cluster, as delivered by Redis.
     pub(super) fn on_message(&self, topic: &str, payload: &[u8]) {
         if topic == self.control_topic() {
-            if let Some(account) = std::str::from_utf8(payload)
-                .ok()
-                .and_then(|p| p.strip_prefix("breach:"))
-                && let Some(node) = self.node.upgrade()
-            {
-                node.accounts.breach(account);
+            let text = std::str::from_utf8(payload).ok();
+            if let Some(node) = self.node.upgrade() {
+                if let Some(account) = text.and_then(|p| p.strip_prefix("breach:")) {
+                    node.accounts.breach(account);
+                } else if let Some(action) = text.and_then(|p| p.strip_prefix(super::ADMIN_MESSAGE))
+                {
+                    crate::admin::on_broadcast(&node, action);
+                }
             }
             return;
         }
@@ -69,46 +71,43 @@ impl RedisBridge {
         }
     }
 
-    /// Recovery after `since` from the cluster's history.
-    pub(super) async fn recover(
+    /// The cluster's position for a subscription that just went live, and
+    /// with `since`, the recovery after it from the cluster's history (read
+    /// in the same atomic step, so the backlog ends exactly at the
+    /// position). `None` when Redis could not answer.
+    pub(super) async fn join_position(
         &self,
         channel: &str,
-        since: u64,
-    ) -> Option<(bool, Vec<(u64, Bytes)>)> {
+        since: Option<u64>,
+    ) -> Option<(u64, Option<(bool, Vec<(u64, Bytes)>)>)> {
         let (mut conn, _in_flight) = self.command()?;
-        let result: redis::RedisResult<(String, Vec<Vec<u8>>)> = scripts::HISTORY
-            .key(self.key("seq", channel))
-            .key(self.key("hist", channel))
-            .invoke_async(&mut conn)
+        let result: redis::RedisResult<(String, String, Vec<Vec<u8>>)> = self
+            .metrics
+            .time_script(
+                "join",
+                scripts::JOIN
+                    .key(self.key("seq", channel))
+                    .key(self.key("hist", channel))
+                    .arg(self.hub.seq(channel))
+                    .arg(seq_floor())
+                    .arg(SEQ_TTL_MS.max(self.history.1))
+                    .arg(if since.is_some() { "1" } else { "0" })
+                    .invoke_async(&mut conn),
+            )
             .await;
-        let (cur, held) = match result {
+        let (cur, pos, held) = match result {
             Ok(r) => r,
             Err(e) => {
                 self.failed(&e);
                 return None;
             }
         };
-        let cur: u64 = cur.parse().unwrap_or(0);
-        if cur == 0 || since > cur {
-            return Some((false, Vec::new()));
-        }
-        if since == cur {
-            return Some((true, Vec::new()));
-        }
-        let held: Vec<(u64, &Vec<u8>)> = held
-            .iter()
-            .filter_map(|m| Some((parse_seq(channel, m)?, m)))
-            .collect();
-        let complete = held.first().is_some_and(|(seq, _)| *seq <= since + 1);
-        let backlog = if complete {
-            held.iter()
-                .filter(|(seq, _)| *seq > since)
-                .map(|(seq, m)| (*seq, wire::text(m)))
-                .collect()
-        } else {
-            Vec::new()
+        let pos: u64 = pos.parse().unwrap_or(0);
+        let Some(since) = since else {
+            return Some((pos, None));
         };
-        Some((complete, backlog))
+        let cur: u64 = cur.parse().unwrap_or(0);
+        Some((pos, Some(recovery(channel, since, cur, &held))))
     }
 
     pub(super) fn publish_impl(&self, channel: &str, data: &str) -> Pending<u64> {
@@ -121,18 +120,23 @@ impl RedisBridge {
             let Some((mut conn, _in_flight)) = this.command() else {
                 return this.hub.publish(&channel, &data);
             };
-            let result: redis::RedisResult<String> = scripts::PUBLISH
-                .key(this.key("seq", &channel))
-                .key(this.key("hist", &channel))
-                .arg(this.topic(&channel))
-                .arg(&channel)
-                .arg(&data)
-                .arg(this.history.0)
-                .arg(this.history.1)
-                .arg(this.hub.seq(&channel))
-                .arg(seq_floor())
-                .arg(SEQ_TTL_MS.max(this.history.1))
-                .invoke_async(&mut conn)
+            let result: redis::RedisResult<String> = this
+                .metrics
+                .time_script(
+                    "publish",
+                    scripts::PUBLISH
+                        .key(this.key("seq", &channel))
+                        .key(this.key("hist", &channel))
+                        .arg(this.topic(&channel))
+                        .arg(&channel)
+                        .arg(&data)
+                        .arg(this.history.0)
+                        .arg(this.history.1)
+                        .arg(this.hub.seq(&channel))
+                        .arg(seq_floor())
+                        .arg(SEQ_TTL_MS.max(this.history.1))
+                        .invoke_async(&mut conn),
+                )
                 .await;
             match result.map(|s| s.parse::<u64>()) {
                 Ok(Ok(seq)) => seq,
@@ -153,31 +157,46 @@ impl RedisBridge {
         sub: Subscriber,
         since: Option<u64>,
     ) -> Pending<Joined> {
-        let wait = self.add_interest(channel);
+        // A socket subscribing again (to recover with `since`) already
+        // counts in the channel's interest.
+        let again = self.hub.is_subscribed(channel, sub.conn);
+        let wait = if again {
+            None
+        } else {
+            self.add_interest(channel)
+        };
         if !self.is_up() {
             // Alone: local delivery is live now; recovery from local history.
             return Pending::Ready(self.hub.subscribe(channel, sub, since));
         }
-        let joined = self.hub.subscribe(channel, sub, None);
+        let joined = self.hub.subscribe_follower(channel, sub);
         let this = self.arc();
         let channel = channel.to_owned();
         Pending::later(async move {
             if let Some(rx) = wait {
                 let _ = tokio::time::timeout(SUBSCRIBE_WAIT, rx).await;
             }
-            let Some(since) = since else {
-                return joined;
-            };
-            match this.recover(&channel, since).await {
-                Some((recovered, backlog)) => Joined {
-                    recovered: Some(recovered),
-                    backlog,
-                    ..joined
-                },
-                None => {
-                    let (recovered, backlog) = this.hub.recover(&channel, since);
+            match this.join_position(&channel, since).await {
+                Some((pos, recovery)) => {
+                    let (recovered, backlog) = recovery.unzip();
                     Joined {
-                        recovered: Some(recovered),
+                        recovered,
+                        backlog: backlog.unwrap_or_default(),
+                        last_seq: joined.last_seq.max(pos),
+                    }
+                }
+                None => {
+                    // Redis did not answer: this node's own view, as while
+                    // it serves alone.
+                    let (recovered, backlog) = match since {
+                        Some(since) => {
+                            let (r, b) = this.hub.recover(&channel, since);
+                            (Some(r), b)
+                        }
+                        None => (None, Vec::new()),
+                    };
+                    Joined {
+                        recovered,
                         backlog,
                         ..joined
                     }
@@ -190,6 +209,31 @@ impl RedisBridge {
         self.hub.unsubscribe(channel, conn);
         self.remove_interest(channel);
     }
+}
+
+/// Whether the cluster's history `held` covers everything after `since`
+/// (the counter being at `cur`), and if so the messages after it.
+fn recovery(channel: &str, since: u64, cur: u64, held: &[Vec<u8>]) -> (bool, Vec<(u64, Bytes)>) {
+    if cur == 0 || since > cur {
+        return (false, Vec::new());
+    }
+    if since == cur {
+        return (true, Vec::new());
+    }
+    let held: Vec<(u64, &Vec<u8>)> = held
+        .iter()
+        .filter_map(|m| Some((parse_seq(channel, m)?, m)))
+        .collect();
+    let complete = held.first().is_some_and(|(seq, _)| *seq <= since + 1);
+    let backlog = if complete {
+        held.iter()
+            .filter(|(seq, _)| *seq > since)
+            .map(|(seq, m)| (*seq, wire::text(m)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    (complete, backlog)
 }
 
 #[cfg(test)]

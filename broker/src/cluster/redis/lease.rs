@@ -43,11 +43,16 @@ impl RedisBridge {
     }
 
     pub(super) async fn renew_lease(&self, conn: &mut ConnectionManager) -> redis::RedisResult<()> {
-        let live: u32 = scripts::LEASE
-            .key(format!("{}nodes", self.prefix))
-            .arg(&self.member)
-            .arg(self.lease_ms)
-            .invoke_async(conn)
+        let live: u32 = self
+            .metrics
+            .time_script(
+                "lease",
+                scripts::LEASE
+                    .key(format!("{}nodes", self.prefix))
+                    .arg(&self.member)
+                    .arg(self.lease_ms)
+                    .invoke_async(conn),
+            )
             .await?;
         self.live_nodes.store(live.max(1), Ordering::Release);
         self.metrics.live_nodes.set(i64::from(live.max(1)));

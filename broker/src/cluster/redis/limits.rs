@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use super::{RedisBridge, ms, scripts};
 use crate::cluster::{Bridge, CapReached, Charged, KeyCharge, Pending};
 use crate::config::Limits;
+use crate::limiter::sampled::CREDIT_HORIZON;
 use crate::protocol::wire::BudgetView;
 
 impl RedisBridge {
@@ -19,12 +20,17 @@ impl RedisBridge {
         cost: f64,
     ) -> Option<(bool, u64, u64, u64)> {
         let (mut conn, _in_flight) = self.command()?;
-        let result: redis::RedisResult<(i64, i64, i64, i64)> = scripts::BUCKET
-            .key(key)
-            .arg(capacity)
-            .arg(rate)
-            .arg(cost)
-            .invoke_async(&mut conn)
+        let result: redis::RedisResult<(i64, i64, i64, i64)> = self
+            .metrics
+            .time_script(
+                "bucket",
+                scripts::BUCKET
+                    .key(key)
+                    .arg(capacity)
+                    .arg(rate)
+                    .arg(cost)
+                    .invoke_async(&mut conn),
+            )
             .await;
         match result {
             Ok((allowed, remaining, retry, full)) => Some((
@@ -40,10 +46,42 @@ impl RedisBridge {
         }
     }
 
+    /// The account script; `None` when Redis is away.
+    async fn account_bucket(
+        &self,
+        key: String,
+        capacity: f64,
+        rate: f64,
+        units: u32,
+        since: Instant,
+    ) -> Option<(bool, u64, u64)> {
+        let (mut conn, _in_flight) = self.command()?;
+        let age_ms = since.elapsed().as_millis() as u64;
+        let result: redis::RedisResult<(i64, i64, i64)> = scripts::ACCOUNT
+            .key(key)
+            .arg(capacity)
+            .arg(rate)
+            .arg(units)
+            .arg(age_ms)
+            .arg(CREDIT_HORIZON.as_millis() as u64)
+            .invoke_async(&mut conn)
+            .await;
+        match result {
+            Ok((allowed, remaining, retry)) => {
+                Some((allowed == 1, remaining.max(0) as u64, retry.max(0) as u64))
+            }
+            Err(e) => {
+                self.failed(&e);
+                None
+            }
+        }
+    }
+
     pub(super) fn charge_account_impl(
         &self,
         account: &str,
         units: u32,
+        since: Instant,
         limits: &Limits,
     ) -> Pending<Charged> {
         let share = self.share();
@@ -51,6 +89,7 @@ impl RedisBridge {
             return Pending::Ready(self.local.charge_account(
                 account,
                 units,
+                since,
                 limits,
                 share,
                 Instant::now(),
@@ -64,10 +103,10 @@ impl RedisBridge {
                 limits.account_messages_per_sec,
             );
             match this
-                .bucket(this.key("acct", &account), cap, rate, f64::from(units))
+                .account_bucket(this.key("acct", &account), cap, rate, units, since)
                 .await
             {
-                Some((allowed, remaining, retry, _)) => Charged {
+                Some((allowed, remaining, retry)) => Charged {
                     allowed,
                     retry_after: ms(retry),
                     view: BudgetView {
@@ -79,6 +118,7 @@ impl RedisBridge {
                 None => this.local.charge_account(
                     &account,
                     units,
+                    since,
                     &limits,
                     this.share(),
                     Instant::now(),
@@ -118,12 +158,17 @@ impl RedisBridge {
             let Some((mut conn, _in_flight)) = this.command() else {
                 return this.local.reserve_connection(&account, max);
             };
-            let result: redis::RedisResult<(i64, i64)> = scripts::RESERVE
-                .key(this.key("conns", &account))
-                .key(format!("{}nodes", this.prefix))
-                .arg(&this.member)
-                .arg(max)
-                .invoke_async(&mut conn)
+            let result: redis::RedisResult<(i64, i64)> = this
+                .metrics
+                .time_script(
+                    "reserve_connection",
+                    scripts::RESERVE
+                        .key(this.key("conns", &account))
+                        .key(format!("{}nodes", this.prefix))
+                        .arg(&this.member)
+                        .arg(max)
+                        .invoke_async(&mut conn),
+                )
                 .await;
             match result {
                 Ok((1, open)) => {
@@ -149,10 +194,16 @@ impl RedisBridge {
         };
         let (key, member) = (self.key("conns", account), self.member.clone());
         actix_rt::spawn(async move {
-            let r: redis::RedisResult<i64> = scripts::RELEASE
-                .key(key)
-                .arg(member)
-                .invoke_async(&mut conn)
+            let r: redis::RedisResult<i64> = in_flight
+                .0
+                .metrics
+                .time_script(
+                    "release_connection",
+                    scripts::RELEASE
+                        .key(key)
+                        .arg(member)
+                        .invoke_async(&mut conn),
+                )
                 .await;
             if let Err(e) = r {
                 in_flight.0.failed(&e);

@@ -20,6 +20,7 @@
 //!   raises every channel counter above the `seq`s it issued, re-asserts its
 //!   connection counts and resubscribes, and only then reports itself up.
 
+mod admin;
 mod counts;
 mod fanout;
 mod lease;
@@ -37,6 +38,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::{Notify, mpsc, oneshot};
+
+pub use admin::{ADMIN_MESSAGE, AdminStore};
 
 use super::{Bridge, CapReached, Charged, KeyCharge, LocalLimits, Pending};
 use crate::config::{Config, Limits};
@@ -218,8 +221,14 @@ impl Bridge for RedisBridge {
         self.subscribers_impl(channel)
     }
 
-    fn charge_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<Charged> {
-        self.charge_account_impl(account, units, limits)
+    fn charge_account(
+        &self,
+        account: &str,
+        units: u32,
+        since: Instant,
+        limits: &Limits,
+    ) -> Pending<Charged> {
+        self.charge_account_impl(account, units, since, limits)
     }
 
     fn announce_breach(&self, account: &str) {
@@ -240,6 +249,10 @@ impl Bridge for RedisBridge {
 
     fn charge_key(&self, key: &str, cost: f64, capacity: f64, rate: f64) -> Pending<KeyCharge> {
         self.charge_key_impl(key, cost, capacity, rate)
+    }
+
+    fn admin_store(&self) -> Option<AdminStore> {
+        self.admin_store_impl()
     }
 
     fn share(&self) -> f64 {

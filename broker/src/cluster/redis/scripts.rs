@@ -35,12 +35,25 @@ return seq
     )
 });
 
-/// History for recovery: the current `seq` and every held message.
-/// KEYS: seq counter, history list.
-pub static HISTORY: LazyLock<Script> = LazyLock::new(|| {
+/// Joining a channel: the `seq` the counter had ('0': none), the position
+/// the subscription starts from, and (when ARGV[4] is '1') every held
+/// message for recovery, read atomically. A missing counter is created as
+/// a publish would start it (the node's floor or the clock floor), so the
+/// position exists before the first message and `since` from it works.
+/// KEYS: seq counter, history list. ARGV: node floor, clock floor, counter
+/// TTL ms, with history.
+pub static JOIN: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
-return { redis.call('GET', KEYS[1]) or '0', redis.call('LRANGE', KEYS[2], 0, -1) }
+local cur = redis.call('GET', KEYS[1])
+local pos = cur
+if not cur then
+  pos = string.format('%d', math.max(tonumber(ARGV[1]), tonumber(ARGV[2])))
+  redis.call('SET', KEYS[1], pos, 'PX', ARGV[3])
+end
+local held = {}
+if ARGV[4] == '1' then held = redis.call('LRANGE', KEYS[2], 0, -1) end
+return { cur or '0', pos, held }
 "#,
     )
 });
@@ -80,6 +93,65 @@ redis.call('PEXPIRE', KEYS[1], math.ceil(cap / rate * 1000) + 1000)
 local retry = 0
 if allowed == 0 then retry = math.ceil((cost - tokens) / rate * 1000) end
 return { allowed, math.floor(tokens), retry, math.ceil((cap - tokens) / rate * 1000) }
+"#,
+    )
+});
+
+/// The account budget: [`crate::limiter::SampledBucket`] in Redis, timed by
+/// Redis's clock. A charge comes late, after its units were admitted; the
+/// refill the cap discarded is kept (`spill`) and a charge gets back the
+/// part that fell after its first unit, up to its own units, so the account
+/// is judged as if charged unit by unit. A missing bucket is full as of the
+/// charge's first unit. A wait is credited for at most the horizon, and the
+/// key lives the horizon plus its time to refill after the last charge.
+/// KEYS: bucket. ARGV: capacity, refill per second, units, ms since the
+/// first unit was admitted, horizon ms.
+/// Returns {allowed, remaining (floor), retry ms}.
+pub static ACCOUNT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local cap = tonumber(ARGV[1])
+local rate = tonumber(ARGV[2])
+local units = tonumber(ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local horizon = tonumber(ARGV[5])
+local since = now - math.min(tonumber(ARGV[4]), horizon)
+local st = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'spill', 'spilled')
+local tokens = tonumber(st[1]) or cap
+local ts = tonumber(st[2]) or since
+local spill = tonumber(st[3]) or 0
+local spilled = tonumber(st[4]) or ts
+if now > ts then
+  local raw = tokens + (now - ts) / 1000 * rate
+  if raw > cap then
+    spill = spill + raw - cap
+    spilled = now
+    tokens = cap
+  else
+    tokens = raw
+  end
+  ts = now
+end
+tokens = math.min(tokens, cap)
+local credit = math.min(spill, units, math.max(0, spilled - since) / 1000 * rate)
+local balance = tokens + credit - units
+local allowed = 0
+local retry = 0
+if balance >= 0 then
+  allowed = 1
+  spill = spill - credit
+  tokens = math.min(balance, cap)
+  redis.call('PEXPIRE', KEYS[1], math.ceil(cap / rate * 1000) + horizon)
+else
+  retry = math.ceil(-balance / rate * 1000)
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', string.format('%d', ts),
+  'spill', tostring(spill), 'spilled', string.format('%d', spilled))
+if redis.call('PTTL', KEYS[1]) < 0 then
+  redis.call('PEXPIRE', KEYS[1], math.ceil(cap / rate * 1000) + horizon)
+end
+return { allowed, math.floor(tokens), retry }
 "#,
     )
 });

@@ -1,0 +1,254 @@
+//! The ban list (§10): accounts and client addresses an operator banned,
+//! each until a wall-clock expiry, so every node of a cluster agrees on when
+//! a ban ends. This node's copy answers every check (handshake, HTTP
+//! publish, and the gRPC layer through [`Bans::check`]) without a network
+//! call; the cluster bridge keeps the copies in step.
+
+use std::net::IpAddr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use dashmap::DashMap;
+use serde::{Deserialize, Serialize};
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// What a ban names: `{"account":"acme"}` or `{"ip":"203.0.113.7"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum BanTarget {
+    Account(String),
+    Ip(IpAddr),
+}
+
+impl BanTarget {
+    /// `account:acme` / `ip:203.0.113.7`: the Redis key suffix.
+    pub fn key(&self) -> String {
+        match self {
+            BanTarget::Account(a) => format!("account:{a}"),
+            BanTarget::Ip(ip) => format!("ip:{ip}"),
+        }
+    }
+
+    pub fn from_key(key: &str) -> Option<BanTarget> {
+        match key.split_once(':')? {
+            ("account", a) if !a.is_empty() => Some(BanTarget::Account(a.to_owned())),
+            ("ip", ip) => ip.parse().ok().map(BanTarget::Ip),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for BanTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BanTarget::Account(a) => write!(f, "account {a:?}"),
+            BanTarget::Ip(ip) => write!(f, "address {ip}"),
+        }
+    }
+}
+
+/// A ban in force for a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ban {
+    pub target: BanTarget,
+    pub remaining: Duration,
+}
+
+impl Ban {
+    /// The refusal's sentence.
+    pub fn message(&self) -> String {
+        format!(
+            "{} is banned by an operator for another {} s",
+            self.target,
+            self.remaining.as_millis().div_ceil(1000)
+        )
+    }
+}
+
+/// One entry of the ban list as the overview shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BanEntry {
+    #[serde(flatten)]
+    pub target: BanTarget,
+    /// Unix milliseconds.
+    pub expires_at: u64,
+    pub remaining_ms: u64,
+}
+
+/// This node's copy of the cluster's ban list.
+#[derive(Debug, Default)]
+pub struct Bans {
+    accounts: DashMap<String, u64>,
+    ips: DashMap<IpAddr, u64>,
+    /// When this copy last changed by an action (not by a sync), so a sync
+    /// does not undo an action whose Redis write is still on its way.
+    changed: parking_lot::Mutex<Option<std::time::Instant>>,
+}
+
+impl Bans {
+    /// The ban that refuses `account` or `ip` right now, if any (the longer
+    /// one when both are banned). This is the hook every transport calls:
+    /// HTTP answers 403 `banned`, gRPC `PERMISSION_DENIED`, both with the
+    /// remaining time.
+    pub fn check(&self, account: Option<&str>, ip: Option<IpAddr>) -> Option<Ban> {
+        if self.accounts.is_empty() && self.ips.is_empty() {
+            return None;
+        }
+        let now = unix_ms();
+        let by_account = account.and_then(|a| {
+            let until = *self.accounts.get(a)?;
+            (until > now).then(|| (BanTarget::Account(a.to_owned()), until))
+        });
+        let by_ip = ip.and_then(|ip| {
+            let until = *self.ips.get(&ip)?;
+            (until > now).then_some((BanTarget::Ip(ip), until))
+        });
+        let (target, until) = match (by_account, by_ip) {
+            (Some(a), Some(i)) => {
+                if i.1 > a.1 {
+                    i
+                } else {
+                    a
+                }
+            }
+            (a, i) => a.or(i)?,
+        };
+        Some(Ban {
+            target,
+            remaining: Duration::from_millis(until - now),
+        })
+    }
+
+    /// Bans `target` until `expires_at` (Unix ms); a later expiry replaces
+    /// an earlier one and the other way round (the last operator wins).
+    pub fn insert(&self, target: &BanTarget, expires_at: u64) {
+        *self.changed.lock() = Some(std::time::Instant::now());
+        self.put(target, expires_at);
+    }
+
+    fn put(&self, target: &BanTarget, expires_at: u64) {
+        match target {
+            BanTarget::Account(a) => {
+                self.accounts.insert(a.clone(), expires_at);
+            }
+            BanTarget::Ip(ip) => {
+                self.ips.insert(*ip, expires_at);
+            }
+        }
+    }
+
+    /// Lifts a ban; whether there was one in force.
+    pub fn remove(&self, target: &BanTarget) -> bool {
+        *self.changed.lock() = Some(std::time::Instant::now());
+        let now = unix_ms();
+        let removed = match target {
+            BanTarget::Account(a) => self.accounts.remove(a).map(|(_, u)| u),
+            BanTarget::Ip(ip) => self.ips.remove(ip).map(|(_, u)| u),
+        };
+        removed.is_some_and(|until| until > now)
+    }
+
+    /// The bans in force, soonest expiry first.
+    pub fn list(&self) -> Vec<BanEntry> {
+        let now = unix_ms();
+        let entry = |target: BanTarget, until: u64| BanEntry {
+            target,
+            expires_at: until,
+            remaining_ms: until - now,
+        };
+        let mut all: Vec<BanEntry> = self
+            .accounts
+            .iter()
+            .filter(|e| *e.value() > now)
+            .map(|e| entry(BanTarget::Account(e.key().clone()), *e.value()))
+            .chain(
+                self.ips
+                    .iter()
+                    .filter(|e| *e.value() > now)
+                    .map(|e| entry(BanTarget::Ip(*e.key()), *e.value())),
+            )
+            .collect();
+        all.sort_by_key(|b| b.expires_at);
+        all
+    }
+
+    /// Makes this copy equal to the cluster's list (read back from Redis),
+    /// unless an action changed it within `settle` (its write may not have
+    /// reached Redis yet). Whether it synced.
+    pub fn replace_all(&self, bans: &[(BanTarget, u64)], settle: std::time::Duration) -> bool {
+        if self.changed.lock().is_some_and(|t| t.elapsed() < settle) {
+            return false;
+        }
+        let now = unix_ms();
+        let live: Vec<&(BanTarget, u64)> = bans.iter().filter(|(_, u)| *u > now).collect();
+        // Add before removing, so a ban in both lists never lapses.
+        for (target, until) in &live {
+            self.put(target, *until);
+        }
+        let has = |t: &BanTarget| live.iter().any(|(b, _)| b == t);
+        self.accounts
+            .retain(|a, _| has(&BanTarget::Account(a.clone())));
+        self.ips.retain(|ip, _| has(&BanTarget::Ip(*ip)));
+        true
+    }
+
+    /// Forgets expired bans.
+    pub fn sweep(&self) {
+        let now = unix_ms();
+        self.accounts.retain(|_, until| *until > now);
+        self.ips.retain(|_, until| *until > now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ban_refuses_until_it_expires_or_is_lifted() {
+        let bans = Bans::default();
+        let ip: IpAddr = "203.0.113.7".parse().unwrap();
+        assert_eq!(bans.check(Some("acme"), Some(ip)), None);
+        bans.insert(&BanTarget::Account("acme".into()), unix_ms() + 60_000);
+        let ban = bans.check(Some("acme"), None).unwrap();
+        assert_eq!(ban.target, BanTarget::Account("acme".into()));
+        assert!(
+            ban.remaining > Duration::from_secs(50) && ban.remaining <= Duration::from_secs(60)
+        );
+        assert_eq!(bans.check(Some("other"), Some(ip)), None);
+        bans.insert(&BanTarget::Ip(ip), unix_ms() + 120_000);
+        assert_eq!(
+            bans.check(Some("acme"), Some(ip)).unwrap().target,
+            BanTarget::Ip(ip),
+            "the longer ban answers"
+        );
+        assert!(bans.remove(&BanTarget::Ip(ip)));
+        assert!(!bans.remove(&BanTarget::Ip(ip)));
+        // An expiry in the past is no ban.
+        bans.insert(&BanTarget::Account("acme".into()), unix_ms() - 1);
+        assert_eq!(bans.check(Some("acme"), None), None);
+        assert!(bans.list().is_empty());
+    }
+
+    #[test]
+    fn keys_round_trip_and_bad_keys_are_refused() {
+        for t in [
+            BanTarget::Account("a:b".into()),
+            BanTarget::Ip("2001:db8::1".parse().unwrap()),
+        ] {
+            assert_eq!(BanTarget::from_key(&t.key()), Some(t));
+        }
+        assert_eq!(BanTarget::from_key("ip:nope"), None);
+        assert_eq!(BanTarget::from_key("user:x"), None);
+        assert_eq!(
+            serde_json::to_string(&BanTarget::Ip("10.0.0.1".parse().unwrap())).unwrap(),
+            r#"{"ip":"10.0.0.1"}"#
+        );
+    }
+}

@@ -1,0 +1,391 @@
+//! `GET /v1/admin/overview`: the page's data. Each node sums up its own
+//! state (aggregates and top-N lists, never one row per socket, so it stays
+//! small with 100,000 sockets open); in a cluster every node also puts its
+//! summary in Redis, and the overview merges the summaries of all live
+//! nodes.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use super::bans::{BanEntry, unix_ms};
+use crate::node::Node;
+
+/// The chart's bucket width.
+pub const BUCKET_MS: u64 = 5_000;
+/// Buckets kept: five minutes.
+const BUCKETS: usize = 60;
+/// Accounts listed as nearest their limits.
+const TOP_ACCOUNTS: usize = 20;
+
+/// Counter totals at one instant.
+#[derive(Debug, Clone, Default)]
+struct Sample {
+    at: u64,
+    messages_in: u64,
+    messages_out: u64,
+    rejections: HashMap<(&'static str, &'static str), u64>,
+}
+
+/// Samples of this node's counters, one per bucket, for rates and the
+/// rejection chart.
+#[derive(Debug)]
+pub struct History {
+    samples: Mutex<VecDeque<Sample>>,
+}
+
+impl Default for History {
+    /// Starts from zero: the node's counters start at zero with it, so
+    /// nothing counted before the first tick is lost.
+    fn default() -> Self {
+        let zero = Sample {
+            at: unix_ms(),
+            ..Sample::default()
+        };
+        History {
+            samples: Mutex::new(VecDeque::from([zero])),
+        }
+    }
+}
+
+fn sample(node: &Node) -> Sample {
+    Sample {
+        at: unix_ms(),
+        messages_in: node.metrics.messages_in.get(),
+        messages_out: node.metrics.messages_out.get(),
+        rejections: node
+            .metrics
+            .rejection_totals()
+            .into_iter()
+            .map(|(l, r, n)| ((l, r), n))
+            .collect(),
+    }
+}
+
+impl History {
+    /// Takes a sample (once per bucket, from the admin task).
+    pub fn record(&self, node: &Node) {
+        let mut s = self.samples.lock();
+        s.push_back(sample(node));
+        while s.len() > BUCKETS + 1 {
+            s.pop_front();
+        }
+    }
+}
+
+/// One account near its limits, on one node or summed over the cluster.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AccountUse {
+    pub account: String,
+    pub connections: u32,
+    pub max_connections: u32,
+    /// The account budget as of its last charge (cluster-wide).
+    pub budget_remaining: Option<u64>,
+    pub budget_capacity: Option<u64>,
+    /// The larger of connections/cap and budget spent/capacity, 0–1.
+    pub pressure: f64,
+}
+
+impl AccountUse {
+    fn score(&mut self) {
+        let conns = f64::from(self.connections) / f64::from(self.max_connections.max(1));
+        let budget = match (self.budget_remaining, self.budget_capacity) {
+            (Some(r), Some(c)) if c > 0 => 1.0 - r as f64 / c as f64,
+            _ => 0.0,
+        };
+        self.pressure = conns.max(budget).clamp(0.0, 1.0);
+    }
+}
+
+/// Rejections of one layer and reason in one bucket.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RejectionPoint {
+    /// The bucket's start, Unix ms.
+    pub at: u64,
+    pub layer: String,
+    pub reason: String,
+    pub count: u64,
+}
+
+/// One node's summary.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStats {
+    pub id: String,
+    pub connections: u64,
+    pub messages_in_per_sec: f64,
+    pub messages_out_per_sec: f64,
+    pub bridge_up: bool,
+    pub draining: bool,
+    /// When this summary was made, Unix ms.
+    pub at: u64,
+    #[serde(default)]
+    pub accounts: Vec<AccountUse>,
+    #[serde(default)]
+    pub rejections: Vec<RejectionPoint>,
+}
+
+/// This node's summary now.
+pub fn node_stats(node: &Node) -> NodeStats {
+    let now = sample(node);
+    let samples = node.admin.history.samples.lock().clone();
+    let rate = |f: fn(&Sample) -> u64| {
+        samples.back().map_or(0.0, |last| {
+            let secs = now.at.saturating_sub(last.at) as f64 / 1000.0;
+            // Right after a sample, use the whole last bucket.
+            match samples.iter().rev().nth(1) {
+                Some(prev) if secs < 1.0 => {
+                    let secs = last.at.saturating_sub(prev.at) as f64 / 1000.0;
+                    (f(last) - f(prev)) as f64 / secs.max(0.001)
+                }
+                _ => (f(&now) - f(last)) as f64 / secs.max(0.001),
+            }
+        })
+    };
+    let config = node.config.load();
+    NodeStats {
+        id: config.node.id.clone(),
+        connections: node.sockets.len() as u64,
+        messages_in_per_sec: rate(|s| s.messages_in),
+        messages_out_per_sec: rate(|s| s.messages_out),
+        bridge_up: node.bridge.is_up(),
+        draining: node.is_draining(),
+        at: now.at,
+        accounts: top_accounts(node),
+        rejections: rejection_points(&samples, &now),
+    }
+}
+
+/// Per-bucket rejection counts from consecutive samples, the bucket in
+/// progress included.
+fn rejection_points(samples: &VecDeque<Sample>, now: &Sample) -> Vec<RejectionPoint> {
+    let mut out = Vec::new();
+    let all: Vec<&Sample> = samples.iter().chain(std::iter::once(now)).collect();
+    for pair in all.windows(2) {
+        let (prev, cur) = (pair[0], pair[1]);
+        let at = cur.at / BUCKET_MS * BUCKET_MS;
+        for (&(layer, reason), &total) in &cur.rejections {
+            let before = prev.rejections.get(&(layer, reason)).copied().unwrap_or(0);
+            if total > before {
+                out.push(RejectionPoint {
+                    at,
+                    layer: layer.into(),
+                    reason: reason.into(),
+                    count: total - before,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The accounts on this node nearest their limits.
+fn top_accounts(node: &Node) -> Vec<AccountUse> {
+    let config = node.config.load();
+    let mut by_account: HashMap<Arc<str>, (u32, Option<String>)> = HashMap::new();
+    for s in node.sockets.iter() {
+        let e = by_account
+            .entry(s.account.clone())
+            .or_insert((0, s.plan.clone()));
+        e.0 += 1;
+    }
+    for v in node.accounts.views.iter() {
+        by_account.entry(v.key().clone()).or_insert((0, None));
+    }
+    let mut list: Vec<AccountUse> = by_account
+        .into_iter()
+        .map(|(account, (connections, plan))| {
+            let limits = config
+                .limits_for(&account, plan.as_deref())
+                .unwrap_or_else(|_| config.account_limits(&account));
+            let view = node.accounts.views.get(&account).map(|v| *v);
+            let mut u = AccountUse {
+                account: account.to_string(),
+                connections,
+                max_connections: limits.max_connections,
+                budget_remaining: view.map(|v| v.remaining),
+                budget_capacity: view.map(|v| v.capacity),
+                pressure: 0.0,
+            };
+            u.score();
+            u
+        })
+        .collect();
+    keep_top(&mut list);
+    list
+}
+
+fn keep_top(list: &mut Vec<AccountUse>) {
+    list.sort_by(|a, b| {
+        b.pressure
+            .total_cmp(&a.pressure)
+            .then(b.connections.cmp(&a.connections))
+            .then(a.account.cmp(&b.account))
+    });
+    list.truncate(TOP_ACCOUNTS);
+}
+
+/// Webhook endpoints and their health (§9), when the node has any.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookEndpoint {
+    pub id: String,
+    pub healthy: bool,
+    pub queued: u64,
+}
+
+/// The overview answer.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Overview {
+    /// The node that answered.
+    pub node: String,
+    pub generated_at: u64,
+    pub bucket_ms: u64,
+    /// Whether every live node's summary is included (false on a cluster
+    /// node that cannot reach Redis: this node only).
+    pub cluster_wide: bool,
+    pub totals: Totals,
+    pub nodes: Vec<NodeStats>,
+    pub accounts: Vec<AccountUse>,
+    pub rejections: Vec<RejectionPoint>,
+    pub bans: Vec<BanEntry>,
+    /// Empty until the node has webhook endpoints (§9).
+    pub webhooks: Vec<WebhookEndpoint>,
+    /// What this caller may do: `admin` or `viewer`.
+    pub role: &'static str,
+}
+
+#[derive(Debug, Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Totals {
+    pub connections: u64,
+    pub messages_in_per_sec: f64,
+    pub messages_out_per_sec: f64,
+}
+
+/// Merges node summaries: connections summed per account, the budget view
+/// the lowest seen, rejections summed per bucket.
+pub fn merge(
+    me: NodeStats,
+    others: Vec<NodeStats>,
+    cluster_wide: bool,
+    bans: Vec<BanEntry>,
+    role: &'static str,
+) -> Overview {
+    let node = me.id.clone();
+    let mut nodes = vec![me];
+    nodes.extend(others);
+    nodes.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut accounts: HashMap<String, AccountUse> = HashMap::new();
+    let mut rejections: HashMap<(u64, String, String), u64> = HashMap::new();
+    let mut totals = Totals::default();
+    for n in &mut nodes {
+        totals.connections += n.connections;
+        totals.messages_in_per_sec += n.messages_in_per_sec;
+        totals.messages_out_per_sec += n.messages_out_per_sec;
+        for a in n.accounts.drain(..) {
+            accounts
+                .entry(a.account.clone())
+                .and_modify(|m| {
+                    m.connections += a.connections;
+                    m.max_connections = m.max_connections.max(a.max_connections);
+                    if a.budget_remaining < m.budget_remaining || m.budget_remaining.is_none() {
+                        m.budget_remaining = a.budget_remaining.or(m.budget_remaining);
+                        m.budget_capacity = a.budget_capacity.or(m.budget_capacity);
+                    }
+                })
+                .or_insert(a);
+        }
+        for r in n.rejections.drain(..) {
+            *rejections.entry((r.at, r.layer, r.reason)).or_default() += r.count;
+        }
+    }
+    let mut accounts: Vec<AccountUse> = accounts
+        .into_values()
+        .map(|mut a| {
+            a.score();
+            a
+        })
+        .collect();
+    keep_top(&mut accounts);
+    let horizon = unix_ms().saturating_sub(BUCKET_MS * BUCKETS as u64);
+    let mut rejections: Vec<RejectionPoint> = rejections
+        .into_iter()
+        .filter(|((at, _, _), _)| *at >= horizon)
+        .map(|((at, layer, reason), count)| RejectionPoint {
+            at,
+            layer,
+            reason,
+            count,
+        })
+        .collect();
+    rejections.sort_by(|a, b| (a.at, &a.layer, &a.reason).cmp(&(b.at, &b.layer, &b.reason)));
+    Overview {
+        node,
+        generated_at: unix_ms(),
+        bucket_ms: BUCKET_MS,
+        cluster_wide,
+        totals,
+        nodes,
+        accounts,
+        rejections,
+        bans,
+        webhooks: Vec::new(),
+        role,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(id: &str, account: &str, conns: u32, remaining: u64) -> NodeStats {
+        NodeStats {
+            id: id.into(),
+            connections: u64::from(conns),
+            messages_in_per_sec: 1.0,
+            messages_out_per_sec: 2.0,
+            bridge_up: true,
+            draining: false,
+            at: 0,
+            accounts: vec![AccountUse {
+                account: account.into(),
+                connections: conns,
+                max_connections: 8,
+                budget_remaining: Some(remaining),
+                budget_capacity: Some(200),
+                pressure: 0.0,
+            }],
+            rejections: vec![RejectionPoint {
+                at: unix_ms() / BUCKET_MS * BUCKET_MS,
+                layer: "handshake".into(),
+                reason: "banned".into(),
+                count: 2,
+            }],
+        }
+    }
+
+    #[test]
+    fn merging_sums_connections_and_rejections_across_nodes() {
+        let o = merge(
+            stats("n1", "acme", 3, 150),
+            vec![stats("n2", "acme", 3, 20)],
+            true,
+            vec![],
+            "admin",
+        );
+        assert_eq!(o.totals.connections, 6);
+        assert_eq!(o.nodes.len(), 2);
+        assert_eq!(o.accounts.len(), 1);
+        let acme = &o.accounts[0];
+        assert_eq!((acme.connections, acme.budget_remaining), (6, Some(20)));
+        assert!((acme.pressure - 0.9).abs() < 1e-9, "{}", acme.pressure);
+        assert_eq!(o.rejections.len(), 1);
+        assert_eq!(o.rejections[0].count, 4);
+    }
+}

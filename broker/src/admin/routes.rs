@@ -1,0 +1,347 @@
+//! The admin routes: key checks, then the page, the overview and the
+//! actions.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Deserialize;
+
+use super::actions::{self, Action, Who};
+use super::bans::{BanTarget, unix_ms};
+use super::{overview, page};
+use crate::http::{refusal, request_ip};
+use crate::node::Node;
+use crate::protocol::ErrorCode;
+use crate::server::resource;
+
+/// Failed key attempts per address: a burst of 10, then one every 6 s.
+const FAILURE_BURST: f64 = 10.0;
+const FAILURE_REFILL_PER_SEC: f64 = 1.0 / 6.0;
+/// The longest ban (a year); longer is a mistake, not a ban.
+const MAX_TTL_MS: u64 = 365 * 24 * 3600 * 1000;
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(resource("/admin").route(web::get().to(page::index)))
+        .service(resource("/admin/{asset}").route(web::get().to(page::asset)))
+        .service(resource("/v1/admin/overview").route(web::get().to(overview_route)))
+        .service(resource("/v1/admin/disconnect").route(web::post().to(disconnect)))
+        .service(
+            resource("/v1/admin/ban")
+                .route(web::post().to(ban))
+                .route(web::delete().to(unban)),
+        );
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    Viewer,
+    Admin,
+}
+
+impl Role {
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+/// Compares without stopping at the first differing byte.
+fn same_key(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+pub(super) fn not_found() -> HttpResponse {
+    refusal(
+        StatusCode::NOT_FOUND,
+        ErrorCode::NotFound,
+        "no such endpoint",
+        None,
+    )
+}
+
+/// Whether the admin routes exist on this node (an admin key is set).
+pub(super) fn enabled(node: &Node) -> bool {
+    node.config.load().admin.admin.is_some()
+}
+
+/// A refused admin request (kept small: it is built on every wrong key).
+pub(super) struct Denied {
+    status: StatusCode,
+    code: ErrorCode,
+    message: &'static str,
+    retry: Option<Duration>,
+}
+
+impl Denied {
+    fn response(self) -> HttpResponse {
+        refusal(self.status, self.code, self.message, self.retry)
+    }
+}
+
+/// The caller's role, or the refusal: 404 without an admin key, 429 after
+/// too many failed attempts from the address, 401 for a wrong key, 403
+/// for a viewer where an admin is needed.
+fn authorize(
+    req: &HttpRequest,
+    node: &Node,
+    need: Role,
+    action: &'static str,
+) -> Result<(Role, IpAddr), Denied> {
+    let config = node.config.load();
+    let Some(admin_key) = config.admin.admin.as_deref() else {
+        return Err(Denied {
+            status: StatusCode::NOT_FOUND,
+            code: ErrorCode::NotFound,
+            message: "no such endpoint",
+            retry: None,
+        });
+    };
+    let ip = request_ip(req, &config.node.trusted_proxies);
+    let now = Instant::now();
+    if node.admin.failures.remaining(&ip, FAILURE_BURST, now) < 1.0 {
+        node.metrics.admin_action(action, "rate_limited");
+        return Err(Denied {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            code: ErrorCode::RateLimited,
+            message: "too many failed admin key attempts from this address",
+            retry: Some(Duration::from_secs_f64(1.0 / FAILURE_REFILL_PER_SEC)),
+        });
+    }
+    let given = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .unwrap_or("");
+    let role = if same_key(given, admin_key) {
+        Role::Admin
+    } else if config
+        .admin
+        .viewer
+        .as_deref()
+        .is_some_and(|v| same_key(given, v))
+    {
+        Role::Viewer
+    } else {
+        let _ = node
+            .admin
+            .failures
+            .try_take(&ip, 1.0, FAILURE_BURST, FAILURE_REFILL_PER_SEC, now);
+        node.metrics.admin_action(action, "unauthorized");
+        tracing::warn!(target: "tidegate::admin", action, %ip, "admin request with a wrong key");
+        return Err(Denied {
+            status: StatusCode::UNAUTHORIZED,
+            code: ErrorCode::Unauthorized,
+            message: "send `Authorization: Bearer <admin key>` with the key from [admin]",
+            retry: None,
+        });
+    };
+    if need == Role::Admin && role == Role::Viewer {
+        node.metrics.admin_action(action, "forbidden");
+        return Err(Denied {
+            status: StatusCode::FORBIDDEN,
+            code: ErrorCode::Forbidden,
+            message: "the viewer key reads the overview; actions need the admin key",
+            retry: None,
+        });
+    }
+    Ok((role, ip))
+}
+
+fn bad_request(node: &Node, action: &'static str, message: &str) -> HttpResponse {
+    node.metrics.admin_action(action, "bad_request");
+    refusal(
+        StatusCode::BAD_REQUEST,
+        ErrorCode::BadRequest,
+        message,
+        None,
+    )
+}
+
+async fn overview_route(req: HttpRequest, node: web::Data<Arc<Node>>) -> HttpResponse {
+    let (role, _) = match authorize(&req, &node, Role::Viewer, "overview") {
+        Ok(r) => r,
+        Err(denied) => return denied.response(),
+    };
+    let me = overview::node_stats(&node);
+    let mut others = Vec::new();
+    let mut cluster_wide = true;
+    if let Some(store) = node.bridge.admin_store() {
+        match store.stats().await {
+            Ok(all) => {
+                others = all
+                    .iter()
+                    .filter_map(|json| serde_json::from_str::<overview::NodeStats>(json).ok())
+                    .collect();
+                // This node's fresh summary replaces the one it published.
+                others.retain(|s| s.id != me.id);
+            }
+            Err(_) => cluster_wide = false,
+        }
+    } else if node.config.load().cluster.mode == crate::config::ClusterMode::Redis {
+        cluster_wide = false;
+    }
+    let bans = node.admin.bans.list();
+    HttpResponse::Ok()
+        .insert_header(("Cache-Control", "no-store"))
+        .json(overview::merge(
+            me,
+            others,
+            cluster_wide,
+            bans,
+            role.as_str(),
+        ))
+}
+
+/// `{"account":..}`, `{"connId":..}` or `{"ip":..}`, and for a ban `ttlMs`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Body {
+    account: Option<String>,
+    conn_id: Option<String>,
+    ip: Option<String>,
+    ttl_ms: Option<u64>,
+}
+
+fn parse_body(bytes: &[u8]) -> Result<Body, String> {
+    serde_json::from_slice(bytes).map_err(|e| format!("the body must be a JSON object: {e}"))
+}
+
+fn ban_target(body: &Body) -> Result<BanTarget, String> {
+    if body.conn_id.is_some() {
+        return Err("a ban names an `account` or an `ip`, not a `connId`".into());
+    }
+    match (&body.account, &body.ip) {
+        (Some(a), None) if !a.is_empty() && a.len() <= 256 => Ok(BanTarget::Account(a.clone())),
+        (None, Some(ip)) => ip
+            .parse()
+            .map(BanTarget::Ip)
+            .map_err(|_| format!("`ip`: {ip:?} is not an IP address")),
+        _ => Err("give exactly one of `account` (1-256 bytes) and `ip`".into()),
+    }
+}
+
+fn logged(action: &'static str, role_ip: IpAddr, what: &str, closed: usize, extra: Option<u64>) {
+    tracing::info!(
+        target: "tidegate::admin",
+        action,
+        target_of = what,
+        by = %role_ip,
+        closed,
+        ttl_ms = extra,
+        "operator action"
+    );
+}
+
+async fn disconnect(
+    req: HttpRequest,
+    body: web::Bytes,
+    node: web::Data<Arc<Node>>,
+) -> HttpResponse {
+    const ACTION: &str = "disconnect";
+    let (_, by) = match authorize(&req, &node, Role::Admin, ACTION) {
+        Ok(r) => r,
+        Err(denied) => return denied.response(),
+    };
+    let body = match parse_body(&body) {
+        Ok(b) => b,
+        Err(m) => return bad_request(&node, ACTION, &m),
+    };
+    let who = match (&body.account, &body.conn_id, &body.ip, body.ttl_ms) {
+        (Some(a), None, None, None) if !a.is_empty() => Who::Account(a.clone()),
+        (None, Some(c), None, None) if !c.is_empty() => Who::ConnId(c.clone()),
+        _ => {
+            return bad_request(
+                &node,
+                ACTION,
+                "give exactly one of `account` and `connId` (and no `ttlMs`: that is a ban)",
+            );
+        }
+    };
+    let closed = actions::perform(&node, Action::Disconnect { who: who.clone() });
+    node.metrics.admin_action(ACTION, "ok");
+    logged(ACTION, by, &format!("{who:?}"), closed, None);
+    HttpResponse::Ok().json(serde_json::json!({ "closed": closed }))
+}
+
+/// The checks a ban and an unban share: the admin key, a JSON body, one
+/// target. The refusal is boxed: it is the rare path.
+fn ban_request(
+    req: &HttpRequest,
+    body: &[u8],
+    node: &Node,
+    action: &'static str,
+) -> Result<(IpAddr, Body, BanTarget), Box<HttpResponse>> {
+    let (_, by) = authorize(req, node, Role::Admin, action).map_err(|d| Box::new(d.response()))?;
+    let body = parse_body(body).map_err(|m| Box::new(bad_request(node, action, &m)))?;
+    let target = ban_target(&body).map_err(|m| Box::new(bad_request(node, action, &m)))?;
+    Ok((by, body, target))
+}
+
+async fn ban(req: HttpRequest, body: web::Bytes, node: web::Data<Arc<Node>>) -> HttpResponse {
+    const ACTION: &str = "ban";
+    let (by, body, target) = match ban_request(&req, &body, &node, ACTION) {
+        Ok(r) => r,
+        Err(refused) => return *refused,
+    };
+    let ttl_ms = match body.ttl_ms {
+        Some(t) if (1..=MAX_TTL_MS).contains(&t) => t,
+        _ => {
+            return bad_request(
+                &node,
+                ACTION,
+                &format!("`ttlMs` is required: 1 to {MAX_TTL_MS} milliseconds"),
+            );
+        }
+    };
+    let expires_at = unix_ms() + ttl_ms;
+    let closed = actions::perform(
+        &node,
+        Action::Ban {
+            target: target.clone(),
+            expires_at,
+        },
+    );
+    node.metrics.admin_action(ACTION, "ok");
+    logged(ACTION, by, &target.to_string(), closed, Some(ttl_ms));
+    let mut answer = serde_json::to_value(&target).expect("targets serialise");
+    answer["expiresAt"] = expires_at.into();
+    answer["ttlMs"] = ttl_ms.into();
+    answer["closed"] = closed.into();
+    HttpResponse::Ok().json(answer)
+}
+
+async fn unban(req: HttpRequest, body: web::Bytes, node: web::Data<Arc<Node>>) -> HttpResponse {
+    const ACTION: &str = "unban";
+    let (by, _, target) = match ban_request(&req, &body, &node, ACTION) {
+        Ok(r) => r,
+        Err(refused) => return *refused,
+    };
+    let was_banned = node.admin.bans.check(
+        match &target {
+            BanTarget::Account(a) => Some(a.as_str()),
+            BanTarget::Ip(_) => None,
+        },
+        match &target {
+            BanTarget::Ip(ip) => Some(*ip),
+            BanTarget::Account(_) => None,
+        },
+    );
+    actions::perform(
+        &node,
+        Action::Unban {
+            target: target.clone(),
+        },
+    );
+    node.metrics.admin_action(ACTION, "ok");
+    logged(ACTION, by, &target.to_string(), 0, None);
+    let mut answer = serde_json::to_value(&target).expect("targets serialise");
+    answer["lifted"] = was_banned.is_some().into();
+    HttpResponse::Ok().json(answer)
+}

@@ -1,0 +1,134 @@
+//! `[namespaces.NAME]`: how a namespace's messages are kept for a reader
+//! that falls behind (§11). A channel's namespace is the part of its name
+//! before the first `:`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+/// How messages to a slow reader are kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Delivery {
+    /// Above the high-water mark messages are dropped, counted and
+    /// reported with `slow_consumer`; the client recovers with `since`.
+    #[default]
+    Queue,
+    /// An unsent message is replaced by a newer one with the same
+    /// conflation key: a slow reader gets the latest value per key.
+    Conflate,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct NamespaceSection {
+    pub delivery: Delivery,
+    /// A JSON pointer into `data` (`"/user"`); none: the whole channel is
+    /// one key.
+    pub conflation_key: Option<String>,
+}
+
+/// How one conflating namespace picks a message's key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflation {
+    /// The pointer into `data`; `None`: one key per channel.
+    pub pointer: Option<String>,
+}
+
+/// The conflating namespaces, looked up once per channel (not per
+/// message): every other namespace queues.
+#[derive(Debug, Clone, Default)]
+pub struct DeliveryClasses {
+    conflating: HashMap<String, Arc<Conflation>>,
+}
+
+impl DeliveryClasses {
+    pub fn new(sections: &HashMap<String, NamespaceSection>) -> DeliveryClasses {
+        let conflating = sections
+            .iter()
+            .filter(|(_, s)| s.delivery == Delivery::Conflate)
+            .map(|(name, s)| {
+                let pointer = s.conflation_key.clone().filter(|p| !p.is_empty());
+                (name.clone(), Arc::new(Conflation { pointer }))
+            })
+            .collect();
+        DeliveryClasses { conflating }
+    }
+
+    /// The conflation rule for `channel`'s namespace, if it conflates.
+    pub fn conflation(&self, channel: &str) -> Option<Arc<Conflation>> {
+        if self.conflating.is_empty() {
+            return None;
+        }
+        let ns = crate::protocol::channel::namespace(channel);
+        self.conflating.get(ns).cloned()
+    }
+}
+
+/// Checks a `[namespaces]` table: names a channel can start with, and
+/// pointers that are JSON pointers, given only where they mean something.
+pub(super) fn problems(sections: &HashMap<String, NamespaceSection>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, s) in sections {
+        let path = format!("namespaces.{name}");
+        if name.contains(':') || crate::protocol::channel::validate(name).is_err() {
+            out.push(format!(
+                "{path}: a namespace is 1-128 characters of A-Z a-z 0-9 _ . @ = - (no `:`)"
+            ));
+        }
+        if let Some(p) = &s.conflation_key {
+            if s.delivery != Delivery::Conflate {
+                out.push(format!(
+                    "{path}.conflation_key: only meaningful with delivery = \"conflate\""
+                ));
+            }
+            if !p.is_empty() && !p.starts_with('/') {
+                out.push(format!(
+                    "{path}.conflation_key: {p:?} is not a JSON pointer (it starts with `/`, e.g. \"/user\")"
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sections(toml: &str) -> HashMap<String, NamespaceSection> {
+        toml::from_str(toml).unwrap()
+    }
+
+    #[test]
+    fn only_conflating_namespaces_are_kept_and_looked_up_by_prefix() {
+        let s = sections(
+            "[cursors]\ndelivery = \"conflate\"\nconflation_key = \"/user\"\n\
+             [scores]\ndelivery = \"conflate\"\n[doc]\ndelivery = \"queue\"\n",
+        );
+        assert!(problems(&s).is_empty());
+        let c = DeliveryClasses::new(&s);
+        assert_eq!(
+            c.conflation("cursors:doc1").unwrap().pointer.as_deref(),
+            Some("/user")
+        );
+        assert_eq!(c.conflation("scores").unwrap().pointer, None);
+        assert!(c.conflation("doc:1").is_none());
+        assert!(c.conflation("cursorsx:1").is_none());
+    }
+
+    #[test]
+    fn bad_names_and_pointers_are_reported_with_their_path() {
+        let s = sections(
+            "[\"a:b\"]\ndelivery = \"conflate\"\n[doc]\nconflation_key = \"/user\"\n\
+             [cur]\ndelivery = \"conflate\"\nconflation_key = \"user\"\n",
+        );
+        let mut p = problems(&s);
+        p.sort();
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert!(p[0].starts_with("namespaces.a:b:"), "{p:?}");
+        assert!(p[1].starts_with("namespaces.cur.conflation_key"), "{p:?}");
+        assert!(p[2].starts_with("namespaces.doc.conflation_key"), "{p:?}");
+    }
+}

@@ -1,0 +1,59 @@
+//! A message's conflation key (§11): the JSON text of the value its
+//! namespace's `conflation_key` pointer finds in `data`, computed once per
+//! message on the node, not once per subscriber.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::config::Conflation;
+use crate::protocol::wire;
+
+/// The key of one channel-wide slot (no pointer), and of messages whose
+/// `data` has nothing at the pointer. No JSON text is empty, so it never
+/// equals a found value's key.
+const WHOLE: &str = "";
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow)]
+    data: &'a RawValue,
+}
+
+/// The key of the message in `frame` (a complete WebSocket frame as the
+/// hub fans it out). `{"user":"ada"}` under `/user` is `"ada"` (with the
+/// quotes: `1` and `"1"` are different keys).
+pub fn conflation_key(rule: &Conflation, frame: &Bytes) -> Arc<str> {
+    let Some(pointer) = rule.pointer.as_deref() else {
+        return Arc::from(WHOLE);
+    };
+    let found = serde_json::from_slice::<Message<'_>>(wire::payload(frame))
+        .ok()
+        .and_then(|m| serde_json::from_str::<serde_json::Value>(m.data.get()).ok())
+        .and_then(|data| data.pointer(pointer).map(ToString::to_string));
+    Arc::from(found.as_deref().unwrap_or(WHOLE))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(pointer: Option<&str>, data: &str) -> String {
+        let rule = Conflation {
+            pointer: pointer.map(Into::into),
+        };
+        conflation_key(&rule, &wire::message("cur:1", 7, data)).to_string()
+    }
+
+    #[test]
+    fn the_pointer_picks_the_key_and_its_absence_means_one_slot() {
+        assert_eq!(key(Some("/user"), r#"{"user":"ada","x":1}"#), r#""ada""#);
+        assert_eq!(key(Some("/user"), r#"{"user":1}"#), "1");
+        assert_eq!(key(Some("/a/0"), r#"{"a":[{"b":2}]}"#), r#"{"b":2}"#);
+        assert_eq!(key(Some("/user"), r#"{"x":1}"#), "");
+        assert_eq!(key(Some("/user"), r#""just text""#), "");
+        assert_eq!(key(None, r#"{"user":"ada"}"#), "");
+    }
+}

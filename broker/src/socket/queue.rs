@@ -1,0 +1,269 @@
+//! The outbox's queue of encoded frames, with conflation (§11): a message
+//! of a conflating channel replaces the unsent one with the same key.
+//!
+//! Replacing must keep the socket's frames in `seq` order, so the newer
+//! message goes to the back and the older one's place becomes a tombstone
+//! (an empty frame, skipped when popped) instead of being removed from the
+//! middle of the deque. Tombstones are compacted away once they outnumber
+//! live frames, so a paused reader's queue holds at most about twice its
+//! live frames: the number of distinct keys, not the number of messages.
+//! The `"queue"` fast path is a push and a pop, as before.
+
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::protocol::wire;
+
+/// One conflation slot: a channel and a key in it.
+type Slot = Rc<(Arc<str>, Arc<str>)>;
+
+/// Compaction waits for at least this many tombstones.
+const COMPACT_MIN: usize = 64;
+
+#[derive(Debug)]
+struct Entry {
+    /// Empty: a tombstone.
+    frame: Bytes,
+    slot: Option<Slot>,
+}
+
+/// What pushing a keyed frame did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keyed {
+    /// No unsent frame had that key: queued at the back (its length).
+    Queued(usize),
+    /// Replaced the unsent frame of that key (its length), queued as a
+    /// `"conflated":true` frame (the new length).
+    Replaced { old: usize, new: usize },
+    /// A new key that would take the unsent keyed bytes past `room`: not
+    /// queued (so memory stays bounded even when keys are not).
+    Refused,
+}
+
+#[derive(Debug, Default)]
+pub struct OutQueue {
+    entries: VecDeque<Entry>,
+    /// Absolute position (pops + index) of each slot's unsent frame.
+    slots: HashMap<Slot, u64, foldhash::fast::RandomState>,
+    popped: u64,
+    tombstones: usize,
+    /// Bytes of unsent keyed frames.
+    keyed_bytes: usize,
+}
+
+impl OutQueue {
+    /// Queues a frame of a queueing channel (or one the socket made).
+    #[inline]
+    pub fn push(&mut self, frame: Bytes) {
+        self.entries.push_back(Entry { frame, slot: None });
+    }
+
+    /// Queues a frame of a conflating channel, replacing the unsent one
+    /// with the same `channel` and `key`; a new key is refused when the
+    /// unsent keyed frames would take more than `room` bytes.
+    pub fn push_keyed(
+        &mut self,
+        channel: &Arc<str>,
+        key: Arc<str>,
+        frame: Bytes,
+        room: usize,
+    ) -> Keyed {
+        let slot: Slot = Rc::new((channel.clone(), key));
+        let at = self
+            .slots
+            .get(&slot)
+            .map(|abs| (abs - self.popped) as usize);
+        let Some(i) = at else {
+            let len = frame.len();
+            if self.keyed_bytes + len > room {
+                return Keyed::Refused;
+            }
+            self.keyed_bytes += len;
+            self.slots.insert(slot.clone(), self.abs_back());
+            self.entries.push_back(Entry {
+                frame,
+                slot: Some(slot),
+            });
+            return Keyed::Queued(len);
+        };
+        let old = std::mem::take(&mut self.entries[i].frame).len();
+        self.entries[i].slot = None;
+        self.tombstones += 1;
+        let frame = wire::conflated(&frame);
+        let new = frame.len();
+        self.keyed_bytes = self.keyed_bytes - old + new;
+        self.slots.insert(slot.clone(), self.abs_back());
+        self.entries.push_back(Entry {
+            frame,
+            slot: Some(slot),
+        });
+        self.maybe_compact();
+        Keyed::Replaced { old, new }
+    }
+
+    /// Whether `channel` has an unsent frame with `key`.
+    #[cfg(test)]
+    fn has_key(&self, channel: &Arc<str>, key: &Arc<str>) -> bool {
+        self.slots
+            .contains_key(&Rc::new((channel.clone(), key.clone())))
+    }
+
+    /// The next frame to send, skipping tombstones.
+    #[inline]
+    pub fn pop(&mut self) -> Option<Bytes> {
+        loop {
+            let e = self.entries.pop_front()?;
+            let abs = self.popped;
+            self.popped += 1;
+            if let Some(slot) = e.slot
+                && self.slots.get(&slot) == Some(&abs)
+            {
+                self.slots.remove(&slot);
+                self.keyed_bytes -= e.frame.len();
+            }
+            if !e.frame.is_empty() {
+                return Some(e.frame);
+            }
+            self.tombstones -= 1;
+        }
+    }
+
+    /// Empties the queue; returns the bytes thrown away.
+    pub fn clear(&mut self) -> usize {
+        self.popped += self.entries.len() as u64;
+        self.slots.clear();
+        self.tombstones = 0;
+        self.keyed_bytes = 0;
+        self.entries.drain(..).map(|e| e.frame.len()).sum()
+    }
+
+    /// Live frames plus tombstones: what the queue holds in memory.
+    #[cfg(test)]
+    fn entries(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn abs_back(&self) -> u64 {
+        self.popped + self.entries.len() as u64
+    }
+
+    fn maybe_compact(&mut self) {
+        if self.tombstones < COMPACT_MIN || self.tombstones * 2 < self.entries.len() {
+            return;
+        }
+        self.entries.retain(|e| !e.frame.is_empty());
+        self.tombstones = 0;
+        self.slots.clear();
+        for (i, e) in self.entries.iter().enumerate() {
+            if let Some(slot) = &e.slot {
+                self.slots.insert(slot.clone(), self.popped + i as u64);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROOM: usize = 1 << 20;
+
+    fn msg(seq: u64, data: &str) -> Bytes {
+        wire::message("cur:1", seq, data)
+    }
+
+    fn json(frame: &Bytes) -> serde_json::Value {
+        serde_json::from_slice(wire::payload(frame)).unwrap()
+    }
+
+    #[test]
+    fn a_paused_reader_keeps_the_latest_per_key_in_seq_order_in_bounded_memory() {
+        let mut q = OutQueue::default();
+        let ch: Arc<str> = Arc::from("cur:1");
+        q.push(Bytes::from_static(b"\x81\x02hi"));
+        let keys: Vec<Arc<str>> = (0..5).map(|k| Arc::from(format!("{k}"))).collect();
+        for seq in 1..=10_000u64 {
+            let k = (seq % 5) as usize;
+            q.push_keyed(
+                &ch,
+                keys[k].clone(),
+                msg(seq, &format!("{{\"k\":{k}}}")),
+                ROOM,
+            );
+            assert!(q.entries() <= 1 + 5 + 2 * COMPACT_MIN, "{}", q.entries());
+        }
+        assert_eq!(q.pop().unwrap(), Bytes::from_static(b"\x81\x02hi"));
+        let mut got = Vec::new();
+        while let Some(f) = q.pop() {
+            got.push(json(&f));
+        }
+        let seqs: Vec<u64> = got.iter().map(|v| v["seq"].as_u64().unwrap()).collect();
+        assert_eq!(seqs, vec![9996, 9997, 9998, 9999, 10_000]);
+        assert!(got.iter().all(|v| v["conflated"] == true));
+        assert_eq!(q.entries(), 0);
+    }
+
+    #[test]
+    fn a_sent_frame_is_not_replaced_and_the_next_one_queues_unflagged() {
+        let mut q = OutQueue::default();
+        let ch: Arc<str> = Arc::from("cur:1");
+        let k: Arc<str> = Arc::from("a");
+        assert!(matches!(
+            q.push_keyed(&ch, k.clone(), msg(1, "1"), ROOM),
+            Keyed::Queued(_)
+        ));
+        assert!(q.has_key(&ch, &k));
+        q.pop().unwrap();
+        assert!(!q.has_key(&ch, &k));
+        assert!(matches!(
+            q.push_keyed(&ch, k.clone(), msg(2, "2"), ROOM),
+            Keyed::Queued(_)
+        ));
+        let other: Arc<str> = Arc::from("cur:2");
+        assert!(matches!(
+            q.push_keyed(&other, k.clone(), msg(3, "3"), ROOM),
+            Keyed::Queued(_)
+        ));
+        let Keyed::Replaced { old, new } = q.push_keyed(&ch, k.clone(), msg(4, "4"), ROOM) else {
+            panic!("the unsent frame of the same channel and key is replaced");
+        };
+        assert_eq!(new, old + r#""conflated":true,"#.len());
+        let order: Vec<u64> = std::iter::from_fn(|| q.pop())
+            .map(|f| json(&f)["seq"].as_u64().unwrap())
+            .collect();
+        assert_eq!(order, vec![3, 4]);
+    }
+
+    #[test]
+    fn new_keys_past_the_room_are_refused_but_known_keys_still_replace() {
+        let mut q = OutQueue::default();
+        let ch: Arc<str> = Arc::from("cur:1");
+        let one = msg(1, "1").len();
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        assert_eq!(
+            q.push_keyed(&ch, a.clone(), msg(1, "1"), one),
+            Keyed::Queued(one)
+        );
+        assert_eq!(q.push_keyed(&ch, b, msg(2, "2"), one), Keyed::Refused);
+        assert!(matches!(
+            q.push_keyed(&ch, a, msg(3, "3"), one),
+            Keyed::Replaced { .. }
+        ));
+    }
+
+    #[test]
+    fn clear_counts_live_bytes_only() {
+        let mut q = OutQueue::default();
+        let ch: Arc<str> = Arc::from("cur:1");
+        let k: Arc<str> = Arc::from("a");
+        q.push_keyed(&ch, k.clone(), msg(1, "1"), ROOM);
+        let Keyed::Replaced { new, .. } = q.push_keyed(&ch, k, msg(2, "2"), ROOM) else {
+            panic!()
+        };
+        assert_eq!(q.clear(), new);
+        assert!(q.pop().is_none());
+    }
+}

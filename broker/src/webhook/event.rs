@@ -1,0 +1,164 @@
+//! The events of §9 and their request body, encoded once per event and
+//! shared by every endpoint that receives it.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+/// One event on its way to an endpoint. Its `id` is the receiver's
+/// idempotency key (`webhook-id`): the same on every retry and, in a
+/// cluster, on every node.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub id: Arc<str>,
+    pub kind: &'static str,
+    /// `{"id","type","time","data"}`.
+    pub body: Bytes,
+    /// Attempts made so far (for the logs).
+    pub attempts: u32,
+    /// Its stream entry in cluster mode (acknowledged when final).
+    pub entry: Option<Arc<str>>,
+}
+
+pub const OCCUPIED: &str = "channel.occupied";
+pub const VACATED: &str = "channel.vacated";
+pub const PUBLISHED: &str = "message.published";
+pub const LIMIT_EXCEEDED: &str = "limit.exceeded";
+
+#[derive(Serialize)]
+struct Body<'a, D: Serialize> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    time: u64,
+    data: D,
+}
+
+#[derive(Serialize)]
+struct ChannelData<'a> {
+    channel: &'a str,
+}
+
+#[derive(Serialize)]
+struct MessageData<'a> {
+    channel: &'a str,
+    seq: u64,
+    data: &'a RawValue,
+}
+
+#[derive(Serialize)]
+struct LimitData<'a> {
+    account: &'a str,
+    reason: &'a str,
+    /// The close code sent to the sockets, when they were closed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    close: Option<u16>,
+}
+
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A fresh event id: random, so two nodes never mint the same one.
+pub fn new_id() -> Arc<str> {
+    Arc::from(format!("evt_{:032x}", rand::random::<u128>()))
+}
+
+impl Event {
+    fn build(kind: &'static str, data: impl Serialize) -> Event {
+        Event::with_id(new_id(), kind, unix_ms(), data)
+    }
+
+    fn with_id(id: Arc<str>, kind: &'static str, time: u64, data: impl Serialize) -> Event {
+        let body = serde_json::to_vec(&Body {
+            id: &id,
+            kind,
+            time,
+            data,
+        })
+        // Strings, numbers and already valid JSON: cannot fail.
+        .expect("event bodies serialize");
+        Event {
+            id,
+            kind,
+            body: Bytes::from(body),
+            attempts: 0,
+            entry: None,
+        }
+    }
+
+    /// `channel.occupied` or `channel.vacated`.
+    pub fn channel(kind: &'static str, channel: &str) -> Event {
+        Event::build(kind, ChannelData { channel })
+    }
+
+    /// `message.published`; `data` is the message's raw JSON. Data that is
+    /// not valid JSON cannot reach here (publish parses it), but is sent
+    /// as a JSON string rather than dropped if it ever does.
+    pub fn published(channel: &str, seq: u64, data: &str) -> Event {
+        match serde_json::from_str::<&RawValue>(data) {
+            Ok(data) => Event::build(PUBLISHED, MessageData { channel, seq, data }),
+            Err(_) => Event::build(
+                PUBLISHED,
+                serde_json::json!({"channel": channel, "seq": seq, "data": data}),
+            ),
+        }
+    }
+
+    pub fn limit_exceeded(account: &str, reason: &str, close: Option<u16>) -> Event {
+        Event::build(
+            LIMIT_EXCEEDED,
+            LimitData {
+                account,
+                reason,
+                close,
+            },
+        )
+    }
+
+    /// An event read back from a cluster queue (its body as stored).
+    pub fn stored(id: Arc<str>, kind: &'static str, body: Bytes, attempts: u32) -> Event {
+        Event {
+            id,
+            kind,
+            body,
+            attempts,
+            entry: None,
+        }
+    }
+}
+
+/// The `&'static` name of a known event type.
+pub fn kind_of(name: &str) -> Option<&'static str> {
+    [OCCUPIED, VACATED, PUBLISHED, LIMIT_EXCEEDED]
+        .into_iter()
+        .find(|k| *k == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn published_body_has_the_contract_shape() {
+        let e = Event::published("doc:1", 42, r#"{"x":[1,2]}"#);
+        let v: serde_json::Value = serde_json::from_slice(&e.body).unwrap();
+        assert_eq!(v["id"], &*e.id);
+        assert_eq!(v["type"], "message.published");
+        assert!(v["time"].as_u64().unwrap() > 1_600_000_000_000);
+        assert_eq!(
+            v["data"],
+            serde_json::json!({"channel":"doc:1","seq":42,"data":{"x":[1,2]}})
+        );
+    }
+
+    #[test]
+    fn ids_differ() {
+        assert_ne!(new_id(), new_id());
+    }
+}

@@ -1,0 +1,150 @@
+//! Cluster-mode webhooks (§9): two nodes on a real Redis share each
+//! endpoint's queue; one node sends at a time; killing it loses nothing;
+//! occupancy is decided once for the whole cluster.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::common::{Broker, Client, PATIENCE};
+use crate::receiver::{Receiver, Reply};
+use crate::redis_server::RedisServer;
+use crate::webhooks::hook;
+
+fn node(redis: &RedisServer, id: &str, prefix: &str, hooks: &str) -> Broker {
+    Broker::start(&format!(
+        "[node]\nid = \"{id}\"\n[cluster]\nmode = \"redis\"\nredis_url = \"{}\"\nkey_prefix = \"{prefix}\"\nlease_ms = 1000\n{hooks}",
+        redis.url()
+    ))
+}
+
+fn prefix() -> String {
+    format!("wh{}x{}:", std::process::id(), rand_suffix())
+}
+
+fn rand_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+fn owns(b: &Broker, endpoint: &str) -> bool {
+    b.node
+        .webhooks
+        .endpoints()
+        .iter()
+        .any(|e| e.id() == endpoint && e.is_owner())
+}
+
+async fn publish(b: &Broker, n: u64) {
+    let r = b.publish_http("doc:c", json!({ "n": n })).await;
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_owner_loses_no_event_and_none_is_in_flight_twice() {
+    let redis = RedisServer::start();
+    let p = prefix();
+    let mut rx = Receiver::start(|_| Reply::Slow(Duration::from_millis(20)));
+    let hooks = hook(
+        "shared",
+        &rx.url,
+        "timeout_ms = 1000\nmax_in_flight = 2\nrate_per_sec = 1000\nburst = 100",
+    );
+    let a = node(&redis, "a", &p, &hooks);
+    let b = node(&redis, "b", &p, &hooks);
+    let n = 60u64;
+    for i in 0..n / 2 {
+        publish(if i % 2 == 0 { &a } else { &b }, i).await;
+    }
+    // n → every webhook-id it arrived with (retries and takeovers included).
+    let mut got = std::collections::HashMap::<u64, HashSet<String>>::new();
+    let record = |got: &mut std::collections::HashMap<u64, HashSet<String>>,
+                  g: crate::receiver::Got| {
+        let n = g.body["data"]["data"]["n"].as_u64().unwrap();
+        got.entry(n).or_default().insert(g.id);
+    };
+    while got.len() < 10 {
+        record(&mut got, rx.next().await);
+    }
+    // Kill whichever node sends (its lock stays in Redis until it expires).
+    let deadline = Instant::now() + PATIENCE;
+    while !owns(&a, "shared") && !owns(&b, "shared") {
+        assert!(Instant::now() < deadline, "nobody owns the endpoint");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (killed, survivor) = if owns(&a, "shared") { (a, b) } else { (b, a) };
+    drop(killed);
+    for i in n / 2..n {
+        publish(&survivor, i).await;
+    }
+    while got.len() < n as usize {
+        record(&mut got, rx.next().await);
+    }
+    assert_eq!(
+        got.keys().copied().collect::<HashSet<_>>(),
+        (0..n).collect()
+    );
+    assert!(
+        got.values().all(|ids| ids.len() == 1),
+        "an event arrived under two webhook-ids: {got:?}"
+    );
+    assert_eq!(rx.overlaps(), 0, "an event was in flight twice at once");
+    assert!(owns(&survivor, "shared"));
+}
+
+async fn subscribe(c: &mut Client, id: u64) {
+    let ack = c
+        .call(json!({"type":"subscribe","channel":"doc:room"}), id)
+        .await;
+    assert_eq!(ack["type"], "ack", "{ack}");
+}
+
+async fn unsubscribe(c: &mut Client, id: u64) {
+    let ack = c
+        .call(json!({"type":"unsubscribe","channel":"doc:room"}), id)
+        .await;
+    assert_eq!(ack["type"], "ack", "{ack}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn occupancy_is_decided_once_for_the_whole_cluster() {
+    let redis = RedisServer::start();
+    let p = prefix();
+    let mut rx = Receiver::accepting();
+    let hooks = hook(
+        "occ",
+        &rx.url,
+        "events = [\"channel.occupied\", \"channel.vacated\", \"message.published\"]\nvacated_delay_ms = 300\nmax_in_flight = 1",
+    );
+    let a = node(&redis, "a", &p, &hooks);
+    let b = node(&redis, "b", &p, &hooks);
+    let mut on_a = a.client("acme").await;
+    let mut on_b = b.client("acme").await;
+    subscribe(&mut on_a, 1).await;
+    subscribe(&mut on_b, 1).await;
+    let first = rx.next().await;
+    assert_eq!(first.body["type"], "channel.occupied");
+    assert_eq!(first.body["data"]["channel"], "doc:room");
+    // One node leaving is not vacated; both leaving is, once.
+    unsubscribe(&mut on_a, 2).await;
+    unsubscribe(&mut on_b, 2).await;
+    let vacated = rx.next().await;
+    assert_eq!(
+        vacated.body["type"], "channel.vacated",
+        "{:?}",
+        vacated.body
+    );
+    // Events go out in stream order: anything else about the channel
+    // (a second occupied or vacated) would arrive before this marker.
+    a.publish_http("doc:marker", json!("m")).await;
+    let marker = rx.next().await;
+    assert_eq!(
+        marker.body["type"], "message.published",
+        "{:?}",
+        marker.body
+    );
+    assert_eq!(marker.body["data"]["channel"], "doc:marker");
+}
