@@ -158,7 +158,7 @@ impl Metrics {
             rejection_series: dashmap::DashMap::new(),
             webhooks: Default::default(),
         };
-        m.webhooks.register(registry);
+        m.webhooks.register(&mut registry);
         registry.register(
             "connections_opened",
             "WebSocket connections accepted",

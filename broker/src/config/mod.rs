@@ -8,8 +8,8 @@
 mod admin;
 mod env;
 mod limits;
-mod report;
 mod namespaces;
+mod report;
 mod sections;
 mod validate;
 mod webhooks;

@@ -97,9 +97,9 @@ impl Outbox {
 
     /// Queues a message of a conflating channel whose bytes the hub already
     /// counted, replacing the unsent one with the same key (§11) and
-    /// keeping the gauge exact. A new key is refused (and released) when
-    /// the unsent keyed frames would pass the high-water mark: the caller
-    /// counts it as a drop.
+    /// keeping the gauge exact. A new key is refused (and released) while
+    /// the unsent keyed frames are at or over the high-water mark: the
+    /// caller counts it as a drop.
     pub fn push_conflated(&self, channel: &Arc<str>, key: Arc<str>, frame: Bytes) -> Keyed {
         let mut s = self.shared.borrow_mut();
         let len = frame.len();
