@@ -110,7 +110,7 @@ pub async fn run_one(env: &Env, kind: Kind, p: &Params) -> Result<HandshakeRun> 
                 (account, token)
             })
             .collect(),
-        Kind::Nats => Vec::new(),
+        Kind::Nats | Kind::Relay => Vec::new(),
     };
     let tokens = Rc::new(tokens);
     let sh = Rc::new(Shared {
@@ -146,6 +146,7 @@ pub async fn run_one(env: &Env, kind: Kind, p: &Params) -> Result<HandshakeRun> 
         auth: match kind {
             Kind::Tidegate => "HS256 JWT in Sec-WebSocket-Protocol, verified before the upgrade",
             Kind::Nats => "token in CONNECT (authorization { token }), confirmed by PONG",
+            Kind::Relay => "none: the relay reads no token",
         },
         completed: sh.completed.get(),
         handshakes_per_sec: (sh.completed.get() as f64 / elapsed).round(),
