@@ -144,6 +144,10 @@ struct HandshakeArgs {
     /// Pre-minted Tidegate tokens (one account each), used in turn.
     #[arg(long, default_value_t = 20000)]
     tokens: usize,
+    /// Send a close frame and wait for the server to end TCP (RFC 6455
+    /// §7.1.1) instead of stopping at its close frame.
+    #[arg(long)]
+    polite: bool,
 }
 
 #[derive(Args)]
@@ -303,6 +307,7 @@ async fn run(
                 concurrency: a.concurrency,
                 duration_secs: a.duration,
                 tokens: a.tokens,
+                polite: a.polite,
             };
             let r = handshakes::run(env, kinds, &p).await?;
             ("handshakes", json!(p), r)

@@ -153,3 +153,23 @@ fn fanout_drives_the_minimal_relay_unchanged() {
     assert_eq!(vs.len(), 1, "{vs:?}");
     assert!(vs[0]["delivered_per_sec_ratio"].is_number(), "{vs:?}");
 }
+
+/// `--polite` closes as RFC 6455 §7.1.1 has it (close frame, then wait
+/// for the server's end of stream): every handshake must end that way.
+#[test]
+fn polite_handshakes_see_the_server_close_first() {
+    let r = run(&[
+        "handshakes",
+        "--concurrency",
+        "4",
+        "--duration",
+        "0.5",
+        "--tokens",
+        "100",
+        "--polite",
+    ]);
+    assert_eq!(r["params"]["polite"], true);
+    let run = &r["results"]["runs"][0];
+    assert!(run["completed"].as_u64().unwrap() > 0, "{run}");
+    assert_eq!(run["errors"], serde_json::json!({}), "{run}");
+}
