@@ -38,7 +38,7 @@ pub enum Keyed {
     /// Replaced the unsent frame of that key (its length), queued as a
     /// `"conflated":true` frame (the new length).
     Replaced { old: usize, new: usize },
-    /// A new key that would take the unsent keyed bytes past `room`: not
+    /// A new key while the unsent keyed bytes are at or over `room`: not
     /// queued (so memory stays bounded even when keys are not).
     Refused,
 }
@@ -63,7 +63,7 @@ impl OutQueue {
 
     /// Queues a frame of a conflating channel, replacing the unsent one
     /// with the same `channel` and `key`; a new key is refused when the
-    /// unsent keyed frames would take more than `room` bytes.
+    /// unsent keyed frames already take `room` bytes or more.
     pub fn push_keyed(
         &mut self,
         channel: &Arc<str>,
@@ -78,7 +78,10 @@ impl OutQueue {
             .map(|abs| (abs - self.popped) as usize);
         let Some(i) = at else {
             let len = frame.len();
-            if self.keyed_bytes + len > room {
+            // As the hub's own check: at or over the room before this one
+            // (so at least one frame is always queued, and a refusal always
+            // leaves frames whose sending ends the drop episode).
+            if self.keyed_bytes >= room {
                 return Keyed::Refused;
             }
             self.keyed_bytes += len;
@@ -243,8 +246,9 @@ mod tests {
         let ch: Arc<str> = Arc::from("cur:1");
         let one = msg(1, "1").len();
         let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        // One frame always fits, even one larger than the room.
         assert_eq!(
-            q.push_keyed(&ch, a.clone(), msg(1, "1"), one),
+            q.push_keyed(&ch, a.clone(), msg(1, "1"), 1),
             Keyed::Queued(one)
         );
         assert_eq!(q.push_keyed(&ch, b, msg(2, "2"), one), Keyed::Refused);

@@ -247,3 +247,22 @@ async fn a_queue_channel_beside_a_conflating_one_on_the_same_socket_still_report
     );
     assert!(broker.metric("tidegate_messages_superseded_total").await > 0.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_without_bound_cost_at_most_the_mark_and_their_drops_are_reported() {
+    let broker = Broker::start(&CONFLATE.replace("262144", "8192"));
+    let mut reader = slow_client(&broker).await;
+    reader
+        .call(json!({"type":"subscribe","channel":"cur:1"}), 1)
+        .await;
+    // Every message its own key: nothing to replace.
+    let mut p = publisher(&broker).await;
+    publish_many(&mut p, "cur:1", 2000, |i| json!({"k": i, "i": i})).await;
+    pending_at_most(&broker, 8192 + 256).await;
+
+    let notice = reader
+        .until(|v| v["type"] == "error" || v["type"] == "close")
+        .await;
+    assert_eq!(notice["code"], "slow_consumer", "{notice}");
+    assert!(notice["dropped"].as_u64().unwrap() > 0);
+}

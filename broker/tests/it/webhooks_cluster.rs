@@ -148,3 +148,48 @@ async fn occupancy_is_decided_once_for_the_whole_cluster() {
     );
     assert_eq!(marker.body["data"]["channel"], "doc:marker");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receivers_pause_outlives_the_node_that_was_told() {
+    let redis = RedisServer::start();
+    let p = prefix();
+    let mut rx = Receiver::start(|_| Reply::Status(429, vec![("retry-after", "4".into())]));
+    // The owner lock (lease 1 s + timeout 1 s) expires well before the
+    // receiver's 4 s: a new owner that ignored the pause would retry early.
+    let hooks = hook("paused", &rx.url, "timeout_ms = 1000");
+    let a = node(&redis, "a", &p, &hooks);
+    let b = node(&redis, "b", &p, &hooks);
+    publish(&a, 1).await;
+    let first = rx.next().await;
+    rx.answer(|_| Reply::ok());
+    // Wait until the pause is recorded in Redis, then kill the owner.
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let key = format!("{p}wh:{{paused}}:pause");
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if ttl > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the pause never reached Redis");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (killed, survivor) = if owns(&a, "paused") { (a, b) } else { (b, a) };
+    drop(killed);
+    let retry = rx.next().await;
+    assert_eq!(retry.id, first.id, "webhook-id changed across nodes");
+    assert!(
+        retry.at.duration_since(first.at) >= Duration::from_secs(4),
+        "the new owner retried {:?} after a Retry-After of 4 s",
+        retry.at.duration_since(first.at)
+    );
+    assert!(owns(&survivor, "paused"));
+}
