@@ -96,18 +96,23 @@ async fn the_fan_out_price_counts_every_nodes_subscribers() {
         .await
         .unwrap();
     assert_eq!(cost(r), 4);
+    // Waits (polling, with a deadline, like `bridge_up`) for a's view of
+    // b's subscribers; publishing meanwhile would fill the unread streams.
     let deadline = Instant::now() + PATIENCE;
-    loop {
-        let r = on_a
-            .publish(authed(msg("doc:wide", "1", ""), API_KEY))
-            .await
-            .unwrap();
-        match cost(r) {
-            4 => break,
-            1 => assert!(Instant::now() < deadline, "a never saw b's subscribers"),
-            other => panic!("cost {other}"),
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    while a.node.bridge.subscribers("doc:wide") < 1000 {
+        assert!(
+            Instant::now() < deadline,
+            "a never saw b's subscribers (a up {}, b up {}, b counts {})",
+            a.node.bridge.is_up(),
+            b.node.bridge.is_up(),
+            b.node.bridge.subscribers("doc:wide"),
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+    let r = on_a
+        .publish(authed(msg("doc:wide", "1", ""), API_KEY))
+        .await
+        .unwrap();
+    assert_eq!(cost(r), 4);
     drop(subs);
 }
