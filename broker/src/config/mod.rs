@@ -9,6 +9,7 @@ mod admin;
 mod env;
 mod limits;
 mod namespaces;
+mod redis_cluster;
 mod report;
 mod sections;
 mod validate;
@@ -330,6 +331,7 @@ impl Config {
             retire_sample_key(&node, &mut resolved_keys, &mut warnings);
         }
         problems.extend(sample_secret_problems(&node, &auth, &resolved_keys));
+        redis_cluster::problems(&cluster, &admin, &webhooks, &mut problems);
 
         if !problems.is_empty() {
             return Err(ConfigError { problems });

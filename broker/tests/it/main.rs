@@ -20,6 +20,7 @@ mod inbound_limits;
 mod ops;
 mod process;
 mod receiver;
+mod redis_cluster;
 mod redis_server;
 mod rules;
 mod slow_consumer;
