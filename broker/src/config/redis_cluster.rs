@@ -32,3 +32,44 @@ pub(super) fn problems(
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{ClusterMode, Config};
+
+    const BASE: &str = "[plans.free]\n[cluster]\nmode = \"redis-cluster\"\n";
+
+    fn problems(extra: &str) -> Vec<String> {
+        let text = format!("{BASE}{extra}");
+        match Config::from_toml(&text, &|_| None) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.problems,
+        }
+    }
+
+    #[test]
+    fn redis_cluster_mode_is_read_and_refuses_what_it_cannot_carry_yet() {
+        let ok = Config::from_toml(BASE, &|_| None).unwrap();
+        assert_eq!(ok.cluster.mode, ClusterMode::RedisCluster);
+        assert!(ok.cluster.mode.uses_redis());
+        let braces = problems("key_prefix = \"t{x}:\"\n");
+        assert_eq!(braces.len(), 1, "{braces:?}");
+        assert!(braces[0].starts_with("cluster.key_prefix:"), "{braces:?}");
+        let hooks = problems(
+            "[[webhooks]]\nid = \"w\"\nurl = \"http://127.0.0.1:9/h\"\nsecret = \"0123456789abcdef0123456789abcdef\"\n",
+        );
+        assert!(
+            hooks
+                .iter()
+                .any(|p| p.starts_with("webhooks: not yet supported")),
+            "{hooks:?}"
+        );
+        let admin = problems("[admin]\nkey = \"0123456789abcdef0123456789abcdef\"\n");
+        assert!(
+            admin
+                .iter()
+                .any(|p| p.starts_with("admin: the operator routes")),
+            "{admin:?}"
+        );
+    }
+}
