@@ -62,7 +62,7 @@ on_both!(
 );
 
 /// Waits (polling, with a deadline) for a node's bridge to be up or down.
-async fn bridge_up(b: &Broker, up: bool) {
+pub async fn bridge_up(b: &Broker, up: bool) {
     let deadline = Instant::now() + PATIENCE;
     while b.node.bridge.is_up() != up {
         assert!(

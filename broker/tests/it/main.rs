@@ -11,6 +11,7 @@ mod channels;
 mod cli;
 mod cli_env;
 mod cluster;
+mod cluster_sharded;
 mod delivery;
 mod fuzz_bounded;
 mod handshake;
