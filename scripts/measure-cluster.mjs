@@ -7,6 +7,8 @@
 //   redis-1    one node through Redis
 //   redis-2    two nodes through Redis, subscribers split between them,
 //              the publisher on the first
+//   rcluster-1 one node through a three-master Redis Cluster
+//              (cluster.mode = "redis-cluster"; one channel, so one shard)
 // and prints, for each, messages published per second, frames delivered per
 // second, and Redis commands per 1,000 published messages (from Redis's own
 // INFO commandstats, reset before the run). Needs target/release/tidegate,
@@ -69,19 +71,45 @@ function redisCmd(port, ...args) {
   });
 }
 
-async function commandCount(port) {
-  const info = await redisCmd(port, "INFO", "commandstats");
+async function commandCount(ports) {
   let total = 0;
   const by = {};
-  for (const m of info.matchAll(/cmdstat_(\w+):calls=(\d+)/g)) {
-    if (m[1] === "info" || m[1] === "config") continue;
-    by[m[1]] = Number(m[2]);
-    total += Number(m[2]);
+  for (const port of [ports].flat()) {
+    const info = await redisCmd(port, "INFO", "commandstats");
+    for (const m of info.matchAll(/cmdstat_(\w+):calls=(\d+)/g)) {
+      if (m[1] === "info" || m[1] === "config" || m[1] === "cluster") continue;
+      by[m[1]] = (by[m[1]] ?? 0) + Number(m[2]);
+      total += Number(m[2]);
+    }
   }
   return { total, by };
 }
 
-function config(dir, name, id, redisPort) {
+/// Three cluster-enabled masters sharing the slots; resolves when every
+/// node reports cluster_state:ok. Returns their ports.
+async function startRedisCluster(dir) {
+  const ports = [];
+  for (let i = 0; i < 3; i++) {
+    let port;
+    do port = await freePort(); while (port > 55000);
+    const c = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+      "--cluster-enabled", "yes", "--cluster-config-file", `nodes-${port}.conf`, "--dir", dir, "--logfile", ""]);
+    children.push(c);
+    await new Promise((res) => c.stdout.on("data", (d) => String(d).includes("Ready to accept") && res()));
+    ports.push(port);
+  }
+  const ranges = [[0, 5460], [5461, 10922], [10923, 16383]];
+  for (let i = 0; i < 3; i++) await redisCmd(ports[i], "CLUSTER", "ADDSLOTSRANGE", ranges[i][0], ranges[i][1]);
+  for (const p of ports.slice(1)) await redisCmd(p, "CLUSTER", "MEET", "127.0.0.1", ports[0]);
+  for (const p of ports) {
+    while (!(await redisCmd(p, "CLUSTER", "INFO")).includes("cluster_state:ok")) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+  return ports;
+}
+
+function config(dir, name, id, redisPort, mode = "redis") {
   let text = readFileSync(join(root, "config.toml"), "utf8")
     .replace('id = "n1"', `id = "${id}"`)
     .replace("workers = 0", "workers = 1")
@@ -90,7 +118,7 @@ function config(dir, name, id, redisPort) {
     .replace("ip_max_open = 50", "ip_max_open = 100000");
   if (redisPort) {
     text = text
-      .replace('mode = "memory"', 'mode = "redis"')
+      .replace('mode = "memory"', `mode = "${mode}"`)
       .replace('redis_url = "redis://127.0.0.1:6379/"', `redis_url = "redis://127.0.0.1:${redisPort}/"`);
   }
   // Only the publisher's own budget is raised.
@@ -239,6 +267,15 @@ const results = [];
   const a = await startNode(fa);
   const b = await startNode(fb);
   results.push(await run("redis-2", [a, b], fa, port));
+  a.child.kill("SIGKILL");
+  b.child.kill("SIGKILL");
+}
+{
+  const ports = await startRedisCluster(dir);
+  const f = config(dir, "rc1", "rc1", ports[0], "redis-cluster");
+  const n = await startNode(f);
+  for (const p of ports) await redisCmd(p, "CONFIG", "RESETSTAT");
+  results.push(await run("rcluster-1", [n], f, ports));
 }
 console.log(JSON.stringify({ machine: `${process.platform} ${process.arch}, ${(await import("node:os")).cpus().length} cores`, results }, null, 2));
 cleanup();

@@ -93,7 +93,9 @@ impl Node {
         }));
         let redis = match config.cluster.mode {
             ClusterMode::Memory => None,
-            ClusterMode::Redis => Some(redis::Client::open(config.cluster.redis_url.as_str())?),
+            ClusterMode::Redis | ClusterMode::RedisCluster => {
+                Some(redis::Client::open(config.cluster.redis_url.as_str())?)
+            }
         };
         Ok(Arc::new_cyclic(|node| {
             let bridge: SharedBridge = match redis {

@@ -184,7 +184,7 @@ async fn overview_route(req: HttpRequest, node: web::Data<Arc<Node>>) -> HttpRes
             }
             Err(_) => cluster_wide = false,
         }
-    } else if node.config.load().cluster.mode == crate::config::ClusterMode::Redis {
+    } else if node.config.load().cluster.mode.uses_redis() {
         cluster_wide = false;
     }
     let bans = node.admin.bans.list();

@@ -10,6 +10,7 @@ mod env;
 mod grpc;
 mod limits;
 mod namespaces;
+mod redis_cluster;
 mod report;
 mod sections;
 mod validate;
@@ -340,6 +341,7 @@ impl Config {
         }
         problems.extend(sample_secret_problems(&node, &auth, &resolved_keys));
         grpc.problems(&resolved_keys, &mut problems);
+        redis_cluster::problems(&cluster, &admin, &webhooks, &mut problems);
 
         if !problems.is_empty() {
             return Err(ConfigError { problems });

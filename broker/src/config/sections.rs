@@ -231,6 +231,17 @@ impl Default for HistorySection {
 pub enum ClusterMode {
     Memory,
     Redis,
+    /// Redis Cluster: hash-tagged keys, sharded pub/sub (docs/scaling.md).
+    #[serde(rename = "redis-cluster")]
+    RedisCluster,
+}
+
+impl ClusterMode {
+    /// Whether the node shares state through Redis (one server or a Redis
+    /// Cluster).
+    pub fn uses_redis(self) -> bool {
+        self != ClusterMode::Memory
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

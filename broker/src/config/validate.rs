@@ -1,8 +1,8 @@
 //! Checks across a section's values that serde cannot express.
 
 use super::{
-    AuthSection, ClusterMode, ClusterSection, HandshakeSection, HistorySection, HttpSection,
-    NodeSection, ResolvedApiKey, SAMPLE_API_KEY, SAMPLE_JWT_SECRET, SocketSection,
+    AuthSection, ClusterSection, HandshakeSection, HistorySection, HttpSection, NodeSection,
+    ResolvedApiKey, SAMPLE_API_KEY, SAMPLE_JWT_SECRET, SocketSection,
 };
 
 /// The shipped secret and key are public; they may only guard loopback.
@@ -118,7 +118,7 @@ pub(super) fn validate_node(
         cluster.max_pending >= 1,
         "cluster.max_pending: must be at least 1".into(),
     );
-    if cluster.mode == ClusterMode::Redis {
+    if cluster.mode.uses_redis() {
         need(
             cluster.redis_url.starts_with("redis://") || cluster.redis_url.starts_with("unix://"),
             format!(

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::common::{Broker, Client, PATIENCE, metric_value};
+use crate::redis_cluster::Backend;
 use crate::redis_server::RedisServer;
 
 pub fn prefix() -> String {
@@ -18,13 +19,47 @@ pub fn prefix() -> String {
     format!("t{}x{n}:", std::process::id())
 }
 
-/// A node of a cluster on `redis`, with `extra` config.
-pub fn node(redis: &RedisServer, id: &str, prefix: &str, extra: &str) -> Broker {
+/// A node of a cluster on `redis` (one server or a Redis Cluster), with
+/// `extra` config.
+pub fn node(redis: &impl Backend, id: &str, prefix: &str, extra: &str) -> Broker {
     Broker::start(&format!(
-        "[node]\nid = \"{id}\"\n[cluster]\nmode = \"redis\"\nredis_url = \"{}\"\nkey_prefix = \"{prefix}\"\nlease_ms = 1000\n{extra}",
+        "[node]\nid = \"{id}\"\n[cluster]\nmode = \"{}\"\nredis_url = \"{}\"\nkey_prefix = \"{prefix}\"\nlease_ms = 1000\n{extra}",
+        redis.mode(),
         redis.url()
     ))
 }
+
+/// The test bodies that take a [`Backend`], run on one Redis and on a
+/// three-master Redis Cluster.
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod one_redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(&crate::redis_server::RedisServer::start()).await;
+                }
+            )*
+        }
+        mod redis_cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(&crate::redis_cluster::RedisCluster::start()).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both!(
+    a_message_published_on_any_node_reaches_every_subscriber_once_in_order,
+    the_subscribe_ack_carries_the_cluster_position_on_every_node,
+    subscribing_again_to_recover_does_not_keep_the_node_listening_after_unsubscribe,
+    history_published_on_one_node_is_recovered_through_another,
+    an_abusive_account_spread_over_nodes_is_closed_1008_on_every_node,
+    the_connection_cap_is_cluster_wide,
+);
 
 /// Waits (polling, with a deadline) for a node's bridge to be up or down.
 pub async fn bridge_up(b: &Broker, up: bool) {
@@ -62,11 +97,11 @@ async fn messages(c: &mut Client, n: usize) -> Vec<(u64, Value)> {
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_message_published_on_any_node_reaches_every_subscriber_once_in_order() {
-    let redis = RedisServer::start();
+async fn a_message_published_on_any_node_reaches_every_subscriber_once_in_order(
+    redis: &impl Backend,
+) {
     let p = prefix();
-    let (a, b) = (node(&redis, "a", &p, ""), node(&redis, "b", &p, ""));
+    let (a, b) = (node(redis, "a", &p, ""), node(redis, "b", &p, ""));
     bridge_up(&a, true).await;
     bridge_up(&b, true).await;
     let mut on_a = subscribed(&a, "s1", "doc:x").await;
@@ -108,11 +143,9 @@ async fn a_message_published_on_any_node_reaches_every_subscriber_once_in_order(
     assert!(count("bucket") >= 1.0, "{text}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_subscribe_ack_carries_the_cluster_position_on_every_node() {
-    let redis = RedisServer::start();
+async fn the_subscribe_ack_carries_the_cluster_position_on_every_node(redis: &impl Backend) {
     let p = prefix();
-    let (a, b) = (node(&redis, "a", &p, ""), node(&redis, "b", &p, ""));
+    let (a, b) = (node(redis, "a", &p, ""), node(redis, "b", &p, ""));
     bridge_up(&a, true).await;
     bridge_up(&b, true).await;
     // A channel no node has seen: the position exists before any message,
@@ -146,24 +179,35 @@ async fn the_subscribe_ack_carries_the_cluster_position_on_every_node() {
     assert_eq!(ack["seq"].as_u64(), Some(pos + 1));
 }
 
-/// Redis subscribers of a channel's topic (the nodes listening to it).
-async fn listeners(redis: &RedisServer, prefix: &str, channel: &str) -> u64 {
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let (_, n): (String, u64) = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(format!("{prefix}ch:{channel}"))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    n
+/// Redis subscribers of a channel's topic (the nodes listening to it),
+/// summed over every master (on Redis Cluster the shard's sharded
+/// subscribers of the hash-tagged topic).
+async fn listeners(redis: &impl Backend, prefix: &str, channel: &str) -> u64 {
+    let (cmd, topic) = if redis.mode() == "redis" {
+        ("NUMSUB", format!("{prefix}ch:{channel}"))
+    } else {
+        ("SHARDNUMSUB", format!("{prefix}ch:{{{channel}}}"))
+    };
+    let mut total = 0;
+    for port in redis.ports() {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let (_, n): (String, u64) = redis::cmd("PUBSUB")
+            .arg(cmd)
+            .arg(&topic)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        total += n;
+    }
+    total
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn subscribing_again_to_recover_does_not_keep_the_node_listening_after_unsubscribe() {
-    let redis = RedisServer::start();
+async fn subscribing_again_to_recover_does_not_keep_the_node_listening_after_unsubscribe(
+    redis: &impl Backend,
+) {
     let p = prefix();
-    let a = node(&redis, "a", &p, "");
+    let a = node(redis, "a", &p, "");
     bridge_up(&a, true).await;
     let mut c = subscribed(&a, "s", "doc:r").await;
     let pos = c
@@ -176,21 +220,19 @@ async fn subscribing_again_to_recover_does_not_keep_the_node_listening_after_uns
         .call(json!({"type":"subscribe","channel":"doc:r","since":pos}), 3)
         .await;
     assert_eq!(ack["recovered"], true, "{ack}");
-    assert_eq!(listeners(&redis, &p, "doc:r").await, 1);
+    assert_eq!(listeners(redis, &p, "doc:r").await, 1);
     c.call(json!({"type":"unsubscribe","channel":"doc:r"}), 4)
         .await;
     let deadline = Instant::now() + PATIENCE;
-    while listeners(&redis, &p, "doc:r").await != 0 {
+    while listeners(redis, &p, "doc:r").await != 0 {
         assert!(Instant::now() < deadline, "the node still listens to doc:r");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn history_published_on_one_node_is_recovered_through_another() {
-    let redis = RedisServer::start();
+async fn history_published_on_one_node_is_recovered_through_another(redis: &impl Backend) {
     let p = prefix();
-    let (a, b) = (node(&redis, "a", &p, ""), node(&redis, "b", &p, ""));
+    let (a, b) = (node(redis, "a", &p, ""), node(redis, "b", &p, ""));
     bridge_up(&a, true).await;
     bridge_up(&b, true).await;
     let mut pub_a = a.client("p").await;
@@ -228,12 +270,10 @@ async fn history_published_on_one_node_is_recovered_through_another() {
     assert_eq!(ack["recovered"], false);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_abusive_account_spread_over_nodes_is_closed_1008_on_every_node() {
-    let redis = RedisServer::start();
+async fn an_abusive_account_spread_over_nodes_is_closed_1008_on_every_node(redis: &impl Backend) {
     let p = prefix();
     let limits = "[plans.free]\nmessages_per_sec = 200\nburst = 200\naccount_messages_per_sec = 10\naccount_burst = 50\naccount_sample_every = 5\n";
-    let (a, b) = (node(&redis, "a", &p, limits), node(&redis, "b", &p, limits));
+    let (a, b) = (node(redis, "a", &p, limits), node(redis, "b", &p, limits));
     bridge_up(&a, true).await;
     bridge_up(&b, true).await;
     let mut flooders = vec![a.client("abuser").await, a.client("abuser").await];
@@ -258,12 +298,10 @@ async fn an_abusive_account_spread_over_nodes_is_closed_1008_on_every_node() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_connection_cap_is_cluster_wide() {
-    let redis = RedisServer::start();
+async fn the_connection_cap_is_cluster_wide(redis: &impl Backend) {
     let p = prefix();
     let cap = "[plans.free]\nmax_connections = 3\n";
-    let (a, b) = (node(&redis, "a", &p, cap), node(&redis, "b", &p, cap));
+    let (a, b) = (node(redis, "a", &p, cap), node(redis, "b", &p, cap));
     bridge_up(&a, true).await;
     bridge_up(&b, true).await;
     let token = a.token("capped");

@@ -5,9 +5,8 @@
 //! node over the control channel.
 
 use redis::AsyncCommands;
-use redis::aio::ConnectionManager;
 
-use super::{COMMAND_TIMEOUT, RedisBridge};
+use super::{COMMAND_TIMEOUT, Conn, RedisBridge};
 use crate::cluster::Bridge;
 
 /// The prefix of operator messages on the control channel.
@@ -19,7 +18,7 @@ const SCAN_COUNT: usize = 500;
 /// is up.
 #[derive(Clone)]
 pub struct AdminStore {
-    conn: ConnectionManager,
+    conn: Conn,
     prefix: String,
     control: String,
 }
@@ -155,7 +154,9 @@ impl AdminStore {
 
 impl RedisBridge {
     pub(super) fn admin_store_impl(&self) -> Option<AdminStore> {
-        if !self.is_up() {
+        // Bans and snapshots are scanned from one Redis; the operator
+        // routes are refused with mode "redis-cluster" (config).
+        if !self.is_up() || self.sharded {
             return None;
         }
         Some(AdminStore {

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redis::aio::ConnectionManager;
 
+use super::conn::Conn;
 use super::{COMMAND_TIMEOUT, RedisBridge};
 
 /// A node reports a channel once it has this many local subscribers.
@@ -46,7 +46,7 @@ impl RedisBridge {
         }
     }
 
-    async fn exchange_counts(&self, conn: &mut ConnectionManager) -> redis::RedisResult<()> {
+    async fn exchange_counts(&self, conn: &mut Conn) -> redis::RedisResult<()> {
         let mine: Vec<(String, u64)> = self
             .hub
             .subscriber_counts()
@@ -69,13 +69,12 @@ impl RedisBridge {
         let members: Vec<String> = conn.zrange(format!("{}nodes", self.prefix), 0, -1).await?;
         let others: Vec<&String> = members.iter().filter(|m| **m != self.member).collect();
         let mut totals: HashMap<Arc<str>, u64> = HashMap::new();
-        if !others.is_empty() {
-            let mut pipe = redis::pipe();
-            for m in &others {
-                pipe.hgetall(self.key("subs", m));
-            }
-            let counts: Vec<HashMap<String, u64>> = pipe.query_async(conn).await?;
-            for (channel, n) in counts.into_iter().flatten() {
+        // One read per other node, not a pipeline: on a Redis Cluster each
+        // node's hash may live on another shard (a handful of nodes, once
+        // a second).
+        for m in others {
+            let counts: HashMap<String, u64> = conn.hgetall(self.key("subs", m)).await?;
+            for (channel, n) in counts {
                 *totals.entry(Arc::from(channel)).or_default() += n;
             }
         }

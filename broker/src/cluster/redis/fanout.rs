@@ -124,7 +124,7 @@ impl RedisBridge {
                 .metrics
                 .time_script(
                     "publish",
-                    scripts::PUBLISH
+                    this.publish_script()
                         .key(this.key("seq", &channel))
                         .key(this.key("hist", &channel))
                         .arg(this.topic(&channel))

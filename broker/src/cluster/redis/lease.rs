@@ -5,9 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
-
-use super::{COMMAND_TIMEOUT, RedisBridge, SEQ_TTL_MS, scripts};
+use super::{COMMAND_TIMEOUT, Conn, RedisBridge, SEQ_TTL_MS, scripts};
 
 impl RedisBridge {
     /// After a (re)connection: raise every channel counter above the `seq`s
@@ -17,6 +15,10 @@ impl RedisBridge {
         let Some(mut conn) = self.conn.get().cloned() else {
             return Err((redis::ErrorKind::Client, "not started").into());
         };
+        if self.sharded {
+            // No pipeline may cross slots: one command per key.
+            return self.resync_sharded(&mut conn).await;
+        }
         for chunk in self.hub.seqs().chunks(256) {
             let mut pipe = redis::pipe();
             for (channel, seq) in chunk {
@@ -42,7 +44,7 @@ impl RedisBridge {
         self.renew_lease(&mut conn).await
     }
 
-    pub(super) async fn renew_lease(&self, conn: &mut ConnectionManager) -> redis::RedisResult<()> {
+    pub(super) async fn renew_lease(&self, conn: &mut Conn) -> redis::RedisResult<()> {
         let live: u32 = self
             .metrics
             .time_script(
@@ -54,6 +56,9 @@ impl RedisBridge {
                     .invoke_async(conn),
             )
             .await?;
+        if self.sharded {
+            self.renew_account_leases(conn).await?;
+        }
         self.live_nodes.store(live.max(1), Ordering::Release);
         self.metrics.live_nodes.set(i64::from(live.max(1)));
         Ok(())

@@ -162,11 +162,7 @@ impl RedisBridge {
                 .metrics
                 .time_script(
                     "reserve_connection",
-                    scripts::RESERVE
-                        .key(this.key("conns", &account))
-                        .key(format!("{}nodes", this.prefix))
-                        .arg(&this.member)
-                        .arg(max)
+                    this.reserve_invocation(&account, max)
                         .invoke_async(&mut conn),
                 )
                 .await;
@@ -192,18 +188,12 @@ impl RedisBridge {
         let Some((mut conn, in_flight)) = self.command() else {
             return;
         };
-        let (key, member) = (self.key("conns", account), self.member.clone());
+        let invocation = self.release_invocation(account);
         actix_rt::spawn(async move {
             let r: redis::RedisResult<i64> = in_flight
                 .0
                 .metrics
-                .time_script(
-                    "release_connection",
-                    scripts::RELEASE
-                        .key(key)
-                        .arg(member)
-                        .invoke_async(&mut conn),
-                )
+                .time_script("release_connection", invocation.invoke_async(&mut conn))
                 .await;
             if let Err(e) = r {
                 in_flight.0.failed(&e);

@@ -21,11 +21,14 @@
 //!   connection counts and resubscribes, and only then reports itself up.
 
 mod admin;
+mod conn;
 mod counts;
 mod fanout;
 mod lease;
 mod limits;
 mod scripts;
+mod sharded;
+mod sharded_subscriber;
 mod subscriber;
 
 use std::collections::HashMap;
@@ -35,6 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
+use conn::Conn;
 use parking_lot::Mutex;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -42,7 +46,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 pub use admin::{ADMIN_MESSAGE, AdminStore};
 
 use super::{Bridge, CapReached, Charged, KeyCharge, LocalLimits, Pending};
-use crate::config::{Config, Limits};
+use crate::config::{ClusterMode, Config, Limits};
 use crate::hub::{Hub, Joined, Subscriber};
 use crate::metrics::Metrics;
 use crate::node::Node;
@@ -76,7 +80,9 @@ pub struct RedisBridge {
     /// This bridge, for futures that outlive a call.
     me: Weak<RedisBridge>,
     client: redis::Client,
-    conn: OnceLock<ConnectionManager>,
+    conn: OnceLock<Conn>,
+    /// Redis Cluster (`sharded.rs`): keys hash-tagged, sharded pub/sub.
+    sharded: bool,
     /// This process's identity in leases and connection counts: the node
     /// id plus a per-start suffix, so a restarted node's old counts expire.
     member: String,
@@ -123,6 +129,7 @@ impl RedisBridge {
             me: me.clone(),
             client,
             conn: OnceLock::new(),
+            sharded: config.cluster.mode == ClusterMode::RedisCluster,
             member: format!("{}:{:08x}", config.node.id, rand::random::<u32>()),
             prefix: config.cluster.key_prefix.clone(),
             hub,
@@ -145,6 +152,11 @@ impl RedisBridge {
     }
 
     fn key(&self, kind: &str, name: &str) -> String {
+        if self.sharded {
+            // The name is the hash tag: a channel's keys and topic share
+            // one slot (docs/scaling.md).
+            return format!("{}{kind}:{{{name}}}", self.prefix);
+        }
         format!("{}{kind}:{name}", self.prefix)
     }
 
@@ -167,7 +179,7 @@ impl RedisBridge {
 
     /// A connection for one command, unless Redis is away or too many
     /// commands are already in flight (then the caller works locally).
-    fn command(&self) -> Option<(ConnectionManager, InFlight)> {
+    fn command(&self) -> Option<(Conn, InFlight)> {
         if !self.is_up() {
             return None;
         }
@@ -268,6 +280,9 @@ impl Bridge for RedisBridge {
     }
 
     fn start(self: Arc<Self>) -> Pin<Box<dyn Future<Output = ()>>> {
+        if self.sharded {
+            return sharded_subscriber::start(self);
+        }
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(COMMAND_TIMEOUT))
             .set_response_timeout(Some(COMMAND_TIMEOUT))
@@ -275,7 +290,7 @@ impl Bridge for RedisBridge {
             .set_max_delay(COMMAND_TIMEOUT);
         match ConnectionManager::new_lazy_with_config(self.client.clone(), config) {
             Ok(conn) => {
-                let _ = self.conn.set(conn);
+                let _ = self.conn.set(Conn::Single(conn));
             }
             Err(e) => tracing::error!(error = %e, "cannot set up the Redis connection"),
         }

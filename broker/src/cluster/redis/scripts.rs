@@ -13,9 +13,11 @@ use redis::Script;
 ///
 /// KEYS: seq counter, history list. ARGV: topic, channel, data,
 /// history size, history TTL ms, node floor, clock floor, counter TTL ms.
-pub static PUBLISH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
+pub static PUBLISH: LazyLock<Script> = LazyLock::new(|| Script::new(PUBLISH_SOURCE));
+
+/// The source of [`PUBLISH`] (the Redis Cluster variant swaps its
+/// `PUBLISH` for `SPUBLISH`).
+pub const PUBLISH_SOURCE: &str = r#"
 local cur = redis.call('GET', KEYS[1])
 local floor = tonumber(ARGV[6])
 if cur then cur = tonumber(cur) else cur = math.max(floor, tonumber(ARGV[7])) end
@@ -31,9 +33,7 @@ if size > 0 then
 end
 redis.call('PUBLISH', ARGV[1], msg)
 return seq
-"#,
-    )
-});
+"#;
 
 /// Joining a channel: the `seq` the counter had ('0': none), the position
 /// the subscription starts from, and (when ARGV[4] is '1') every held

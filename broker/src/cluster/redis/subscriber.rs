@@ -14,12 +14,12 @@ use tokio::sync::mpsc;
 use super::{RedisBridge, SubCmd};
 
 /// Channels per SUBSCRIBE/UNSUBSCRIBE command.
-const BATCH: usize = 500;
+pub(super) const BATCH: usize = 500;
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 /// Full jitter: a random wait in [0, min(max, min × 2^attempt)).
-fn backoff(attempt: u32) -> Duration {
+pub(super) fn backoff(attempt: u32) -> Duration {
     let ceiling = BACKOFF_MIN
         .saturating_mul(1u32 << attempt.min(16))
         .min(BACKOFF_MAX);
@@ -31,7 +31,7 @@ fn backoff(attempt: u32) -> Duration {
 impl RedisBridge {
     /// Marks `channels` live on the current connection and wakes the
     /// subscribes waiting for them.
-    fn confirm(&self, channels: &[Arc<str>]) {
+    pub(super) fn confirm(&self, channels: &[Arc<str>]) {
         let mut interest = self.interest.lock();
         for c in channels {
             if let Some(entry) = interest.get_mut(c) {
@@ -43,7 +43,7 @@ impl RedisBridge {
         }
     }
 
-    fn connection_lost(&self) {
+    pub(super) fn connection_lost(&self) {
         self.pubsub_ok.store(false, Ordering::Release);
         // Whatever the command connection thinks, Redis may have restarted
         // empty: re-sync before reporting up again.

@@ -1,0 +1,173 @@
+//! What differs on Redis Cluster (`cluster.mode = "redis-cluster"`): every
+//! script touches keys of one hash slot only.
+//!
+//! - A channel's counter, history and topic are tagged with the channel
+//!   (`{prefix}seq:{doc:1}`, see `RedisBridge::key`), and the publish script
+//!   sends with `SPUBLISH`, so a publish runs on the shard owning the
+//!   channel and its message goes out from there only.
+//! - The connection-cap script cannot read the node lease set (another
+//!   slot), so each account's hash keeps its own copy of the expiry of every
+//!   node counting in it (`lease@{member}` beside the `{member}` count),
+//!   stamped at each reserve and renewed with the node's lease.
+//! - After an outage no pipeline may cross slots: counters are raised and
+//!   counts re-asserted one key per command, concurrently.
+
+use std::sync::LazyLock;
+
+use futures_util::future::try_join_all;
+use redis::{Script, ScriptInvocation};
+
+use super::{Conn, RedisBridge, SEQ_TTL_MS, scripts};
+
+/// Keys touched per burst of concurrent commands during a re-sync.
+const BURST: usize = 256;
+
+/// The publish script, sending with `SPUBLISH` (the topic shares the
+/// channel's slot).
+static PUBLISH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&scripts::PUBLISH_SOURCE.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'"))
+});
+
+/// [`scripts::RESERVE`] on the account's hash alone: fields `{member}` (a
+/// node's count) and `lease@{member}` (its lease expiry, Redis ms). A count
+/// whose lease copy is missing or past is dropped. The caller's own lease
+/// copy is stamped now + lease ms. KEYS: the account's counts. ARGV: node
+/// member, cap, lease ms. Returns {admitted, open}.
+static RESERVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local fields = redis.call('HGETALL', KEYS[1])
+local total = 0
+for i = 1, #fields, 2 do
+  local node = fields[i]
+  if string.sub(node, 1, 6) ~= 'lease@' then
+    local n = tonumber(fields[i + 1])
+    if node ~= ARGV[1] then
+      local exp = redis.call('HGET', KEYS[1], 'lease@' .. node)
+      if (not exp) or tonumber(exp) < now then
+        redis.call('HDEL', KEYS[1], node, 'lease@' .. node)
+        n = 0
+      end
+    end
+    total = total + n
+  end
+end
+if total >= tonumber(ARGV[2]) then return { 0, total } end
+redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+redis.call('HSET', KEYS[1], 'lease@' .. ARGV[1], string.format('%d', now + tonumber(ARGV[3])))
+return { 1, total + 1 }
+"#,
+    )
+});
+
+/// Gives back one connection, dropping the lease copy with the last one.
+/// KEYS: the account's counts. ARGV: node member.
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then
+  redis.call('HDEL', KEYS[1], ARGV[1], 'lease@' .. ARGV[1])
+end
+return 1
+"#,
+    )
+});
+
+/// Renews this node's lease copy in one account's hash, first setting its
+/// count when ARGV[2] is not empty (re-assertion after an outage).
+/// KEYS: the account's counts. ARGV: node member, count or '', lease ms.
+static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  redis.call('HSET', KEYS[1], 'lease@' .. ARGV[1], string.format('%d', now + tonumber(ARGV[3])))
+end
+return 1
+"#,
+    )
+});
+
+impl RedisBridge {
+    /// The publish script for this mode.
+    pub(super) fn publish_script(&self) -> &'static Script {
+        if self.sharded {
+            &PUBLISH
+        } else {
+            &scripts::PUBLISH
+        }
+    }
+
+    /// Counting one more connection of `account` under `max`.
+    pub(super) fn reserve_invocation(&self, account: &str, max: u32) -> ScriptInvocation<'static> {
+        if self.sharded {
+            let mut inv = RESERVE.key(self.key("conns", account));
+            inv.arg(&self.member).arg(max).arg(self.lease_ms);
+            return inv;
+        }
+        let mut inv = scripts::RESERVE.key(self.key("conns", account));
+        inv.key(format!("{}nodes", self.prefix))
+            .arg(&self.member)
+            .arg(max);
+        inv
+    }
+
+    /// Giving back one connection of `account`.
+    pub(super) fn release_invocation(&self, account: &str) -> ScriptInvocation<'static> {
+        let script: &'static Script = if self.sharded {
+            &RELEASE
+        } else {
+            &scripts::RELEASE
+        };
+        let mut inv = script.key(self.key("conns", account));
+        inv.arg(&self.member);
+        inv
+    }
+
+    /// Renews this node's lease copy in every account it holds connections
+    /// of (or, with `assert`, also sets its counts there).
+    async fn renew_accounts(&self, conn: &Conn, assert: bool) -> redis::RedisResult<()> {
+        let counts = self.local.all_connections();
+        for chunk in counts.chunks(BURST) {
+            try_join_all(chunk.iter().map(|(account, n)| {
+                let mut conn = conn.clone();
+                let mut inv = RENEW.key(self.key("conns", account));
+                inv.arg(&self.member)
+                    .arg(if assert { n.to_string() } else { String::new() })
+                    .arg(self.lease_ms);
+                async move { inv.invoke_async::<i64>(&mut conn).await }
+            }))
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// With each lease renewal: the per-account copies.
+    pub(super) async fn renew_account_leases(&self, conn: &Conn) -> redis::RedisResult<()> {
+        self.renew_accounts(conn, false).await
+    }
+
+    /// [`RedisBridge::resync`] without cross-slot pipelines.
+    pub(super) async fn resync_sharded(&self, conn: &mut Conn) -> redis::RedisResult<()> {
+        let ttl = SEQ_TTL_MS.max(self.history.1);
+        for chunk in self.hub.seqs().chunks(BURST) {
+            try_join_all(chunk.iter().map(|(channel, seq)| {
+                let mut conn = conn.clone();
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(scripts::RAISE)
+                    .arg(1)
+                    .arg(self.key("seq", channel))
+                    .arg(seq.to_string())
+                    .arg(ttl);
+                async move { cmd.query_async::<i64>(&mut conn).await }
+            }))
+            .await?;
+        }
+        self.renew_accounts(conn, true).await?;
+        self.renew_lease(conn).await
+    }
+}
