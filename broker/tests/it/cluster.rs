@@ -27,7 +27,7 @@ pub fn node(redis: &RedisServer, id: &str, prefix: &str, extra: &str) -> Broker 
 }
 
 /// Waits (polling, with a deadline) for a node's bridge to be up or down.
-async fn bridge_up(b: &Broker, up: bool) {
+pub async fn bridge_up(b: &Broker, up: bool) {
     let deadline = Instant::now() + PATIENCE;
     while b.node.bridge.is_up() != up {
         assert!(
@@ -39,7 +39,7 @@ async fn bridge_up(b: &Broker, up: bool) {
     }
 }
 
-async fn subscribed(b: &Broker, account: &str, channel: &str) -> Client {
+pub async fn subscribed(b: &Broker, account: &str, channel: &str) -> Client {
     let mut c = b.client(account).await;
     let ack = c
         .call(json!({"type":"subscribe","channel":channel}), 1)
