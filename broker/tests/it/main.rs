@@ -12,6 +12,7 @@ mod cli;
 mod cli_env;
 mod cluster;
 mod delivery;
+mod faults_fd_limit;
 mod faults_half_open;
 mod faults_redis;
 mod faults_reload;
