@@ -417,13 +417,11 @@ pub fn slow(path: &Path, runs: &[SlowRun]) -> Result<()> {
     Ok(())
 }
 
-/// One line chart of `series` (label, colour, points) on `area`.
-fn lines(
-    area: &Area<'_>,
-    title: &str,
-    y_desc: &str,
-    series: &[(&str, RGBColor, Vec<(f64, f64)>)],
-) -> Result<()> {
+/// A chart line: its label, colour and points.
+type Line<'a> = (&'a str, RGBColor, Vec<(f64, f64)>);
+
+/// One line chart of `series` on `area`.
+fn lines(area: &Area<'_>, title: &str, y_desc: &str, series: &[Line<'_>]) -> Result<()> {
     let t_max = series
         .iter()
         .flat_map(|s| s.2.last().map(|p| p.0))
