@@ -16,7 +16,7 @@ out="${1:-bench/results}"
 shift || true
 scenarios=("$@")
 if [ ${#scenarios[@]} -eq 0 ]; then
-  scenarios=(fanout latency idle handshakes behaviours storm slow webhooks)
+  scenarios=(fanout relay latency idle handshakes behaviours storm slow webhooks)
 fi
 mkdir -p "$out"
 
@@ -38,6 +38,10 @@ for s in "${scenarios[@]}"; do
     fanout)
       run fanout fanout --subscribers 1000,5000 --payload 64,1024 \
         --rate max --window 64 --warmup 1 --duration 5 ;;
+    relay)
+      # Tidegate, NATS and the minimal relay (src/relay.rs) side by side.
+      run fanout-relay --peer nats,relay fanout --subscribers 100,1000 \
+        --payload 64,1024 --rate max --window 64 --warmup 1 --duration 3 ;;
     latency)
       # A paced load both brokers carry with CPU to spare: 1,000
       # subscribers, 100 publishes/s (100,000 deliveries/s, each its own

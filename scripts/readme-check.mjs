@@ -163,7 +163,8 @@ const EXPECTATIONS = [
     async check(command) {
       subscriber = start(command);
       await subscriber(/^\{"type":"welcome".*"account":"acme"/);
-      await subscriber(/^\{"type":"ack","id":1\}$/);
+      // The ack carries the channel's position (§11).
+      await subscriber(/^\{"type":"ack","id":1,"seq":\d+\}$/);
     },
   },
   {

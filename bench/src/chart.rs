@@ -24,7 +24,11 @@ fn err(e: impl std::fmt::Display) -> anyhow::Error {
 }
 
 fn color_of(broker: &str) -> RGBColor {
-    if broker == "nats" { NATS } else { TIDEGATE }
+    match broker {
+        "nats" => NATS,
+        "relay" => THIRD,
+        _ => TIDEGATE,
+    }
 }
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
@@ -136,7 +140,7 @@ pub fn fanout(path: &Path, cells: &[FanoutCell]) -> Result<()> {
         .iter()
         .map(|(s, b)| format!("{s} subs, {b} B"))
         .collect();
-    let brokers: Vec<&str> = ["tidegate", "nats"]
+    let brokers: Vec<&str> = ["tidegate", "nats", "relay"]
         .into_iter()
         .filter(|b| cells.iter().any(|c| c.broker == *b))
         .collect();

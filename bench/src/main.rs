@@ -29,9 +29,16 @@ struct Cli {
     /// The nats-server binary (default: found on PATH).
     #[arg(long, global = true, default_value = "nats-server")]
     nats_bin: String,
-    /// The peer measured beside Tidegate in fanout, idle and handshakes.
-    #[arg(long, global = true, value_enum, default_value_t = Peer::Nats)]
-    peer: Peer,
+    /// The peers measured beside Tidegate in fanout, idle and handshakes
+    /// (comma-separated: `nats`, `relay`, or `none`).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "nats"
+    )]
+    peer: Vec<Peer>,
     /// Do not pin the broker and the load generator to separate cores.
     #[arg(long, global = true)]
     no_pin: bool,
@@ -48,6 +55,8 @@ struct Cli {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Peer {
     Nats,
+    /// `tidegate-relay`: Tidegate's wire protocol with no limits at all.
+    Relay,
     None,
 }
 
@@ -164,6 +173,10 @@ struct HandshakeArgs {
     /// Pre-minted Tidegate tokens (one account each), used in turn.
     #[arg(long, default_value_t = 20000)]
     tokens: usize,
+    /// Send a close frame and wait for the server to end TCP (RFC 6455
+    /// §7.1.1) instead of stopping at its close frame.
+    #[arg(long)]
+    polite: bool,
 }
 
 #[derive(Args)]
@@ -242,6 +255,7 @@ fn main() -> Result<()> {
             .clone()
             .unwrap_or_else(default_tidegate_bin),
         nats_bin: nats_bin.clone(),
+        relay_bin: procs::find_relay_bin(),
         pinning,
         chart: cli.chart.clone(),
     };
@@ -251,10 +265,17 @@ fn main() -> Result<()> {
         nofile,
     );
     let started_at_unix = tidegate::auth::unix_now();
-    let kinds: Vec<Kind> = match cli.peer {
-        Peer::Nats => vec![Kind::Tidegate, Kind::Nats],
-        Peer::None => vec![Kind::Tidegate],
-    };
+    let mut kinds = vec![Kind::Tidegate];
+    for peer in &cli.peer {
+        let kind = match peer {
+            Peer::Nats => Kind::Nats,
+            Peer::Relay => Kind::Relay,
+            Peer::None => continue,
+        };
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -315,6 +336,7 @@ async fn run(
                 concurrency: a.concurrency,
                 duration_secs: a.duration,
                 tokens: a.tokens,
+                polite: a.polite,
             };
             let r = handshakes::run(env, kinds, &p).await?;
             ("handshakes", json!(p), r)

@@ -275,6 +275,55 @@ pub fn start_nats(bin: &Path, token: &str, core: Option<usize>) -> Result<(Spawn
     Ok((spawned, addr))
 }
 
+/// Starts `tidegate-relay` on a free loopback port; returns the process
+/// and its address.
+pub fn start_relay(bin: &Path, core: Option<usize>) -> Result<(Spawned, SocketAddr)> {
+    if !bin.exists() {
+        bail!(
+            "no relay binary at {}: run `cargo build --release -p tidegate-bench`",
+            bin.display()
+        );
+    }
+    let dir = scratch_dir("relay")?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let stderr = std::fs::File::create(dir.join("stderr.log"))?;
+    let mut cmd = Command::new(bin);
+    cmd.arg("--listen")
+        .arg(addr.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr);
+    prepare(&mut cmd, core);
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let mut spawned = Spawned {
+        name: "relay",
+        pid: child.id(),
+        child,
+        dir,
+    };
+    if let Err(e) = wait_listening(addr, Duration::from_secs(10)) {
+        let alive = spawned.alive();
+        bail!(
+            "{e} (relay alive: {alive}); stderr:\n{}",
+            spawned.log_tail()
+        );
+    }
+    Ok((spawned, addr))
+}
+
+/// `tidegate-relay` next to the running load generator (both are built
+/// by `cargo build --release -p tidegate-bench`).
+pub fn find_relay_bin() -> PathBuf {
+    let sibling = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join("tidegate-relay")));
+    sibling.filter(|p| p.is_file()).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/tidegate-relay")
+    })
+}
+
 fn wait_listening(addr: SocketAddr, patience: Duration) -> Result<()> {
     let start = Instant::now();
     while start.elapsed() < patience {

@@ -84,6 +84,8 @@ pub fn tidegate_config(layers: &[&str]) -> Result<(String, Config)> {
 pub enum Kind {
     Tidegate,
     Nats,
+    /// `tidegate-relay` (src/relay.rs): Tidegate's wire protocol, no limits.
+    Relay,
 }
 
 impl Kind {
@@ -91,7 +93,13 @@ impl Kind {
         match self {
             Kind::Tidegate => "tidegate",
             Kind::Nats => "nats",
+            Kind::Relay => "relay",
         }
+    }
+
+    /// Whether clients speak Tidegate's wire protocol to it.
+    fn tidegate_wire(self) -> bool {
+        matches!(self, Kind::Tidegate | Kind::Relay)
     }
 }
 
@@ -102,6 +110,8 @@ pub enum Auth {
     Jwt(Box<Authenticator>),
     /// NATS token auth.
     Token(String),
+    /// None (the relay accepts any token).
+    None,
 }
 
 /// A running broker as clients see it.
@@ -132,6 +142,15 @@ impl Target {
         })
     }
 
+    /// The relay: Tidegate's protocol, an empty bearer token.
+    pub fn relay(addr: SocketAddr) -> Target {
+        Target {
+            kind: Kind::Relay,
+            addr,
+            auth: Rc::new(Auth::None),
+        }
+    }
+
     pub fn nats(addr: SocketAddr, token: &str) -> Target {
         Target {
             kind: Kind::Nats,
@@ -151,14 +170,14 @@ impl Target {
                 sub_channels: vec!["doc:*".into()],
                 pub_channels: vec!["doc:*".into()],
             })),
-            Auth::Token(_) => None,
+            Auth::Token(_) | Auth::None => None,
         }
     }
 
     /// Channel (Tidegate) or subject (NATS) name for a topic.
     pub fn topic(&self, name: &str) -> String {
         match self.kind {
-            Kind::Tidegate => format!("doc:{name}"),
+            Kind::Tidegate | Kind::Relay => format!("doc:{name}"),
             Kind::Nats => format!("doc.{name}"),
         }
     }
@@ -175,7 +194,7 @@ impl Target {
         let proto;
         let headers_owned: Vec<(&str, &str)>;
         let opts = match self.kind {
-            Kind::Tidegate => {
+            Kind::Tidegate | Kind::Relay => {
                 let token = match who.token {
                     Some(t) => t.to_string(),
                     None => self.token(who).unwrap_or_default(),
@@ -201,7 +220,7 @@ impl Target {
             Opened::Refused(r) => return Ok(Err(r)),
         };
         match self.kind {
-            Kind::Tidegate => {
+            Kind::Tidegate | Kind::Relay => {
                 ws.wait_for(PATIENCE, |op, p| {
                     (op == OP_TEXT && p.starts_with(br#"{"type":"welcome""#)).then_some(())
                 })
@@ -216,7 +235,7 @@ impl Target {
                     .context("waiting for INFO")?;
                 let token = match &*self.auth {
                     Auth::Token(t) => Some(t.as_str()),
-                    Auth::Jwt(_) => None,
+                    Auth::Jwt(_) | Auth::None => None,
                 };
                 conn.send_raw_payload(&nats::connect(token)).await?;
                 conn.wait_ack()
@@ -308,7 +327,7 @@ impl Conn {
     /// the batch early (the rest stays buffered for the next call).
     pub async fn recv(&mut self, mut f: impl FnMut(Event<'_>) -> Flow) -> Result<()> {
         match self.kind {
-            Kind::Tidegate => {
+            Kind::Tidegate | Kind::Relay => {
                 self.ws
                     .read_frames(|op, p| f(classify_tidegate(op, p)))
                     .await?;
@@ -413,9 +432,10 @@ impl Conn {
 
     /// Sends bytes as one frame (text for Tidegate, binary for NATS).
     pub async fn send_raw_payload(&mut self, payload: &[u8]) -> Result<()> {
-        let op = match self.kind {
-            Kind::Tidegate => OP_TEXT,
-            Kind::Nats => OP_BINARY,
+        let op = if self.kind.tidegate_wire() {
+            OP_TEXT
+        } else {
+            OP_BINARY
         };
         self.ws.send(op, payload).await?;
         Ok(())
@@ -424,7 +444,7 @@ impl Conn {
     /// Subscribes to `topic` and waits until the broker confirms it.
     pub async fn subscribe(&mut self, topic: &str) -> Result<()> {
         match self.kind {
-            Kind::Tidegate => {
+            Kind::Tidegate | Kind::Relay => {
                 let f = format!(r#"{{"type":"subscribe","channel":"{topic}","id":0}}"#);
                 self.send_raw_payload(f.as_bytes()).await?;
             }
@@ -438,7 +458,7 @@ impl Conn {
     pub fn publish_frame(&mut self, topic: &str, data: &[u8], id: u64, out: &mut Vec<u8>) {
         self.scratch.clear();
         match self.kind {
-            Kind::Tidegate => {
+            Kind::Tidegate | Kind::Relay => {
                 self.scratch
                     .extend_from_slice(br#"{"type":"publish","channel":""#);
                 self.scratch.extend_from_slice(topic.as_bytes());

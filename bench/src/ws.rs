@@ -275,6 +275,25 @@ impl Ws {
         .await;
     }
 
+    /// A polite close (RFC 6455 §7.1.1): sends a close frame, then reads
+    /// until the server ends the TCP connection, as a client that lets the
+    /// server close first does. `true` when the end of stream came within
+    /// `patience`.
+    pub async fn close_politely(mut self, code: u16, patience: Duration) -> bool {
+        self.close(code).await;
+        let until_eof = async {
+            loop {
+                match self.read_frames(|_, _| Flow::Continue).await {
+                    Ok(_) => {}
+                    Err(e) => return e.kind() == io::ErrorKind::UnexpectedEof,
+                }
+            }
+        };
+        tokio::time::timeout(patience, until_eof)
+            .await
+            .unwrap_or(false)
+    }
+
     /// Calls `f` for every complete frame already buffered; pings are
     /// collected to be answered. Returns (frames seen, whether `f` wants
     /// more, pong payloads).

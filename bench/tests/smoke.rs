@@ -1,5 +1,6 @@
 //! The load generator against the real broker: a short fan-out and a short
-//! handshake run, asserting the shape of the JSON result (never a timing).
+//! handshake run, and a fan-out beside the minimal relay, asserting the
+//! shape of the JSON result (never a timing).
 //!
 //! Needs the release broker: `cargo build --release -p tidegate` (the
 //! project's test script builds it first), or `TIDEGATE_BIN=path`.
@@ -20,11 +21,16 @@ fn tidegate_bin() -> PathBuf {
 }
 
 fn run(args: &[&str]) -> Value {
-    let out = tempfile_path(args[0]);
+    run_beside("none", args)
+}
+
+/// `args` with `peer` measured beside Tidegate.
+fn run_beside(peer: &str, args: &[&str]) -> Value {
+    let out = tempfile_path(&format!("{}-{peer}", args[0]));
     let output = Command::new(env!("CARGO_BIN_EXE_tidegate-load"))
         .arg("--tidegate-bin")
         .arg(tidegate_bin())
-        .args(["--peer", "none", "--no-pin", "--out"])
+        .args(["--peer", peer, "--no-pin", "--out"])
         .arg(&out)
         .args(args)
         .output()
@@ -110,4 +116,60 @@ fn handshakes_complete_and_are_counted() {
         run["refusals"].is_object() && run["errors"].is_object(),
         "{run}"
     );
+}
+
+/// The relay (src/relay.rs) speaks enough of Tidegate's protocol for the
+/// same fan-out: welcome, subscribe/ack, publish/ack, message frames.
+#[test]
+fn fanout_drives_the_minimal_relay_unchanged() {
+    let r = run_beside(
+        "relay",
+        &[
+            "fanout",
+            "--subscribers",
+            "10",
+            "--payload",
+            "64",
+            "--warmup",
+            "0.3",
+            "--duration",
+            "1",
+        ],
+    );
+    assert_eq!(
+        r["params"]["brokers"],
+        serde_json::json!(["tidegate", "relay"])
+    );
+    let cells = r["results"]["cells"].as_array().unwrap();
+    let relay = cells
+        .iter()
+        .find(|c| c["broker"] == "relay")
+        .unwrap_or_else(|| panic!("no relay cell: {cells:?}"));
+    assert!(relay["delivered"].as_u64().unwrap() > 0, "{relay}");
+    assert!(relay["acks"].as_u64().unwrap() > 0, "{relay}");
+    assert_eq!(relay["subscriber_closes"], 0, "{relay}");
+    assert_eq!(relay["errors"], serde_json::json!({}), "{relay}");
+    let vs = r["results"]["tidegate_vs_relay"].as_array().unwrap();
+    assert_eq!(vs.len(), 1, "{vs:?}");
+    assert!(vs[0]["delivered_per_sec_ratio"].is_number(), "{vs:?}");
+}
+
+/// `--polite` closes as RFC 6455 §7.1.1 has it (close frame, then wait
+/// for the server's end of stream): every handshake must end that way.
+#[test]
+fn polite_handshakes_see_the_server_close_first() {
+    let r = run(&[
+        "handshakes",
+        "--concurrency",
+        "4",
+        "--duration",
+        "0.5",
+        "--tokens",
+        "100",
+        "--polite",
+    ]);
+    assert_eq!(r["params"]["polite"], true);
+    let run = &r["results"]["runs"][0];
+    assert!(run["completed"].as_u64().unwrap() > 0, "{run}");
+    assert_eq!(run["errors"], serde_json::json!({}), "{run}");
 }

@@ -104,14 +104,22 @@ pub async fn serve(
     // this, a small frame written while an earlier one is unacked waits
     // for the peer's delayed ACK (up to 40 ms on Linux).
     .tcp_nodelay(true)
-    .on_connect(move |conn, data| {
-        if let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() {
-            if send_buffer > 0 {
-                // Best effort: the OS may round or cap the size.
-                let _ = socket2::SockRef::from(tcp).set_send_buffer_size(send_buffer);
-            }
-            crate::unfinished::on_connect(&accepted, tcp, data);
+    // How long a finished connection waits for the client to stop
+    // sending (actix-web's linger after a response whose request body
+    // was not read); WebSockets do not wait for it (`socket::ConnFd`).
+    .client_disconnect_timeout(Duration::from_millis(config.socket.close_timeout_ms))
+    .on_connect(move |conn, ext| {
+        let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() else {
+            return;
+        };
+        if send_buffer > 0 {
+            // Best effort: the OS may round or cap the size.
+            let _ = socket2::SockRef::from(tcp).set_send_buffer_size(send_buffer);
         }
+        // So an upgraded socket can close TCP first (RFC 6455 §7.1.1).
+        #[cfg(unix)]
+        ext.insert(socket::ConnFd(std::os::fd::AsRawFd::as_raw_fd(tcp)));
+        crate::unfinished::on_connect(&accepted, tcp, ext);
     })
     .listen(listener)?
     .run();

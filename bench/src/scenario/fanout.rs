@@ -444,12 +444,22 @@ pub async fn run(env: &Env, kinds: &[Kind], p: &Params) -> Result<serde_json::Va
             }
         }
     }
+    if let Some(path) = &env.chart {
+        crate::chart::fanout(path, &cells)?;
+    }
+    Ok(json!({
+        "tidegate_vs_nats": compare(&cells, "nats"),
+        "tidegate_vs_relay": compare(&cells, "relay"),
+        "cells": cells,
+    }))
+}
+
+/// Tidegate over `peer`, cell by cell (empty when `peer` did not run).
+fn compare(cells: &[FanoutCell], peer: &str) -> Vec<serde_json::Value> {
     let mut comparisons = Vec::new();
     for t in cells.iter().filter(|c| c.broker == "tidegate") {
         if let Some(n) = cells.iter().find(|c| {
-            c.broker == "nats"
-                && c.subscribers == t.subscribers
-                && c.payload_bytes == t.payload_bytes
+            c.broker == peer && c.subscribers == t.subscribers && c.payload_bytes == t.payload_bytes
         }) {
             comparisons.push(json!({
                 "subscribers": t.subscribers,
@@ -457,12 +467,9 @@ pub async fn run(env: &Env, kinds: &[Kind], p: &Params) -> Result<serde_json::Va
                 "delivered_per_sec_ratio": report::ratio(t.delivered_per_sec, n.delivered_per_sec),
                 "p99_ratio": report::ratio(t.latency.p99_us as f64, n.latency.p99_us as f64),
                 "tidegate_lost": t.lost,
-                "nats_lost": n.lost,
+                format!("{peer}_lost"): n.lost,
             }));
         }
     }
-    if let Some(path) = &env.chart {
-        crate::chart::fanout(path, &cells)?;
-    }
-    Ok(json!({ "cells": cells, "tidegate_vs_nats": comparisons }))
+    comparisons
 }

@@ -31,6 +31,10 @@ pub struct Params {
     pub duration_secs: f64,
     /// Distinct pre-minted tokens (Tidegate), used in turn.
     pub tokens: usize,
+    /// Close as RFC 6455 §7.1.1 has it: send a close frame, then wait for
+    /// the server to end the TCP connection (a handshake counts once it
+    /// has). Otherwise the client stops at the server's close frame.
+    pub polite: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -56,7 +60,7 @@ struct Shared {
     errors: RefCell<Tally>,
 }
 
-async fn worker(target: Target, tokens: Rc<Vec<(String, String)>>, sh: Rc<Shared>) {
+async fn worker(target: Target, tokens: Rc<Vec<(String, String)>>, sh: Rc<Shared>, polite: bool) {
     while Instant::now() < sh.deadline {
         let n = sh.next.get();
         sh.next.set(n + 1);
@@ -76,7 +80,16 @@ async fn worker(target: Target, tokens: Rc<Vec<(String, String)>>, sh: Rc<Shared
             Ok(Ok(conn)) => {
                 let us = report::micros(t0.elapsed());
                 let _ = sh.hist.borrow_mut().record(us);
-                conn.ws.close_and_wait(1000, Duration::from_secs(1)).await;
+                if polite {
+                    if !conn.ws.close_politely(1000, crate::target::PATIENCE).await {
+                        sh.errors
+                            .borrow_mut()
+                            .add("no end of stream after close", 1);
+                        continue;
+                    }
+                } else {
+                    conn.ws.close_and_wait(1000, Duration::from_secs(1)).await;
+                }
                 sh.completed.set(sh.completed.get() + 1);
             }
             Ok(Err(r)) => sh.refusals.borrow_mut().add(refusal_key(&r), 1),
@@ -110,7 +123,7 @@ pub async fn run_one(env: &Env, kind: Kind, p: &Params) -> Result<HandshakeRun> 
                 (account, token)
             })
             .collect(),
-        Kind::Nats => Vec::new(),
+        Kind::Nats | Kind::Relay => Vec::new(),
     };
     let tokens = Rc::new(tokens);
     let sh = Rc::new(Shared {
@@ -131,6 +144,7 @@ pub async fn run_one(env: &Env, kind: Kind, p: &Params) -> Result<HandshakeRun> 
             target.clone(),
             tokens.clone(),
             sh.clone(),
+            p.polite,
         )));
     }
     for t in tasks {
@@ -146,6 +160,7 @@ pub async fn run_one(env: &Env, kind: Kind, p: &Params) -> Result<HandshakeRun> 
         auth: match kind {
             Kind::Tidegate => "HS256 JWT in Sec-WebSocket-Protocol, verified before the upgrade",
             Kind::Nats => "token in CONNECT (authorization { token }), confirmed by PONG",
+            Kind::Relay => "none: the relay reads no token",
         },
         completed: sh.completed.get(),
         handshakes_per_sec: (sh.completed.get() as f64 / elapsed).round(),

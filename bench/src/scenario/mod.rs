@@ -29,6 +29,8 @@ use crate::ws::Refused;
 pub struct Env {
     pub tidegate_bin: PathBuf,
     pub nats_bin: Option<PathBuf>,
+    /// `tidegate-relay`, built beside the load generator.
+    pub relay_bin: PathBuf,
     pub pinning: Pinning,
     /// Where to draw the scenario's chart (SVG), if anywhere.
     pub chart: Option<PathBuf>,
@@ -71,6 +73,15 @@ impl Env {
                 Ok(Running {
                     process,
                     target: Target::nats(addr, NATS_TOKEN),
+                    config: String::new(),
+                })
+            }
+            Kind::Relay => {
+                let (process, addr) =
+                    procs::start_relay(&self.relay_bin, self.pinning.broker_core)?;
+                Ok(Running {
+                    process,
+                    target: Target::relay(addr),
                     config: String::new(),
                 })
             }

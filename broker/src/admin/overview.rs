@@ -238,6 +238,24 @@ pub struct WebhookEndpoint {
     pub queued: u64,
 }
 
+/// This node's webhook endpoints, in config order, as its gauges report
+/// them (`tidegate_webhook_endpoint_healthy`, `tidegate_webhook_queue`).
+pub fn webhooks(node: &Node) -> Vec<WebhookEndpoint> {
+    node.webhooks
+        .endpoints()
+        .iter()
+        .map(|ep| {
+            let id = ep.config.load().id.clone();
+            let (healthy, queued) = node.metrics.webhooks.snapshot(&id);
+            WebhookEndpoint {
+                id,
+                healthy,
+                queued,
+            }
+        })
+        .collect()
+}
+
 /// The overview answer.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -188,15 +188,11 @@ async fn overview_route(req: HttpRequest, node: web::Data<Arc<Node>>) -> HttpRes
         cluster_wide = false;
     }
     let bans = node.admin.bans.list();
+    let mut answer = overview::merge(me, others, cluster_wide, bans, role.as_str());
+    answer.webhooks = overview::webhooks(&node);
     HttpResponse::Ok()
         .insert_header(("Cache-Control", "no-store"))
-        .json(overview::merge(
-            me,
-            others,
-            cluster_wide,
-            bans,
-            role.as_str(),
-        ))
+        .json(answer)
 }
 
 /// `{"account":..}`, `{"connId":..}` or `{"ip":..}`, and for a ban `ttlMs`.

@@ -326,6 +326,7 @@ pub async fn upgrade(
         admitted.slots,
         node,
         payload.into_inner(),
+        req.conn_data::<super::ConnFd>().copied(),
     );
     match response.message_body(BoxBody::new(body)) {
         Ok(r) => r.into(),

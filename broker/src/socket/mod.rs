@@ -20,7 +20,7 @@ use actix::prelude::*;
 use bytes::Bytes;
 
 pub use admission::{Admission, Shadow, Verdict};
-pub use outbox::Drained;
+pub use outbox::{ConnFd, Drained};
 
 use crate::account::{AccountSlot, Sampler};
 use crate::auth::Grants;
@@ -336,13 +336,14 @@ impl Socket {
         slots: Slots,
         node: Arc<Node>,
         payload: actix_web::dev::Payload,
+        conn: Option<ConnFd>,
     ) -> outbox::OutboxBody {
         let now = Instant::now();
         let gauge = Arc::new(OutboundGauge::new(limits.outbound_high_water_bytes));
         let gate = Gate::new(limits.max_payload_bytes);
         let mut body = None;
         Socket::create(|ctx| {
-            let (outbox, b) = Outbox::new(gauge.clone(), ctx.address().recipient());
+            let (outbox, b) = Outbox::new(gauge.clone(), ctx.address().recipient(), conn);
             body = Some(b);
             let span = tracing::info_span!("socket", conn = %id.label, account = %id.account);
             Socket {

@@ -11,6 +11,12 @@
 //! writes. So [`OutboundGauge::pending`] is exactly the bytes the socket
 //! has not yet been able to send (minus at most one dispatcher buffer) —
 //! the server-side equivalent of a browser's `bufferedAmount`.
+//!
+//! When the socket is done (its close frame answered or acknowledged), the
+//! body ends after the close frame and shuts the connection's read side
+//! ([`ConnFd`]): actix-http would otherwise linger after an upgraded
+//! response, waiting for the client to close first, while RFC 6455 §7.1.1
+//! has the server close TCP first.
 
 use std::cell::RefCell;
 use std::io;
@@ -59,10 +65,44 @@ pub struct OutboxBody {
     shared: Rc<RefCell<Shared>>,
     gauge: Arc<OutboundGauge>,
     on_drain: Recipient<Drained>,
+    conn: Option<ConnFd>,
+}
+
+/// The TCP connection a WebSocket was upgraded on, as the server's
+/// `on_connect` saw it (`HttpRequest::conn_data`).
+///
+/// Why it is needed: after an upgraded response's body ends, actix-http's
+/// h1 dispatcher still holds the request payload (the WebSocket's inbound
+/// bytes), so it lingers, reading and discarding until the client closes
+/// or `client_disconnect_timeout` passes. A client that follows RFC 6455
+/// §7.1.1 waits for the server to close TCP first, so both sides wait.
+/// Shutting the read side makes the dispatcher's next read return end of
+/// stream: it then flushes what it holds (the close frame), shuts the
+/// write side (FIN) and drops the connection, with no timer involved.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnFd(#[cfg(unix)] pub std::os::fd::RawFd);
+
+impl ConnFd {
+    /// Shuts the read side; errors (the peer already gone) change nothing.
+    fn shut_read(self) {
+        #[cfg(unix)]
+        {
+            // SAFETY: the descriptor belongs to the connection whose HTTP
+            // dispatcher owns both the TCP stream and this body; it polls
+            // the body (the only caller) only while it holds the stream,
+            // so the descriptor is open and still that connection's.
+            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.0) };
+            let _ = socket2::SockRef::from(&fd).shutdown(std::net::Shutdown::Read);
+        }
+    }
 }
 
 impl Outbox {
-    pub fn new(gauge: Arc<OutboundGauge>, on_drain: Recipient<Drained>) -> (Outbox, OutboxBody) {
+    pub fn new(
+        gauge: Arc<OutboundGauge>,
+        on_drain: Recipient<Drained>,
+        conn: Option<ConnFd>,
+    ) -> (Outbox, OutboxBody) {
         let shared = Rc::new(RefCell::new(Shared {
             queue: OutQueue::default(),
             waker: None,
@@ -77,6 +117,7 @@ impl Outbox {
                 shared,
                 gauge,
                 on_drain,
+                conn,
             },
         )
     }
@@ -191,7 +232,15 @@ impl MessageBody for OutboxBody {
                 s.waker = Some(cx.waker().clone());
                 Poll::Pending
             }
-            State::Finishing | State::Gone => Poll::Ready(None),
+            State::Finishing => {
+                // Everything queued, the close frame last, is with the
+                // dispatcher: let it close TCP now (see `ConnFd`).
+                if let Some(conn) = this.conn.take() {
+                    conn.shut_read();
+                }
+                Poll::Ready(None)
+            }
+            State::Gone => Poll::Ready(None),
             State::Aborted => Poll::Ready(Some(Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 "close frame not delivered in time",

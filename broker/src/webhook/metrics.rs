@@ -86,6 +86,17 @@ impl WebhookMetrics {
             .set(i64::from(healthy));
     }
 
+    /// What the gauges say of an endpoint now: healthy, and events pending
+    /// (in cluster mode the shared stream's length). For the admin page.
+    pub fn snapshot(&self, endpoint: &str) -> (bool, u64) {
+        let label = EndpointLabel {
+            endpoint: endpoint.to_owned(),
+        };
+        let healthy = self.healthy.get(&label).is_none_or(|g| g.get() != 0);
+        let queued = self.queue.get(&label).map_or(0, |g| g.get().max(0) as u64);
+        (healthy, queued)
+    }
+
     /// An endpoint removed by a reload no longer reports a queue or health.
     pub fn forget(&self, endpoint: &str) {
         let label = EndpointLabel {

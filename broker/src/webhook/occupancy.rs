@@ -92,17 +92,7 @@ pub async fn run(
                         continue;
                     }
                     timers += 1;
-                    let delay = ep.config.load().pacing.vacated_delay;
-                    let tx = tx.clone();
-                    let due = Op::VacateDue {
-                        channel: channel.clone(),
-                        generation,
-                        endpoint: Arc::downgrade(&ep),
-                    };
-                    tokio::spawn(async move {
-                        tokio::time::sleep(delay).await;
-                        let _ = tx.send(due);
-                    });
+                    vacate_after_delay(&tx, &channel, generation, &ep);
                 }
                 if timers > 0 {
                     pending.insert(channel, Pending { generation, timers });
@@ -138,6 +128,27 @@ pub async fn run(
 }
 
 /// Endpoints covering `channel` that follow its occupancy.
+/// Sends `VacateDue` for `ep` once its `vacated_delay` has passed since
+/// the last leave; the generation tells a later join apart.
+fn vacate_after_delay(
+    tx: &mpsc::UnboundedSender<Op>,
+    channel: &Arc<str>,
+    generation: u64,
+    ep: &Arc<Endpoint>,
+) {
+    let delay = ep.config.load().pacing.vacated_delay;
+    let tx = tx.clone();
+    let due = Op::VacateDue {
+        channel: channel.clone(),
+        generation,
+        endpoint: Arc::downgrade(ep),
+    };
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        let _ = tx.send(due);
+    });
+}
+
 fn tracking(webhooks: &Webhooks, channel: &str) -> Vec<Arc<Endpoint>> {
     webhooks
         .endpoints_for(channel)
@@ -184,17 +195,7 @@ async fn run_clustered(
                 Ok(0) => {}
                 Ok(generation) => {
                     for ep in tracking(&webhooks, &channel) {
-                        let delay = ep.config.load().pacing.vacated_delay;
-                        let tx = tx.clone();
-                        let due = Op::VacateDue {
-                            channel: channel.clone(),
-                            generation,
-                            endpoint: Arc::downgrade(&ep),
-                        };
-                        tokio::spawn(async move {
-                            tokio::time::sleep(delay).await;
-                            let _ = tx.send(due);
-                        });
+                        vacate_after_delay(&tx, &channel, generation, &ep);
                     }
                 }
                 Err(e) => {

@@ -388,6 +388,54 @@ async fn the_overview_shows_nodes_accounts_rejections_and_an_empty_webhook_list(
 }
 
 #[tokio::test]
+async fn the_overview_lists_webhook_endpoints_with_their_queues() {
+    use crate::receiver::{Receiver, Reply};
+    use crate::webhooks::hook;
+    let mut hanging = Receiver::start(|_| Reply::Hang);
+    let mut healthy = Receiver::accepting();
+    let cfg = [
+        admin_config(),
+        hook(
+            "stuck",
+            &hanging.url,
+            "timeout_ms = 60000\nmax_in_flight = 1",
+        ),
+        hook("fine", &healthy.url, ""),
+    ]
+    .concat();
+    let broker = Broker::start(&cfg);
+    for n in 0..3 {
+        let r = broker.publish_http("doc:hooks", json!({ "n": n })).await;
+        assert_eq!(r.status(), 200);
+    }
+    // The stuck endpoint holds one event in flight and queues the rest.
+    hanging.next().await;
+    for _ in 0..3 {
+        healthy.next().await;
+    }
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let hooks = loop {
+        let o = overview(&broker).await;
+        let hooks = o["webhooks"].clone();
+        if hooks[0]["queued"] == 2 && hooks[1]["queued"] == 0 {
+            break hooks;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the overview never showed the queues: {hooks}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(hooks[0]["id"], "stuck");
+    assert_eq!(hooks[1]["id"], "fine");
+    assert_eq!(
+        hooks[0]["healthy"], true,
+        "failing for minutes, not seconds"
+    );
+    assert_eq!(hooks.as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
 async fn a_ban_on_one_node_closes_and_refuses_on_every_node_through_redis() {
     let redis = RedisServer::start();
     let prefix = format!("adm{}x{}:", std::process::id(), rand_suffix());

@@ -10,6 +10,7 @@ mod bad_input;
 mod channels;
 mod cli;
 mod cli_env;
+mod closing;
 mod cluster;
 mod delivery;
 mod faults_fd_limit;
