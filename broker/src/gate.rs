@@ -232,4 +232,22 @@ mod tests {
         drop(a);
         assert!(gate.ip_open(ip("1.1.1.1"), &cfg).is_some());
     }
+
+    #[test]
+    fn unfinished_connections_count_apart_from_open_sockets() {
+        let cfg = HandshakeSection {
+            ip_max_open: 1,
+            ip_max_unfinished: 2,
+            ..HandshakeSection::default()
+        };
+        let gate = HandshakeGate::new(&cfg);
+        let _open = gate.ip_open(ip("1.1.1.1"), &cfg).unwrap();
+        let a = gate.ip_unfinished(ip("1.1.1.1"), &cfg).unwrap();
+        let _b = gate.ip_unfinished(ip("1.1.1.1"), &cfg).unwrap();
+        assert_eq!(gate.unfinished(ip("1.1.1.1")), 2);
+        assert!(gate.ip_unfinished(ip("1.1.1.1"), &cfg).is_none());
+        drop(a);
+        assert_eq!(gate.unfinished(ip("1.1.1.1")), 1);
+        assert!(gate.ip_unfinished(ip("1.1.1.1"), &cfg).is_some());
+    }
 }
