@@ -11,6 +11,7 @@ use crate::scenario::fanout::FanoutCell;
 use crate::scenario::handshakes::HandshakeRun;
 use crate::scenario::idle::IdleRun;
 use crate::scenario::slow::SlowRun;
+use crate::scenario::soak::Sample;
 use crate::scenario::storm::{BIN_MS, StormRun};
 
 const TIDEGATE: RGBColor = RGBColor(0, 114, 178);
@@ -415,6 +416,79 @@ pub fn slow(path: &Path, runs: &[SlowRun]) -> Result<()> {
         &labels,
         &series,
         None,
+    )?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// A chart line: its label, colour and points.
+type Line<'a> = (&'a str, RGBColor, Vec<(f64, f64)>);
+
+/// One line chart of `series` on `area`.
+fn lines(area: &Area<'_>, title: &str, y_desc: &str, series: &[Line<'_>]) -> Result<()> {
+    let t_max = series
+        .iter()
+        .flat_map(|s| s.2.last().map(|p| p.0))
+        .fold(1.0f64, f64::max);
+    let y_max = series
+        .iter()
+        .flat_map(|s| s.2.iter().map(|p| p.1))
+        .fold(1.0f64, f64::max)
+        * 1.3;
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..t_max, 0f64..y_max)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds")
+        .y_desc(y_desc)
+        .draw()
+        .map_err(err)?;
+    for (label, color, points) in series {
+        let color = *color;
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().copied(),
+                color.stroke_width(2),
+            ))
+            .map_err(err)?
+            .label(*label)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], color.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)
+}
+
+/// The soak: memory on the left; descriptors, sockets and channels on the
+/// right, over the run.
+pub fn soak(path: &Path, samples: &[Sample]) -> Result<()> {
+    let root = canvas(path, (1200, 420))?;
+    let (left, right) = root.split_horizontally(600);
+    let pts = |f: fn(&Sample) -> f64| samples.iter().map(|s| (s.t_secs, f(s))).collect();
+    lines(
+        &left,
+        "Broker RSS under churn",
+        "MiB",
+        &[("RSS", TIDEGATE, pts(|s| s.rss_bytes as f64 / 1048576.0))],
+    )?;
+    lines(
+        &right,
+        "Descriptors, sockets, channels",
+        "count",
+        &[
+            ("open fds", TIDEGATE, pts(|s| s.open_fds as f64)),
+            ("sockets", THIRD, pts(|s| s.connections)),
+            ("channels", FOURTH, pts(|s| s.channels)),
+        ],
     )?;
     root.present().map_err(err)?;
     Ok(())

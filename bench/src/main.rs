@@ -12,7 +12,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::json;
 use tidegate_bench::procs::{self, Pinning};
 use tidegate_bench::report::{Machine, Report};
-use tidegate_bench::scenario::{Env, behaviours, fanout, handshakes, idle, slow, storm, webhooks};
+use tidegate_bench::scenario::{
+    Env, behaviours, fanout, handshakes, idle, slow, soak, storm, webhooks,
+};
 use tidegate_bench::target::{self, Kind};
 
 #[derive(Parser)]
@@ -74,6 +76,33 @@ enum Scenario {
     Slow(SlowArgs),
     /// Webhook deliveries to a fast endpoint, alone and beside a failing one.
     Webhooks(WebhookArgs),
+    /// Minutes of churn on one node, sampling RSS, fds, sockets, channels.
+    Soak(SoakArgs),
+}
+
+#[derive(Args)]
+struct SoakArgs {
+    /// How long the churn runs, in minutes.
+    #[arg(long, default_value_t = 30.0)]
+    minutes: f64,
+    /// Seconds between samples.
+    #[arg(long, default_value_t = 10.0)]
+    sample_secs: f64,
+    /// Sockets opening, subscribing, publishing and closing in a loop.
+    #[arg(long, default_value_t = 40)]
+    churners: usize,
+    /// HTTP publishes per second (the sample key's budget is 100/s).
+    #[arg(long, default_value_t = 20.0)]
+    http_per_sec: f64,
+    /// Non-reading subscribers of a busy channel, replaced every round.
+    #[arg(long, default_value_t = 4)]
+    slow_readers: usize,
+    /// Seconds per round of the seed's typist, loop and abuser.
+    #[arg(long, default_value_t = 10.0)]
+    round_secs: f64,
+    /// Write the samples to this CSV file as they are taken.
+    #[arg(long)]
+    csv: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -362,6 +391,19 @@ async fn run(
             };
             let r = webhooks::run(env, &p).await?;
             ("webhooks", json!(p), r)
+        }
+        Scenario::Soak(a) => {
+            let p = soak::Params {
+                duration_secs: a.minutes * 60.0,
+                sample_secs: a.sample_secs.max(1.0),
+                churners: a.churners,
+                http_per_sec: a.http_per_sec,
+                slow_readers: a.slow_readers,
+                round_secs: a.round_secs.max(1.0),
+                csv: a.csv.clone(),
+            };
+            let r = soak::run(env, &p).await?;
+            ("soak", json!(p), r)
         }
     })
 }

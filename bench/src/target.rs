@@ -34,6 +34,7 @@ workers = 1
 ip_handshakes_per_sec = 1000000.0
 ip_handshake_burst = 1000000
 ip_max_open = 1000000
+ip_max_unfinished = 1000000
 
 # The publisher's own budget (its account, its sockets); subscribers keep
 # the `free` plan with every default.

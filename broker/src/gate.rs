@@ -1,6 +1,6 @@
 //! The node's handshake defences that come before any account state
-//! (§1, seed 002): the node accept budget and the per-IP handshake rate and
-//! open-socket cap. Per node by design: they protect this process; the edge
+//! (§1, seed 002): the node accept budget and the per-IP handshake rate,
+//! open-socket cap and cap on connections still sending their request head. Per node by design: they protect this process; the edge
 //! in front protects the fleet. (The per-identity bucket is cluster-wide and
 //! lives behind the bridge.)
 
@@ -19,22 +19,35 @@ pub struct HandshakeGate {
     node_budget: Mutex<TokenBucket>,
     ip_rate: KeyedBuckets<IpAddr>,
     ip_open: DashMap<IpAddr, u32>,
+    ip_unfinished: DashMap<IpAddr, u32>,
 }
 
-/// One open socket counted against its IP; released on drop, so the count
-/// follows the socket actor's life.
+/// What an [`IpSlot`] counts.
+#[derive(Debug, Clone, Copy)]
+enum Counted {
+    /// An open socket.
+    Open,
+    /// A TCP connection that has not sent its whole request head.
+    Unfinished,
+}
+
+/// One open socket (or unfinished connection) counted against its IP;
+/// released on drop, so the count follows the socket's life.
 #[derive(Debug)]
 pub struct IpSlot {
     gate: Arc<HandshakeGate>,
     ip: IpAddr,
+    counted: Counted,
 }
 
 impl Drop for IpSlot {
     fn drop(&mut self) {
-        self.gate.ip_open.remove_if_mut(&self.ip, |_, n| {
-            *n -= 1;
-            *n == 0
-        });
+        self.gate
+            .counts(self.counted)
+            .remove_if_mut(&self.ip, |_, n| {
+                *n -= 1;
+                *n == 0
+            });
     }
 }
 
@@ -50,6 +63,27 @@ impl HandshakeGate {
             )),
             ip_rate: KeyedBuckets::default(),
             ip_open: DashMap::new(),
+            ip_unfinished: DashMap::new(),
+        })
+    }
+
+    fn counts(&self, counted: Counted) -> &DashMap<IpAddr, u32> {
+        match counted {
+            Counted::Open => &self.ip_open,
+            Counted::Unfinished => &self.ip_unfinished,
+        }
+    }
+
+    fn count(self: &Arc<Self>, counted: Counted, ip: IpAddr, max: u32) -> Option<IpSlot> {
+        let mut n = self.counts(counted).entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(IpSlot {
+            gate: self.clone(),
+            ip,
+            counted,
         })
     }
 
@@ -79,15 +113,18 @@ impl HandshakeGate {
 
     /// Counts one more open socket for `ip`, unless it is at its cap.
     pub fn ip_open(self: &Arc<Self>, ip: IpAddr, cfg: &HandshakeSection) -> Option<IpSlot> {
-        let mut n = self.ip_open.entry(ip).or_insert(0);
-        if *n >= cfg.ip_max_open {
-            return None;
-        }
-        *n += 1;
-        Some(IpSlot {
-            gate: self.clone(),
-            ip,
-        })
+        self.count(Counted::Open, ip, cfg.ip_max_open)
+    }
+
+    /// Counts one more connection from `ip` still sending its request
+    /// head, unless it is at its cap.
+    pub fn ip_unfinished(self: &Arc<Self>, ip: IpAddr, cfg: &HandshakeSection) -> Option<IpSlot> {
+        self.count(Counted::Unfinished, ip, cfg.ip_max_unfinished)
+    }
+
+    /// Connections from `ip` still sending their request head.
+    pub fn unfinished(&self, ip: IpAddr) -> u32 {
+        self.ip_unfinished.get(&ip).map_or(0, |n| *n)
     }
 
     /// Forgets buckets that refilled (bounded memory under IP churn).
@@ -194,5 +231,23 @@ mod tests {
         assert!(gate.ip_open(ip("2.2.2.2"), &cfg).is_some());
         drop(a);
         assert!(gate.ip_open(ip("1.1.1.1"), &cfg).is_some());
+    }
+
+    #[test]
+    fn unfinished_connections_count_apart_from_open_sockets() {
+        let cfg = HandshakeSection {
+            ip_max_open: 1,
+            ip_max_unfinished: 2,
+            ..HandshakeSection::default()
+        };
+        let gate = HandshakeGate::new(&cfg);
+        let _open = gate.ip_open(ip("1.1.1.1"), &cfg).unwrap();
+        let a = gate.ip_unfinished(ip("1.1.1.1"), &cfg).unwrap();
+        let _b = gate.ip_unfinished(ip("1.1.1.1"), &cfg).unwrap();
+        assert_eq!(gate.unfinished(ip("1.1.1.1")), 2);
+        assert!(gate.ip_unfinished(ip("1.1.1.1"), &cfg).is_none());
+        drop(a);
+        assert_eq!(gate.unfinished(ip("1.1.1.1")), 1);
+        assert!(gate.ip_unfinished(ip("1.1.1.1"), &cfg).is_some());
     }
 }

@@ -69,6 +69,7 @@ pub mod reload;
 pub mod rules;
 pub mod server;
 pub mod socket;
+pub mod unfinished;
 pub mod webhook;
 
 pub use config::Config;

@@ -108,6 +108,9 @@ pub struct Metrics {
     pub live_nodes: Gauge,
     config_reloads: Family<OutcomeLabels, Counter>,
     pub outbound_queued: Gauge,
+    /// Channels the hub holds state for, sampled at scrape: flat under
+    /// churn, or idle channels are not forgotten (the soak watches it).
+    pub channels: Gauge,
     /// From a publish reaching the hub (from a client, HTTP or the cluster
     /// bridge) to its frame queued to every local subscriber.
     pub delivery_duration: Histogram,
@@ -152,6 +155,7 @@ impl Metrics {
             live_nodes: Gauge::default(),
             config_reloads: Family::default(),
             outbound_queued: Gauge::default(),
+            channels: Gauge::default(),
             delivery_duration: delivery_buckets(),
             handshake_duration: Family::new_with_constructor(handshake_buckets),
             script_duration: Family::new_with_constructor(script_buckets),
@@ -220,6 +224,11 @@ impl Metrics {
             "outbound_queued_bytes",
             "Unsent outbound bytes over all sockets (sampled at scrape)",
             m.outbound_queued.clone(),
+        );
+        registry.register(
+            "channels",
+            "Channels the hub holds state for (sampled at scrape)",
+            m.channels.clone(),
         );
         registry.register(
             "config_reloads",

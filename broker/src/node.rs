@@ -35,6 +35,10 @@ pub struct Node {
     pub webhooks: Arc<Webhooks>,
     /// Live sockets, for config reloads, draining and metrics.
     pub sockets: DashMap<u64, SocketHandle>,
+    /// Sockets this process can hold before running out of descriptors
+    /// (its soft `RLIMIT_NOFILE` minus a reserve, read at start): past it
+    /// handshakes get 503 instead of the accept loop failing with EMFILE.
+    pub fd_socket_cap: usize,
     ready: AtomicBool,
     draining: AtomicBool,
     next_conn: AtomicU64,
@@ -122,12 +126,23 @@ impl Node {
                 bridge,
                 metrics,
                 sockets: DashMap::new(),
+                fd_socket_cap: crate::process_metrics::soft_fd_limit().map_or(usize::MAX, |l| {
+                    usize::try_from(crate::process_metrics::socket_capacity(l))
+                        .unwrap_or(usize::MAX)
+                }),
                 ready: AtomicBool::new(false),
                 draining: AtomicBool::new(false),
                 // Random start so connection ids differ across restarts.
                 next_conn: AtomicU64::new(u64::from(rand::random::<u16>()) << 16),
             }
         }))
+    }
+
+    /// Open sockets past which a new one is shed with 1013: the configured
+    /// cap or what the descriptor limit allows, whichever is lower.
+    pub fn socket_cap(&self) -> usize {
+        let configured = self.config.load().handshake.node_max_sockets as usize;
+        configured.min(self.fd_socket_cap)
     }
 
     /// A fresh connection number (unique on this node).

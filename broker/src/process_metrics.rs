@@ -113,6 +113,22 @@ fn status_kib(status: &str, field: &str) -> Option<i64> {
     line[field.len()..].split_whitespace().next()?.parse().ok()
 }
 
+/// This process's soft limit on open descriptors (`None`: unlimited or
+/// not Linux).
+pub fn soft_fd_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    u64::try_from(max_open_files(&text)?).ok()
+}
+
+/// Sockets a process with `fd_limit` descriptors may hold and keep enough
+/// for everything else: listeners, HTTP requests, connections still
+/// sending their upgrade, Redis, webhooks, `/proc` reads. An eighth is kept
+/// back (at least 32, at most 1,024; half of a tiny limit).
+pub fn socket_capacity(fd_limit: u64) -> u64 {
+    let reserve = (fd_limit / 8).clamp(32, 1024).min(fd_limit / 2);
+    fd_limit - reserve
+}
+
 /// The soft limit from `/proc/self/limits`' "Max open files" line.
 fn max_open_files(limits: &str) -> Option<i64> {
     let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
@@ -189,5 +205,13 @@ mod tests {
         assert!(m.open_fds.get() > 0);
         assert!(m.max_fds.get() >= m.open_fds.get());
         assert!(m.start_time.get() > 1.0e9);
+    }
+
+    #[test]
+    fn a_reserve_of_descriptors_is_kept_back_from_sockets() {
+        assert_eq!(super::socket_capacity(1024), 896);
+        assert_eq!(super::socket_capacity(100), 68);
+        assert_eq!(super::socket_capacity(40), 20);
+        assert_eq!(super::socket_capacity(1 << 20), (1 << 20) - 1024);
     }
 }

@@ -7,6 +7,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
+use actix_web::dev::Service;
 use actix_web::http::StatusCode;
 use actix_web::{App, HttpResponse, HttpServer, web};
 
@@ -15,6 +16,7 @@ use crate::http::{self, refusal};
 use crate::node::Node;
 use crate::protocol::ErrorCode;
 use crate::socket;
+use crate::unfinished::Unfinished;
 
 /// How often idle channels are forgotten.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
@@ -93,32 +95,48 @@ pub async fn serve_with_grpc(
     let send_buffer = config.socket.send_buffer_bytes;
     let data = web::Data::new(node.clone());
     listener.set_nonblocking(true)?;
-    let server = HttpServer::new(move || App::new().app_data(data.clone()).configure(routes))
-        .workers(workers)
-        .disable_signals()
-        .shutdown_timeout(1)
-        // Realtime frames must not wait for Nagle's algorithm: without
-        // this, a small frame written while an earlier one is unacked waits
-        // for the peer's delayed ACK (up to 40 ms on Linux).
-        .tcp_nodelay(true)
-        // How long a finished connection waits for the client to stop
-        // sending (actix-web's linger after a response whose request body
-        // was not read); WebSockets do not wait for it (`socket::ConnFd`).
-        .client_disconnect_timeout(Duration::from_millis(config.socket.close_timeout_ms))
-        .on_connect(move |conn, ext| {
-            let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() else {
-                return;
-            };
-            if send_buffer > 0 {
-                // Best effort: the OS may round or cap the size.
-                let _ = socket2::SockRef::from(tcp).set_send_buffer_size(send_buffer);
-            }
-            // So an upgraded socket can close TCP first (RFC 6455 §7.1.1).
-            #[cfg(unix)]
-            ext.insert(socket::ConnFd(std::os::fd::AsRawFd::as_raw_fd(tcp)));
-        })
-        .listen(listener)?
-        .run();
+    let accepted = node.clone();
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(data.clone())
+            // A request head arrived whole: its connection is no longer
+            // an unfinished one (see `unfinished`).
+            .wrap_fn(|req, srv| {
+                if let Some(u) = req.conn_data::<Unfinished>() {
+                    u.finish();
+                }
+                srv.call(req)
+            })
+            .configure(routes)
+    })
+    .workers(workers)
+    .disable_signals()
+    .shutdown_timeout(1)
+    // Slowloris: the head must be whole this long after the accept.
+    .client_request_timeout(Duration::from_millis(config.handshake.request_timeout_ms))
+    // Realtime frames must not wait for Nagle's algorithm: without
+    // this, a small frame written while an earlier one is unacked waits
+    // for the peer's delayed ACK (up to 40 ms on Linux).
+    .tcp_nodelay(true)
+    // How long a finished connection waits for the client to stop
+    // sending (actix-web's linger after a response whose request body
+    // was not read); WebSockets do not wait for it (`socket::ConnFd`).
+    .client_disconnect_timeout(Duration::from_millis(config.socket.close_timeout_ms))
+    .on_connect(move |conn, ext| {
+        let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() else {
+            return;
+        };
+        if send_buffer > 0 {
+            // Best effort: the OS may round or cap the size.
+            let _ = socket2::SockRef::from(tcp).set_send_buffer_size(send_buffer);
+        }
+        // So an upgraded socket can close TCP first (RFC 6455 §7.1.1).
+        #[cfg(unix)]
+        ext.insert(socket::ConnFd(std::os::fd::AsRawFd::as_raw_fd(tcp)));
+        crate::unfinished::on_connect(&accepted, tcp, ext);
+    })
+    .listen(listener)?
+    .run();
     let handle = server.handle();
     let sweeper = {
         let node = node.clone();

@@ -51,7 +51,7 @@ pub struct Outcome {
 }
 
 /// When each frame of a socket goes out, from the socket's start.
-fn typist_schedule(duration: f64) -> Vec<Duration> {
+pub(super) fn typist_schedule(duration: f64) -> Vec<Duration> {
     let mut out = Vec::new();
     let mut t = 0.0;
     while t < duration {
@@ -63,7 +63,7 @@ fn typist_schedule(duration: f64) -> Vec<Duration> {
     out
 }
 
-fn steady_schedule(rate: f64, duration: f64) -> Vec<Duration> {
+pub(super) fn steady_schedule(rate: f64, duration: f64) -> Vec<Duration> {
     let n = (rate * duration) as usize;
     (0..n)
         .map(|i| Duration::from_secs_f64(i as f64 / rate))
@@ -157,7 +157,7 @@ async fn drive(
     }
 }
 
-async fn client(
+pub(super) async fn client(
     target: &Target,
     account: &str,
     sockets: usize,

@@ -6,6 +6,7 @@ pub mod fanout;
 pub mod handshakes;
 pub mod idle;
 pub mod slow;
+pub mod soak;
 pub mod storm;
 pub mod webhooks;
 

@@ -175,6 +175,16 @@ pub struct HandshakeSection {
     /// `Retry-After` for a connection-cap refusal (a cap frees up when a
     /// socket closes, which no clock predicts).
     pub cap_retry_after_ms: u64,
+    /// The whole request head (the upgrade) must arrive within this time
+    /// of the TCP accept, however it trickles in (slowloris); slower
+    /// connections get 408 and are dropped. Read at startup only.
+    pub request_timeout_ms: u64,
+    /// TCP connections per client IP that have not sent their whole
+    /// request head yet. Past it a new connection from that IP is shut at
+    /// once: one address cannot hold the node's descriptors with
+    /// handshakes it never finishes. (The peer address: a trusted proxy's
+    /// own connections count together.)
+    pub ip_max_unfinished: u32,
 }
 
 impl Default for HandshakeSection {
@@ -186,6 +196,8 @@ impl Default for HandshakeSection {
             ip_max_open: 50,
             node_max_sockets: 100_000,
             cap_retry_after_ms: 5_000,
+            request_timeout_ms: 5_000,
+            ip_max_unfinished: 100,
         }
     }
 }

@@ -95,6 +95,14 @@ pub(super) fn validate_node(
         "handshake.ip_max_open: must be at least 1".into(),
     );
     need(
+        handshake.request_timeout_ms >= 1,
+        "handshake.request_timeout_ms: must be at least 1".into(),
+    );
+    need(
+        handshake.ip_max_unfinished >= 1,
+        "handshake.ip_max_unfinished: must be at least 1".into(),
+    );
+    need(
         handshake.node_max_sockets >= 1,
         "handshake.node_max_sockets: must be at least 1".into(),
     );

@@ -33,6 +33,7 @@ pub async fn metrics(node: web::Data<Arc<Node>>) -> HttpResponse {
     node.metrics
         .outbound_queued
         .set(node.outbound_queued() as i64);
+    node.metrics.channels.set(node.hub.channel_count() as i64);
     HttpResponse::Ok()
         .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
         .body(node.metrics.encode())

@@ -100,6 +100,21 @@ async fn admit(req: &HttpRequest, node: &Arc<Node>, config: &Config) -> Result<A
             Some(DRAINING_RETRY),
         ));
     }
+    // Near the descriptor limit: refuse while there is still a descriptor
+    // to answer with (a cap frees up when a socket closes).
+    if node.sockets.len() >= node.fd_socket_cap {
+        let wait = Duration::from_millis(hs.cap_retry_after_ms);
+        event(ErrorCode::NodeOverloaded, "", wait);
+        return Err(refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::NodeOverloaded,
+            format!(
+                "this node holds {} sockets, all its file-descriptor limit allows; reconnect later or to another node",
+                node.fd_socket_cap
+            ),
+            Some(wait),
+        ));
+    }
     if let Err(wait) = node.gate.node_accept(hs, now) {
         event(ErrorCode::NodeOverloaded, "", wait);
         return Err(refused(

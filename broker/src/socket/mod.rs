@@ -190,7 +190,7 @@ impl Actor for Socket {
         let config = node.config.load();
         // Only here is the node's socket count exact across workers: one
         // past the cap is shed right after the upgrade (seed 002: 1013).
-        if node.sockets.len() > config.handshake.node_max_sockets as usize {
+        if node.sockets.len() > node.socket_cap() {
             crate::exceeded::Exceeded::new(Layer::Handshake, "node_shedding", &self.id.account)
                 .conn(&self.id.label)
                 .emit(&node.metrics);

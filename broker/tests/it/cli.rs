@@ -185,13 +185,21 @@ fn log_format_json_writes_one_json_object_per_line() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stderr.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    // Every line is one JSON object; the gRPC thread may log before the
+    // HTTP server does, so look for the server's line among the first few.
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let (v, line) = loop {
+        let line = lines.next().expect("the node logged its start").unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
+        if v["target"] == "tidegate::server" {
+            break (v, line);
+        }
+        seen.push(line);
+        assert!(seen.len() < 20, "no tidegate::server line in {seen:?}");
+    };
     let _ = child.kill();
     let _ = child.wait();
-    let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
     assert_eq!(v["target"], "tidegate::server", "{line}");
     assert_eq!(v["fields"]["message"], "serving");
     assert_eq!(v["level"], "INFO");

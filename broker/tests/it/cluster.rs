@@ -74,7 +74,7 @@ pub async fn bridge_up(b: &Broker, up: bool) {
     }
 }
 
-async fn subscribed(b: &Broker, account: &str, channel: &str) -> Client {
+pub async fn subscribed(b: &Broker, account: &str, channel: &str) -> Client {
     let mut c = b.client(account).await;
     let ack = c
         .call(json!({"type":"subscribe","channel":channel}), 1)

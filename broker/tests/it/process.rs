@@ -20,6 +20,13 @@ pub(crate) struct Proc {
 
 impl Proc {
     pub(crate) async fn start(config_text: &str) -> Proc {
+        Proc::start_limited(config_text, None).await
+    }
+
+    /// With `nofile`, the broker runs under that soft limit on open
+    /// descriptors (`ulimit -n` in a shell that then execs it, so the PID
+    /// is the broker's).
+    pub(crate) async fn start_limited(config_text: &str, nofile: Option<u32>) -> Proc {
         let dir = std::env::temp_dir().join(format!(
             "tidegate-proc-{}-{}",
             std::process::id(),
@@ -28,7 +35,17 @@ impl Proc {
         std::fs::create_dir_all(&dir).unwrap();
         let config = dir.join("config.toml");
         std::fs::write(&config, config_text).unwrap();
-        let mut child = Command::new(BIN)
+        let mut cmd = match nofile {
+            Some(n) => {
+                let mut sh = Command::new("sh");
+                sh.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(BIN);
+                sh
+            }
+            None => Command::new(BIN),
+        };
+        let mut child = cmd
             .args([
                 "serve",
                 "--listen",
@@ -84,7 +101,7 @@ impl Proc {
         self.child.kill().await.unwrap();
     }
 
-    fn token(&self, account: &str) -> String {
+    pub(crate) fn token(&self, account: &str) -> String {
         let out = std::process::Command::new(BIN)
             .args([
                 "token",

@@ -163,6 +163,14 @@ async fn retry_after_pauses_only_that_endpoint_and_the_retry_keeps_its_id() {
     publish(&b, "doc:1", 1).await;
     let first = limited.next().await;
     limited.answer(|_| Reply::ok());
+    // The 429 is settled (the pause recorded) before the next event exists,
+    // so that event cannot go out ahead of the retry.
+    metric_at_least(
+        &b,
+        "tidegate_webhook_deliveries_total{endpoint=\"limited\",outcome=\"paused\"}",
+        1.0,
+    )
+    .await;
     other.next().await;
     // The other endpoint keeps receiving during the pause.
     publish(&b, "doc:1", 2).await;
