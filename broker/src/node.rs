@@ -35,6 +35,9 @@ pub struct Node {
     pub webhooks: Arc<Webhooks>,
     /// Live sockets, for config reloads, draining and metrics.
     pub sockets: DashMap<u64, SocketHandle>,
+    /// Open gRPC `Subscribe` streams, so an operator's ban or disconnect
+    /// (§10) ends them as it closes sockets.
+    pub grpc_streams: DashMap<u64, StreamHandle>,
     /// Sockets this process can hold before running out of descriptors
     /// (its soft `RLIMIT_NOFILE` minus a reserve, read at start): past it
     /// handshakes get 503 instead of the accept loop failing with EMFILE.
@@ -71,6 +74,17 @@ pub struct SocketHandle {
     /// The token's `plan` claim, to resolve limits again on reload.
     pub plan: Option<String>,
     pub gauge: Arc<OutboundGauge>,
+}
+
+/// What the node keeps of each open gRPC `Subscribe` stream: whose it is,
+/// and how to tell its guard to end it.
+#[derive(Debug, Clone)]
+pub struct StreamHandle {
+    pub account: Arc<str>,
+    /// The peer's address, for IP bans (unknown on odd transports).
+    pub ip: Option<std::net::IpAddr>,
+    /// Takes the operator's reason (`banned` / `disconnected`).
+    pub end: tokio::sync::mpsc::UnboundedSender<&'static str>,
 }
 
 pub fn history_limits(config: &Config) -> HistoryLimits {
@@ -126,6 +140,7 @@ impl Node {
                 bridge,
                 metrics,
                 sockets: DashMap::new(),
+                grpc_streams: DashMap::new(),
                 fd_socket_cap: crate::process_metrics::soft_fd_limit().map_or(usize::MAX, |l| {
                     usize::try_from(crate::process_metrics::socket_capacity(l))
                         .unwrap_or(usize::MAX)

@@ -53,8 +53,32 @@ struct Envelope {
 pub const DISCONNECTED: &str = "disconnected";
 pub const BANNED: &str = "banned";
 
-/// Closes this node's sockets of `who` with 4003 and `reason`; how many.
+/// Closes this node's sockets of `who` with 4003 and `reason`, and ends
+/// its gRPC `Subscribe` streams of `who` (their guards pick the status);
+/// how many of both.
 pub fn close_local(node: &Node, who: &Who, reason: &'static str) -> usize {
+    let ended = end_streams(node, who, reason);
+    close_sockets(node, who, reason) + ended
+}
+
+/// Tells the guards of this node's matching gRPC streams to end them. A
+/// stream has no connection id, so `Who::ConnId` matches none.
+fn end_streams(node: &Node, who: &Who, reason: &'static str) -> usize {
+    let mut ended = 0usize;
+    for s in node.grpc_streams.iter() {
+        let hit = match who {
+            Who::Account(a) => *s.account == **a,
+            Who::ConnId(_) => false,
+            Who::Ip(ip) => s.ip == Some(*ip),
+        };
+        if hit && s.end.send(reason).is_ok() {
+            ended += 1;
+        }
+    }
+    ended
+}
+
+fn close_sockets(node: &Node, who: &Who, reason: &'static str) -> usize {
     let matches = |s: &crate::node::SocketHandle| match who {
         Who::Account(a) => *s.account == **a,
         Who::ConnId(c) => *s.label == **c,

@@ -17,7 +17,7 @@ mod routes;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use actions::{Action, Who, on_broadcast};
+pub use actions::{Action, BANNED, DISCONNECTED, Who, on_broadcast};
 pub use bans::{Ban, BanEntry, BanTarget, Bans, unix_ms};
 pub use overview::{NodeStats, Overview, WebhookEndpoint};
 pub use routes::routes;

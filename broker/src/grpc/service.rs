@@ -184,7 +184,8 @@ impl Broker for BrokerService {
         request: Request<SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
         let caller = self.admit(&request)?;
-        super::subscribe::start(self, caller, request.into_inner())
+        let ip = request.remote_addr().map(|a| a.ip());
+        super::subscribe::start(self, caller, ip, request.into_inner())
             .await
             .map(Response::new)
     }

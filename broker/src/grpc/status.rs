@@ -123,3 +123,18 @@ pub fn draining() -> Status {
         d,
     )
 }
+
+/// `ABORTED` with `ErrorInfo` reason `disconnected`: an operator's
+/// disconnect (§10) ended the stream. The contract names no gRPC status
+/// for it; `ABORTED` says "call again at a higher level" (the socket's
+/// 4003: reconnect with the normal backoff), where `UNAVAILABLE` would be
+/// retried at once by stock clients and is kept for the drain.
+pub fn disconnected() -> Status {
+    let mut d = ErrorDetails::new();
+    d.set_error_info(crate::admin::DISCONNECTED, DOMAIN, HashMap::new());
+    Status::with_error_details(
+        Code::Aborted,
+        "this stream was ended by an operator's disconnect; call again with the normal backoff",
+        d,
+    )
+}

@@ -13,6 +13,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,7 +34,7 @@ use super::status;
 use crate::backend::{self, Refusal};
 use crate::cluster::KeyCharge;
 use crate::hub::{Deliver, OutboundGauge, Sink, StreamSink, Subscriber};
-use crate::node::Node;
+use crate::node::{Node, StreamHandle};
 use crate::protocol::{ErrorCode, channel, wire};
 
 /// The stream's place in the hub, left exactly once (when the stream is
@@ -50,6 +51,7 @@ impl Membership {
         if self.left.swap(true, Ordering::AcqRel) {
             return;
         }
+        self.node.grpc_streams.remove(&self.conn);
         for ch in self.channels.lock().drain(..) {
             self.node.bridge.unsubscribe(&ch, self.conn);
         }
@@ -217,6 +219,7 @@ fn check(caller: &Caller, req: &SubscribeRequest) -> Result<u32, (Refusal, Optio
 pub async fn start(
     svc: &BrokerService,
     caller: Caller,
+    ip: Option<IpAddr>,
     req: SubscribeRequest,
 ) -> Result<Events, Status> {
     let node = &svc.node;
@@ -253,6 +256,17 @@ pub async fn start(
         channels: Mutex::new(Vec::with_capacity(req.channels.len())),
         left: AtomicBool::new(false),
     });
+    // Registered before joining (left by `leave`), so an operator's action
+    // taken while the call joins still ends it.
+    let (kick_tx, kick) = mpsc::unbounded_channel();
+    node.grpc_streams.insert(
+        conn,
+        StreamHandle {
+            account: Arc::from(account.as_str()),
+            ip,
+            end: kick_tx,
+        },
+    );
     let span = tracing::info_span!("grpc_subscribe", conn, account = %account);
     let (end_tx, end_rx) = oneshot::channel();
     let mut events = Events {
@@ -292,10 +306,10 @@ pub async fn start(
     let grace = Duration::from_millis(caller.limits.outbound_grace_ms);
     events.guard = Some(tokio::spawn(guard(
         svc.clone(),
-        account,
+        Whose { account, ip },
         membership,
-        gauge,
-        congested,
+        (gauge, congested),
+        kick,
         grace,
         end_tx,
     )));
@@ -303,22 +317,51 @@ pub async fn start(
     Ok(events)
 }
 
-/// Ends the stream past the slow-consumer grace, or at its moment of the
-/// drain, whichever comes first.
+/// The stream's caller, for bans and counts.
+struct Whose {
+    account: String,
+    ip: Option<IpAddr>,
+}
+
+/// The status an operator's action ends the stream with (§10): a ban is
+/// `PERMISSION_DENIED` `banned` with its remaining time, as a new call of
+/// the account would get; anything else is a disconnect.
+fn operator_end(svc: &BrokerService, whose: &Whose, reason: &'static str) -> Status {
+    svc.count(reason, &whose.account, None);
+    let ban = (reason == crate::admin::BANNED)
+        .then(|| svc.node.admin.bans.check(Some(&whose.account), whose.ip))
+        .flatten();
+    match ban {
+        Some(ban) => status::banned(&ban),
+        None => status::disconnected(),
+    }
+}
+
+/// Ends the stream past the slow-consumer grace, at its moment of the
+/// drain, or at an operator's ban or disconnect, whichever comes first.
 async fn guard(
     svc: BrokerService,
-    account: String,
+    whose: Whose,
     membership: Arc<Membership>,
-    gauge: Arc<OutboundGauge>,
-    congested: Arc<Notify>,
+    (gauge, congested): (Arc<OutboundGauge>, Arc<Notify>),
+    mut kick: mpsc::UnboundedReceiver<&'static str>,
     grace: Duration,
     end: oneshot::Sender<Status>,
 ) {
+    let account = &whose.account;
     let mut drain = pin!(drained(svc.drain.clone()));
     loop {
         tokio::select! {
             () = &mut drain => {
                 let _ = end.send(status::draining());
+                return;
+            }
+            Some(reason) = kick.recv() => {
+                // Left before the status goes out: the client sees its
+                // end only once the hub has forgotten it.
+                let status = operator_end(&svc, &whose, reason);
+                membership.leave();
+                let _ = end.send(status);
                 return;
             }
             () = congested.notified() => {}
@@ -328,10 +371,18 @@ async fn guard(
                 let _ = end.send(status::draining());
                 return;
             }
+            Some(reason) = kick.recv() => {
+                // Left before the status goes out: the client sees its
+                // end only once the hub has forgotten it.
+                let status = operator_end(&svc, &whose, reason);
+                membership.leave();
+                let _ = end.send(status);
+                return;
+            }
             () = tokio::time::sleep(grace) => {}
         }
         if gauge.is_congested() {
-            svc.count(ErrorCode::SlowConsumer.as_str(), &account, None);
+            svc.count(ErrorCode::SlowConsumer.as_str(), account, None);
             let _ = end.send(status::refused(
                 ErrorCode::SlowConsumer,
                 "this stream stayed above its high-water mark past the grace period",

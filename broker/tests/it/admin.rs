@@ -63,7 +63,7 @@ async fn unban(broker: &Broker, body: Value) -> Value {
     .await
 }
 
-async fn disconnect(broker: &Broker, body: Value) -> Value {
+pub async fn disconnect(broker: &Broker, body: Value) -> Value {
     ok(call(
         broker,
         reqwest::Method::POST,
@@ -75,7 +75,7 @@ async fn disconnect(broker: &Broker, body: Value) -> Value {
     .await
 }
 
-async fn ban(broker: &Broker, body: Value) -> Value {
+pub async fn ban(broker: &Broker, body: Value) -> Value {
     ok(call(
         broker,
         reqwest::Method::POST,

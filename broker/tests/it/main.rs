@@ -22,6 +22,7 @@ mod faults_slowloris;
 mod fuzz_bounded;
 mod grpc;
 mod grpc_cluster;
+mod grpc_operators;
 mod grpc_stream;
 mod grpc_subscribe;
 mod handshake;

@@ -1,0 +1,124 @@
+//! §10 on open gRPC streams: an operator's ban of the stream's account or
+//! address ends an open `Subscribe` with `PERMISSION_DENIED` `banned` (the
+//! remaining time in `retry-after-ms`), a disconnect of the account with
+//! `ABORTED` `disconnected`; other accounts' streams keep going.
+
+use serde_json::json;
+use tidegate::grpc::proto::subscribe_event::Event;
+use tidegate::grpc::proto::{SubscribeEvent, broker_client::BrokerClient};
+use tonic::transport::Channel;
+use tonic::{Code, Status, Streaming};
+
+use crate::admin::{admin_config, ban, disconnect};
+use crate::common::{API_KEY, Broker};
+use crate::grpc::{authed, connect, md, msg, reason, subscribe_req};
+use crate::grpc_subscribe::{next, next_message};
+
+/// A key of another account, to show its stream is left alone.
+const OTHER_KEY: &str = "other-account-key-0123456789";
+
+fn config() -> String {
+    format!(
+        "{}[[api_keys]]\nkey = \"{API_KEY}\"\naccount = \"acme\"\npub_channels = [\"*\"]\nsub_channels = [\"*\"]\n\
+         [[api_keys]]\nkey = \"{OTHER_KEY}\"\naccount = \"globex\"\npub_channels = [\"*\"]\nsub_channels = [\"*\"]\n",
+        admin_config()
+    )
+}
+
+async fn open(c: &mut BrokerClient<Channel>, key: &str) -> Streaming<SubscribeEvent> {
+    let mut s = c
+        .subscribe(authed(subscribe_req(&[("doc:d", None)]), key))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(matches!(next(&mut s).await, Ok(Some(Event::Ack(_)))));
+    s
+}
+
+/// The status the stream ends with, skipping messages before it.
+async fn ended(s: &mut Streaming<SubscribeEvent>) -> Status {
+    loop {
+        match next(s).await {
+            Ok(Some(Event::Message(_))) => {}
+            Ok(other) => panic!("expected the end, got {other:?}"),
+            Err(status) => return status,
+        }
+    }
+}
+
+/// The other account's stream still gets what is published.
+async fn still_live(c: &mut BrokerClient<Channel>, s: &mut Streaming<SubscribeEvent>) {
+    let seq = c
+        .publish(authed(msg("doc:d", "1", "after"), OTHER_KEY))
+        .await
+        .unwrap()
+        .into_inner()
+        .seq;
+    assert_eq!(next_message(s).await.seq, seq);
+}
+
+#[tokio::test]
+async fn a_ban_of_the_account_ends_its_open_subscribe_with_permission_denied() {
+    let b = Broker::start(&config());
+    let mut c = connect(&b).await;
+    let mut banned = open(&mut c, API_KEY).await;
+    let mut other = open(&mut c, OTHER_KEY).await;
+
+    let answer = ban(&b, json!({"account": "acme", "ttlMs": 60_000})).await;
+    assert_eq!(answer["closed"], 1, "{answer}");
+    let s = ended(&mut banned).await;
+    assert_eq!(s.code(), Code::PermissionDenied, "{s:?}");
+    assert_eq!(reason(&s), "banned");
+    let ms = md(s.metadata(), "retry-after-ms");
+    assert!(ms > 0 && ms <= 60_000, "{ms}");
+
+    let again = c
+        .subscribe(authed(subscribe_req(&[("doc:d", None)]), API_KEY))
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), Code::PermissionDenied);
+    still_live(&mut c, &mut other).await;
+}
+
+#[tokio::test]
+async fn a_ban_of_the_address_ends_every_account_streaming_from_it() {
+    let b = Broker::start(&config());
+    let mut c = connect(&b).await;
+    let mut first = open(&mut c, API_KEY).await;
+    let mut second = open(&mut c, OTHER_KEY).await;
+
+    let answer = ban(&b, json!({"ip": "127.0.0.1", "ttlMs": 60_000})).await;
+    assert_eq!(answer["closed"], 2, "{answer}");
+    for s in [&mut first, &mut second] {
+        let s = ended(s).await;
+        assert_eq!(s.code(), Code::PermissionDenied, "{s:?}");
+        assert_eq!(reason(&s), "banned");
+    }
+}
+
+#[tokio::test]
+async fn a_disconnect_of_the_account_ends_its_stream_with_aborted_and_allows_a_new_one() {
+    let b = Broker::start(&config());
+    let mut c = connect(&b).await;
+    let mut cut = open(&mut c, API_KEY).await;
+    let mut other = open(&mut c, OTHER_KEY).await;
+
+    let answer = disconnect(&b, json!({"account": "acme"})).await;
+    assert_eq!(answer["closed"], 1, "{answer}");
+    let s = ended(&mut cut).await;
+    assert_eq!(s.code(), Code::Aborted, "{s:?}");
+    assert_eq!(reason(&s), "disconnected");
+
+    // Not a ban: the account may subscribe again at once.
+    let mut back = open(&mut c, API_KEY).await;
+    let seq = c
+        .publish(authed(msg("doc:d", "2", "back"), API_KEY))
+        .await
+        .unwrap()
+        .into_inner()
+        .seq;
+    assert_eq!(next_message(&mut back).await.seq, seq);
+    assert_eq!(next_message(&mut other).await.seq, seq);
+    // The stream left the hub: only the two live streams remain registered.
+    assert_eq!(b.node.grpc_streams.len(), 2);
+}
