@@ -13,7 +13,7 @@ use serde_json::json;
 use tidegate_bench::procs::{self, Pinning};
 use tidegate_bench::report::{Machine, Report};
 use tidegate_bench::scenario::{
-    Env, behaviours, fanout, handshakes, idle, slow, soak, storm, webhooks,
+    Env, behaviours, fanout, grpc_publish, handshakes, idle, slow, soak, storm, webhooks,
 };
 use tidegate_bench::target::{self, Kind};
 
@@ -78,6 +78,26 @@ enum Scenario {
     Webhooks(WebhookArgs),
     /// Minutes of churn on one node, sampling RSS, fds, sockets, channels.
     Soak(SoakArgs),
+    /// Publish throughput over HTTP, gRPC unary and gRPC `PublishStream`
+    /// to S WebSocket subscribers, one phase each, same run.
+    GrpcPublish(GrpcPublishArgs),
+}
+
+#[derive(Args)]
+struct GrpcPublishArgs {
+    #[arg(long, default_value_t = 1000)]
+    subscribers: usize,
+    /// Seconds per transport.
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Bytes of each publish's data (a JSON string).
+    #[arg(long, default_value_t = 64)]
+    payload: usize,
+    /// Publishes in flight per transport.
+    #[arg(long, default_value_t = 16)]
+    in_flight: usize,
+    #[arg(long, default_value_t = 8)]
+    per_account: usize,
 }
 
 #[derive(Args)]
@@ -404,6 +424,17 @@ async fn run(
             };
             let r = soak::run(env, &p).await?;
             ("soak", json!(p), r)
+        }
+        Scenario::GrpcPublish(a) => {
+            let p = grpc_publish::Params {
+                subscribers: a.subscribers,
+                duration_secs: a.duration,
+                payload_bytes: a.payload.max(2),
+                in_flight: a.in_flight.max(1),
+                subscribers_per_account: a.per_account.max(1),
+            };
+            let r = grpc_publish::run(env, &p).await?;
+            ("grpc-publish", json!(p), r)
         }
     })
 }

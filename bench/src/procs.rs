@@ -191,12 +191,20 @@ pub fn start_tidegate(
         .arg(&config)
         .arg("--listen")
         .arg("127.0.0.1:0")
-        .arg("--grpc-listen")
-        .arg("127.0.0.1:0")
         .env_remove("TIDEGATE_JWT_SECRET")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(stderr);
+    // The broker prints only its HTTP address: a scenario that calls the
+    // gRPC API names a free port in its `[grpc]` layer; the others keep
+    // the shipped 8081 and get any free port instead.
+    let grpc_listen = config_toml
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|t| t.get("grpc")?.get("listen")?.as_str().map(str::to_owned));
+    if grpc_listen.is_none_or(|a| a == "127.0.0.1:8081") {
+        cmd.arg("--grpc-listen").arg("127.0.0.1:0");
+    }
     prepare(&mut cmd, core);
     let mut child = cmd
         .spawn()

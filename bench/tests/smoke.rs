@@ -173,3 +173,27 @@ fn polite_handshakes_see_the_server_close_first() {
     assert!(run["completed"].as_u64().unwrap() > 0, "{run}");
     assert_eq!(run["errors"], serde_json::json!({}), "{run}");
 }
+
+#[test]
+fn grpc_publish_runs_every_transport_to_the_subscribers() {
+    let r = run(&["grpc-publish", "--subscribers", "20", "--duration", "0.5"]);
+    assert_eq!(r["scenario"], "grpc-publish");
+    let phases = r["results"]["phases"].as_array().expect("phases");
+    let transports: Vec<&str> = phases
+        .iter()
+        .map(|p| p["transport"].as_str().unwrap())
+        .collect();
+    assert_eq!(transports, ["http", "grpc_unary", "grpc_stream"]);
+    for p in phases {
+        assert!(p["published"].as_u64().unwrap() > 0, "{p}");
+        assert!(p["delivered"].as_u64().unwrap() > 0, "{p}");
+        assert_eq!(p["errors"], 0, "{p}");
+        for key in [
+            "publishes_per_sec",
+            "deliveries_per_sec",
+            "broker_cpu_cores",
+        ] {
+            assert!(p[key].is_number(), "missing {key}: {p}");
+        }
+    }
+}

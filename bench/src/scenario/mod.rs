@@ -3,6 +3,7 @@
 
 pub mod behaviours;
 pub mod fanout;
+pub mod grpc_publish;
 pub mod handshakes;
 pub mod idle;
 pub mod slow;
