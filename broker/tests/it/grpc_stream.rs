@@ -242,3 +242,44 @@ async fn a_connection_gets_max_concurrent_streams_calls_at_once_and_the_next_wai
         .unwrap();
     assert!(r.into_inner().seq > 0);
 }
+
+#[actix_rt::test]
+async fn a_request_past_max_message_bytes_ends_only_its_own_call() {
+    let b = Broker::start("[grpc]\nmax_message_bytes = 4096\n");
+    let mut c = connect(&b).await;
+    let huge = format!("\"{}\"", "x".repeat(8_000));
+    let s = c
+        .publish(authed(msg("doc:1", &huge, "huge"), API_KEY))
+        .await
+        .unwrap_err();
+    // tonic's own bound, before the broker sees the request (tonic's code
+    // for it; docs/protocol.md says so).
+    assert_eq!(s.code(), Code::OutOfRange, "{s:?}");
+    assert!(!s.message().is_empty());
+
+    // On a stream too; the connection goes on serving other calls.
+    let mut replies = c
+        .publish_stream(authed(
+            tokio_stream::iter(vec![msg("doc:1", "1", "a"), msg("doc:1", &huge, "b")]),
+            API_KEY,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = tokio::time::timeout(PATIENCE, replies.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the first reply");
+    assert_eq!((first.id.as_str(), first.error), ("a", None));
+    let end = tokio::time::timeout(PATIENCE, replies.message())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(end.code(), Code::OutOfRange, "{end:?}");
+    let ok = c
+        .publish(authed(msg("doc:1", "1", "after"), API_KEY))
+        .await
+        .unwrap();
+    assert!(ok.into_inner().seq > 0);
+}
