@@ -170,6 +170,11 @@ struct FanoutArgs {
     /// Subscribers per account (Tidegate's default cap is 8).
     #[arg(long, default_value_t = 8)]
     per_account: usize,
+    /// Seconds to measure the broker's idle CPU with the subscribers
+    /// connected, before publishing (0: skip); subtracted in
+    /// `broker_cpu_us_per_publish_net`.
+    #[arg(long, default_value_t = 0.0)]
+    idle: f64,
 }
 
 #[derive(Args)]
@@ -337,6 +342,7 @@ async fn run(
                 duration_secs: a.duration,
                 connect_concurrency: a.connect_concurrency,
                 subscribers_per_account: a.per_account,
+                idle_secs: a.idle,
             };
             let r = fanout::run(env, kinds, &p).await?;
             ("fanout", json!(p), r)

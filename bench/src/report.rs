@@ -159,3 +159,11 @@ impl Report {
 pub fn ratio(a: f64, b: f64) -> Option<f64> {
     (b > 0.0).then(|| round2(a / b))
 }
+
+/// Microseconds of CPU per operation, to 0.1 µs (0 without operations).
+pub fn per_op_us(cpu_secs: f64, ops: u64) -> f64 {
+    if ops == 0 {
+        return 0.0;
+    }
+    (cpu_secs * 1e7 / ops as f64).round() / 10.0
+}

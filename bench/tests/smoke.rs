@@ -73,6 +73,8 @@ fn fanout_delivers_and_reports_its_fields() {
         "0.3",
         "--duration",
         "1",
+        "--idle",
+        "0.2",
     ]);
     assert_eq!(r["scenario"], "fanout");
     let cell = &r["results"]["cells"][0];
@@ -88,9 +90,16 @@ fn fanout_delivers_and_reports_its_fields() {
         "lost",
         "loss_ratio",
         "broker_rss_mib_max",
+        "broker_idle_cpu_cores",
+        "broker_cpu_us_per_publish_net",
     ] {
         assert!(cell[key].is_number(), "missing {key}: {cell}");
     }
+    // Publishing costs the broker CPU, so the per-publish figure is there.
+    assert!(
+        cell["broker_cpu_us_per_publish"].as_f64().unwrap() > 0.0,
+        "{cell}"
+    );
     let latency = &cell["latency"];
     assert!(latency["count"].as_u64().unwrap() > 0, "{latency}");
     for key in ["p50_us", "p99_us", "p999_us", "max_us"] {

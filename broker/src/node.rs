@@ -35,8 +35,8 @@ pub struct Node {
     pub webhooks: Arc<Webhooks>,
     /// Live sockets, for config reloads, draining and metrics.
     pub sockets: DashMap<u64, SocketHandle>,
-    /// Open gRPC `Subscribe` streams, so an operator's ban or disconnect
-    /// (§10) ends them as it closes sockets.
+    /// Open gRPC `Subscribe` and `PublishStream` streams, so an operator's
+    /// ban or disconnect (§10) ends them as it closes sockets.
     pub grpc_streams: DashMap<u64, StreamHandle>,
     /// Sockets this process can hold before running out of descriptors
     /// (its soft `RLIMIT_NOFILE` minus a reserve, read at start): past it
@@ -76,7 +76,7 @@ pub struct SocketHandle {
     pub gauge: Arc<OutboundGauge>,
 }
 
-/// What the node keeps of each open gRPC `Subscribe` stream: whose it is,
+/// What the node keeps of each open gRPC stream: whose it is,
 /// and how to tell its guard to end it.
 #[derive(Debug, Clone)]
 pub struct StreamHandle {

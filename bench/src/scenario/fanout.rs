@@ -63,6 +63,9 @@ pub struct Params {
     pub duration_secs: f64,
     pub connect_concurrency: usize,
     pub subscribers_per_account: usize,
+    /// Seconds the broker's CPU is measured with every subscriber connected
+    /// and nothing published, before the publishers start (0: not measured).
+    pub idle_secs: f64,
 }
 
 /// One (broker, subscribers, payload) measurement.
@@ -85,6 +88,15 @@ pub struct FanoutCell {
     pub subscriber_closes: u64,
     pub errors: Tally,
     pub broker_cpu_cores: f64,
+    /// Broker CPU time in the window (to the nanosecond, from schedstat)
+    /// over the publishes in it: what one publish costs at this rate,
+    /// fan-out included.
+    pub broker_cpu_us_per_publish: f64,
+    /// Broker CPU with the subscribers connected and nothing published
+    /// (`idle_secs`; 0 when not measured): heartbeats and timers.
+    pub broker_idle_cpu_cores: f64,
+    /// `broker_cpu_us_per_publish` less the idle CPU's share per publish.
+    pub broker_cpu_us_per_publish_net: f64,
     pub loadgen_cpu_cores: f64,
     /// CPU used by everything else on the machine meanwhile.
     pub background_cpu_cores: f64,
@@ -327,6 +339,14 @@ pub async fn run_cell(
     for c in conns {
         tasks.push(tokio::task::spawn_local(subscriber(c, sh.clone())));
     }
+    let broker_idle_cpu_cores = if p.idle_secs > 0.0 {
+        let idle = CpuMeter::start(process.pid);
+        let t0 = Instant::now();
+        tokio::time::sleep(Duration::from_secs_f64(p.idle_secs)).await;
+        idle.precise_secs() / t0.elapsed().as_secs_f64()
+    } else {
+        0.0
+    };
     let per_pub_rate = match p.rate {
         Rate::PerSec(r) => r / p.publishers as f64,
         Rate::Max => 0.0,
@@ -354,6 +374,7 @@ pub async fn run_cell(
     sh.measuring.set(false);
     let window = window_start.elapsed().as_secs_f64();
     let broker_cpu_cores = broker_cpu.cores();
+    let broker_cpu_secs = broker_cpu.precise_secs();
     let loadgen_cpu_cores = own_cpu.cores();
     let background_cpu_cores = background.cores();
     sh.stop.set(true);
@@ -411,6 +432,12 @@ pub async fn run_cell(
         background_cpu_cores,
         broker_rss_mib_before: mib(rss_before),
         broker_rss_mib_max: mib(rss_max),
+        broker_cpu_us_per_publish: report::per_op_us(broker_cpu_secs, sh.published_in_window.get()),
+        broker_idle_cpu_cores: (broker_idle_cpu_cores * 1e4).round() / 1e4,
+        broker_cpu_us_per_publish_net: report::per_op_us(
+            (broker_cpu_secs - broker_idle_cpu_cores * window).max(0.0),
+            sh.published_in_window.get(),
+        ),
         connect_secs: report::round2(connect_secs),
         curve: report::percentile_curve(&hist),
     };
@@ -432,11 +459,14 @@ pub async fn run(env: &Env, kinds: &[Kind], p: &Params) -> Result<serde_json::Va
                 );
                 let cell = run_cell(env, kind, subs, bytes.max(target::MIN_PAYLOAD), p).await?;
                 eprintln!(
-                    "  delivered/s={} lost={} p99={}us broker_cpu={} loadgen_cpu={} background_cpu={}",
+                    "  delivered/s={} publishes/s={} lost={} p99={}us broker_cpu={} cpu_us/publish={} (net {}) loadgen_cpu={} background_cpu={}",
                     cell.delivered_per_sec,
+                    cell.publish_rate,
                     cell.lost,
                     cell.latency.p99_us,
                     cell.broker_cpu_cores,
+                    cell.broker_cpu_us_per_publish,
+                    cell.broker_cpu_us_per_publish_net,
                     cell.loadgen_cpu_cores,
                     cell.background_cpu_cores
                 );

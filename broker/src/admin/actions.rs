@@ -54,7 +54,7 @@ pub const DISCONNECTED: &str = "disconnected";
 pub const BANNED: &str = "banned";
 
 /// Closes this node's sockets of `who` with 4003 and `reason`, and ends
-/// its gRPC `Subscribe` streams of `who` (their guards pick the status);
+/// its gRPC streams of `who` (`Subscribe`, `PublishStream`: each picks its status);
 /// how many of both.
 pub fn close_local(node: &Node, who: &Who, reason: &'static str) -> usize {
     let ended = end_streams(node, who, reason);

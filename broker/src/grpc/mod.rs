@@ -9,11 +9,14 @@
 //!   reply queue.
 //! - `subscribe.rs`: a hub subscriber with the socket's recovery, `seq`
 //!   order and slow-consumer bound.
+//! - `operator.rs`: open streams registered with the node, so an
+//!   operator's ban or disconnect (§10) ends them.
 //! - `status.rs`: codes, trailers, `RetryInfo`; `trailers.rs`: the unary
 //!   reply's balance moved into its trailers.
 //! - `server.rs`: the runtime thread; `drain.rs`: the staggered drain.
 
 mod drain;
+mod operator;
 mod publish_stream;
 mod server;
 mod service;

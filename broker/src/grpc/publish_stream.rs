@@ -7,7 +7,13 @@
 //! replies: replies wait in a queue of `grpc.reply_buffer`, and while it is
 //! full the next request is not read, so HTTP/2 flow control stops the
 //! sender instead of the broker buffering its stream.
+//!
+//! An operator's ban of the key's account or of the peer's address ends
+//! the stream with `PERMISSION_DENIED` `banned`, a disconnect of the
+//! account with `ABORTED` `disconnected` (§10), after every earlier reply:
+//! the stream is registered with the node like a `Subscribe`.
 
+use std::net::IpAddr;
 use std::pin::pin;
 
 use tokio::sync::mpsc;
@@ -15,6 +21,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
 use super::drain::drained;
+use super::operator::{Registration, Whose};
 use super::proto::{PublishReply, PublishRequest, Refusal as WireRefusal};
 use super::service::{BrokerService, Caller};
 use super::status;
@@ -26,9 +33,21 @@ use crate::protocol::ErrorCode;
 pub type Replies = ReceiverStream<Result<PublishReply, Status>>;
 
 /// Starts serving one stream on the gRPC runtime.
-pub fn start(svc: BrokerService, caller: Caller, inbound: Streaming<PublishRequest>) -> Replies {
+pub fn start(
+    svc: BrokerService,
+    caller: Caller,
+    ip: Option<IpAddr>,
+    inbound: Streaming<PublishRequest>,
+) -> Replies {
     let (tx, rx) = mpsc::channel(svc.node.config.load().grpc.reply_buffer);
-    tokio::spawn(run(svc, caller, inbound, tx));
+    let whose = Whose {
+        account: caller.key.account.clone(),
+        ip,
+    };
+    // Registered before the call returns, so an operator's action taken
+    // from now on ends it.
+    let (registration, kicks) = Registration::new(svc.node.clone(), &whose);
+    tokio::spawn(run(svc, caller, (whose, registration, kicks), inbound, tx));
     ReceiverStream::new(rx)
 }
 
@@ -42,6 +61,7 @@ struct Spent {
 async fn run(
     svc: BrokerService,
     caller: Caller,
+    (whose, registration, mut kicks): (Whose, Registration, super::operator::Kicks),
     mut inbound: Streaming<PublishRequest>,
     tx: mpsc::Sender<Result<PublishReply, Status>>,
 ) {
@@ -52,6 +72,12 @@ async fn run(
         let next = tokio::select! {
             biased;
             () = &mut drain => break draining(&svc, &caller, &spent).await,
+            Some(reason) = kicks.recv() => {
+                let mut s = super::operator::end_status(&svc, &whose, reason);
+                let balance = balance(&svc, &caller, &spent).await;
+                status::balance(s.metadata_mut(), &balance, spent.units);
+                break s;
+            }
             next = inbound.message() => next,
         };
         let msg = match next {
@@ -105,6 +131,9 @@ async fn run(
             return;
         }
     };
+    // Unregistered before the end goes out: a client that sees it finds
+    // the node no longer counting its stream.
+    drop(registration);
     let _ = tx.send(Err(end)).await;
 }
 

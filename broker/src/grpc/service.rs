@@ -170,9 +170,11 @@ impl Broker for BrokerService {
         request: Request<tonic::Streaming<PublishRequest>>,
     ) -> Result<Response<Self::PublishStreamStream>, Status> {
         let caller = self.admit(&request)?;
+        let ip = request.remote_addr().map(|a| a.ip());
         Ok(Response::new(super::publish_stream::start(
             self.clone(),
             caller,
+            ip,
             request.into_inner(),
         )))
     }

@@ -27,6 +27,7 @@ use tokio_stream::Stream;
 use tonic::Status;
 
 use super::drain::drained;
+use super::operator::{self, Kicks, Whose};
 use super::proto::subscribe_event::Event;
 use super::proto::{Message, SlowConsumer, SubscribeAck, SubscribeEvent, SubscribeRequest};
 use super::service::{BrokerService, Caller, OpenStream};
@@ -34,7 +35,7 @@ use super::status;
 use crate::backend::{self, Refusal};
 use crate::cluster::KeyCharge;
 use crate::hub::{Deliver, OutboundGauge, Sink, StreamSink, Subscriber};
-use crate::node::{Node, StreamHandle};
+use crate::node::Node;
 use crate::protocol::{ErrorCode, channel, wire};
 
 /// The stream's place in the hub, left exactly once (when the stream is
@@ -258,16 +259,9 @@ pub async fn start(
     });
     // Registered before joining (left by `leave`), so an operator's action
     // taken while the call joins still ends it.
-    let (kick_tx, kick) = mpsc::unbounded_channel();
-    node.grpc_streams.insert(
-        conn,
-        StreamHandle {
-            account: Arc::from(account.as_str()),
-            ip,
-            end: kick_tx,
-        },
-    );
-    let span = tracing::info_span!("grpc_subscribe", conn, account = %account);
+    let whose = Whose { account, ip };
+    let kick = operator::register(node, conn, &whose);
+    let span = tracing::info_span!("grpc_subscribe", conn, account = %whose.account);
     let (end_tx, end_rx) = oneshot::channel();
     let mut events = Events {
         prelude: VecDeque::new(),
@@ -306,7 +300,7 @@ pub async fn start(
     let grace = Duration::from_millis(caller.limits.outbound_grace_ms);
     events.guard = Some(tokio::spawn(guard(
         svc.clone(),
-        Whose { account, ip },
+        whose,
         membership,
         (gauge, congested),
         kick,
@@ -317,26 +311,6 @@ pub async fn start(
     Ok(events)
 }
 
-/// The stream's caller, for bans and counts.
-struct Whose {
-    account: String,
-    ip: Option<IpAddr>,
-}
-
-/// The status an operator's action ends the stream with (§10): a ban is
-/// `PERMISSION_DENIED` `banned` with its remaining time, as a new call of
-/// the account would get; anything else is a disconnect.
-fn operator_end(svc: &BrokerService, whose: &Whose, reason: &'static str) -> Status {
-    svc.count(reason, &whose.account, None);
-    let ban = (reason == crate::admin::BANNED)
-        .then(|| svc.node.admin.bans.check(Some(&whose.account), whose.ip))
-        .flatten();
-    match ban {
-        Some(ban) => status::banned(&ban),
-        None => status::disconnected(),
-    }
-}
-
 /// Ends the stream past the slow-consumer grace, at its moment of the
 /// drain, or at an operator's ban or disconnect, whichever comes first.
 async fn guard(
@@ -344,7 +318,7 @@ async fn guard(
     whose: Whose,
     membership: Arc<Membership>,
     (gauge, congested): (Arc<OutboundGauge>, Arc<Notify>),
-    mut kick: mpsc::UnboundedReceiver<&'static str>,
+    mut kick: Kicks,
     grace: Duration,
     end: oneshot::Sender<Status>,
 ) {
@@ -359,7 +333,7 @@ async fn guard(
             Some(reason) = kick.recv() => {
                 // Left before the status goes out: the client sees its
                 // end only once the hub has forgotten it.
-                let status = operator_end(&svc, &whose, reason);
+                let status = operator::end_status(&svc, &whose, reason);
                 membership.leave();
                 let _ = end.send(status);
                 return;
@@ -374,7 +348,7 @@ async fn guard(
             Some(reason) = kick.recv() => {
                 // Left before the status goes out: the client sees its
                 // end only once the hub has forgotten it.
-                let status = operator_end(&svc, &whose, reason);
+                let status = operator::end_status(&svc, &whose, reason);
                 membership.leave();
                 let _ = end.send(status);
                 return;

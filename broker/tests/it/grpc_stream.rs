@@ -1,6 +1,7 @@
 //! `PublishStream` (§8): per-message charging, in-order replies, per-message
 //! refusals that keep the stream, `RESOURCE_EXHAUSTED` at an empty budget,
-//! and bounded memory for a sender that does not read its replies.
+//! bounded memory for a sender that does not read its replies, and the
+//! per-connection cap on open calls (`grpc.max_concurrent_streams`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -173,4 +174,112 @@ async fn a_stream_without_a_key_is_refused_at_once() {
         .unwrap_err();
     assert_eq!(s.code(), Code::Unauthenticated);
     assert_eq!(reason(&s), "unauthorized");
+}
+
+/// Opens a `PublishStream` and waits for the reply to its first message,
+/// so the call surely holds one of the connection's stream slots.
+async fn open_stream(
+    c: &mut tidegate::grpc::proto::broker_client::BrokerClient<tonic::transport::Channel>,
+) -> (
+    tokio::sync::mpsc::Sender<PublishRequest>,
+    tonic::Streaming<tidegate::grpc::proto::PublishReply>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(msg("doc:1", "1", "open")).await.unwrap();
+    let mut replies = c
+        .publish_stream(authed(ReceiverStream::new(rx), API_KEY))
+        .await
+        .unwrap()
+        .into_inner();
+    let r = tokio::time::timeout(PATIENCE, replies.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("a reply");
+    assert!(r.error.is_none(), "{r:?}");
+    (tx, replies)
+}
+
+#[actix_rt::test]
+async fn a_connection_gets_max_concurrent_streams_calls_at_once_and_the_next_waits() {
+    let b = Broker::start("[grpc]\nmax_concurrent_streams = 2\n");
+    let mut c = connect(&b).await;
+    let (first_tx, mut first) = open_stream(&mut c).await;
+    let _second = open_stream(&mut c).await;
+
+    // A third call on the same connection waits for a slot (HTTP/2
+    // SETTINGS_MAX_CONCURRENT_STREAMS) instead of being served or failed.
+    let mut third = {
+        let mut c = c.clone();
+        tokio::spawn(async move { c.publish(authed(msg("doc:1", "3", "third"), API_KEY)).await })
+    };
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), &mut third)
+            .await
+            .is_err(),
+        "a third call ran beside two open streams"
+    );
+    // Another connection is not held up by this one's cap.
+    let mut other = connect(&b).await;
+    let r = other
+        .publish(authed(msg("doc:1", "4", "other"), API_KEY))
+        .await
+        .unwrap();
+    assert!(r.into_inner().seq > 0);
+
+    // The first stream ends: its slot goes to the waiting call.
+    drop(first_tx);
+    while tokio::time::timeout(PATIENCE, first.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .is_some()
+    {}
+    let r = tokio::time::timeout(PATIENCE, third)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(r.into_inner().seq > 0);
+}
+
+#[actix_rt::test]
+async fn a_request_past_max_message_bytes_ends_only_its_own_call() {
+    let b = Broker::start("[grpc]\nmax_message_bytes = 4096\n");
+    let mut c = connect(&b).await;
+    let huge = format!("\"{}\"", "x".repeat(8_000));
+    let s = c
+        .publish(authed(msg("doc:1", &huge, "huge"), API_KEY))
+        .await
+        .unwrap_err();
+    // tonic's own bound, before the broker sees the request (tonic's code
+    // for it; docs/protocol.md says so).
+    assert_eq!(s.code(), Code::OutOfRange, "{s:?}");
+    assert!(!s.message().is_empty());
+
+    // On a stream too; the connection goes on serving other calls.
+    let mut replies = c
+        .publish_stream(authed(
+            tokio_stream::iter(vec![msg("doc:1", "1", "a"), msg("doc:1", &huge, "b")]),
+            API_KEY,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = tokio::time::timeout(PATIENCE, replies.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the first reply");
+    assert_eq!((first.id.as_str(), first.error), ("a", None));
+    let end = tokio::time::timeout(PATIENCE, replies.message())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(end.code(), Code::OutOfRange, "{end:?}");
+    let ok = c
+        .publish(authed(msg("doc:1", "1", "after"), API_KEY))
+        .await
+        .unwrap();
+    assert!(ok.into_inner().seq > 0);
 }
