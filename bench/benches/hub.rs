@@ -9,8 +9,8 @@
 //! dispatcher would. Every socket subscribes with a real `subscribe` frame.
 //! One iteration is one publish on the node's bridge, timed until every
 //! one of the N outboxes has handed that frame over: hub lookup, `seq`,
-//! history, one encoding, N gauge checks, N mailbox sends, N actor
-//! handler runs and N outbox pushes and pulls. No network.
+//! history, one encoding, N gauge checks, N direct outbox pushes (no
+//! actor mailbox since issue 10) and N pulls. No network.
 
 use std::cell::Cell;
 use std::hint::black_box;
@@ -19,7 +19,6 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::prelude::*;
 use actix_web::body::MessageBody;
 use actix_web::dev::Payload;
 use actix_web::error::PayloadError;
@@ -27,7 +26,7 @@ use actix_web::{App, test, web};
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use tidegate::Node;
-use tidegate::hub::{Deliver, HistoryLimits, Hub, OutboundGauge, Subscriber};
+use tidegate::hub::{DirectSink, HistoryLimits, Hub, OutboundGauge, Sink, Subscriber};
 use tidegate::metrics::Metrics;
 use tidegate_bench::target::{self, Who};
 use tidegate_bench::ws::{OP_TEXT, encode_frame};
@@ -186,29 +185,23 @@ fn fanout_group(c: &mut Criterion, name: &str, extra: &str, data: &str) {
     g.finish();
 }
 
-/// A mailbox for registry benches (never receives anything).
-struct Sink;
+/// A subscriber for registry benches (never receives anything).
+struct Nowhere;
 
-impl Actor for Sink {
-    type Context = Context<Self>;
-}
-
-impl Handler<Deliver> for Sink {
-    type Result = ();
-
-    fn handle(&mut self, _: Deliver, _: &mut Context<Self>) {}
+impl DirectSink for Nowhere {
+    fn message(&self, _: &Arc<str>, _: u64, _: Bytes, _: Option<&Arc<str>>) {}
+    fn congested(&self) {}
 }
 
 fn registry(c: &mut Criterion) {
     let mut g = c.benchmark_group("registry");
     g.warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    let sys = actix_rt::System::new();
-    let sink = sys.block_on(async { Sink.start().recipient::<Deliver>() });
+    let sink = Sink::Socket(Arc::new(Nowhere));
     let gauge = Arc::new(OutboundGauge::new(1 << 20));
     let sub = |conn: u64| Subscriber {
         conn,
-        sink: sink.clone().into(),
+        sink: sink.clone(),
         gauge: gauge.clone(),
     };
     for existing in [10u64, 1_000, 10_000] {

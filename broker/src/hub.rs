@@ -4,10 +4,11 @@
 //! Fan-out happens under the channel's own lock, which is what keeps
 //! delivery in `seq` order per channel without a central actor hop. The
 //! message is encoded once ([`wire::message`]); every subscriber gets a
-//! clone of the same [`Bytes`]. Before queueing, the hub reads the
-//! subscriber's [`OutboundGauge`] and drops the message there if the socket
-//! is over its high-water mark, so a slow consumer's backlog (mailbox and
-//! outbox together) stays bounded by the mark plus one message.
+//! clone of the same [`Bytes`], written straight into its outbound queue
+//! ([`Sink`]; no actor mailbox per delivery). Before queueing, the hub
+//! reads the subscriber's [`OutboundGauge`] and drops the message there if
+//! the socket is over its high-water mark, so a slow consumer's backlog
+//! stays bounded by the mark plus one message.
 
 mod conflation;
 mod gauge;
@@ -28,9 +29,9 @@ use crate::protocol::wire;
 
 pub use conflation::conflation_key;
 pub use gauge::{OutboundGauge, Reserve};
-pub use sink::{Sink, StreamSink};
+pub use sink::{DirectSink, Sink, StreamSink};
 
-/// What the hub sends a subscribed socket.
+/// What the hub sends a gRPC stream's queue ([`StreamSink`]).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub enum Deliver {
@@ -340,16 +341,11 @@ impl Hub {
             match sub.gauge.try_reserve(len) {
                 Reserve::Queued => {
                     delivered += 1;
-                    sub.sink.do_send(Deliver::Message {
-                        channel: ch.name.clone(),
-                        seq,
-                        frame: frame.clone(),
-                        key: None,
-                    });
+                    sub.sink.message(&ch.name, seq, &frame, None);
                 }
                 Reserve::FirstDrop => {
                     dropped += 1;
-                    sub.sink.do_send(Deliver::Congested);
+                    sub.sink.congested();
                 }
                 Reserve::Dropped => dropped += 1,
             }
@@ -556,7 +552,7 @@ impl Hub {
                     Reserve::Queued => {}
                     Reserve::FirstDrop => {
                         dropped += 1;
-                        sub.sink.do_send(Deliver::Congested);
+                        sub.sink.congested();
                         continue;
                     }
                     Reserve::Dropped => {
@@ -568,12 +564,7 @@ impl Hub {
                 sub.gauge.add(len);
             }
             delivered += 1;
-            sub.sink.do_send(Deliver::Message {
-                channel: ch.name.clone(),
-                seq,
-                frame: frame.clone(),
-                key: Some(key.clone()),
-            });
+            sub.sink.message(&ch.name, seq, frame, Some(key));
         }
         self.metrics.messages_out.inc_by(delivered);
         if dropped > 0 {

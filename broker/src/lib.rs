@@ -14,8 +14,9 @@
 //! - [`node`]: what a node shares: config, hub, bridge, metrics, sockets.
 //! - [`socket`]: one actix actor per WebSocket. It owns its token buckets
 //!   ([`socket::Admission`]), its subscriptions and its outbound queue
-//!   (`socket/outbox.rs`, which knows the real unsent bytes); the
-//!   handshake checks live in `socket/handshake.rs`.
+//!   (`socket/outbox.rs`, which knows the real unsent bytes, and which
+//!   the hub writes live messages into directly: `socket/delivery.rs`);
+//!   the handshake checks live in `socket/handshake.rs`.
 //! - [`hub`]: channels, `seq`, bounded history and local fan-out (one
 //!   encoding per publish, shared bytes for every subscriber).
 //! - [`cluster`]: the [`cluster::Bridge`] between nodes; in memory for a

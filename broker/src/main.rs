@@ -12,9 +12,10 @@ use tidegate::auth::{Authenticator, Claims, unix_now};
 use tidegate::config::ConfigError;
 use tidegate::config::LogFormat;
 
-/// Fan-out allocates and frees per delivered message (the actor mailbox's
-/// node and envelope); glibc's malloc spent ~23% of the broker's CPU on
-/// that churn, jemalloc a fraction of it.
+/// Fan-out allocated and freed per delivered message (the actor mailbox's
+/// node and envelope, before the hub wrote into each socket's queue
+/// directly; queue growth still does); glibc's malloc spent ~23% of the
+/// broker's CPU on that churn, jemalloc a fraction of it.
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

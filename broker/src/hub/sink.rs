@@ -1,17 +1,41 @@
-//! Where the hub hands a subscriber's messages: a WebSocket actor's
-//! mailbox or a gRPC `Subscribe` stream's queue.
+//! Where the hub hands a subscriber's messages: straight into a WebSocket's
+//! outbound queue, or into a gRPC `Subscribe` stream's queue.
 
 use std::sync::Arc;
 
-use actix::Recipient;
+use bytes::Bytes;
 
 use super::Deliver;
+
+/// A subscriber's outbound queue the hub writes into directly, from
+/// whichever thread publishes (an actix worker, the cluster bridge, the
+/// gRPC runtime), under the channel's lock.
+///
+/// Why not the socket actor's mailbox: a mailbox send per delivery boxes an
+/// envelope, allocates a queue node and wakes the actor's task, which then
+/// pushes into the same queue this writes to; at fan-out that was the
+/// largest cost per delivery. The actor's mailbox stays for control (a
+/// drop episode's start, subscribe, limits, close).
+///
+/// A socket (`socket/outlet.rs`) is the implementation; the hub does not
+/// depend on it.
+pub trait DirectSink: Send + Sync {
+    /// A message of `channel` whose bytes the hub already reserved in the
+    /// subscriber's gauge. `key` is the conflation key on a conflating
+    /// channel (§11). The sink queues it, or releases its bytes if the
+    /// subscription is gone, not live, or the message is already sent.
+    fn message(&self, channel: &Arc<str>, seq: u64, frame: Bytes, key: Option<&Arc<str>>);
+
+    /// The subscriber crossed its high-water mark and messages are being
+    /// dropped (called once per episode).
+    fn congested(&self);
+}
 
 /// Where the hub hands a subscriber's messages.
 #[derive(Clone)]
 pub enum Sink {
-    /// A WebSocket actor's mailbox.
-    Socket(Recipient<Deliver>),
+    /// A WebSocket's outbound queue (see [`DirectSink`]).
+    Socket(Arc<dyn DirectSink>),
     /// A gRPC `Subscribe` stream, which lives on the gRPC server's own
     /// tokio runtime, outside actix (`grpc/subscribe.rs`).
     Stream(StreamSink),
@@ -33,17 +57,30 @@ pub struct StreamSink {
 }
 
 impl Sink {
+    /// Hands over a message whose bytes are already reserved in the
+    /// subscriber's gauge.
     #[inline]
-    pub fn do_send(&self, msg: Deliver) {
+    pub fn message(&self, channel: &Arc<str>, seq: u64, frame: &Bytes, key: Option<&Arc<str>>) {
         match self {
-            Sink::Socket(r) => r.do_send(msg),
-            Sink::Stream(s) => match msg {
-                Deliver::Congested => s.congested.notify_one(),
-                m => {
-                    // A stream that ended has left the hub or is leaving.
-                    let _ = s.messages.send(m);
-                }
-            },
+            Sink::Socket(s) => s.message(channel, seq, frame.clone(), key),
+            Sink::Stream(s) => {
+                // A stream that ended has left the hub or is leaving.
+                let _ = s.messages.send(Deliver::Message {
+                    channel: channel.clone(),
+                    seq,
+                    frame: frame.clone(),
+                    key: key.cloned(),
+                });
+            }
+        }
+    }
+
+    /// Tells the subscriber a drop episode began.
+    #[inline]
+    pub fn congested(&self) {
+        match self {
+            Sink::Socket(s) => s.congested(),
+            Sink::Stream(s) => s.congested.notify_one(),
         }
     }
 
@@ -52,11 +89,5 @@ impl Sink {
     #[inline]
     pub(super) fn conflates(&self) -> bool {
         matches!(self, Sink::Socket(_))
-    }
-}
-
-impl From<Recipient<Deliver>> for Sink {
-    fn from(r: Recipient<Deliver>) -> Sink {
-        Sink::Socket(r)
     }
 }

@@ -1,26 +1,28 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::prelude::*;
 use bytes::Bytes;
 
 use super::*;
 
-/// A stand-in socket that records what the hub sends it.
-struct Sink(Arc<Mutex<Vec<(u64, Bytes)>>>, Arc<OutboundGauge>);
+type Received = Arc<Mutex<Vec<(u64, Bytes)>>>;
 
-impl Actor for Sink {
-    type Context = Context<Self>;
+/// A stand-in socket that records what the hub hands it (at once: the hub
+/// writes into a socket's queue directly).
+struct Recorder {
+    got: Received,
+    keys: Mutex<Vec<Option<Arc<str>>>>,
+    gauge: Arc<OutboundGauge>,
 }
 
-impl Handler<Deliver> for Sink {
-    type Result = ();
-    fn handle(&mut self, msg: Deliver, _: &mut Context<Self>) {
-        if let Deliver::Message { seq, frame, .. } = msg {
-            self.1.release(frame.len());
-            self.0.lock().push((seq, frame));
-        }
+impl DirectSink for Recorder {
+    fn message(&self, _: &Arc<str>, seq: u64, frame: Bytes, key: Option<&Arc<str>>) {
+        self.gauge.release(frame.len());
+        self.keys.lock().push(key.cloned());
+        self.got.lock().push((seq, frame));
     }
+
+    fn congested(&self) {}
 }
 
 fn hub(size: usize) -> Hub {
@@ -35,7 +37,7 @@ fn hub(size: usize) -> Hub {
 
 struct TestSub {
     sub: Subscriber,
-    flush: Addr<Sink>,
+    recorder: Arc<Recorder>,
 }
 
 impl std::ops::Deref for TestSub {
@@ -45,38 +47,24 @@ impl std::ops::Deref for TestSub {
     }
 }
 
-type Received = Arc<Mutex<Vec<(u64, Bytes)>>>;
-
 fn sink(conn: u64, high_water: usize) -> (TestSub, Received) {
-    let got = Arc::new(Mutex::new(Vec::new()));
+    let got = Received::default();
     let gauge = Arc::new(OutboundGauge::new(high_water));
-    let addr = Sink(got.clone(), gauge.clone()).start();
+    let recorder = Arc::new(Recorder {
+        got: got.clone(),
+        keys: Mutex::default(),
+        gauge: gauge.clone(),
+    });
     let sub = Subscriber {
         conn,
-        sink: addr.clone().recipient().into(),
+        sink: Sink::Socket(recorder.clone()),
         gauge,
     };
-    (TestSub { sub, flush: addr }, got)
+    (TestSub { sub, recorder }, got)
 }
 
-/// Answered after everything queued before it: a mailbox round trip.
-#[derive(Message)]
-#[rtype(result = "()")]
-struct Flush;
-
-impl Handler<Flush> for Sink {
-    type Result = ();
-    fn handle(&mut self, _: Flush, _: &mut Context<Self>) {}
-}
-
-async fn settle(subs: &[&TestSub]) {
-    for s in subs {
-        s.flush.send(Flush).await.unwrap();
-    }
-}
-
-#[actix_rt::test]
-async fn seq_is_strictly_increasing_and_bytes_are_shared() {
+#[test]
+fn seq_is_strictly_increasing_and_bytes_are_shared() {
     let hub = hub(10);
     let (a, got_a) = sink(1, 1 << 20);
     let (b, got_b) = sink(2, 1 << 20);
@@ -85,7 +73,6 @@ async fn seq_is_strictly_increasing_and_bytes_are_shared() {
     let s1 = hub.publish("doc:1", "1");
     let s2 = hub.publish("doc:1", "2");
     assert!(s2 > s1);
-    settle(&[&a, &b]).await;
     let a = got_a.lock();
     let b = got_b.lock();
     assert_eq!(a.iter().map(|x| x.0).collect::<Vec<_>>(), [s1, s2]);
@@ -96,8 +83,8 @@ async fn seq_is_strictly_increasing_and_bytes_are_shared() {
     );
 }
 
-#[actix_rt::test]
-async fn since_recovers_held_messages_or_says_it_cannot() {
+#[test]
+fn since_recovers_held_messages_or_says_it_cannot() {
     let hub = hub(3);
     let first = hub.publish("doc:1", "1");
     for i in 2..=5 {
@@ -133,8 +120,8 @@ async fn since_recovers_held_messages_or_says_it_cannot() {
     );
 }
 
-#[actix_rt::test]
-async fn a_channel_has_a_position_before_its_first_message() {
+#[test]
+fn a_channel_has_a_position_before_its_first_message() {
     let hub = hub(10);
     let (s, _) = sink(1, 1 << 20);
     let pos = hub.subscribe("doc:fresh", s.sub.clone(), None).position();
@@ -155,44 +142,23 @@ async fn a_channel_has_a_position_before_its_first_message() {
     assert!(!hub.is_subscribed("doc:fresh", 2));
 }
 
-/// A stand-in socket that records each message's conflation key.
-struct KeySink(Arc<Mutex<Vec<Option<Arc<str>>>>>);
-
-impl Actor for KeySink {
-    type Context = Context<Self>;
-}
-
-impl Handler<Deliver> for KeySink {
-    type Result = ();
-    fn handle(&mut self, msg: Deliver, _: &mut Context<Self>) {
-        if let Deliver::Message { key, .. } = msg {
-            self.0.lock().push(key);
-        }
-    }
-}
-
-#[actix_rt::test]
-async fn a_conflating_namespace_is_never_dropped_at_the_hub_and_carries_keys() {
+#[test]
+fn a_conflating_namespace_is_never_dropped_at_the_hub_and_carries_keys() {
     let hub = hub(0);
     let ns: std::collections::HashMap<String, crate::config::NamespaceSection> =
         toml::from_str("[cur]\ndelivery = \"conflate\"\nconflation_key = \"/u\"\n").unwrap();
     hub.set_delivery(DeliveryClasses::new(&ns));
-    let got = Arc::new(Mutex::new(Vec::new()));
-    let addr = KeySink(got.clone()).start();
-    let gauge = Arc::new(OutboundGauge::new(16));
+    let (s, _) = sink(1, 16);
+    let gauge = s.gauge.clone();
     gauge.add(1024); // far over its mark
-    let sub = Subscriber {
-        conn: 1,
-        sink: addr.clone().recipient().into(),
-        gauge: gauge.clone(),
-    };
-    hub.subscribe("cur:1", sub.clone(), None);
-    hub.subscribe("doc:1", sub, None);
+    hub.subscribe("cur:1", s.sub.clone(), None);
+    hub.subscribe("doc:1", s.sub.clone(), None);
     hub.publish("cur:1", r#"{"u":"ada"}"#);
     hub.publish("cur:1", r#"{"v":1}"#);
     hub.publish("doc:1", "1");
-    addr.send(Flush2).await.unwrap();
-    let keys: Vec<Option<String>> = got
+    let keys: Vec<Option<String>> = s
+        .recorder
+        .keys
         .lock()
         .iter()
         .map(|k| k.as_deref().map(Into::into))
@@ -205,17 +171,8 @@ async fn a_conflating_namespace_is_never_dropped_at_the_hub_and_carries_keys() {
     );
 }
 
-#[derive(Message)]
-#[rtype(result = "()")]
-struct Flush2;
-
-impl Handler<Flush2> for KeySink {
-    type Result = ();
-    fn handle(&mut self, _: Flush2, _: &mut Context<Self>) {}
-}
-
-#[actix_rt::test]
-async fn over_the_mark_messages_are_dropped_and_counted() {
+#[test]
+fn over_the_mark_messages_are_dropped_and_counted() {
     let hub = hub(0);
     let (slow, _) = sink(1, 1024);
     let gauge = slow.gauge.clone();
@@ -228,8 +185,8 @@ async fn over_the_mark_messages_are_dropped_and_counted() {
     assert_eq!(gauge.pending(), 2048, "dropped messages reserve nothing");
 }
 
-#[actix_rt::test]
-async fn sweep_forgets_idle_channels_but_not_live_ones() {
+#[test]
+fn sweep_forgets_idle_channels_but_not_live_ones() {
     let hub = hub(0);
     let (s, _) = sink(1, 1 << 20);
     hub.subscribe("live", s.sub.clone(), None);

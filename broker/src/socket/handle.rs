@@ -25,6 +25,7 @@ impl StreamHandler<Result<InFrame, InError>> for Socket {
             Ok(InFrame::Close(code)) => {
                 if !self.closing {
                     self.closing = true;
+                    self.outbox.stop_deliveries(false);
                     self.send(wire::close_echo(code));
                 }
                 ctx.stop();

@@ -5,13 +5,13 @@
 
 mod admission;
 mod channels;
+mod delivery;
 mod handle;
 pub mod handshake;
 pub(crate) mod inbound;
 mod outbox;
 mod queue;
 
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,13 +20,14 @@ use actix::prelude::*;
 use bytes::Bytes;
 
 pub use admission::{Admission, Shadow, Verdict};
+pub use delivery::Congested;
 pub use outbox::{ConnFd, Drained};
 
 use crate::account::{AccountSlot, Sampler};
 use crate::auth::Grants;
 use crate::config::Limits;
 use crate::gate::IpSlot;
-use crate::hub::{Deliver, OutboundGauge};
+use crate::hub::OutboundGauge;
 use crate::limiter::DropNotice;
 use crate::metrics::Layer;
 use crate::node::Node;
@@ -78,14 +79,12 @@ pub struct Socket {
     admission: Admission,
     pings: crate::limiter::TokenBucket,
     notice: DropNotice,
-    /// Subscribed channels: joining, or live with the last `seq` sent.
-    subs: HashMap<Arc<str>, channels::Sub, foldhash::fast::RandomState>,
     /// Numbers joins, so a late answer to an old one is recognised.
     next_join: u64,
-    outbox: Outbox,
+    /// The outbound queue and the subscriptions' positions, which the hub
+    /// writes into directly (`socket/delivery.rs`).
+    outbox: Arc<Outbox>,
     gauge: Arc<OutboundGauge>,
-    /// This actor's own address as the hub holds it.
-    self_recipient: Recipient<Deliver>,
     gate: Rc<Gate>,
     inbound: Option<Inbound>,
     last_heard: Instant,
@@ -120,9 +119,7 @@ impl Socket {
         self.closing = true;
         let _e = self.span.enter();
         tracing::info!(code = code.code(), reason, "closing socket");
-        if code == CloseCode::SlowConsumer {
-            self.outbox.discard_queued();
-        }
+        self.outbox.stop_deliveries(code == CloseCode::SlowConsumer);
         // The account-level closes are `limit.exceeded` webhooks (§9).
         let event = match code {
             CloseCode::PolicyViolation => {
@@ -214,7 +211,7 @@ impl Actor for Socket {
     }
 
     fn stopping(&mut self, _: &mut Context<Self>) -> Running {
-        for (channel, _) in self.subs.drain() {
+        for channel in self.outbox.leave_all() {
             self.node.bridge.unsubscribe(&channel, self.id.conn);
         }
         // Give back the IP and account places first (before the node stops
@@ -243,19 +240,11 @@ pub fn welcome_limits(l: &Limits, share: f64) -> wire::WelcomeLimits {
     }
 }
 
-impl Handler<Deliver> for Socket {
+impl Handler<Congested> for Socket {
     type Result = ();
 
-    fn handle(&mut self, msg: Deliver, ctx: &mut Context<Self>) {
-        match msg {
-            Deliver::Message {
-                channel,
-                seq,
-                frame,
-                key,
-            } => self.deliver(&channel, seq, frame, key, ctx),
-            Deliver::Congested => self.congested(ctx),
-        }
+    fn handle(&mut self, _: Congested, ctx: &mut Context<Self>) {
+        self.congested(ctx);
     }
 }
 
@@ -343,7 +332,13 @@ impl Socket {
         let gate = Gate::new(limits.max_payload_bytes);
         let mut body = None;
         Socket::create(|ctx| {
-            let (outbox, b) = Outbox::new(gauge.clone(), ctx.address().recipient(), conn);
+            let (outbox, b) = Outbox::new(
+                gauge.clone(),
+                node.metrics.clone(),
+                ctx.address().recipient(),
+                ctx.address().recipient(),
+                conn,
+            );
             body = Some(b);
             let span = tracing::info_span!("socket", conn = %id.label, account = %id.account);
             Socket {
@@ -361,11 +356,9 @@ impl Socket {
                 ),
                 admission: Admission::new(limits, now),
                 notice: DropNotice::new(NOTICE_INTERVAL),
-                subs: HashMap::default(),
                 next_join: 0,
                 outbox,
                 gauge,
-                self_recipient: ctx.address().recipient(),
                 inbound: Some(Inbound::new(payload, gate.clone())),
                 gate,
                 last_heard: now,

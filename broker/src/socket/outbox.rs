@@ -3,14 +3,20 @@
 //! This is why Tidegate does not use `actix-web-actors`' `WebsocketContext`
 //! or `actix-ws`' `Session`: both hide their queues (an unbounded
 //! `VecDeque` inside the context; a 32-slot channel that makes the sender
-//! wait), so the actor cannot see how many bytes are unsent. Here the actor
-//! pushes already-encoded WebSocket frames into a queue it shares with the
-//! response body; the body hands them to actix-http's h1 dispatcher only
-//! when the dispatcher asks for more, which it does only while its own
-//! write buffer is below `h1_write_buffer_size` and the kernel accepts
-//! writes. So [`OutboundGauge::pending`] is exactly the bytes the socket
-//! has not yet been able to send (minus at most one dispatcher buffer) —
-//! the server-side equivalent of a browser's `bufferedAmount`.
+//! wait), so the actor cannot see how many bytes are unsent. Here the
+//! actor, and the hub straight from whichever thread publishes
+//! (`socket/delivery.rs`), push already-encoded WebSocket frames into a
+//! queue shared with the response body; the body hands them to actix-http's
+//! h1 dispatcher only when the dispatcher asks for more, which it does only
+//! while its own write buffer is below `h1_write_buffer_size` and the
+//! kernel accepts writes. So [`OutboundGauge::pending`] is exactly the
+//! bytes the socket has not yet been able to send (minus at most one
+//! dispatcher buffer) — the server-side equivalent of a browser's
+//! `bufferedAmount`.
+//!
+//! The queue is behind a mutex because the hub writes from other threads;
+//! the body (on the socket's worker) registers its waker there, and a push
+//! wakes it only if it is waiting, so a burst of pushes costs one wake.
 //!
 //! When the socket is done (its close frame answered or acknowledged), the
 //! body ends after the close frame and shuts the connection's read side
@@ -18,19 +24,20 @@
 //! response, waiting for the client to close first, while RFC 6455 §7.1.1
 //! has the server close TCP first.
 
-use std::cell::RefCell;
 use std::io;
 use std::pin::Pin;
-use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use actix::{Message, Recipient};
 use actix_web::body::{BodySize, MessageBody};
 use bytes::Bytes;
+use parking_lot::{Mutex, MutexGuard};
 
-use super::queue::{Keyed, OutQueue};
+use super::delivery::{Congested, Subs};
+use super::queue::OutQueue;
 use crate::hub::OutboundGauge;
+use crate::metrics::Metrics;
 
 /// Sent to the socket when a congested outbox drains below its mark.
 #[derive(Message, Debug)]
@@ -48,22 +55,32 @@ enum State {
     Gone,
 }
 
-struct Shared {
+/// What the actor, the hub and the body share, under one lock: the frames
+/// and the subscriptions' positions must change together, so that a
+/// message is queued exactly once, in `seq` order, after its subscribe ack.
+pub(super) struct Shared {
     queue: OutQueue,
+    pub(super) subs: Subs,
+    /// The socket sent or answered a close frame: live messages are no
+    /// longer queued.
+    pub(super) closing: bool,
     waker: Option<Waker>,
     state: State,
 }
 
-/// The actor's end.
+/// A socket's outbound side, shared (`Arc`) by the actor, the hub's
+/// subscriptions ([`crate::hub::Sink::Socket`]) and the response body.
 pub struct Outbox {
-    shared: Rc<RefCell<Shared>>,
-    gauge: Arc<OutboundGauge>,
+    shared: Mutex<Shared>,
+    pub(super) gauge: Arc<OutboundGauge>,
+    pub(super) metrics: Arc<Metrics>,
+    /// The actor's mailbox, for the start of a drop episode.
+    pub(super) control: Recipient<Congested>,
 }
 
 /// The HTTP layer's end: a streaming response body.
 pub struct OutboxBody {
-    shared: Rc<RefCell<Shared>>,
-    gauge: Arc<OutboundGauge>,
+    outbox: Arc<Outbox>,
     on_drain: Recipient<Drained>,
     conn: Option<ConnFd>,
 }
@@ -100,40 +117,56 @@ impl ConnFd {
 impl Outbox {
     pub fn new(
         gauge: Arc<OutboundGauge>,
+        metrics: Arc<Metrics>,
+        control: Recipient<Congested>,
         on_drain: Recipient<Drained>,
         conn: Option<ConnFd>,
-    ) -> (Outbox, OutboxBody) {
-        let shared = Rc::new(RefCell::new(Shared {
-            queue: OutQueue::default(),
-            waker: None,
-            state: State::Open,
-        }));
+    ) -> (Arc<Outbox>, OutboxBody) {
+        let outbox = Arc::new(Outbox {
+            shared: Mutex::new(Shared {
+                queue: OutQueue::default(),
+                subs: Subs::default(),
+                closing: false,
+                waker: None,
+                state: State::Open,
+            }),
+            gauge,
+            metrics,
+            control,
+        });
         (
-            Outbox {
-                shared: shared.clone(),
-                gauge: gauge.clone(),
-            },
+            outbox.clone(),
             OutboxBody {
-                shared,
-                gauge,
+                outbox,
                 on_drain,
                 conn,
             },
         )
     }
 
-    /// Queues a frame whose bytes the hub already counted in the gauge.
-    pub fn push_reserved(&self, frame: Bytes) {
-        let mut s = self.shared.borrow_mut();
+    pub(super) fn lock(&self) -> MutexGuard<'_, Shared> {
+        self.shared.lock()
+    }
+
+    /// Releases the lock, then wakes the body if it was waiting (outside
+    /// the lock: the body's worker may be another thread).
+    pub(super) fn unlock_and_wake(mut s: MutexGuard<'_, Shared>) {
+        let waker = s.waker.take();
+        drop(s);
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    /// Queues a frame whose bytes are already counted in the gauge (or
+    /// releases them if the body will not send it).
+    #[inline]
+    pub(super) fn push_reserved(&self, s: &mut Shared, frame: Bytes) {
         if s.state != State::Open {
-            drop(s);
             self.gauge.release(frame.len());
             return;
         }
         s.queue.push(frame);
-        if let Some(w) = s.waker.take() {
-            w.wake();
-        }
     }
 
     /// Queues a message of a conflating channel whose bytes the hub already
@@ -141,12 +174,17 @@ impl Outbox {
     /// keeping the gauge exact. A new key is refused (and released) while
     /// the unsent keyed frames are at or over the high-water mark: the
     /// caller counts it as a drop.
-    pub fn push_conflated(&self, channel: &Arc<str>, key: Arc<str>, frame: Bytes) -> Keyed {
-        let mut s = self.shared.borrow_mut();
+    pub(super) fn push_conflated(
+        &self,
+        s: &mut Shared,
+        channel: &Arc<str>,
+        key: Arc<str>,
+        frame: Bytes,
+    ) -> super::queue::Keyed {
+        use super::queue::Keyed;
         let len = frame.len();
         if s.state != State::Open {
             // Discarded, as `push_reserved` does: nobody will read it.
-            drop(s);
             self.gauge.release(len);
             return Keyed::Queued(0);
         }
@@ -161,11 +199,7 @@ impl Outbox {
             }
             Keyed::Refused => {
                 self.gauge.release(len);
-                return done;
             }
-        }
-        if let Some(w) = s.waker.take() {
-            w.wake();
         }
         done
     }
@@ -173,15 +207,21 @@ impl Outbox {
     /// Queues a frame the socket itself produced (acks, errors, pings).
     pub fn send(&self, frame: Bytes) {
         self.gauge.add(frame.len());
-        self.push_reserved(frame);
+        let mut s = self.lock();
+        self.push_reserved(&mut s, frame);
+        Self::unlock_and_wake(s);
     }
 
-    /// Throws away what is queued (a slow consumer being closed will not
-    /// read it anyway); returns the bytes discarded.
-    pub fn discard_queued(&self) -> usize {
-        let bytes = self.shared.borrow_mut().queue.clear();
-        self.gauge.release(bytes);
-        bytes
+    /// Stops queueing live messages (the socket is closing); with
+    /// `discard`, also throws away what is queued (a slow consumer being
+    /// closed will not read it anyway). The close frame is sent after.
+    pub fn stop_deliveries(&self, discard: bool) {
+        let mut s = self.lock();
+        s.closing = true;
+        if discard {
+            let bytes = s.queue.clear();
+            self.gauge.release(bytes);
+        }
     }
 
     /// Ends the body once what is queued has been taken.
@@ -192,18 +232,19 @@ impl Outbox {
     /// Ends the body now with an error, which makes the HTTP layer drop the
     /// TCP connection (a close frame that could not be delivered in time).
     pub fn abort(&self) {
-        self.discard_queued();
+        let mut s = self.lock();
+        let bytes = s.queue.clear();
+        self.gauge.release(bytes);
+        drop(s);
         self.set_state(State::Aborted);
     }
 
     fn set_state(&self, state: State) {
-        let mut s = self.shared.borrow_mut();
+        let mut s = self.lock();
         if matches!(s.state, State::Open | State::Finishing) {
             s.state = state;
         }
-        if let Some(w) = s.waker.take() {
-            w.wake();
-        }
+        Self::unlock_and_wake(s);
     }
 }
 
@@ -219,17 +260,22 @@ impl MessageBody for OutboxBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Bytes, io::Error>>> {
         let this = self.get_mut();
-        let mut s = this.shared.borrow_mut();
+        let gauge = &this.outbox.gauge;
+        let mut s = this.outbox.lock();
         if let Some(frame) = s.queue.pop() {
-            let left = this.gauge.release(frame.len());
-            if this.gauge.is_congested() && left < this.gauge.high_water() {
+            drop(s);
+            let left = gauge.release(frame.len());
+            if gauge.is_congested() && left < gauge.high_water() {
                 this.on_drain.do_send(Drained);
             }
             return Poll::Ready(Some(Ok(frame)));
         }
         match s.state {
             State::Open => {
-                s.waker = Some(cx.waker().clone());
+                match &mut s.waker {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    w => *w = Some(cx.waker().clone()),
+                }
                 Poll::Pending
             }
             State::Finishing => {
@@ -251,9 +297,9 @@ impl MessageBody for OutboxBody {
 
 impl Drop for OutboxBody {
     fn drop(&mut self) {
-        let mut s = self.shared.borrow_mut();
+        let mut s = self.outbox.lock();
         s.state = State::Gone;
         let bytes = s.queue.clear();
-        self.gauge.release(bytes);
+        self.outbox.gauge.release(bytes);
     }
 }

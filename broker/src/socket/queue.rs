@@ -10,7 +10,6 @@
 //! The `"queue"` fast path is a push and a pop, as before.
 
 use std::collections::{HashMap, VecDeque};
-use std::rc::Rc;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -18,7 +17,7 @@ use bytes::Bytes;
 use crate::protocol::wire;
 
 /// One conflation slot: a channel and a key in it.
-type Slot = Rc<(Arc<str>, Arc<str>)>;
+type Slot = Arc<(Arc<str>, Arc<str>)>;
 
 /// Compaction waits for at least this many tombstones.
 const COMPACT_MIN: usize = 64;
@@ -71,7 +70,7 @@ impl OutQueue {
         frame: Bytes,
         room: usize,
     ) -> Keyed {
-        let slot: Slot = Rc::new((channel.clone(), key));
+        let slot: Slot = Arc::new((channel.clone(), key));
         let at = self
             .slots
             .get(&slot)
@@ -111,7 +110,7 @@ impl OutQueue {
     #[cfg(test)]
     fn has_key(&self, channel: &Arc<str>, key: &Arc<str>) -> bool {
         self.slots
-            .contains_key(&Rc::new((channel.clone(), key.clone())))
+            .contains_key(&Arc::new((channel.clone(), key.clone())))
     }
 
     /// The next frame to send, skipping tombstones.

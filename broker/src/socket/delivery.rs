@@ -1,0 +1,302 @@
+//! What the hub hands a socket, and where each subscription stands.
+//!
+//! The hub writes live messages straight into the socket's [`Outbox`]
+//! ([`DirectSink`]), from whichever thread publishes, under the channel's
+//! lock. Whether a message is queued depends on its subscription:
+//! `Joining` (a cluster subscribe still waiting for the bridge) holds it
+//! until the ack is queued; `Live` queues it unless its `seq` was already
+//! sent (as recovered history, or by an earlier subscription). So the
+//! positions live beside the queue, under the same lock, where the hub's
+//! delivery and the actor's join completion cannot interleave.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use actix::Message;
+use bytes::Bytes;
+
+use super::outbox::{Outbox, Shared};
+use super::queue::Keyed;
+use crate::hub::{DirectSink, Joined, Reserve};
+use crate::metrics::Layer;
+
+/// A drop episode began (the hub dropped a message at the mark, or a
+/// conflating queue refused a new key): the actor starts the grace timer.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct Congested;
+
+/// A socket's subscriptions, by channel.
+pub(super) type Subs = HashMap<Arc<str>, Sub, foldhash::fast::RandomState>;
+
+/// A subscription as the socket holds it.
+#[derive(Debug)]
+pub(super) enum Sub {
+    /// Waiting for the bridge; live messages are held in `held`.
+    Joining { join: u64, held: Vec<Held> },
+    /// Delivering; the last `seq` sent.
+    Live(u64),
+}
+
+/// A live message that arrived while its subscription was joining.
+#[derive(Debug)]
+pub(super) struct Held {
+    seq: u64,
+    frame: Bytes,
+    key: Option<Arc<str>>,
+}
+
+impl DirectSink for Outbox {
+    fn message(&self, channel: &Arc<str>, seq: u64, frame: Bytes, key: Option<&Arc<str>>) {
+        let mut s = self.lock();
+        let Shared { subs, closing, .. } = &mut *s;
+        match subs.get_mut(channel) {
+            // Deduplicate by seq: a message already sent as recovered
+            // history, or from an earlier subscription, is not resent.
+            Some(Sub::Live(last)) if seq > *last && !*closing => {
+                *last = seq;
+                let congested = self.queue_live(&mut s, channel, frame, key.cloned());
+                Outbox::unlock_and_wake(s);
+                if congested {
+                    self.control.do_send(Congested);
+                }
+            }
+            Some(Sub::Joining { held, .. }) if !*closing => {
+                held.push(Held {
+                    seq,
+                    frame,
+                    key: key.cloned(),
+                });
+            }
+            _ => {
+                drop(s);
+                self.gauge.release(frame.len());
+            }
+        }
+    }
+
+    fn congested(&self) {
+        self.control.do_send(Congested);
+    }
+}
+
+impl Outbox {
+    /// Queues a live message the hub counted in the gauge: behind the
+    /// others on a queueing channel, in place of the unsent one with the
+    /// same key on a conflating channel. Returns whether it started a drop
+    /// episode (a new key refused at the mark).
+    fn queue_live(
+        &self,
+        s: &mut Shared,
+        channel: &Arc<str>,
+        frame: Bytes,
+        key: Option<Arc<str>>,
+    ) -> bool {
+        let Some(key) = key else {
+            self.push_reserved(s, frame);
+            return false;
+        };
+        match self.push_conflated(s, channel, key, frame) {
+            Keyed::Queued(_) => false,
+            Keyed::Replaced { .. } => {
+                self.metrics.messages_superseded.inc();
+                false
+            }
+            Keyed::Refused if s.closing => false,
+            Keyed::Refused => {
+                self.metrics.reject(Layer::Outbound, "slow_consumer");
+                self.gauge.record_drop() == Reserve::FirstDrop
+            }
+        }
+    }
+
+    /// How many channels the socket is subscribed to (or joining), and
+    /// whether `channel` is one of them.
+    pub(super) fn subscriptions(&self, channel: &str) -> (usize, bool) {
+        let s = self.lock();
+        (s.subs.len(), s.subs.contains_key(channel))
+    }
+
+    /// Starts joining `channel` (replacing a subscription to it): live
+    /// messages are held until [`Outbox::joined`].
+    pub(super) fn joining(&self, channel: &str, join: u64) {
+        let mut s = self.lock();
+        let old = s.subs.insert(
+            channel.into(),
+            Sub::Joining {
+                join,
+                held: Vec::new(),
+            },
+        );
+        drop(s);
+        self.release_held(old);
+    }
+
+    /// Completes join number `join` of `channel`: the ack (if any) first,
+    /// then the recovered history, then what arrived live while joining,
+    /// each `seq` once and in order; from then on live messages queue
+    /// directly. A join superseded meanwhile (unsubscribed, or subscribed
+    /// again) changes nothing: the later operation has the last word.
+    pub(super) fn joined(&self, channel: &str, join: u64, ack: Option<Bytes>, joined: Joined) {
+        let mut s = self.lock();
+        let Some((name, Sub::Joining { join: j, .. })) = s.subs.get_key_value(channel) else {
+            return;
+        };
+        if *j != join {
+            return;
+        }
+        let name = name.clone();
+        let held = match s.subs.get_mut(channel) {
+            Some(Sub::Joining { held, .. }) => std::mem::take(held),
+            _ => Vec::new(),
+        };
+        if s.closing {
+            drop(s);
+            self.release_held(Some(Sub::Joining { join, held }));
+            return;
+        }
+        // The ack says where the subscription stands (§11); the backlog is
+        // everything after `since`, in order; live messages then continue
+        // above both it and the position the subscription went live at.
+        let mut last = joined.position();
+        for frame in ack
+            .into_iter()
+            .chain(joined.backlog.into_iter().map(|(_, f)| f))
+        {
+            self.gauge.add(frame.len());
+            self.push_reserved(&mut s, frame);
+        }
+        let mut congested = false;
+        for h in held {
+            if h.seq > last {
+                last = h.seq;
+                congested |= self.queue_live(&mut s, &name, h.frame, h.key);
+            } else {
+                self.gauge.release(h.frame.len());
+            }
+        }
+        s.subs.insert(name, Sub::Live(last));
+        Outbox::unlock_and_wake(s);
+        if congested {
+            self.control.do_send(Congested);
+        }
+    }
+
+    /// Leaves `channel`; returns its name if the socket was subscribed.
+    pub(super) fn leave(&self, channel: &str) -> Option<Arc<str>> {
+        let (name, sub) = self.lock().subs.remove_entry(channel)?;
+        self.release_held(Some(sub));
+        Some(name)
+    }
+
+    /// Leaves every channel; returns their names.
+    pub(super) fn leave_all(&self) -> Vec<Arc<str>> {
+        let subs = std::mem::take(&mut self.lock().subs);
+        subs.into_iter()
+            .map(|(name, sub)| {
+                self.release_held(Some(sub));
+                name
+            })
+            .collect()
+    }
+
+    /// Gives back the gauge bytes of messages a joining subscription held.
+    fn release_held(&self, sub: Option<Sub>) {
+        if let Some(Sub::Joining { held, .. }) = sub {
+            self.gauge.release(held.iter().map(|h| h.frame.len()).sum());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+    use std::task::{Context, Poll, Waker};
+
+    use actix::prelude::*;
+    use actix_web::body::MessageBody;
+
+    use super::*;
+    use crate::hub::OutboundGauge;
+    use crate::metrics::Metrics;
+    use crate::protocol::wire;
+    use crate::socket::Drained;
+    use crate::socket::outbox::OutboxBody;
+
+    /// Stands in for the socket actor's mailbox.
+    struct Mailbox;
+
+    impl Actor for Mailbox {
+        type Context = actix::Context<Self>;
+    }
+
+    impl Handler<Congested> for Mailbox {
+        type Result = ();
+        fn handle(&mut self, _: Congested, _: &mut actix::Context<Self>) {}
+    }
+
+    impl Handler<Drained> for Mailbox {
+        type Result = ();
+        fn handle(&mut self, _: Drained, _: &mut actix::Context<Self>) {}
+    }
+
+    /// What the HTTP layer would take from the body now.
+    fn sent(body: &mut OutboxBody) -> Vec<Bytes> {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut out = Vec::new();
+        while let Poll::Ready(Some(Ok(f))) = Pin::new(&mut *body).poll_next(&mut cx) {
+            out.push(f);
+        }
+        out
+    }
+
+    #[actix_rt::test]
+    async fn held_then_live_each_seq_once_in_order_and_the_gauge_stays_exact() {
+        let mailbox = Mailbox.start();
+        let gauge = Arc::new(OutboundGauge::new(1 << 20));
+        let (outbox, mut body) = Outbox::new(
+            gauge.clone(),
+            Arc::new(Metrics::new()),
+            mailbox.clone().recipient(),
+            mailbox.recipient(),
+            None,
+        );
+        let ch: Arc<str> = Arc::from("doc:1");
+        let frame = |seq| wire::message("doc:1", seq, "1");
+        // As the hub does: reserve in the gauge, then hand over.
+        let publish = |seq| {
+            let f = frame(seq);
+            gauge.add(f.len());
+            outbox.message(&ch, seq, f, None);
+        };
+        outbox.joining("doc:1", 1);
+        publish(5);
+        publish(6);
+        assert!(sent(&mut body).is_empty(), "held while joining");
+        let ack = Bytes::from_static(b"ack");
+        let joined = Joined {
+            recovered: Some(true),
+            backlog: vec![(4, frame(4)), (5, frame(5))],
+            last_seq: 4,
+        };
+        outbox.joined("doc:1", 1, Some(ack.clone()), joined);
+        publish(6); // already sent (held)
+        publish(7);
+        assert_eq!(
+            sent(&mut body),
+            vec![ack, frame(4), frame(5), frame(6), frame(7)]
+        );
+        assert_eq!(
+            gauge.pending(),
+            0,
+            "every byte reserved was sent or released"
+        );
+        outbox.stop_deliveries(false);
+        publish(8);
+        assert!(sent(&mut body).is_empty(), "nothing live after closing");
+        assert_eq!(outbox.leave("doc:1").as_deref(), Some("doc:1"));
+        publish(9);
+        assert!(sent(&mut body).is_empty());
+        assert_eq!(gauge.pending(), 0);
+    }
+}
