@@ -1,19 +1,31 @@
 // Measures cross-node fan-out and the Redis cost per published message.
 //
 //   node scripts/measure-cluster.mjs [--subs 200] [--seconds 5] [--payload 64]
+//        [--channels 24] [--publishers 4] [--only memory-1,shards-3,...]
 //
-// Runs three set-ups one after the other, on loopback, each for --seconds:
+// Runs these set-ups one after the other, on loopback, each for --seconds:
+//   fan-out (one channel, --subs subscribers, one publisher, 64 in flight):
 //   memory-1   one node, single-node mode (no Redis)
 //   redis-1    one node through Redis
 //   redis-2    two nodes through Redis, subscribers split between them,
 //              the publisher on the first
 //   rcluster-1 one node through a three-master Redis Cluster
 //              (cluster.mode = "redis-cluster"; one channel, so one shard)
+//   shard1-1   one node through a one-master Redis Cluster (the issue's
+//              "one shard" next to memory-1)
+//   fleet publish rate (two nodes, --channels channels spread over the
+//   slots, one subscriber per channel on each node, --publishers publisher
+//   sockets split over the nodes, each 64 in flight, round-robin over the
+//   channels):
+//   fleet-memory  one node, single-node mode, same load (the reference)
+//   shards-1, shards-2, shards-3  two nodes on a Redis Cluster of 1, 2, 3
+//              masters
 // and prints, for each, messages published per second, frames delivered per
 // second, and Redis commands per 1,000 published messages (from Redis's own
-// INFO commandstats, reset before the run). Needs target/release/tidegate,
-// redis-server, and `npm ci` in client-sdk-ts (for the `ws` package).
-// Starts everything it uses on free ports and kills only what it started.
+// INFO commandstats, reset before the run; every master summed). Needs
+// target/release/tidegate, redis-server, and `npm ci` in client-sdk-ts (for
+// the `ws` package). Starts everything it uses on free ports and kills only
+// what it started.
 
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
@@ -34,6 +46,11 @@ const arg = (name, dflt) => {
 const SUBS = arg("subs", 200);
 const SECONDS = arg("seconds", 5);
 const PAYLOAD = arg("payload", 64);
+const CHANNELS = arg("channels", 24);
+const PUBLISHERS = arg("publishers", 4);
+const onlyAt = process.argv.indexOf("--only");
+const ONLY = onlyAt > 0 ? new Set(process.argv[onlyAt + 1].split(",")) : null;
+const wanted = (label) => !ONLY || ONLY.has(label);
 const WINDOW = 64; // publishes in flight
 
 const children = [];
@@ -85,11 +102,11 @@ async function commandCount(ports) {
   return { total, by };
 }
 
-/// Three cluster-enabled masters sharing the slots; resolves when every
-/// node reports cluster_state:ok. Returns their ports.
-async function startRedisCluster(dir) {
+/// `masters` cluster-enabled masters sharing the slots evenly; resolves when
+/// every node reports cluster_state:ok. Returns their ports.
+async function startRedisCluster(dir, masters = 3) {
   const ports = [];
-  for (let i = 0; i < 3; i++) {
+  for (let i = 0; i < masters; i++) {
     let port;
     do port = await freePort(); while (port > 55000);
     const c = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
@@ -98,8 +115,11 @@ async function startRedisCluster(dir) {
     await new Promise((res) => c.stdout.on("data", (d) => String(d).includes("Ready to accept") && res()));
     ports.push(port);
   }
-  const ranges = [[0, 5460], [5461, 10922], [10923, 16383]];
-  for (let i = 0; i < 3; i++) await redisCmd(ports[i], "CLUSTER", "ADDSLOTSRANGE", ranges[i][0], ranges[i][1]);
+  for (let i = 0; i < masters; i++) {
+    const from = Math.floor((16384 * i) / masters);
+    const to = Math.floor((16384 * (i + 1)) / masters) - 1;
+    await redisCmd(ports[i], "CLUSTER", "ADDSLOTSRANGE", from, to);
+  }
   for (const p of ports.slice(1)) await redisCmd(p, "CLUSTER", "MEET", "127.0.0.1", ports[0]);
   for (const p of ports) {
     while (!(await redisCmd(p, "CLUSTER", "INFO")).includes("cluster_state:ok")) {
@@ -177,12 +197,17 @@ async function ready(addr) {
   }
 }
 
-async function run(label, nodes, file, redisPort) {
+/// One measured run. `channels`: the channels published on; subscribers
+/// are spread round-robin over the nodes and the channels; publishers over
+/// the nodes, each round-robin over the channels.
+async function run(label, nodes, file, redisPort, { channels = ["bench:fan"], subs = SUBS, publishers = 1 } = {}) {
   for (const n of nodes) await ready(n.addr);
-  const subs = [];
+  const sockets = [];
+  const subscribersOf = new Map(channels.map((c) => [c, 0]));
   let delivered = 0;
-  for (let i = 0; i < SUBS; i++) {
+  for (let i = 0; i < subs; i++) {
     const n = nodes[i % nodes.length];
+    const channel = channels[Math.floor(i / nodes.length) % channels.length];
     // Eight sockets per account: the default connection cap stays on.
     const ws = await open(n.addr, await token(file, `${label}-sub${Math.floor(i / 8)}`));
     await new Promise((res) => {
@@ -191,38 +216,56 @@ async function run(label, nodes, file, redisPort) {
         if (s.startsWith('{"type":"message"')) delivered++;
         else if (s.includes('"ack"')) res();
       });
-      ws.send(JSON.stringify({ type: "subscribe", channel: "bench:fan", id: 1 }));
+      ws.send(JSON.stringify({ type: "subscribe", channel, id: 1 }));
     });
-    subs.push(ws);
+    subscribersOf.set(channel, subscribersOf.get(channel) + 1);
+    sockets.push(ws);
   }
-  const pub = await open(nodes[0].addr, await token(file, `${label}-publisher`, "publisher"));
+  const pubs = [];
+  for (let j = 0; j < publishers; j++) {
+    const ws = await open(nodes[j % nodes.length].addr, await token(file, `${label}-publisher${j}`, "publisher"));
+    pubs.push(ws);
+    sockets.push(ws);
+  }
   const data = JSON.stringify("x".repeat(Math.max(0, PAYLOAD - 2)));
   const before = redisPort ? await commandCount(redisPort) : null;
   let published = 0;
-  let inFlight = 0;
-  let id = 0;
+  let expected = 0;
   const end = Date.now() + SECONDS * 1000;
   const t0 = Date.now();
   delivered = 0;
-  await new Promise((done) => {
-    const pump = () => {
-      while (inFlight < WINDOW && Date.now() < end) {
-        inFlight++;
-        pub.send(`{"type":"publish","channel":"bench:fan","data":${data},"id":${++id}}`);
-      }
-      if (Date.now() >= end && inFlight === 0) done();
-    };
-    pub.on("message", (raw) => {
-      if (raw.toString().includes('"ack"')) {
-        inFlight--;
-        published++;
-        pump();
-      }
-    });
-    pump();
-  });
+  await Promise.all(
+    pubs.map(
+      (pub, j) =>
+        new Promise((done) => {
+          let inFlight = 0;
+          let id = 0;
+          const sentOn = new Map();
+          const pump = () => {
+            while (inFlight < WINDOW && Date.now() < end) {
+              inFlight++;
+              const channel = channels[(id + j) % channels.length];
+              sentOn.set(++id, channel);
+              pub.send(`{"type":"publish","channel":"${channel}","data":${data},"id":${id}}`);
+            }
+            if (Date.now() >= end && inFlight === 0) done();
+          };
+          pub.on("message", (raw) => {
+            const s = raw.toString();
+            if (s.includes('"ack"')) {
+              const ack = JSON.parse(s);
+              inFlight--;
+              published++;
+              expected += subscribersOf.get(sentOn.get(ack.id)) ?? 0;
+              sentOn.delete(ack.id);
+              pump();
+            }
+          });
+          pump();
+        }),
+    ),
+  );
   // Let deliveries in flight arrive.
-  const expected = published * SUBS;
   const drainEnd = Date.now() + 3000;
   while (delivered < expected && Date.now() < drainEnd) await new Promise((r) => setTimeout(r, 20));
   const secs = (Date.now() - t0) / 1000;
@@ -230,7 +273,9 @@ async function run(label, nodes, file, redisPort) {
   const cmds = after ? after.total - before.total : 0;
   const result = {
     setup: label,
-    subscribers: SUBS,
+    subscribers: subs,
+    channels: channels.length,
+    publishers,
     payloadBytes: PAYLOAD,
     published,
     publishedPerSec: Math.round(published / SECONDS),
@@ -242,40 +287,66 @@ async function run(label, nodes, file, redisPort) {
       ? Object.fromEntries(Object.entries(after.by).map(([k, v]) => [k, v - (before.by[k] ?? 0)]).filter(([, v]) => v > 0))
       : null,
   };
-  [...subs, pub].forEach((ws) => ws.terminate());
+  sockets.forEach((ws) => ws.terminate());
   return result;
+}
+
+/// Kills what a set-up started (nodes, Redis servers) before the next.
+function stop(...cs) {
+  for (const c of cs) c.kill("SIGKILL");
 }
 
 const dir = mkdtempSync(join(tmpdir(), "tidegate-measure-"));
 const results = [];
-{
+const fleetChannels = Array.from({ length: CHANNELS }, (_, i) => `bench:c${i}`);
+const fleet = { channels: fleetChannels, subs: 2 * CHANNELS, publishers: PUBLISHERS };
+if (wanted("memory-1")) {
   const file = config(dir, "memory", "m1");
   const n = await startNode(file);
   results.push(await run("memory-1", [n], file));
-  n.child.kill("SIGKILL");
+  stop(n.child);
 }
-{
+if (wanted("fleet-memory")) {
+  const file = config(dir, "fmemory", "fm1");
+  const n = await startNode(file);
+  results.push(await run("fleet-memory", [n], file, null, fleet));
+  stop(n.child);
+}
+if (wanted("redis-1") || wanted("redis-2")) {
   const port = await freePort();
-  await startRedis(port);
-  const f1 = config(dir, "r1", "r1", port);
-  const n = await startNode(f1);
-  await redisCmd(port, "CONFIG", "RESETSTAT");
-  results.push(await run("redis-1", [n], f1, port));
-  n.child.kill("SIGKILL");
-  const fa = config(dir, "ra", "ra", port);
-  const fb = config(dir, "rb", "rb", port);
-  const a = await startNode(fa);
-  const b = await startNode(fb);
-  results.push(await run("redis-2", [a, b], fa, port));
-  a.child.kill("SIGKILL");
-  b.child.kill("SIGKILL");
+  const redis = await startRedis(port);
+  if (wanted("redis-1")) {
+    const f1 = config(dir, "r1", "r1", port);
+    const n = await startNode(f1);
+    await redisCmd(port, "CONFIG", "RESETSTAT");
+    results.push(await run("redis-1", [n], f1, port));
+    stop(n.child);
+  }
+  if (wanted("redis-2")) {
+    const fa = config(dir, "ra", "ra", port);
+    const fb = config(dir, "rb", "rb", port);
+    const a = await startNode(fa);
+    const b = await startNode(fb);
+    results.push(await run("redis-2", [a, b], fa, port));
+    stop(a.child, b.child);
+  }
+  stop(redis);
 }
-{
-  const ports = await startRedisCluster(dir);
-  const f = config(dir, "rc1", "rc1", ports[0], "redis-cluster");
-  const n = await startNode(f);
+/// A fresh Redis Cluster of `masters`, then `count` nodes on it.
+async function onCluster(label, masters, count, opts) {
+  const before = children.length;
+  const ports = await startRedisCluster(dir, masters);
+  const files = Array.from({ length: count }, (_, i) => config(dir, `${label}-${i}`, `${label}-${i}`, ports[0], "redis-cluster"));
+  const nodes = [];
+  for (const f of files) nodes.push(await startNode(f));
   for (const p of ports) await redisCmd(p, "CONFIG", "RESETSTAT");
-  results.push(await run("rcluster-1", [n], f, ports));
+  results.push(await run(label, nodes, files[0], ports, opts));
+  stop(...children.slice(before));
+}
+if (wanted("rcluster-1")) await onCluster("rcluster-1", 3, 1);
+if (wanted("shard1-1")) await onCluster("shard1-1", 1, 1);
+for (const masters of [1, 2, 3]) {
+  if (wanted(`shards-${masters}`)) await onCluster(`shards-${masters}`, masters, 2, fleet);
 }
 console.log(JSON.stringify({ machine: `${process.platform} ${process.arch}, ${(await import("node:os")).cpus().length} cores`, results }, null, 2));
 cleanup();

@@ -114,6 +114,11 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
     /// right now: 1 when limits are shared (or there is one node), 1/N
     /// during a Redis outage (N = live nodes last seen).
     fn share(&self) -> f64;
+    /// [`Bridge::share`] for one account's limits: on Redis Cluster only
+    /// the accounts whose keys live on a failed shard fall back to a share.
+    fn account_share(&self, _account: &str) -> f64 {
+        self.share()
+    }
     /// Whether cluster-wide state is reachable.
     fn is_up(&self) -> bool;
     /// Spawns the bridge's background work on the current runtime and

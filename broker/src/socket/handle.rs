@@ -380,7 +380,7 @@ impl Socket {
             refill_per_sec: rate,
         };
         let l = self.limits();
-        let share = self.node.bridge.share();
+        let share = self.node.bridge.account_share(&self.id.account);
         let full = (f64::from(l.account_burst) * share) as u64;
         let account = self.account_view.unwrap_or(BudgetView {
             remaining: full,

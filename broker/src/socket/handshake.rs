@@ -213,7 +213,10 @@ async fn admit(req: &HttpRequest, node: &Arc<Node>, config: &Config) -> Result<A
 
     // The account's connection cap (cluster-wide; a share of it while the
     // cluster is unreachable).
-    let max = scale_cap(limits.max_connections, node.bridge.share());
+    let max = scale_cap(
+        limits.max_connections,
+        node.bridge.account_share(&claims.sub),
+    );
     let dry = limits.is_dry_run(LimitName::MaxConnections);
     let reserved = node
         .bridge

@@ -202,7 +202,7 @@ impl Actor for Socket {
             &self.id.label,
             &self.id.account,
             &config.node.id,
-            &welcome_limits(&limits, node.bridge.share()),
+            &welcome_limits(&limits, node.bridge.account_share(&self.id.account)),
         ));
         let every = Duration::from_millis(config.socket.heartbeat_interval_ms);
         ctx.run_interval(every, Self::heartbeat);

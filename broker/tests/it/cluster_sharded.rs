@@ -17,29 +17,38 @@ async fn master(port: u16) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_shard_owns_its_channels_and_every_node_receives_them_all() {
-    let cluster = RedisCluster::start();
-    let p = prefix();
-    // One channel per master: the first doc:N whose tagged key falls in
-    // that master's slot range.
+/// One channel per master, with its slot: the first `doc:N` whose tagged
+/// key falls in that master's slot range.
+pub async fn one_channel_per_shard(cluster: &RedisCluster, p: &str) -> Vec<(String, u16)> {
     let mut probe = master(cluster.ports[0]).await;
     let mut channels = Vec::new();
     for range in [(0, 5460), (5461, 10922), (10923, 16383)] {
         for n in 0.. {
             let channel = format!("doc:{n}");
-            let slot: u64 = redis::cmd("CLUSTER")
+            let slot: u16 = redis::cmd("CLUSTER")
                 .arg("KEYSLOT")
                 .arg(format!("{p}seq:{{{channel}}}"))
                 .query_async(&mut probe)
                 .await
                 .unwrap();
             if (range.0..=range.1).contains(&slot) {
-                channels.push(channel);
+                channels.push((channel, slot));
                 break;
             }
         }
     }
+    channels
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_shard_owns_its_channels_and_every_node_receives_them_all() {
+    let cluster = RedisCluster::start();
+    let p = prefix();
+    let channels: Vec<String> = one_channel_per_shard(&cluster, &p)
+        .await
+        .into_iter()
+        .map(|(c, _)| c)
+        .collect();
     let (a, b) = (node(&cluster, "a", &p, ""), node(&cluster, "b", &p, ""));
     bridge_up(&a, true).await;
     bridge_up(&b, true).await;

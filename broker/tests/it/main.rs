@@ -12,6 +12,7 @@ mod cli;
 mod cli_env;
 mod closing;
 mod cluster;
+mod cluster_failover;
 mod cluster_sharded;
 mod delivery;
 mod faults_fd_limit;

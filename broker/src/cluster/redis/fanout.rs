@@ -7,7 +7,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::{RedisBridge, SEQ_TTL_MS, SUBSCRIBE_WAIT, SubCmd, scripts};
-use crate::cluster::{Bridge, Pending};
+use crate::cluster::Pending;
 use crate::hub::{Joined, Subscriber, seq_floor};
 use crate::protocol::wire;
 
@@ -80,13 +80,14 @@ impl RedisBridge {
         channel: &str,
         since: Option<u64>,
     ) -> Option<(u64, Option<(bool, Vec<(u64, Bytes)>)>)> {
-        let (mut conn, _in_flight) = self.command()?;
+        let seq_key = self.key("seq", channel);
+        let (mut conn, _in_flight) = self.command(&seq_key)?;
         let result: redis::RedisResult<(String, String, Vec<Vec<u8>>)> = self
             .metrics
             .time_script(
                 "join",
                 scripts::JOIN
-                    .key(self.key("seq", channel))
+                    .key(&seq_key)
                     .key(self.key("hist", channel))
                     .arg(self.hub.seq(channel))
                     .arg(seq_floor())
@@ -98,7 +99,7 @@ impl RedisBridge {
         let (cur, pos, held) = match result {
             Ok(r) => r,
             Err(e) => {
-                self.failed(&e);
+                self.failed_at(&seq_key, &e);
                 return None;
             }
         };
@@ -111,13 +112,14 @@ impl RedisBridge {
     }
 
     pub(super) fn publish_impl(&self, channel: &str, data: &str) -> Pending<u64> {
-        if !self.is_up() {
+        let seq_key = self.key("seq", channel);
+        if !self.up_at(&seq_key) {
             return Pending::Ready(self.hub.publish(channel, data));
         }
         let this = self.arc();
         let (channel, data) = (channel.to_owned(), data.to_owned());
         Pending::later(async move {
-            let Some((mut conn, _in_flight)) = this.command() else {
+            let Some((mut conn, _in_flight)) = this.command(&seq_key) else {
                 return this.hub.publish(&channel, &data);
             };
             let result: redis::RedisResult<String> = this
@@ -125,7 +127,7 @@ impl RedisBridge {
                 .time_script(
                     "publish",
                     this.publish_script()
-                        .key(this.key("seq", &channel))
+                        .key(&seq_key)
                         .key(this.key("hist", &channel))
                         .arg(this.topic(&channel))
                         .arg(&channel)
@@ -144,7 +146,7 @@ impl RedisBridge {
                 Err(e) => {
                     // Availability first: the message may or may not have
                     // reached Redis; serve it locally either way.
-                    this.failed(&e);
+                    this.failed_at(&seq_key, &e);
                     this.hub.publish(&channel, &data)
                 }
             }
@@ -165,7 +167,7 @@ impl RedisBridge {
         } else {
             self.add_interest(channel)
         };
-        if !self.is_up() {
+        if !self.up_at(&self.key("seq", channel)) {
             // Alone: local delivery is live now; recovery from local history.
             return Pending::Ready(self.hub.subscribe(channel, sub, since));
         }

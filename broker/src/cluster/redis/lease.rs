@@ -44,21 +44,32 @@ impl RedisBridge {
         self.renew_lease(&mut conn).await
     }
 
+    /// The sorted set of node leases.
+    pub(super) fn nodes_key(&self) -> String {
+        format!("{}nodes", self.prefix)
+    }
+
     pub(super) async fn renew_lease(&self, conn: &mut Conn) -> redis::RedisResult<()> {
+        self.renew_node_lease(conn).await?;
+        if self.sharded {
+            self.renew_account_leases(conn).await?;
+        }
+        Ok(())
+    }
+
+    /// This node's lease, and how many nodes are live.
+    pub(super) async fn renew_node_lease(&self, conn: &mut Conn) -> redis::RedisResult<()> {
         let live: u32 = self
             .metrics
             .time_script(
                 "lease",
                 scripts::LEASE
-                    .key(format!("{}nodes", self.prefix))
+                    .key(self.nodes_key())
                     .arg(&self.member)
                     .arg(self.lease_ms)
                     .invoke_async(conn),
             )
             .await?;
-        if self.sharded {
-            self.renew_account_leases(conn).await?;
-        }
         self.live_nodes.store(live.max(1), Ordering::Release);
         self.metrics.live_nodes.set(i64::from(live.max(1)));
         Ok(())
@@ -78,6 +89,12 @@ impl RedisBridge {
                 continue;
             }
             let result = if self.cmd_ok.load(Ordering::Acquire) {
+                if self.sharded {
+                    // A failure marks its slot down, never the whole
+                    // cluster (slots.rs).
+                    self.renew_leases_sharded(&conn).await;
+                    continue;
+                }
                 tokio::time::timeout(COMMAND_TIMEOUT, self.renew_lease(&mut conn)).await
             } else {
                 tokio::time::timeout(COMMAND_TIMEOUT * 5, self.resync()).await

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::{RedisBridge, ms, scripts};
-use crate::cluster::{Bridge, CapReached, Charged, KeyCharge, Pending};
+use crate::cluster::{CapReached, Charged, KeyCharge, Pending};
 use crate::config::Limits;
 use crate::limiter::sampled::CREDIT_HORIZON;
 use crate::protocol::wire::BudgetView;
@@ -19,13 +19,13 @@ impl RedisBridge {
         rate: f64,
         cost: f64,
     ) -> Option<(bool, u64, u64, u64)> {
-        let (mut conn, _in_flight) = self.command()?;
+        let (mut conn, _in_flight) = self.command(&key)?;
         let result: redis::RedisResult<(i64, i64, i64, i64)> = self
             .metrics
             .time_script(
                 "bucket",
                 scripts::BUCKET
-                    .key(key)
+                    .key(&key)
                     .arg(capacity)
                     .arg(rate)
                     .arg(cost)
@@ -40,7 +40,7 @@ impl RedisBridge {
                 full.max(0) as u64,
             )),
             Err(e) => {
-                self.failed(&e);
+                self.failed_at(&key, &e);
                 None
             }
         }
@@ -55,10 +55,10 @@ impl RedisBridge {
         units: u32,
         since: Instant,
     ) -> Option<(bool, u64, u64)> {
-        let (mut conn, _in_flight) = self.command()?;
+        let (mut conn, _in_flight) = self.command(&key)?;
         let age_ms = since.elapsed().as_millis() as u64;
         let result: redis::RedisResult<(i64, i64, i64)> = scripts::ACCOUNT
-            .key(key)
+            .key(&key)
             .arg(capacity)
             .arg(rate)
             .arg(units)
@@ -71,7 +71,7 @@ impl RedisBridge {
                 Some((allowed == 1, remaining.max(0) as u64, retry.max(0) as u64))
             }
             Err(e) => {
-                self.failed(&e);
+                self.failed_at(&key, &e);
                 None
             }
         }
@@ -84,7 +84,7 @@ impl RedisBridge {
         since: Instant,
         limits: &Limits,
     ) -> Pending<Charged> {
-        let share = self.share();
+        let share = self.share_at(&self.key("acct", account));
         if share < 1.0 {
             return Pending::Ready(self.local.charge_account(
                 account,
@@ -120,7 +120,7 @@ impl RedisBridge {
                     units,
                     since,
                     &limits,
-                    this.share(),
+                    this.share_at(&this.key("acct", &account)),
                     Instant::now(),
                 ),
             }
@@ -128,18 +128,19 @@ impl RedisBridge {
     }
 
     pub(super) fn announce_breach_impl(&self, account: &str) {
-        let Some((mut conn, in_flight)) = self.command() else {
+        let topic = self.control_topic();
+        let Some((mut conn, in_flight)) = self.command(&topic) else {
             return;
         };
-        let (topic, message) = (self.control_topic(), format!("breach:{account}"));
+        let message = format!("breach:{account}");
         actix_rt::spawn(async move {
             let r: redis::RedisResult<i64> = redis::cmd("PUBLISH")
-                .arg(topic)
+                .arg(&topic)
                 .arg(message)
                 .query_async(&mut conn)
                 .await;
             if let Err(e) = r {
-                in_flight.0.failed(&e);
+                in_flight.0.failed_at(&topic, &e);
             }
         });
     }
@@ -149,13 +150,14 @@ impl RedisBridge {
         account: &str,
         max: u32,
     ) -> Pending<Result<u32, CapReached>> {
-        if !self.is_up() {
+        let key = self.key("conns", account);
+        if !self.up_at(&key) {
             return Pending::Ready(self.local.reserve_connection(account, max));
         }
         let this = self.arc();
         let account = account.to_owned();
         Pending::later(async move {
-            let Some((mut conn, _in_flight)) = this.command() else {
+            let Some((mut conn, _in_flight)) = this.command(&key) else {
                 return this.local.reserve_connection(&account, max);
             };
             let result: redis::RedisResult<(i64, i64)> = this
@@ -176,7 +178,7 @@ impl RedisBridge {
                     max,
                 }),
                 Err(e) => {
-                    this.failed(&e);
+                    this.failed_at(&key, &e);
                     this.local.reserve_connection(&account, max)
                 }
             }
@@ -185,7 +187,8 @@ impl RedisBridge {
 
     pub(super) fn release_connection_impl(&self, account: &str) {
         self.local.release_connection(account);
-        let Some((mut conn, in_flight)) = self.command() else {
+        let key = self.key("conns", account);
+        let Some((mut conn, in_flight)) = self.command(&key) else {
             return;
         };
         let invocation = self.release_invocation(account);
@@ -196,7 +199,7 @@ impl RedisBridge {
                 .time_script("release_connection", invocation.invoke_async(&mut conn))
                 .await;
             if let Err(e) = r {
-                in_flight.0.failed(&e);
+                in_flight.0.failed_at(&key, &e);
             }
         });
     }
@@ -206,7 +209,7 @@ impl RedisBridge {
         account: &str,
         limits: &Limits,
     ) -> Pending<Result<(), Duration>> {
-        let share = self.share();
+        let share = self.share_at(&self.key("hs", account));
         if share < 1.0 {
             return Pending::Ready(self.local.handshake(account, limits, share, Instant::now()));
         }
@@ -220,9 +223,12 @@ impl RedisBridge {
             match this.bucket(this.key("hs", &account), cap, rate, 1.0).await {
                 Some((true, ..)) => Ok(()),
                 Some((false, _, retry, _)) => Err(ms(retry)),
-                None => this
-                    .local
-                    .handshake(&account, &limits, this.share(), Instant::now()),
+                None => this.local.handshake(
+                    &account,
+                    &limits,
+                    this.share_at(&this.key("hs", &account)),
+                    Instant::now(),
+                ),
             }
         })
     }
@@ -234,7 +240,7 @@ impl RedisBridge {
         capacity: f64,
         rate: f64,
     ) -> Pending<KeyCharge> {
-        let share = self.share();
+        let share = self.share_at(&self.key("key", key));
         if share < 1.0 {
             return Pending::Ready(self.local.charge_key(
                 key,
@@ -260,8 +266,9 @@ impl RedisBridge {
                     retry_after: ms(retry),
                 },
                 None => {
+                    let share = this.share_at(&this.key("key", &key));
                     this.local
-                        .charge_key(&key, cost, capacity, rate, this.share(), Instant::now())
+                        .charge_key(&key, cost, capacity, rate, share, Instant::now())
                 }
             }
         })

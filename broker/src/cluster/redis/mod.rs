@@ -29,6 +29,8 @@ mod limits;
 mod scripts;
 mod sharded;
 mod sharded_subscriber;
+mod slot_recovery;
+mod slots;
 mod subscriber;
 
 use std::collections::HashMap;
@@ -101,6 +103,10 @@ pub struct RedisBridge {
     /// failure.
     cmd_ok: AtomicBool,
     live_nodes: AtomicU32,
+    /// Redis Cluster: the slots whose shard failed (`slots.rs`).
+    down: slots::DownSlots,
+    /// Wakes the slot recovery early (a slot just went down).
+    recover_now: Notify,
     interest: Mutex<HashMap<Arc<str>, Interest>>,
     /// Other nodes' subscriber counts, for pricing (`counts.rs`).
     remote_subscribers: parking_lot::RwLock<HashMap<Arc<str>, u64>>,
@@ -143,6 +149,8 @@ impl RedisBridge {
             pubsub_ok: AtomicBool::new(false),
             cmd_ok: AtomicBool::new(false),
             live_nodes: AtomicU32::new(1),
+            down: slots::DownSlots::default(),
+            recover_now: Notify::new(),
             interest: Mutex::new(HashMap::new()),
             remote_subscribers: parking_lot::RwLock::new(HashMap::new()),
             cmds: tx,
@@ -177,10 +185,29 @@ impl RedisBridge {
         }
     }
 
-    /// A connection for one command, unless Redis is away or too many
-    /// commands are already in flight (then the caller works locally).
-    fn command(&self) -> Option<(Conn, InFlight)> {
-        if !self.is_up() {
+    /// Whether Redis is reachable for `key`: the connection is up and
+    /// re-synced and, on Redis Cluster, the key's slot is not down.
+    fn up_at(&self, key: &str) -> bool {
+        self.pubsub_ok.load(Ordering::Acquire)
+            && self.cmd_ok.load(Ordering::Acquire)
+            && !self.down.is_down(key)
+    }
+
+    /// The share of a cluster-wide limit kept in `key` this node enforces
+    /// by itself now (see [`Bridge::share`]).
+    fn share_at(&self, key: &str) -> f64 {
+        if self.up_at(key) {
+            1.0
+        } else {
+            1.0 / f64::from(self.live_nodes.load(Ordering::Acquire).max(1))
+        }
+    }
+
+    /// A connection for one command on `key`, unless Redis (or, on Redis
+    /// Cluster, the key's shard) is away or too many commands are already
+    /// in flight (then the caller works locally).
+    fn command(&self, key: &str) -> Option<(Conn, InFlight)> {
+        if !self.up_at(key) {
             return None;
         }
         let conn = self.conn.get()?.clone();
@@ -190,6 +217,20 @@ impl RedisBridge {
         }
         self.metrics.bridge_pending.inc();
         Some((conn, InFlight(self.arc())))
+    }
+
+    /// A command on `key` failed. On Redis Cluster only the key's slot
+    /// counts as away, until the slot recovery has re-synced it; on one
+    /// Redis, all of it (see [`RedisBridge::failed`]).
+    fn failed_at(&self, key: &str, e: &redis::RedisError) {
+        if !self.sharded {
+            return self.failed(e);
+        }
+        if self.down.mark(key) {
+            tracing::warn!(error = %e, %key, "a Redis Cluster shard is unreachable; serving its channels and accounts alone");
+            self.recover_now.notify_one();
+        }
+        self.refresh_up();
     }
 
     /// A command failed: Redis counts as away until the lease task has
@@ -275,8 +316,14 @@ impl Bridge for RedisBridge {
         }
     }
 
+    fn account_share(&self, account: &str) -> f64 {
+        self.share_at(&self.key("conns", account))
+    }
+
     fn is_up(&self) -> bool {
-        self.pubsub_ok.load(Ordering::Acquire) && self.cmd_ok.load(Ordering::Acquire)
+        self.pubsub_ok.load(Ordering::Acquire)
+            && self.cmd_ok.load(Ordering::Acquire)
+            && !self.down.any()
     }
 
     fn start(self: Arc<Self>) -> Pin<Box<dyn Future<Output = ()>>> {

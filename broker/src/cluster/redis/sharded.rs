@@ -14,7 +14,7 @@
 
 use std::sync::LazyLock;
 
-use futures_util::future::try_join_all;
+use futures_util::future::{join_all, try_join_all};
 use redis::{Script, ScriptInvocation};
 
 use super::{Conn, RedisBridge, SEQ_TTL_MS, scripts};
@@ -128,6 +128,20 @@ impl RedisBridge {
         inv
     }
 
+    /// Renewing this node's lease copy in `account`'s hash, first setting
+    /// its count there to `assert` if given.
+    pub(super) fn renew_invocation(
+        &self,
+        account: &str,
+        assert: Option<u32>,
+    ) -> ScriptInvocation<'static> {
+        let mut inv = RENEW.key(self.key("conns", account));
+        inv.arg(&self.member)
+            .arg(assert.map(|n| n.to_string()).unwrap_or_default())
+            .arg(self.lease_ms);
+        inv
+    }
+
     /// Renews this node's lease copy in every account it holds connections
     /// of (or, with `assert`, also sets its counts there).
     async fn renew_accounts(&self, conn: &Conn, assert: bool) -> redis::RedisResult<()> {
@@ -135,15 +149,45 @@ impl RedisBridge {
         for chunk in counts.chunks(BURST) {
             try_join_all(chunk.iter().map(|(account, n)| {
                 let mut conn = conn.clone();
-                let mut inv = RENEW.key(self.key("conns", account));
-                inv.arg(&self.member)
-                    .arg(if assert { n.to_string() } else { String::new() })
-                    .arg(self.lease_ms);
+                let inv = self.renew_invocation(account, assert.then_some(*n));
                 async move { inv.invoke_async::<i64>(&mut conn).await }
             }))
             .await?;
         }
         Ok(())
+    }
+
+    /// The lease renewal while connected: the node lease and every
+    /// account's lease copy, each on its own shard; one that fails marks
+    /// its slot down (the slot recovery re-asserts it) and the rest go on.
+    pub(super) async fn renew_leases_sharded(&self, conn: &Conn) {
+        let nodes = self.nodes_key();
+        if !self.down.is_down(&nodes) {
+            let mut c = conn.clone();
+            let fut = self.renew_node_lease(&mut c);
+            match tokio::time::timeout(super::COMMAND_TIMEOUT, fut).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => self.failed_at(&nodes, &e),
+                Err(_) => self.failed_at(&nodes, &(redis::ErrorKind::Io, "timed out").into()),
+            }
+        }
+        let counts = self.local.all_connections();
+        for chunk in counts.chunks(BURST) {
+            join_all(chunk.iter().map(|(account, _)| {
+                let mut conn = conn.clone();
+                let key = self.key("conns", account);
+                let inv = self.renew_invocation(account, None);
+                async move {
+                    if self.down.is_down(&key) {
+                        return;
+                    }
+                    if let Err(e) = inv.invoke_async::<i64>(&mut conn).await {
+                        self.failed_at(&key, &e);
+                    }
+                }
+            }))
+            .await;
+        }
     }
 
     /// With each lease renewal: the per-account copies.

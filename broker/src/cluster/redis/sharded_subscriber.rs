@@ -2,9 +2,12 @@
 //! pushes carry every shard's messages. A channel is `SSUBSCRIBE`d on the
 //! shard owning its slot while it has local subscribers; the control topic
 //! stays classic pub/sub (Redis Cluster forwards it to every shard). The
-//! connection re-subscribes by itself after a reconnection or a `MOVED`;
-//! this task still treats a lost shard connection as an outage (serve
-//! alone, re-sync, re-subscribe), as the single-Redis subscriber does.
+//! connection re-subscribes by itself after a reconnection or a topology
+//! change. A lost shard connection is an outage of that shard only: every
+//! subscription is asserted again, and the channels whose shard does not
+//! answer are marked down (`slots.rs`) and served alone until the slot
+//! recovery (`slot_recovery.rs`) has re-synced and re-subscribed them; the
+//! other shards' channels never stop.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -12,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use futures_util::future::try_join_all;
+use futures_util::future::join_all;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{ProtocolVersion, PushInfo, PushKind, Value};
@@ -39,6 +42,7 @@ pub(super) fn start(bridge: Arc<RedisBridge>) -> Pin<Box<dyn Future<Output = ()>
                 actix_rt::spawn(run(bridge.clone(), client, push_rx, rx));
             }
             actix_rt::spawn(bridge.clone().lease_loop());
+            actix_rt::spawn(bridge.clone().recovery_loop());
         }
         Err(e) => tracing::error!(error = %e, "cannot set up the Redis Cluster connection"),
     }
@@ -59,32 +63,64 @@ pub(super) fn start(bridge: Arc<RedisBridge>) -> Pin<Box<dyn Future<Output = ()>
 
 /// `SSUBSCRIBE`s what has local subscribers and `SUNSUBSCRIBE`s what has
 /// none, one command per channel (a command may not span slots), a batch
-/// at a time concurrently.
-async fn apply(
-    bridge: &RedisBridge,
-    conn: &ClusterConnection,
-    touched: Vec<Arc<str>>,
-) -> redis::RedisResult<()> {
+/// at a time concurrently. A channel whose shard fails marks its slot down
+/// (the slot recovery subscribes it once the shard is back); one on a slot
+/// already down waits for that recovery.
+async fn apply(bridge: &RedisBridge, conn: &ClusterConnection, touched: Vec<Arc<str>>) {
     let (add, remove): (Vec<Arc<str>>, Vec<Arc<str>>) = {
         let interest = bridge.interest.lock();
-        touched.into_iter().partition(|c| interest.contains_key(c))
+        touched
+            .into_iter()
+            .filter(|c| !bridge.down.is_down(&bridge.topic(c)))
+            .partition(|c| interest.contains_key(c))
     };
     for chunk in add.chunks(BATCH) {
-        try_join_all(chunk.iter().map(|c| {
+        let done = join_all(chunk.iter().map(|c| {
             let (mut conn, topic) = (conn.clone(), bridge.topic(c));
-            async move { conn.ssubscribe(topic).await }
+            async move {
+                match conn.ssubscribe(&topic).await {
+                    Ok(()) => Some(c.clone()),
+                    Err(e) => {
+                        bridge.failed_at(&topic, &e);
+                        None
+                    }
+                }
+            }
         }))
-        .await?;
-        bridge.confirm(chunk);
+        .await;
+        let live: Vec<Arc<str>> = done.into_iter().flatten().collect();
+        bridge.confirm(&live);
     }
     for chunk in remove.chunks(BATCH) {
-        try_join_all(chunk.iter().map(|c| {
+        join_all(chunk.iter().map(|c| {
             let (mut conn, topic) = (conn.clone(), bridge.topic(c));
-            async move { conn.sunsubscribe(topic).await }
+            async move {
+                if let Err(e) = conn.sunsubscribe(&topic).await {
+                    bridge.failed_at(&topic, &e);
+                }
+            }
         }))
-        .await?;
+        .await;
     }
-    Ok(())
+}
+
+/// The control topic (classic pub/sub, routed by its own slot).
+async fn control(bridge: &RedisBridge, conn: &ClusterConnection) -> redis::RedisResult<()> {
+    let topic = bridge.control_topic();
+    if bridge.down.is_down(&topic) {
+        return Ok(());
+    }
+    conn.clone().subscribe(&topic).await
+}
+
+/// After a shard connection dropped: asserts every subscription again, so
+/// those of the failed shard find it down (and those elsewhere stay).
+async fn reassert(bridge: Arc<RedisBridge>, conn: ClusterConnection) {
+    if let Err(e) = control(&bridge, &conn).await {
+        bridge.failed_at(&bridge.control_topic(), &e);
+    }
+    let all: Vec<Arc<str>> = bridge.interest.lock().keys().cloned().collect();
+    apply(&bridge, &conn, all).await;
 }
 
 /// The topic and payload of a pushed message, if it is one.
@@ -141,48 +177,47 @@ async fn run(
 ) {
     let conn = connect(&bridge, &client).await;
     let _ = bridge.conn.set(Conn::Cluster(conn.clone()));
+    // The first subscriptions; later losses are per shard (`reassert`).
     let mut attempt = 0u32;
     loop {
         let all: Vec<Arc<str>> = bridge.interest.lock().keys().cloned().collect();
         let ready = async {
-            conn.clone().subscribe(bridge.control_topic()).await?;
-            apply(&bridge, &conn, all).await
+            control(&bridge, &conn).await?;
+            apply(&bridge, &conn, all).await;
+            Ok::<(), redis::RedisError>(())
         };
         if let Ok(Ok(())) = tokio::time::timeout(Duration::from_secs(5), ready).await {
-            attempt = 0;
-            bridge.pubsub_ok.store(true, Ordering::Release);
-            bridge.refresh_up();
-            loop {
-                tokio::select! {
-                    push = pushes.recv() => match push {
-                        Some(p) if p.kind == PushKind::Disconnection => break,
-                        Some(p) => if let Some((topic, payload)) = message(&p) {
-                            bridge.on_push(topic, payload);
-                        },
-                        None => return,
-                    },
-                    cmd = cmds.recv() => {
-                        let Some(SubCmd::Touch(first)) = cmd else { return };
-                        let mut touched = vec![first];
-                        while let Ok(SubCmd::Touch(c)) = cmds.try_recv() {
-                            touched.push(c);
-                        }
-                        if apply(&bridge, &conn, touched).await.is_err() {
-                            break;
-                        }
-                    }
-                }
-            }
-            tracing::warn!(
-                "a Redis Cluster connection was lost; delivering locally until it is back"
-            );
-        } else {
-            tracing::debug!("Redis Cluster subscriptions could not be restored");
+            break;
         }
+        tracing::debug!("Redis Cluster subscriptions could not be set up");
         bridge.connection_lost();
         // Interest changes while away are replayed from the map.
         while cmds.try_recv().is_ok() {}
         attempt += 1;
         tokio::time::sleep(backoff(attempt)).await;
+    }
+    bridge.pubsub_ok.store(true, Ordering::Release);
+    bridge.refresh_up();
+    loop {
+        tokio::select! {
+            push = pushes.recv() => match push {
+                Some(p) if p.kind == PushKind::Disconnection => {
+                    tracing::warn!("a Redis Cluster shard connection was lost");
+                    actix_rt::spawn(reassert(bridge.clone(), conn.clone()));
+                }
+                Some(p) => if let Some((topic, payload)) = message(&p) {
+                    bridge.on_push(topic, payload);
+                },
+                None => return,
+            },
+            cmd = cmds.recv() => {
+                let Some(SubCmd::Touch(first)) = cmd else { return };
+                let mut touched = vec![first];
+                while let Ok(SubCmd::Touch(c)) = cmds.try_recv() {
+                    touched.push(c);
+                }
+                apply(&bridge, &conn, touched).await;
+            }
+        }
     }
 }

@@ -1,0 +1,200 @@
+//! Failover on Redis Cluster: three masters with a replica each, two broker
+//! nodes, subscribers on a channel of every shard on both nodes, and a
+//! publisher that never stops. The master owning one channel's slot is
+//! killed (SIGKILL, by PID); its replica takes over. The nodes must follow
+//! by themselves: that channel resumes without a restart, the other
+//! shards' channels keep flowing while it is away, no subscriber sees a
+//! `seq` go backwards, and every publish acked after the failover reaches
+//! every subscriber.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::cluster::{bridge_up, node, prefix};
+use crate::cluster_sharded::one_channel_per_shard;
+use crate::common::{Broker, Client, PATIENCE};
+use crate::redis_cluster::RedisCluster;
+
+/// A delivered message: which subscriber, channel, publish index.
+#[derive(Debug, Clone)]
+struct Got {
+    who: &'static str,
+    channel: String,
+    index: u64,
+}
+
+/// Subscribes `c` to every channel, then forwards its messages, checking
+/// that each channel's `seq` only ever rises on this subscriber.
+async fn listen(
+    who: &'static str,
+    mut c: Client,
+    channels: Vec<String>,
+    out: mpsc::UnboundedSender<Got>,
+) {
+    for (i, ch) in channels.iter().enumerate() {
+        let ack = c
+            .call(json!({"type":"subscribe","channel":ch}), i as u64 + 1)
+            .await;
+        assert_eq!(ack["type"], "ack", "{ack}");
+    }
+    let mut last: HashMap<String, u64> = HashMap::new();
+    loop {
+        let m = c.until(|v| v["type"] == "message").await;
+        let channel = m["channel"].as_str().unwrap().to_owned();
+        let seq = m["seq"].as_u64().unwrap();
+        let prev = last.insert(channel.clone(), seq).unwrap_or(0);
+        assert!(seq > prev, "{who}: {channel} seq went from {prev} to {seq}");
+        let index = m["data"]["i"].as_u64().unwrap();
+        if out
+            .send(Got {
+                who,
+                channel,
+                index,
+            })
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// Publishes `{"i": n}` round-robin on `channels` through node `a` over
+/// HTTP until `stop`, paced under the API key's account budget; records the
+/// indexes acked (200).
+async fn publish(
+    a: Arc<Broker>,
+    channels: Vec<String>,
+    next: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+) -> Vec<(u64, String)> {
+    let mut acked = Vec::new();
+    while !stop.load(Ordering::Acquire) {
+        let i = next.load(Ordering::Acquire);
+        let channel = &channels[i as usize % channels.len()];
+        if a.publish_http(channel, json!({"i": i})).await.status() == 200 {
+            acked.push((i, channel.clone()));
+        }
+        next.store(i + 1, Ordering::Release);
+        // Pacing (about 60/s), not a wait for an event: the API key's
+        // account refills 100 messages a second.
+        tokio::time::sleep(Duration::from_millis(16)).await;
+    }
+    acked
+}
+
+async fn next_got(rx: &mut mpsc::UnboundedReceiver<Got>, deadline: Instant) -> Got {
+    tokio::time::timeout_at(deadline.into(), rx.recv())
+        .await
+        .expect("deliveries kept coming")
+        .expect("the subscribers are listening")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_killed_under_traffic_fails_over_and_only_its_channels_pause() {
+    let mut cluster = RedisCluster::start_with_replicas();
+    let p = prefix();
+    let shards = one_channel_per_shard(&cluster, &p).await;
+    let channels: Vec<String> = shards.iter().map(|(c, _)| c.clone()).collect();
+    let (victim, victim_slot) = shards[0].clone();
+    let a = Arc::new(node(&cluster, "a", &p, ""));
+    let b = node(&cluster, "b", &p, "");
+    bridge_up(&a, true).await;
+    bridge_up(&b, true).await;
+
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let readers = [
+        tokio::spawn(listen(
+            "on_a",
+            a.client("s1").await,
+            channels.clone(),
+            tx.clone(),
+        )),
+        tokio::spawn(listen(
+            "on_b",
+            b.client("s2").await,
+            channels.clone(),
+            tx.clone(),
+        )),
+    ];
+    let (next, stop) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let publisher = tokio::spawn(publish(
+        a.clone(),
+        channels.clone(),
+        next.clone(),
+        stop.clone(),
+    ));
+    let deadline = Instant::now() + PATIENCE * 6;
+
+    // Traffic flows on every shard to both nodes.
+    let mut seen: HashSet<(&str, String)> = HashSet::new();
+    while seen.len() < 2 * channels.len() {
+        let g = next_got(&mut rx, deadline).await;
+        seen.insert((g.who, g.channel));
+    }
+
+    let dead = cluster.master_of(victim_slot);
+    cluster.kill(dead);
+    // The publish numbered `next` may have been in flight at the kill.
+    let killed_at = next.load(Ordering::Acquire) + 1;
+
+    // Until the victim's channel is back on node b (published on a after
+    // the kill, so it went through the new master), the other shards'
+    // channels keep arriving there.
+    let mut during: HashSet<String> = HashSet::new();
+    loop {
+        let g = next_got(&mut rx, deadline).await;
+        if g.who != "on_b" || g.index < killed_at {
+            continue;
+        }
+        if g.channel == victim {
+            break;
+        }
+        during.insert(g.channel);
+    }
+    let others: HashSet<String> = channels[1..].iter().cloned().collect();
+    assert_eq!(
+        during, others,
+        "the shards that did not fail kept delivering across nodes during the outage"
+    );
+
+    // After the failover (the replica serves the slot and both nodes have
+    // re-synced), every acked publish reaches both subscribers.
+    tokio::task::block_in_place(|| cluster.wait_failover(victim_slot, dead));
+    bridge_up(&a, true).await;
+    bridge_up(&b, true).await;
+    let after = next.load(Ordering::Acquire);
+    let mut delivered: HashSet<(&str, u64)> = HashSet::new();
+    let mut max_index = 0;
+    while max_index < after + 3 * 10 {
+        let g = next_got(&mut rx, deadline).await;
+        max_index = max_index.max(g.index);
+        delivered.insert((g.who, g.index));
+    }
+    stop.store(true, Ordering::Release);
+    let acked = publisher.await.unwrap();
+    let want: Vec<u64> = acked
+        .iter()
+        .map(|(i, _)| *i)
+        .filter(|i| *i >= after)
+        .collect();
+    assert!(want.len() >= 10, "publishes were acked after the failover");
+    for who in ["on_a", "on_b"] {
+        for i in &want {
+            while !delivered.contains(&(who, *i)) {
+                let g = next_got(&mut rx, deadline).await;
+                delivered.insert((g.who, g.index));
+            }
+        }
+    }
+    for r in readers {
+        r.abort();
+    }
+}
