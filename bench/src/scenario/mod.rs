@@ -2,6 +2,7 @@
 //! connections, sampling a process's memory and CPU.
 
 pub mod behaviours;
+pub mod bystanders;
 pub mod fanout;
 pub mod grpc_publish;
 pub mod handshakes;

@@ -1,0 +1,439 @@
+//! What the rest of a node sees during a reconnect storm: bystander
+//! sockets, connected and subscribed before the storm and not part of it,
+//! and the broker's own accept counter.
+//!
+//! Each bystander answers the server's heartbeat pings and records when
+//! they arrive (a gap over twice the interval is a missed heartbeat),
+//! sends its own ping every [`PING_EVERY`] and times the pong, and
+//! receives a message published over HTTP every [`PUBLISH_EVERY`] to the
+//! bystanders' channel, timing its delivery. The publisher and the
+//! `/metrics` sampler each keep one HTTP/1.1 connection open from before
+//! the storm, so neither waits in the accept queue the storm fills.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde::Serialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use super::{Accounts, open_many};
+use crate::target::{Conn, Target};
+use crate::ws::{Flow, OP_CLOSE, OP_PING, OP_PONG, OP_TEXT};
+
+/// How often each bystander pings the server itself.
+pub const PING_EVERY: Duration = Duration::from_millis(250);
+/// How often a message is published to the bystanders.
+pub const PUBLISH_EVERY: Duration = Duration::from_millis(200);
+/// The sample key of the shipped config (account `acme`, 100 msg/s).
+const SAMPLE_KEY: &str = "tidegate-sample-publish-key";
+
+/// One bystander's record, times in seconds from the storm's start.
+#[derive(Default)]
+struct Record {
+    server_pings: Vec<f64>,
+    pong_rtts_ms: Vec<f64>,
+    /// (publish number, delivery latency in ms).
+    deliveries: Vec<(u64, f64)>,
+    closed_at: Option<f64>,
+}
+
+/// What the bystanders saw from the drop until a second after the last
+/// client was back.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub bystanders: usize,
+    pub heartbeat_interval_ms: u64,
+    /// Server heartbeat pings received, over all bystanders.
+    pub heartbeats: usize,
+    /// Gaps between heartbeats (window edges included) over twice the
+    /// interval: each is at least one missed heartbeat.
+    pub missed_heartbeats: usize,
+    pub max_heartbeat_gap_ms: f64,
+    /// The bystanders' own pings: round trips to the pong.
+    pub pings: usize,
+    pub max_pong_rtt_ms: f64,
+    pub p99_pong_rtt_ms: f64,
+    /// Messages published to the bystanders during the storm, and how
+    /// many (publish, bystander) deliveries were due and arrived.
+    pub published: u64,
+    pub deliveries_due: u64,
+    pub delivered: u64,
+    pub max_delivery_ms: f64,
+    pub p99_delivery_ms: f64,
+    /// Bystanders the server closed (or whose stream ended).
+    pub closed: usize,
+}
+
+/// The running bystanders: their sockets' tasks and the publisher.
+pub struct Bystanders {
+    records: Vec<Rc<RefCell<Record>>>,
+    tasks: tokio::task::JoinSet<()>,
+    stop: watch::Sender<bool>,
+    published: Rc<Cell<u64>>,
+    /// The storm's start: every time is measured from it.
+    t0: Rc<Cell<Option<Instant>>>,
+    heartbeat_ms: u64,
+}
+
+/// Nearest-rank percentile of `v` (sorted in place).
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let i = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v[i.clamp(1, v.len()) - 1]
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+impl Bystanders {
+    /// Opens `n` bystanders (their own accounts) on `topic`; they start
+    /// recording at [`Bystanders::storm_starts`].
+    pub async fn open(target: &Target, n: usize, topic: &str, heartbeat_ms: u64) -> Result<Self> {
+        let accounts = Accounts::new("bystander", 4);
+        let conns = open_many(target, &accounts, n, 50, 4096, |_| Some(topic.to_string()))
+            .await
+            .context("opening the bystanders")?;
+        let (stop, _) = watch::channel(false);
+        let t0 = Rc::new(Cell::new(None));
+        let base = Instant::now();
+        let mut records = Vec::with_capacity(n);
+        let mut tasks = tokio::task::JoinSet::new();
+        for conn in conns {
+            let record = Rc::new(RefCell::new(Record::default()));
+            records.push(record.clone());
+            tasks.spawn_local(watch_one(conn, record, stop.subscribe(), t0.clone(), base));
+        }
+        let published = Rc::new(Cell::new(0));
+        let publisher = Publisher::connect(target).await?;
+        tasks.spawn_local(publish(
+            publisher,
+            topic.to_string(),
+            stop.subscribe(),
+            t0.clone(),
+            base,
+            published.clone(),
+        ));
+        Ok(Bystanders {
+            records,
+            tasks,
+            stop,
+            published,
+            t0,
+            heartbeat_ms,
+        })
+    }
+
+    /// Times count from now.
+    pub fn storm_starts(&self, t0: Instant) {
+        self.t0.set(Some(t0));
+    }
+
+    /// Stops recording and reports the window `[0, end_secs]`.
+    pub async fn finish(mut self, end_secs: f64) -> Report {
+        let _ = self.stop.send(true);
+        while self.tasks.join_next().await.is_some() {}
+        let interval = self.heartbeat_ms as f64 / 1000.0;
+        let (mut heartbeats, mut missed, mut max_gap) = (0, 0, 0.0f64);
+        let (mut rtts, mut latencies) = (Vec::new(), Vec::new());
+        let (mut delivered, mut closed) = (0u64, 0);
+        let published = self.published.get();
+        for r in &self.records {
+            let r = r.borrow();
+            let until = r.closed_at.unwrap_or(end_secs).min(end_secs);
+            let mut last = 0.0f64;
+            for &t in r.server_pings.iter().filter(|&&t| t >= 0.0 && t <= until) {
+                heartbeats += 1;
+                let gap = t - last;
+                max_gap = max_gap.max(gap);
+                missed += usize::from(gap > 2.0 * interval);
+                last = t;
+            }
+            let tail = end_secs - last;
+            max_gap = max_gap.max(tail);
+            missed += usize::from(tail > 2.0 * interval);
+            rtts.extend_from_slice(&r.pong_rtts_ms);
+            delivered += r.deliveries.len() as u64;
+            latencies.extend(r.deliveries.iter().map(|&(_, ms)| ms));
+            closed += usize::from(r.closed_at.is_some());
+        }
+        Report {
+            bystanders: self.records.len(),
+            heartbeat_interval_ms: self.heartbeat_ms,
+            heartbeats,
+            missed_heartbeats: missed,
+            max_heartbeat_gap_ms: round2(max_gap * 1000.0),
+            pings: rtts.len(),
+            max_pong_rtt_ms: round2(rtts.iter().copied().fold(0.0, f64::max)),
+            p99_pong_rtt_ms: round2(percentile(&mut rtts, 99.0)),
+            published,
+            deliveries_due: published * self.records.len() as u64,
+            delivered,
+            max_delivery_ms: round2(latencies.iter().copied().fold(0.0, f64::max)),
+            p99_delivery_ms: round2(percentile(&mut latencies, 99.0)),
+            closed,
+        }
+    }
+}
+
+/// Seconds since the storm started (negative before).
+fn since(t0: &Cell<Option<Instant>>, now: Instant) -> Option<f64> {
+    t0.get().map(|t0| {
+        if now >= t0 {
+            (now - t0).as_secs_f64()
+        } else {
+            -(t0 - now).as_secs_f64()
+        }
+    })
+}
+
+/// One bystander: pings on a timer, reads (and answers heartbeats) the
+/// rest of the time, until told to stop or closed.
+async fn watch_one(
+    mut conn: Conn,
+    record: Rc<RefCell<Record>>,
+    mut stop: watch::Receiver<bool>,
+    t0: Rc<Cell<Option<Instant>>>,
+    base: Instant,
+) {
+    let mut tick = tokio::time::interval(PING_EVERY);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {
+                // The payload is when it was sent, in µs from `base`.
+                let sent = base.elapsed().as_micros() as u64;
+                if conn.ws.send(OP_PING, &sent.to_be_bytes()).await.is_err() {
+                    record.borrow_mut().closed_at = since(&t0, Instant::now()).or(Some(-1.0));
+                    return;
+                }
+            }
+            read = conn.ws.read_frames(|op, p| {
+                let now = Instant::now();
+                let at = since(&t0, now);
+                let mut r = record.borrow_mut();
+                match op {
+                    OP_PING => r.server_pings.extend(at),
+                    OP_PONG if at.is_some() => {
+                        if let Ok(b) = <[u8; 8]>::try_from(p) {
+                            let sent = base + Duration::from_micros(u64::from_be_bytes(b));
+                            r.pong_rtts_ms.push((now - sent).as_secs_f64() * 1000.0);
+                        }
+                    }
+                    OP_TEXT if at.is_some() => {
+                        if let Some((n, sent)) = published_stamp(p) {
+                            let sent = base + Duration::from_micros(sent);
+                            r.deliveries.push((n, (now - sent).as_secs_f64() * 1000.0));
+                        }
+                    }
+                    OP_CLOSE => {
+                        r.closed_at = at.or(Some(-1.0));
+                        return Flow::Stop;
+                    }
+                    _ => {}
+                }
+                Flow::Continue
+            }) => {
+                if read.is_err() || record.borrow().closed_at.is_some() {
+                    let mut r = record.borrow_mut();
+                    if r.closed_at.is_none() {
+                        r.closed_at = since(&t0, Instant::now()).or(Some(-1.0));
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// `{"n":N,"sent_us":T}` inside a message frame's data.
+fn published_stamp(frame: &[u8]) -> Option<(u64, u64)> {
+    let v: serde_json::Value = serde_json::from_slice(frame).ok()?;
+    let d = &v["data"];
+    Some((d["n"].as_u64()?, d["sent_us"].as_u64()?))
+}
+
+/// Publishes to the bystanders' channel while the storm runs.
+async fn publish(
+    mut publisher: Publisher,
+    topic: String,
+    mut stop: watch::Receiver<bool>,
+    t0: Rc<Cell<Option<Instant>>>,
+    base: Instant,
+    published: Rc<Cell<u64>>,
+) {
+    let mut tick = tokio::time::interval(PUBLISH_EVERY);
+    let mut n = 0u64;
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {}
+        }
+        if t0.get().is_none() {
+            continue;
+        }
+        n += 1;
+        let sent_us = base.elapsed().as_micros() as u64;
+        let body = format!(r#"{{"channel":"{topic}","data":{{"n":{n},"sent_us":{sent_us}}}}}"#);
+        match publisher.post("/v1/publish", &body).await {
+            Ok(200) => published.set(published.get() + 1),
+            // A refused publish is due to nobody: not counted.
+            Ok(_) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// One kept-alive HTTP/1.1 connection to the broker.
+pub struct Publisher {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Publisher {
+    pub async fn connect(target: &Target) -> Result<Publisher> {
+        let stream = TcpStream::connect(target.addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(Publisher {
+            stream,
+            buf: Vec::new(),
+        })
+    }
+
+    /// `POST path` with the sample key; the answer's status.
+    pub async fn post(&mut self, path: &str, body: &str) -> Result<u16> {
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {SAMPLE_KEY}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        self.stream.write_all(req.as_bytes()).await?;
+        Ok(self.answer().await?.0)
+    }
+
+    /// `GET path`; the answer's body.
+    pub async fn get(&mut self, path: &str) -> Result<String> {
+        let req = format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n");
+        self.stream.write_all(req.as_bytes()).await?;
+        let (status, body) = self.answer().await?;
+        if status != 200 {
+            bail!("GET {path}: {status}");
+        }
+        Ok(String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// Reads one answer with a `content-length` (what actix sends for
+    /// these routes).
+    async fn answer(&mut self) -> Result<(u16, Vec<u8>)> {
+        let head_end = loop {
+            if let Some(i) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            if self.stream.read_buf(&mut self.buf).await? == 0 {
+                bail!("connection closed");
+            }
+        };
+        let head = String::from_utf8_lossy(&self.buf[..head_end]).to_ascii_lowercase();
+        let status = head
+            .get(9..12)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| anyhow!("no status line"))?;
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| anyhow!("no content-length"))?;
+        while self.buf.len() < head_end + len {
+            if self.stream.read_buf(&mut self.buf).await? == 0 {
+                bail!("connection closed");
+            }
+        }
+        let body = self.buf[head_end..head_end + len].to_vec();
+        self.buf.drain(..head_end + len);
+        Ok((status, body))
+    }
+}
+
+/// Samples `tidegate_connections_opened_total` every `every` on its own
+/// kept-alive connection until stopped: (when the answer came, count).
+pub async fn sample_accepts(
+    mut conn: Publisher,
+    every: Duration,
+    stop: Rc<Cell<bool>>,
+) -> Vec<(Instant, f64)> {
+    let mut tick = tokio::time::interval(every);
+    let mut out = Vec::new();
+    while !stop.get() {
+        tick.tick().await;
+        let Ok(text) = conn.get("/metrics").await else {
+            break;
+        };
+        let at = Instant::now();
+        let count = text
+            .lines()
+            .find_map(|l| l.strip_prefix("tidegate_connections_opened_total "))
+            .and_then(|v| v.trim().parse().ok());
+        if let Some(c) = count {
+            out.push((at, c));
+        }
+    }
+    out
+}
+
+/// The broker's accepts per second from counter samples: the peak over
+/// any window of at least one second, and the mean from the first sample
+/// to the one where the count stopped rising.
+#[derive(Debug, Clone, Serialize)]
+pub struct BrokerAccepts {
+    pub samples: usize,
+    pub sample_ms: u64,
+    pub accepted: f64,
+    pub peak_per_sec: f64,
+    pub mean_per_sec: f64,
+    /// Accepts per sampling interval, as (seconds from the storm's start,
+    /// accepts since the previous sample).
+    pub series: Vec<(f64, f64)>,
+}
+
+pub fn broker_accepts(samples: &[(f64, f64)], sample_ms: u64) -> BrokerAccepts {
+    // From the last sample before the storm.
+    let start = samples.iter().rposition(|&(t, _)| t <= 0.0).unwrap_or(0);
+    let samples = &samples[start..];
+    let mut peak = 0.0f64;
+    for (i, &(t, c)) in samples.iter().enumerate() {
+        if let Some(&(t2, c2)) = samples[i..].iter().find(|&&(t2, _)| t2 - t >= 1.0) {
+            peak = peak.max((c2 - c) / (t2 - t));
+        }
+    }
+    let first = samples.first().copied().unwrap_or((0.0, 0.0));
+    let last = samples.last().copied().unwrap_or(first);
+    // The first sample at the final count: when the last accept happened.
+    let done = samples
+        .iter()
+        .find(|&&(_, c)| c >= last.1)
+        .copied()
+        .unwrap_or(last);
+    let accepted = last.1 - first.1;
+    let series = samples
+        .windows(2)
+        .map(|w| (round2(w[1].0), w[1].1 - w[0].1))
+        .collect();
+    BrokerAccepts {
+        samples: samples.len(),
+        sample_ms,
+        accepted,
+        peak_per_sec: peak.round(),
+        mean_per_sec: if done.0 > first.0 {
+            (accepted / (done.0 - first.0)).round()
+        } else {
+            0.0
+        },
+        series,
+    }
+}
