@@ -2,6 +2,10 @@
 //! sockets, connected and subscribed before the storm and not part of it,
 //! and the broker's own accept counter.
 //!
+//! The bystanders run on their own thread with their own event loop
+//! ([`Watch`]), so what they time is the broker, not the load generator's
+//! loop busy with the storm's clients.
+//!
 //! Each bystander answers the server's heartbeat pings and records when
 //! they arrive (a gap over twice the interval is a missed heartbeat),
 //! sends its own ping every [`PING_EVERY`] and times the pong, and
@@ -19,6 +23,8 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
+
+use tokio::sync::oneshot;
 
 use super::{Accounts, open_many};
 use crate::target::{Conn, Target};
@@ -69,7 +75,7 @@ pub struct Report {
 }
 
 /// The running bystanders: their sockets' tasks and the publisher.
-pub struct Bystanders {
+struct Bystanders {
     records: Vec<Rc<RefCell<Record>>>,
     tasks: tokio::task::JoinSet<()>,
     stop: watch::Sender<bool>,
@@ -96,7 +102,7 @@ fn round2(x: f64) -> f64 {
 impl Bystanders {
     /// Opens `n` bystanders (their own accounts) on `topic`; they start
     /// recording at [`Bystanders::storm_starts`].
-    pub async fn open(target: &Target, n: usize, topic: &str, heartbeat_ms: u64) -> Result<Self> {
+    async fn open(target: &Target, n: usize, topic: &str, heartbeat_ms: u64) -> Result<Self> {
         let accounts = Accounts::new("bystander", 4);
         let conns = open_many(target, &accounts, n, 50, 4096, |_| Some(topic.to_string()))
             .await
@@ -132,12 +138,12 @@ impl Bystanders {
     }
 
     /// Times count from now.
-    pub fn storm_starts(&self, t0: Instant) {
+    fn storm_starts(&self, t0: Instant) {
         self.t0.set(Some(t0));
     }
 
     /// Stops recording and reports the window `[0, end_secs]`.
-    pub async fn finish(mut self, end_secs: f64) -> Report {
+    async fn finish(mut self, end_secs: f64) -> Report {
         let _ = self.stop.send(true);
         while self.tasks.join_next().await.is_some() {}
         let interval = self.heartbeat_ms as f64 / 1000.0;
@@ -180,6 +186,94 @@ impl Bystanders {
             p99_delivery_ms: round2(percentile(&mut latencies, 99.0)),
             closed,
         }
+    }
+}
+
+/// The bystanders on their own thread: opened by [`Watch::spawn`], told
+/// when the storm starts, asked for their report at its end.
+pub struct Watch {
+    start: Option<oneshot::Sender<Instant>>,
+    finish: Option<oneshot::Sender<f64>>,
+    report: oneshot::Receiver<Result<Report>>,
+}
+
+impl Watch {
+    /// Opens `n` bystanders on `topic` from a new thread; returns once they
+    /// are connected and subscribed. `config` is the broker's config text.
+    pub async fn spawn(
+        target: &Target,
+        config: &str,
+        n: usize,
+        topic: &str,
+        heartbeat_ms: u64,
+    ) -> Result<Watch> {
+        let (addr, config, topic) = (target.addr, config.to_string(), topic.to_string());
+        let (ready_tx, ready_rx) = oneshot::channel::<Result<()>>();
+        let (start_tx, start_rx) = oneshot::channel::<Instant>();
+        let (finish_tx, finish_rx) = oneshot::channel::<f64>();
+        let (report_tx, report_rx) = oneshot::channel();
+        std::thread::Builder::new()
+            .name("bystanders".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.into()));
+                        return;
+                    }
+                };
+                let local = tokio::task::LocalSet::new();
+                local.block_on(&rt, async move {
+                    let opened = async {
+                        let cfg = tidegate::config::Config::from_toml(&config, &|_| None)
+                            .map_err(|e| anyhow!("bench config: {e}"))?;
+                        let target = Target::tidegate(addr, &cfg)?;
+                        Bystanders::open(&target, n, &topic, heartbeat_ms).await
+                    };
+                    let b = match opened.await {
+                        Ok(b) => {
+                            let _ = ready_tx.send(Ok(()));
+                            b
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let Ok(t0) = start_rx.await else { return };
+                    b.storm_starts(t0);
+                    let Ok(end) = finish_rx.await else { return };
+                    let _ = report_tx.send(Ok(b.finish(end).await));
+                });
+            })?;
+        ready_rx
+            .await
+            .map_err(|_| anyhow!("bystander thread ended"))??;
+        Ok(Watch {
+            start: Some(start_tx),
+            finish: Some(finish_tx),
+            report: report_rx,
+        })
+    }
+
+    /// The storm starts now: times count from `t0`.
+    pub fn storm_starts(&mut self, t0: Instant) {
+        if let Some(s) = self.start.take() {
+            let _ = s.send(t0);
+        }
+    }
+
+    /// Ends the watch at `end_secs` from the storm's start.
+    pub async fn finish(mut self, end_secs: f64) -> Result<Report> {
+        if let Some(f) = self.finish.take() {
+            let _ = f.send(end_secs);
+        }
+        self.report
+            .await
+            .map_err(|_| anyhow!("bystander thread ended"))?
     }
 }
 
@@ -277,6 +371,10 @@ async fn publish(
             _ = tick.tick() => {}
         }
         if t0.get().is_none() {
+            // Keep the connection from idling out before the storm.
+            if publisher.get("/healthz").await.is_err() {
+                return;
+            }
             continue;
         }
         n += 1;

@@ -28,7 +28,7 @@ use anyhow::Result;
 use serde::Serialize;
 use serde_json::json;
 
-use super::bystanders::{self, BrokerAccepts, Bystanders, Publisher};
+use super::bystanders::{self, BrokerAccepts, Publisher, Watch};
 use super::{Accounts, Env, Tally, open_many, refusal_key};
 use crate::report;
 use crate::target::{Kind, Target, Who};
@@ -178,11 +178,12 @@ pub async fn run_one(env: &Env, kind: Kind, mode: Mode, p: &Params) -> Result<St
     let heartbeat = format!("[socket]\nheartbeat_interval_ms = {}\n", p.heartbeat_ms);
     let running = env.start(kind, &[budget.as_str(), heartbeat.as_str()])?;
     let target = running.target.clone();
-    let watchers = match p.bystanders {
+    let mut watchers = match p.bystanders {
         0 => None,
         n => {
             let topic = target.topic("bystanders");
-            Some(Bystanders::open(&target, n, &topic, p.heartbeat_ms).await?)
+            let config = &running.config;
+            Some(Watch::spawn(&target, config, n, &topic, p.heartbeat_ms).await?)
         }
     };
     let accounts = Accounts::new("storm", p.clients_per_account);
@@ -204,7 +205,7 @@ pub async fn run_one(env: &Env, kind: Kind, mode: Mode, p: &Params) -> Result<St
     // network blip looks from the clients).
     drop(conns);
     let t0 = Instant::now();
-    if let Some(w) = &watchers {
+    if let Some(w) = watchers.as_mut() {
         w.storm_starts(t0);
     }
     let log = Rc::new(RefCell::new(Log::default()));
@@ -242,7 +243,7 @@ pub async fn run_one(env: &Env, kind: Kind, mode: Mode, p: &Params) -> Result<St
         .collect();
     let broker_accepts = bystanders::broker_accepts(&samples, p.metrics_ms);
     let bystanders = match watchers {
-        Some(w) => Some(w.finish(watched).await),
+        Some(w) => Some(w.finish(watched).await?),
         None => None,
     };
     drop(back);
