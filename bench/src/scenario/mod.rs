@@ -7,6 +7,7 @@ pub mod fanout;
 pub mod grpc_publish;
 pub mod handshakes;
 pub mod idle;
+pub mod keepalive;
 pub mod slow;
 pub mod soak;
 pub mod storm;

@@ -28,7 +28,8 @@ use anyhow::Result;
 use serde::Serialize;
 use serde_json::json;
 
-use super::bystanders::{self, BrokerAccepts, Publisher, Watch};
+use super::bystanders::{self, Watch};
+use super::keepalive::{self, BrokerAccepts, Publisher};
 use super::{Accounts, Env, Tally, open_many, refusal_key};
 use crate::report;
 use crate::target::{Kind, Target, Who};
@@ -196,7 +197,7 @@ pub async fn run_one(env: &Env, kind: Kind, mode: Mode, p: &Params) -> Result<St
     let sampler = {
         let conn = Publisher::connect(&target).await?;
         let every = Duration::from_millis(p.metrics_ms);
-        tokio::task::spawn_local(bystanders::sample_accepts(conn, every, sampling.clone()))
+        tokio::task::spawn_local(keepalive::sample_accepts(conn, every, sampling.clone()))
     };
     // Let the initial connects leave the node budget's window.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -241,7 +242,7 @@ pub async fn run_one(env: &Env, kind: Kind, mode: Mode, p: &Params) -> Result<St
         .into_iter()
         .map(|(at, c)| (secs_from(t0, at), c))
         .collect();
-    let broker_accepts = bystanders::broker_accepts(&samples, p.metrics_ms);
+    let broker_accepts = keepalive::broker_accepts(&samples, p.metrics_ms);
     let bystanders = match watchers {
         Some(w) => Some(w.finish(watched).await?),
         None => None,
