@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The soak (issue 15): MINUTES of churn on one node (default 30), sampling
-# the broker's RSS, open descriptors, sockets and channel registry every
-# 10 s into a CSV as it goes, then a JSON summary and an SVG chart.
+# the broker's RSS, open descriptors, sockets, channel registry, tokio tasks
+# and actors every 10 s into a CSV as it goes, then a JSON summary and an
+# SVG chart.
 # Not part of the test suite: it is a measurement, minutes long.
 #
 #   bench/soak.sh [MINUTES] [OUT_DIR]     # default: 30, bench/results

@@ -321,6 +321,20 @@ pub fn storm(path: &Path, runs: &[StormRun]) -> Result<()> {
                 None => format!("{:?}: not all back", r.mode).to_lowercase(),
             })
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], color.stroke_width(2)));
+        // The broker's own count, per sampling interval.
+        let b = &r.broker_accepts;
+        let scale = 1000.0 / b.sample_ms.max(1) as f64;
+        let broker: Vec<(f64, f64)> = b
+            .series
+            .iter()
+            .filter(|&&(t, _)| (0.0..=t_max).contains(&t))
+            .map(|&(t, n)| (t, n * scale))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(broker, color.mix(0.5).stroke_width(1)))
+            .map_err(err)?
+            .label(format!("{:?}: as the broker counted (/metrics)", r.mode).to_lowercase())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], color.mix(0.5)));
     }
     chart
         .draw_series(LineSeries::new(
@@ -471,8 +485,9 @@ fn lines(area: &Area<'_>, title: &str, y_desc: &str, series: &[Line<'_>]) -> Res
 /// The soak: memory on the left; descriptors, sockets and channels on the
 /// right, over the run.
 pub fn soak(path: &Path, samples: &[Sample]) -> Result<()> {
-    let root = canvas(path, (1200, 420))?;
-    let (left, right) = root.split_horizontally(600);
+    let root = canvas(path, (1800, 420))?;
+    let (left, rest) = root.split_horizontally(600);
+    let (middle, right) = rest.split_horizontally(600);
     let pts = |f: fn(&Sample) -> f64| samples.iter().map(|s| (s.t_secs, f(s))).collect();
     lines(
         &left,
@@ -481,13 +496,23 @@ pub fn soak(path: &Path, samples: &[Sample]) -> Result<()> {
         &[("RSS", TIDEGATE, pts(|s| s.rss_bytes as f64 / 1048576.0))],
     )?;
     lines(
-        &right,
+        &middle,
         "Descriptors, sockets, channels",
         "count",
         &[
             ("open fds", TIDEGATE, pts(|s| s.open_fds as f64)),
             ("sockets", THIRD, pts(|s| s.connections)),
             ("channels", FOURTH, pts(|s| s.channels)),
+        ],
+    )?;
+    lines(
+        &right,
+        "Tasks and actors alive",
+        "count",
+        &[
+            ("tokio tasks", TIDEGATE, pts(|s| s.tasks)),
+            ("socket actors", THIRD, pts(|s| s.socket_actors)),
+            ("account supervisors", FOURTH, pts(|s| s.supervisors)),
         ],
     )?;
     root.present().map_err(err)?;

@@ -243,6 +243,16 @@ struct StormArgs {
     /// Tidegate's node accept budget (default: the shipped 2,000/s).
     #[arg(long)]
     node_accepts: Option<f64>,
+    /// Sockets connected before the storm and not part of it, reporting
+    /// heartbeats, ping round trips and deliveries during it.
+    #[arg(long, default_value_t = 100)]
+    bystanders: usize,
+    /// The node's heartbeat interval for the run (shipped: 15,000).
+    #[arg(long, default_value_t = 1000)]
+    heartbeat_ms: u64,
+    /// How often the broker's accept counter is read from /metrics.
+    #[arg(long, default_value_t = 100)]
+    metrics_ms: u64,
 }
 
 #[derive(Args)]
@@ -391,6 +401,9 @@ async fn run(
                 fixed_retry_ms: a.fixed_retry_ms,
                 patience_secs: a.patience,
                 node_accepts_per_sec: a.node_accepts,
+                bystanders: a.bystanders,
+                heartbeat_ms: a.heartbeat_ms,
+                metrics_ms: a.metrics_ms,
             };
             let r = storm::run(env, &p).await?;
             ("storm", json!(p), r)

@@ -206,3 +206,42 @@ fn grpc_publish_runs_every_transport_to_the_subscribers() {
         }
     }
 }
+
+/// A small storm with bystanders: every client comes back, the broker's
+/// counter is sampled, and the bystanders report what they saw (shapes
+/// only; the numbers are the bench README's).
+#[test]
+fn storm_reports_bystanders_and_the_brokers_accepts() {
+    let r = run(&[
+        "storm",
+        "--clients",
+        "200",
+        "--mode",
+        "jitter",
+        "--jitter-ms",
+        "500",
+        "--bystanders",
+        "5",
+    ]);
+    let run = &r["results"]["runs"][0];
+    assert_eq!(run["reconnected"], 200, "{run}");
+    let broker = &run["broker_accepts"];
+    assert!(broker["samples"].as_u64().unwrap() > 0, "{broker}");
+    assert!(broker["accepted"].as_f64().unwrap() >= 200.0, "{broker}");
+    let b = &run["bystanders"];
+    assert_eq!(b["bystanders"], 5, "{b}");
+    assert_eq!(b["closed"], 0, "{b}");
+    for key in [
+        "heartbeats",
+        "missed_heartbeats",
+        "max_heartbeat_gap_ms",
+        "pings",
+        "max_pong_rtt_ms",
+        "published",
+        "delivered",
+        "max_delivery_ms",
+    ] {
+        assert!(b[key].is_number(), "missing {key}: {b}");
+    }
+    assert!(b["pings"].as_u64().unwrap() > 0, "{b}");
+}

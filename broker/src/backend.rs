@@ -51,6 +51,19 @@ pub fn check(
     key: &KeyState,
     limits: &Limits,
 ) -> Result<u32, Refusal> {
+    price(channel, data, key, limits, node.bridge.subscribers(channel))
+}
+
+/// [`check`] with the channel's fan-out given rather than read from a
+/// node: the checks and the price that depend on nothing but the message,
+/// the key and the plan (the fuzz targets call it directly).
+pub fn price(
+    channel: &str,
+    data: &str,
+    key: &KeyState,
+    limits: &Limits,
+    subscribers: u64,
+) -> Result<u32, Refusal> {
     channel::validate(channel).map_err(|why| Refusal::new(ErrorCode::BadRequest, why))?;
     let size = data.len();
     if size > limits.max_payload_bytes {
@@ -69,7 +82,7 @@ pub fn check(
         ));
     }
     let c = &limits.costs;
-    let cost = crate::pricing::publish(c, size, node.bridge.subscribers(channel));
+    let cost = crate::pricing::publish(c, size, subscribers);
     if cost > c.max_single {
         return Err(Refusal::new(
             ErrorCode::CostExceedsMax,

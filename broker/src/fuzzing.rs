@@ -155,3 +155,200 @@ pub fn config(data: &[u8]) -> bool {
         }
     }
 }
+
+/// The key the gRPC target calls with: it may publish and subscribe on
+/// `chat:*` only, so the permission checks answer both ways.
+fn grpc_key() -> crate::http::keys::KeyState {
+    use crate::protocol::glob::GlobSet;
+    crate::http::keys::KeyState {
+        account: "fuzz".into(),
+        publish: GlobSet::new(&["chat:*"]),
+        subscribe: GlobSet::new(&["chat:*"]),
+        id: "fuzz".into(),
+    }
+}
+
+/// A plan small enough that inputs of libFuzzer's sizes reach every
+/// refusal (payload size, subscription count, cost).
+fn grpc_limits() -> Limits {
+    Limits {
+        max_payload_bytes: 512,
+        max_subscriptions: 8,
+        ..Limits::default()
+    }
+}
+
+/// One gRPC request message as tonic hands it to the service, after
+/// gRPC's own framing: the first byte picks which (even: a
+/// `PublishRequest`, as `Publish` and each message of `PublishStream`
+/// take it, with `byte / 2` thousand subscribers on its channel for the
+/// price; odd: a `SubscribeRequest`), the rest is decoded with prost and
+/// put through the checks the service makes before it charges (JSON and
+/// nesting of `data_json`, channel grammar, size, permission, price).
+/// Returns the price when the request passed.
+pub fn grpc_request(data: &[u8]) -> Option<u32> {
+    use crate::grpc::proto::{PublishReply, PublishRequest, SubscribeRequest};
+    use prost::Message;
+    let (&which, body) = data.split_first()?;
+    let key = grpc_key();
+    let limits = grpc_limits();
+    if which % 2 == 1 {
+        let req = SubscribeRequest::decode(body).ok()?;
+        let cost = match crate::grpc::check_subscribe(&key, &limits, &req) {
+            Ok(cost) => cost,
+            Err((refusal, _)) => {
+                assert!(!refusal.message.is_empty(), "a refusal without a sentence");
+                return None;
+            }
+        };
+        let n = req.channels.len();
+        assert!((1..=limits.max_subscriptions as usize).contains(&n));
+        let mut seen = std::collections::HashSet::new();
+        for c in &req.channels {
+            assert!(
+                channel::validate(&c.channel).is_ok(),
+                "{:?} passed",
+                c.channel
+            );
+            assert!(key.subscribe.matches(&c.channel));
+            assert!(
+                seen.insert(&c.channel),
+                "{:?} named twice passed",
+                c.channel
+            );
+        }
+        return Some(cost);
+    }
+    let msg = PublishRequest::decode(body).ok()?;
+    let subscribers = u64::from(which / 2) * 1000;
+    let priced = crate::backend::check_json(&msg.data_json, limits.max_json_depth).and_then(|()| {
+        crate::backend::price(&msg.channel, &msg.data_json, &key, &limits, subscribers)
+    });
+    let cost = match priced {
+        Ok(cost) => cost,
+        Err(refusal) => {
+            assert!(!refusal.message.is_empty(), "a refusal without a sentence");
+            return None;
+        }
+    };
+    assert!(
+        channel::validate(&msg.channel).is_ok(),
+        "{:?} passed",
+        msg.channel
+    );
+    assert!(key.publish.matches(&msg.channel));
+    assert!(msg.data_json.len() <= limits.max_payload_bytes);
+    assert!(!json::depth_exceeds(
+        msg.data_json.as_bytes(),
+        limits.max_json_depth
+    ));
+    serde_json::from_str::<serde::de::IgnoredAny>(&msg.data_json).expect("data_json is JSON");
+    assert!(
+        cost <= limits.costs.max_single,
+        "a price over the maximum passed"
+    );
+    // The reply echoes the id; it must survive the wire.
+    let reply = PublishReply {
+        id: msg.id,
+        seq: 1,
+        error: None,
+    };
+    let back = PublishReply::decode(reply.encode_to_vec().as_slice()).expect("our own reply");
+    assert_eq!(back, reply);
+    Some(cost)
+}
+
+/// The clock the webhook target reads `Retry-After` dates against.
+const WEBHOOK_NOW_SECS: u64 = 1_700_000_000;
+
+/// What webhook endpoints answered, as the sender reads an answer: the
+/// bytes are answers separated by an empty line, each a status line (the
+/// code, optionally after `HTTP/1.1`) and then `Name: value` header lines
+/// as the HTTP client hands them over (lines it would refuse are left
+/// out). Each answer is classified (`webhook::send::classify`, which
+/// reads `Retry-After` as seconds or an HTTP date) and fed to the
+/// endpoint's health state machine one second after the previous one.
+/// Returns how many answers were read.
+pub fn webhook_answers(data: &[u8]) -> usize {
+    use crate::webhook::health::{Health, Status};
+    use crate::webhook::send::{MAX_RETRY_AFTER, Outcome, classify, retry_after};
+    use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+    use std::time::{Duration, Instant, SystemTime};
+
+    let pacing = crate::config::Pacing {
+        rate_per_sec: 1.0,
+        burst: 1,
+        max_in_flight: 1,
+        timeout: Duration::from_secs(5),
+        queue_max: 16,
+        vacated_delay: Duration::ZERO,
+        backoff_base: Duration::from_secs(1),
+        backoff_max: Duration::from_secs(300),
+        unhealthy_after: Duration::from_secs(600),
+        probe_interval: Duration::from_secs(60),
+    };
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(WEBHOOK_NOW_SECS);
+    let start = Instant::now();
+    let mut health = Health::default();
+    let mut read = 0;
+    for (i, answer) in data
+        .split(|&b| b == b'\n')
+        .collect::<Vec<_>>()
+        .split(|l| l.is_empty())
+        .enumerate()
+    {
+        let Some((status_line, header_lines)) = answer.split_first() else {
+            continue;
+        };
+        let code = String::from_utf8_lossy(status_line);
+        let code = code.trim().trim_start_matches("HTTP/1.1").trim();
+        let code = code.split(' ').next().unwrap_or("");
+        let Ok(status) = code.parse::<u16>().map(reqwest::StatusCode::from_u16) else {
+            continue;
+        };
+        let Ok(status) = status else { continue };
+        let mut headers = HeaderMap::new();
+        for line in header_lines {
+            let Some(colon) = line.iter().position(|&b| b == b':') else {
+                continue;
+            };
+            let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(line[..colon].trim_ascii()),
+                HeaderValue::from_bytes(line[colon + 1..].trim_ascii()),
+            ) else {
+                continue;
+            };
+            headers.append(name, value);
+        }
+        read += 1;
+        let at = start + Duration::from_secs(i as u64);
+        let outcome = classify(status, &headers, now);
+        let asked = headers
+            .get(RETRY_AFTER)
+            .map(|v| retry_after(v.to_str().ok(), now));
+        match outcome {
+            Outcome::Delivered(c) => {
+                assert!(status.is_success() && c == status.as_u16());
+                health.success();
+                assert_eq!(health.status(at, &pacing), Status::Healthy);
+            }
+            Outcome::Pause(wait, c) => {
+                assert!(c == 429 || c == 503, "{c} paused");
+                assert!(wait <= MAX_RETRY_AFTER, "a pause of {wait:?}");
+                assert_eq!(asked, Some(Some(wait)), "the pause is the Retry-After");
+                health.paused(at);
+                assert_ne!(health.status(at, &pacing), Status::Healthy);
+            }
+            Outcome::Retry(why) => {
+                assert!(!status.is_success() && !why.is_empty());
+                let wait = health.failure(at, &pacing);
+                assert!(wait <= pacing.backoff_max.max(pacing.probe_interval));
+            }
+            Outcome::Rejected(c) => {
+                assert!((400..500).contains(&c) && ![408, 410, 429].contains(&c))
+            }
+            Outcome::Gone => assert_eq!(status.as_u16(), 410),
+        }
+    }
+    read
+}

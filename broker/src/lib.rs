@@ -44,11 +44,12 @@
 //! - [`webhook`]: outbound webhooks (§9), on their own thread.
 //! - [`auth`]: HS256 tokens. [`metrics`]: Prometheus counters and
 //!   histograms; [`process_metrics`]: the process's memory, descriptors
-//!   and CPU from `/proc`.
+//!   and CPU from `/proc`; [`alive`]: tokio tasks and actix actors alive.
 //! - [`fuzzing`]: the parsers' entry points for the fuzz targets.
 
 pub mod account;
 pub mod admin;
+pub mod alive;
 pub mod auth;
 pub mod backend;
 pub mod cluster;

@@ -122,6 +122,9 @@ pub struct Metrics {
     /// family cannot be listed); the counters are shared with it.
     rejection_series: dashmap::DashMap<(&'static str, &'static str), Counter>,
     pub webhooks: std::sync::Arc<crate::webhook::WebhookMetrics>,
+    /// Tokio tasks and actix actors alive (`tidegate_runtime_alive_tasks`,
+    /// `tidegate_actors`).
+    pub alive: crate::alive::Alive,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -163,8 +166,10 @@ impl Metrics {
             admin_actions: Family::default(),
             rejection_series: dashmap::DashMap::new(),
             webhooks: Default::default(),
+            alive: Default::default(),
         };
         m.webhooks.register(&mut registry);
+        m.alive.register(&mut registry);
         registry.register(
             "connections_opened",
             "WebSocket connections accepted",
@@ -352,6 +357,7 @@ impl Metrics {
     /// The Prometheus text exposition.
     pub fn encode(&self) -> String {
         self.process.refresh();
+        self.alive.refresh();
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

@@ -96,7 +96,12 @@ pub async fn serve_with_grpc(
     let data = web::Data::new(node.clone());
     listener.set_nonblocking(true)?;
     let accepted = node.clone();
+    // The main thread's runtime (sweeper, admin, bridge) and, as each
+    // builds its app, every worker's: their tasks in /metrics.
+    node.metrics.alive.this_runtime("actix");
+    let workers_node = node.clone();
     let server = HttpServer::new(move || {
+        workers_node.metrics.alive.this_runtime("actix");
         App::new()
             .app_data(data.clone())
             // A request head arrived whole: its connection is no longer

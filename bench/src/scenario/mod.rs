@@ -2,10 +2,12 @@
 //! connections, sampling a process's memory and CPU.
 
 pub mod behaviours;
+pub mod bystanders;
 pub mod fanout;
 pub mod grpc_publish;
 pub mod handshakes;
 pub mod idle;
+pub mod keepalive;
 pub mod slow;
 pub mod soak;
 pub mod storm;

@@ -14,9 +14,11 @@
 //! - slow readers: sockets with a small receive window subscribed to a
 //!   busy channel (2 KiB messages) that never read, replaced every round.
 //!
-//! Every `sample_secs`: RSS and open descriptors from `/proc`, and
-//! `tidegate_connections` (socket actors) and `tidegate_channels` from
-//! `/metrics`; one CSV line each, written as it is taken.
+//! Every `sample_secs`: RSS and open descriptors from `/proc`, and from
+//! `/metrics` `tidegate_connections` (open sockets), `tidegate_channels`,
+//! the tokio tasks alive (`tidegate_runtime_alive_tasks`, every runtime)
+//! and the actors alive (`tidegate_actors`: sockets and account
+//! supervisors); one CSV line each, written as it is taken.
 
 use std::cell::RefCell;
 use std::io::Write;
@@ -54,9 +56,16 @@ pub struct Sample {
     pub open_fds: u64,
     pub connections: f64,
     pub channels: f64,
+    /// Tokio tasks alive over the broker's runtimes.
+    pub tasks: f64,
+    /// Socket actors alive (created and not yet dropped).
+    pub socket_actors: f64,
+    /// Account supervisor actors alive.
+    pub supervisors: f64,
 }
 
-const CSV_HEAD: &str = "t_secs,rss_bytes,open_fds,connections,channels";
+const CSV_HEAD: &str =
+    "t_secs,rss_bytes,open_fds,connections,channels,tasks,socket_actors,supervisors";
 
 /// The sample key of the shipped config (account `acme`, 100 msg/s).
 const SAMPLE_KEY: &str = "tidegate-sample-publish-key";
@@ -247,6 +256,15 @@ async fn sample(target: &Target, pid: u32, t0: Instant) -> Sample {
         channels: tidegate_metric(target.addr, "tidegate_channels", &[])
             .await
             .unwrap_or(-1.0),
+        tasks: tidegate_metric(target.addr, "tidegate_runtime_alive_tasks", &[])
+            .await
+            .unwrap_or(-1.0),
+        socket_actors: tidegate_metric(target.addr, "tidegate_actors", &["\"socket\""])
+            .await
+            .unwrap_or(-1.0),
+        supervisors: tidegate_metric(target.addr, "tidegate_actors", &["account_supervisor"])
+            .await
+            .unwrap_or(-1.0),
     }
 }
 
@@ -305,18 +323,28 @@ pub async fn run(env: &Env, p: &Params) -> Result<serde_json::Value> {
         tick.tick().await;
         let s = sample(&target, pid, t0).await;
         eprintln!(
-            "  {:>7.1} s  rss {:>6.1} MiB  fds {:>5}  sockets {:>5}  channels {:>5}",
+            "  {:>7.1} s  rss {:>6.1} MiB  fds {:>5}  sockets {:>5}  channels {:>5}  tasks {:>5}  actors {:>5}+{:>5}",
             s.t_secs,
             mib(s.rss_bytes),
             s.open_fds,
             s.connections,
-            s.channels
+            s.channels,
+            s.tasks,
+            s.socket_actors,
+            s.supervisors
         );
         if let Some(f) = csv.as_mut() {
             writeln!(
                 f,
-                "{},{},{},{},{}",
-                s.t_secs, s.rss_bytes, s.open_fds, s.connections, s.channels
+                "{},{},{},{},{},{},{},{}",
+                s.t_secs,
+                s.rss_bytes,
+                s.open_fds,
+                s.connections,
+                s.channels,
+                s.tasks,
+                s.socket_actors,
+                s.supervisors
             )?;
             f.flush()?;
         }

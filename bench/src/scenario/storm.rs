@@ -10,6 +10,15 @@
 //! `node_overloaded` with `Retry-After`). Per-IP limits are raised: every
 //! client comes from 127.0.0.1. Clients are spread 4 to an account so the
 //! reconnect stays inside the per-identity burst (10).
+//!
+//! Beside the storm, `bystanders` sockets connected before it and not part
+//! of it report their heartbeats, ping round trips and deliveries during
+//! it (`bystanders.rs`), and the broker's own accept counter
+//! (`tidegate_connections_opened_total`) is sampled on a kept-alive
+//! connection: accepts per second as the broker counts them. The node's
+//! heartbeat interval is set to `heartbeat_ms` (1 s by default, shipped
+//! 15 s) so that a storm of a few seconds spans several heartbeats; every
+//! socket, storm clients included, is pinged that often.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -19,6 +28,8 @@ use anyhow::Result;
 use serde::Serialize;
 use serde_json::json;
 
+use super::bystanders::{self, Watch};
+use super::keepalive::{self, BrokerAccepts, Publisher};
 use super::{Accounts, Env, Tally, open_many, refusal_key};
 use crate::report;
 use crate::target::{Kind, Target, Who};
@@ -43,6 +54,12 @@ pub struct Params {
     pub patience_secs: f64,
     /// Tidegate's node accept budget; None keeps the default.
     pub node_accepts_per_sec: Option<f64>,
+    /// Sockets outside the storm that report what they saw during it.
+    pub bystanders: usize,
+    /// The node's `socket.heartbeat_interval_ms` for the run.
+    pub heartbeat_ms: u64,
+    /// How often the broker's accept counter is sampled.
+    pub metrics_ms: u64,
 }
 
 pub const BIN_MS: u64 = 100;
@@ -62,6 +79,10 @@ pub struct StormRun {
     /// Accepted handshakes per 100 ms bin from the drop.
     pub accepts_per_bin: Vec<u64>,
     pub refusals_per_bin: Vec<u64>,
+    /// Accepts per second as the broker counted them.
+    pub broker_accepts: BrokerAccepts,
+    /// What the sockets outside the storm saw during it.
+    pub bystanders: Option<bystanders::Report>,
 }
 
 #[derive(Default)]
@@ -155,14 +176,29 @@ pub async fn run_one(env: &Env, kind: Kind, mode: Mode, p: &Params) -> Result<St
         .node_accepts_per_sec
         .map(|r| format!("[handshake]\nnode_accepts_per_sec = {r:?}\n"))
         .unwrap_or_default();
-    let running = env.start(kind, &[budget.as_str()])?;
+    let heartbeat = format!("[socket]\nheartbeat_interval_ms = {}\n", p.heartbeat_ms);
+    let running = env.start(kind, &[budget.as_str(), heartbeat.as_str()])?;
     let target = running.target.clone();
+    let mut watchers = match p.bystanders {
+        0 => None,
+        n => {
+            let topic = target.topic("bystanders");
+            let config = &running.config;
+            Some(Watch::spawn(&target, config, n, &topic, p.heartbeat_ms).await?)
+        }
+    };
     let accounts = Accounts::new("storm", p.clients_per_account);
     let topic_of = |i: usize| target.topic(&format!("storm-{}", i % 100));
     let conns = open_many(&target, &accounts, p.clients, 100, 2048, |i| {
         Some(topic_of(i))
     })
     .await?;
+    let sampling = Rc::new(std::cell::Cell::new(false));
+    let sampler = {
+        let conn = Publisher::connect(&target).await?;
+        let every = Duration::from_millis(p.metrics_ms);
+        tokio::task::spawn_local(keepalive::sample_accepts(conn, every, sampling.clone()))
+    };
     // Let the initial connects leave the node budget's window.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
@@ -170,6 +206,9 @@ pub async fn run_one(env: &Env, kind: Kind, mode: Mode, p: &Params) -> Result<St
     // network blip looks from the clients).
     drop(conns);
     let t0 = Instant::now();
+    if let Some(w) = watchers.as_mut() {
+        w.storm_starts(t0);
+    }
     let log = Rc::new(RefCell::new(Log::default()));
     let shared = Rc::new(p.clone());
     let mut tasks = Vec::with_capacity(p.clients);
@@ -192,6 +231,22 @@ pub async fn run_one(env: &Env, kind: Kind, mode: Mode, p: &Params) -> Result<St
         }
     }
     let reconnected = back.len();
+    // One more second of samples and of the bystanders' watch: the
+    // counter's last rise is seen, and the node's state right after.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let watched = t0.elapsed().as_secs_f64();
+    sampling.set(true);
+    let samples: Vec<(f64, f64)> = sampler
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(at, c)| (secs_from(t0, at), c))
+        .collect();
+    let broker_accepts = keepalive::broker_accepts(&samples, p.metrics_ms);
+    let bystanders = match watchers {
+        Some(w) => Some(w.finish(watched).await?),
+        None => None,
+    };
     drop(back);
     drop(running);
 
@@ -234,7 +289,18 @@ pub async fn run_one(env: &Env, kind: Kind, mode: Mode, p: &Params) -> Result<St
         errors: log.errors.clone(),
         accepts_per_bin,
         refusals_per_bin,
+        broker_accepts,
+        bystanders,
     })
+}
+
+/// Seconds from `t0` to `at` (negative before it).
+fn secs_from(t0: Instant, at: Instant) -> f64 {
+    if at >= t0 {
+        (at - t0).as_secs_f64()
+    } else {
+        -(t0 - at).as_secs_f64()
+    }
 }
 
 pub async fn run(env: &Env, p: &Params) -> Result<serde_json::Value> {
@@ -246,6 +312,26 @@ pub async fn run(env: &Env, p: &Params) -> Result<serde_json::Value> {
             "  all back in {:?} s, peak {} accepts/s, refusals {:?}, errors {:?}",
             r.all_back_secs, r.peak_accepts_per_sec, r.refusals.0, r.errors.0
         );
+        let b = &r.broker_accepts;
+        eprintln!(
+            "  broker counted {} accepts: peak {}/s, mean {}/s",
+            b.accepted, b.peak_per_sec, b.mean_per_sec
+        );
+        if let Some(w) = &r.bystanders {
+            eprintln!(
+                "  bystanders {}: heartbeats {} missed {} (max gap {} ms), pong p99 {} max {} ms, delivered {}/{} (max {} ms), closed {}",
+                w.bystanders,
+                w.heartbeats,
+                w.missed_heartbeats,
+                w.max_heartbeat_gap_ms,
+                w.p99_pong_rtt_ms,
+                w.max_pong_rtt_ms,
+                w.delivered,
+                w.deliveries_due,
+                w.max_delivery_ms,
+                w.closed
+            );
+        }
         runs.push(r);
         tokio::time::sleep(Duration::from_secs(1)).await;
     }

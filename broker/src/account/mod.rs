@@ -80,6 +80,8 @@ pub struct AccountSupervisor {
     /// Set while a breach is being enforced, so one flood closes the
     /// account once rather than once per late charge.
     closing_since: Option<Instant>,
+    /// Counts this actor in `tidegate_actors{kind="account_supervisor"}`.
+    _alive: crate::alive::ActorGuard,
 }
 
 impl Actor for AccountSupervisor {
@@ -290,6 +292,10 @@ impl Accounts {
                     members: HashMap::new(),
                     last_view: None,
                     closing_since: None,
+                    _alive: self
+                        .metrics
+                        .alive
+                        .actor(crate::alive::ActorKind::AccountSupervisor),
                 }
                 .start()
             })

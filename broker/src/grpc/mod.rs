@@ -26,6 +26,8 @@ mod trailers;
 
 pub use server::{GrpcServer, start};
 pub use service::BrokerService;
+/// The checks and price of a `Subscribe` call (for the fuzz targets).
+pub(crate) use subscribe::check as check_subscribe;
 
 /// The messages and service of `tidegate.v1`, generated at build time.
 pub mod proto {

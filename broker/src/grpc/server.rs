@@ -48,6 +48,9 @@ pub fn start(node: Arc<Node>, listener: TcpListener) -> io::Result<GrpcServer> {
         .thread_name("tidegate-grpc")
         .enable_all()
         .build()?;
+    node.metrics
+        .alive
+        .runtime("grpc", runtime.handle().clone(), false);
     let (drain_tx, drain_rx) = watch::channel(None);
     let (stop_tx, stop_rx) = watch::channel(false);
     let (done_tx, done_rx) = oneshot::channel();

@@ -34,6 +34,8 @@ use super::service::{BrokerService, Caller, OpenStream};
 use super::status;
 use crate::backend::{self, Refusal};
 use crate::cluster::KeyCharge;
+use crate::config::Limits;
+use crate::http::keys::KeyState;
 use crate::hub::{Deliver, OutboundGauge, Sink, StreamSink, Subscriber};
 use crate::node::Node;
 use crate::protocol::{ErrorCode, channel, wire};
@@ -159,9 +161,11 @@ fn message(channel: &str, seq: u64, frame: &bytes::Bytes) -> SubscribeEvent {
 
 /// Checks every channel and prices the call: `subscribe` per channel plus
 /// `recovery` per channel with `since`, each within `max_single`.
-fn check(caller: &Caller, req: &SubscribeRequest) -> Result<u32, (Refusal, Option<String>)> {
-    let key = &caller.key;
-    let limits = &caller.limits;
+pub(crate) fn check(
+    key: &KeyState,
+    limits: &Limits,
+    req: &SubscribeRequest,
+) -> Result<u32, (Refusal, Option<String>)> {
     if key.subscribe.is_empty() {
         return Err((
             Refusal::new(
@@ -225,7 +229,7 @@ pub async fn start(
 ) -> Result<Events, Status> {
     let node = &svc.node;
     let account = caller.key.account.clone();
-    let cost = match check(&caller, &req) {
+    let cost = match check(&caller.key, &caller.limits, &req) {
         Ok(cost) => cost,
         Err((r, ch)) => {
             return Err(svc

@@ -34,6 +34,9 @@ pub async fn metrics(node: web::Data<Arc<Node>>) -> HttpResponse {
         .outbound_queued
         .set(node.outbound_queued() as i64);
     node.metrics.channels.set(node.hub.channel_count() as i64);
+    if let Some(handle) = node.webhooks.runtime_handle() {
+        node.metrics.alive.runtime("webhooks", handle, false);
+    }
     HttpResponse::Ok()
         .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
         .body(node.metrics.encode())

@@ -91,6 +91,8 @@ pub struct Socket {
     closing: bool,
     congested_since: Option<Instant>,
     span: tracing::Span,
+    /// Counts this actor in `tidegate_actors{kind="socket"}` until dropped.
+    _alive: crate::alive::ActorGuard,
 }
 
 impl Socket {
@@ -365,6 +367,7 @@ impl Socket {
                 closing: false,
                 congested_since: None,
                 span,
+                _alive: node.metrics.alive.actor(crate::alive::ActorKind::Socket),
                 id,
                 node,
             }

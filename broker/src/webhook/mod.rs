@@ -87,6 +87,11 @@ impl Webhooks {
         webhooks
     }
 
+    /// The webhooks' runtime, once the first endpoint started it.
+    pub fn runtime_handle(&self) -> Option<tokio::runtime::Handle> {
+        self.runtime.get().map(|r| r.handle().clone())
+    }
+
     fn runtime(&self) -> &runtime::Runtime {
         self.runtime.get_or_init(|| {
             let rt = runtime::Runtime::start().expect("starting the webhook thread");

@@ -127,6 +127,20 @@ fn config_files_through_check_config() {
     });
 }
 
+#[test]
+fn grpc_request_messages() {
+    bounded("grpc_request", 40_000, |d| {
+        fuzzing::grpc_request(d);
+    });
+}
+
+#[test]
+fn webhook_answers_and_retry_after() {
+    bounded("webhook_answer", 40_000, |d| {
+        fuzzing::webhook_answers(d);
+    });
+}
+
 /// The seeds do reach the interesting paths (a target that rejects all of
 /// its corpus would fuzz nothing).
 #[test]
@@ -149,4 +163,14 @@ fn the_corpus_reaches_past_the_parsers() {
         .map(|s| fuzzing::http_body(s))
         .sum();
     assert!(http >= 1);
+    let grpc = corpus("grpc_request")
+        .iter()
+        .filter(|s| fuzzing::grpc_request(s).is_some())
+        .count();
+    assert!(grpc >= 4, "{grpc} gRPC requests passed");
+    let answers: usize = corpus("webhook_answer")
+        .iter()
+        .map(|s| fuzzing::webhook_answers(s))
+        .sum();
+    assert!(answers >= 20, "{answers} webhook answers read");
 }

@@ -94,3 +94,42 @@ async fn metrics_count_connections_messages_and_rejections() {
         tokio::task::yield_now().await;
     }
 }
+
+/// `tidegate_actors{kind}` counts socket actors and account supervisors
+/// while they live and gives them back when they end; the runtimes' task
+/// gauges are there for the actix threads and the gRPC server.
+#[tokio::test]
+async fn actors_and_tasks_are_counted_and_given_back() {
+    const SOCKETS: &str = r#"tidegate_actors{kind="socket"}"#;
+    const SUPERVISORS: &str = r#"tidegate_actors{kind="account_supervisor"}"#;
+    let broker = Broker::start("");
+    let a1 = broker.client("acct-a").await;
+    let a2 = broker.client("acct-a").await;
+    let b = broker.client("acct-b").await;
+    let text = broker.metrics().await;
+    let v = |s: &str| crate::common::metric_value(&text, s);
+    assert_eq!(v(SOCKETS), 3.0, "{text}");
+    assert_eq!(v(SUPERVISORS), 2.0, "{text}");
+    for runtime in ["actix", "grpc"] {
+        let series = format!("tidegate_runtime_alive_tasks{{runtime=\"{runtime}\"}}");
+        assert!(text.contains(&series), "no {series} in {text}");
+    }
+    drop((a1, a2, b));
+    // Actors end asynchronously after their sockets close: wait for the
+    // gauges rather than a fixed time.
+    let deadline = std::time::Instant::now() + crate::common::PATIENCE;
+    loop {
+        let text = broker.metrics().await;
+        let v = |s: &str| crate::common::metric_value(&text, s);
+        if v(SOCKETS) == 0.0 && v(SUPERVISORS) == 0.0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "actors never given back: {} sockets, {} supervisors",
+            v(SOCKETS),
+            v(SUPERVISORS)
+        );
+        tokio::task::yield_now().await;
+    }
+}
