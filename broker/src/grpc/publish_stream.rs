@@ -85,8 +85,15 @@ async fn run(
             Ok(None) => break finished(&svc, &caller, &spent).await,
             // The client cancelled or sent what tonic could not decode
             // (e.g. past grpc.max_message_bytes): its status ends the call.
-            Err(mut s) => {
+            Err(s) => {
                 svc.count("bad_request", &caller.key.account, None);
+                // Past grpc.max_message_bytes tonic says OUT_OF_RANGE; §8
+                // says INVALID_ARGUMENT for anything too large.
+                let mut s = if s.code() == tonic::Code::OutOfRange {
+                    Status::invalid_argument(s.message().to_owned())
+                } else {
+                    s
+                };
                 let balance = balance(&svc, &caller, &spent).await;
                 status::balance(s.metadata_mut(), &balance, spent.units);
                 break s;

@@ -53,6 +53,7 @@ where
         let fut = self.inner.call(req);
         Box::pin(async move {
             let (mut parts, body) = fut.await?.into_parts();
+            too_large_is_invalid_argument(&mut parts.headers);
             let mut moved = HeaderMap::new();
             // A trailers-only answer (a refusal) already ends in its headers.
             if !parts.headers.contains_key("grpc-status") {
@@ -74,6 +75,27 @@ where
         })
     }
 }
+
+/// tonic refuses a request past `grpc.max_message_bytes` before the
+/// handler sees it, with `OUT_OF_RANGE`; §8 names `INVALID_ARGUMENT` for
+/// anything too large, and a client's error handling follows the contract,
+/// so a unary refusal (trailers-only: the status is in the headers) is
+/// given the contract's code, keeping tonic's message with the sizes.
+/// Nothing in the broker itself answers `OUT_OF_RANGE`.
+fn too_large_is_invalid_argument(headers: &mut HeaderMap) {
+    if headers
+        .get("grpc-status")
+        .is_some_and(|v| v == OUT_OF_RANGE)
+    {
+        headers.insert(
+            "grpc-status",
+            http::HeaderValue::from_static(INVALID_ARGUMENT),
+        );
+    }
+}
+
+const OUT_OF_RANGE: &str = "11";
+const INVALID_ARGUMENT: &str = "3";
 
 /// A body whose trailers gain `extra`.
 struct WithTrailers<B> {
