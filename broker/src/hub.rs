@@ -10,6 +10,7 @@
 //! the socket is over its high-water mark, so a slow consumer's backlog
 //! stays bounded by the mark plus one message.
 
+mod channel;
 mod conflation;
 mod gauge;
 mod sink;
@@ -23,10 +24,11 @@ use bytes::Bytes;
 use dashmap::DashMap;
 use parking_lot::Mutex;
 
-use crate::config::{Conflation, DeliveryClasses};
+use crate::config::DeliveryClasses;
 use crate::metrics::Metrics;
 use crate::protocol::wire;
 
+use channel::{Channel, ChannelState, Held, Subscribers, recover, trim};
 pub use conflation::conflation_key;
 pub use gauge::{OutboundGauge, Reserve};
 pub use sink::{DirectSink, Sink, StreamSink};
@@ -63,74 +65,6 @@ impl std::fmt::Debug for Subscriber {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Subscriber({})", self.conn)
     }
-}
-
-/// A channel's subscribers: a list to fan out over, and each one's place
-/// in it, so joining and leaving cost O(1) instead of a scan of the list
-/// under the channel lock (a 10,000-subscriber channel scanned 10,000
-/// entries per leave, and a storm of leaves held the lock for seconds).
-/// Leaving moves the last subscriber into the gap: fan-out order across
-/// subscribers is not part of the contract (each one's own order is).
-#[derive(Debug, Default)]
-struct Subscribers {
-    list: Vec<Subscriber>,
-    index: std::collections::HashMap<u64, usize, foldhash::fast::RandomState>,
-}
-
-impl Subscribers {
-    /// Adds `sub`, replacing an earlier subscription of the same socket.
-    fn insert(&mut self, sub: Subscriber) {
-        match self.index.get(&sub.conn) {
-            Some(&i) => self.list[i] = sub,
-            None => {
-                self.index.insert(sub.conn, self.list.len());
-                self.list.push(sub);
-            }
-        }
-    }
-
-    fn remove(&mut self, conn: u64) {
-        if let Some(i) = self.index.remove(&conn) {
-            self.list.swap_remove(i);
-            if let Some(moved) = self.list.get(i) {
-                self.index.insert(moved.conn, i);
-            }
-        }
-    }
-
-    fn iter(&self) -> std::slice::Iter<'_, Subscriber> {
-        self.list.iter()
-    }
-
-    fn is_empty(&self) -> bool {
-        self.list.is_empty()
-    }
-}
-
-#[derive(Debug)]
-struct Held {
-    seq: u64,
-    frame: Bytes,
-    at: Instant,
-}
-
-#[derive(Debug)]
-struct ChannelState {
-    /// Last `seq` assigned or seen; 0 while this node knows none.
-    seq: u64,
-    subscribers: Subscribers,
-    history: VecDeque<Held>,
-    /// How a conflating namespace keys its messages; `None`: queue.
-    conflate: Option<Arc<Conflation>>,
-    /// Set when the sweeper removed the channel from the map; a caller
-    /// holding a stale `Arc` looks the channel up again.
-    dead: bool,
-}
-
-#[derive(Debug)]
-struct Channel {
-    name: Arc<str>,
-    state: Mutex<ChannelState>,
 }
 
 /// What a subscribe found: whether the history covers everything after
@@ -409,7 +343,7 @@ impl Hub {
     pub fn is_subscribed(&self, channel: &str, conn: u64) -> bool {
         self.channels
             .get(channel)
-            .is_some_and(|c| c.state.lock().subscribers.index.contains_key(&conn))
+            .is_some_and(|c| c.state.lock().subscribers.contains(conn))
     }
 
     /// This node's last known `seq` for `channel` (0: none).
@@ -473,7 +407,7 @@ impl Hub {
     pub fn subscriber_count(&self, channel: &str) -> u64 {
         self.channels
             .get(channel)
-            .map_or(0, |c| c.state.lock().subscribers.list.len() as u64)
+            .map_or(0, |c| c.state.lock().subscribers.len() as u64)
     }
 
     /// Every channel with subscribers on this node, and how many.
@@ -483,51 +417,12 @@ impl Hub {
             .map(|e| {
                 (
                     e.key().clone(),
-                    e.value().state.lock().subscribers.list.len() as u64,
+                    e.value().state.lock().subscribers.len() as u64,
                 )
             })
             .filter(|(_, n)| *n > 0)
             .collect()
     }
-}
-
-fn trim(history: &mut VecDeque<Held>, limits: HistoryLimits, now: Instant) {
-    while history.len() > limits.size {
-        history.pop_front();
-    }
-    while history
-        .front()
-        .is_some_and(|h| now.saturating_duration_since(h.at) > limits.ttl)
-    {
-        history.pop_front();
-    }
-}
-
-/// Appends the held messages after `since` to `out` and says whether they
-/// are all of them. `since` at or past the last seq: nothing was missed.
-fn recover(st: &mut ChannelState, since: u64, out: &mut Vec<(u64, Bytes)>) -> bool {
-    if st.seq == 0 {
-        // No state for this channel: nothing to vouch for.
-        return false;
-    }
-    if since == st.seq {
-        return true;
-    }
-    if since > st.seq {
-        // The client saw a seq this node never issued: its state is from a
-        // history we no longer have.
-        return false;
-    }
-    let complete = st.history.front().is_some_and(|h| h.seq <= since + 1);
-    if complete {
-        out.extend(
-            st.history
-                .iter()
-                .filter(|h| h.seq > since)
-                .map(|h| (h.seq, h.frame.clone())),
-        );
-    }
-    complete
 }
 
 impl Hub {
