@@ -195,18 +195,25 @@ impl RedisBridge {
         self.renew_accounts(conn, false).await
     }
 
+    /// The script that raises a channel's `seq` counter to at least `seq`,
+    /// one key per call: a node's own counts after a resync, or on a
+    /// promoted replica that may have missed the last writes.
+    pub(super) fn raise_seq(&self, channel: &str, seq: u64) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(scripts::RAISE)
+            .arg(1)
+            .arg(self.key("seq", channel))
+            .arg(seq.to_string())
+            .arg(SEQ_TTL_MS.max(self.history.1));
+        cmd
+    }
+
     /// [`RedisBridge::resync`] without cross-slot pipelines.
     pub(super) async fn resync_sharded(&self, conn: &mut Conn) -> redis::RedisResult<()> {
-        let ttl = SEQ_TTL_MS.max(self.history.1);
         for chunk in self.hub.seqs().chunks(BURST) {
             try_join_all(chunk.iter().map(|(channel, seq)| {
                 let mut conn = conn.clone();
-                let mut cmd = redis::cmd("EVAL");
-                cmd.arg(scripts::RAISE)
-                    .arg(1)
-                    .arg(self.key("seq", channel))
-                    .arg(seq.to_string())
-                    .arg(ttl);
+                let cmd = self.raise_seq(channel, *seq);
                 async move { cmd.query_async::<i64>(&mut conn).await }
             }))
             .await?;

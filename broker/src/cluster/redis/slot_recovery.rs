@@ -16,7 +16,7 @@ use std::time::Duration;
 use futures_util::future::{join_all, try_join_all};
 
 use super::slots::slot_of;
-use super::{COMMAND_TIMEOUT, Conn, RedisBridge, SEQ_TTL_MS, SubCmd, scripts};
+use super::{COMMAND_TIMEOUT, Conn, RedisBridge, SubCmd};
 
 /// Down slots re-synced concurrently.
 const BURST: usize = 64;
@@ -115,15 +115,9 @@ impl RedisBridge {
             .arg(probe)
             .query_async::<i64>(&mut c)
             .await?;
-        let ttl = SEQ_TTL_MS.max(self.history.1);
         try_join_all(held.seqs.iter().map(|(channel, seq)| {
             let mut conn = conn.clone();
-            let mut cmd = redis::cmd("EVAL");
-            cmd.arg(scripts::RAISE)
-                .arg(1)
-                .arg(self.key("seq", channel))
-                .arg(seq.to_string())
-                .arg(ttl);
+            let cmd = self.raise_seq(channel, *seq);
             async move { cmd.query_async::<i64>(&mut conn).await }
         }))
         .await?;
