@@ -2,34 +2,32 @@
 //! unsubscribe churn on the channel registry.
 //!
 //! `fanout/N`: N real socket actors, each opened through the broker's own
-//! `/v1/ws` handler (`tidegate::server::routes` in an in-process actix
-//! service: token verified, handshake checks, `Socket` actor started),
-//! with an in-memory request payload instead of a TCP socket and each
-//! response body (the socket's outbox) drained by a task, as actix-http's
-//! dispatcher would. Every socket subscribes with a real `subscribe` frame.
-//! One iteration is one publish on the node's bridge, timed until every
-//! one of the N outboxes has handed that frame over: hub lookup, `seq`,
-//! history, one encoding, N gauge checks, N direct outbox pushes (no
-//! actor mailbox since issue 10) and N pulls. No network.
+//! upgrade handler (`tidegate::socket::handshake::upgrade`: token
+//! verified, handshake checks, `Socket` actor started) over an in-memory
+//! duplex stream instead of a TCP socket, whose far end a task reads,
+//! counting WebSocket frames. Every socket subscribes with a real
+//! `subscribe` frame. One iteration is one publish on the node's bridge,
+//! timed until every one of the N clients has read that frame: hub lookup,
+//! `seq`, history, one encoding, N gauge checks, N direct outbox pushes
+//! (no actor mailbox since issue 10), N transport writes and N reads. No
+//! network.
 
 use std::cell::Cell;
 use std::hint::black_box;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix_web::body::MessageBody;
-use actix_web::dev::Payload;
-use actix_web::error::PayloadError;
-use actix_web::{App, test, web};
-use bytes::Bytes;
+use actix_codec::Framed;
+use actix_http::{h1, test::TestRequest};
+use bytes::{Buf, Bytes, BytesMut};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use tidegate::Node;
 use tidegate::hub::{DirectSink, HistoryLimits, Hub, OutboundGauge, Sink, Subscriber};
 use tidegate::metrics::Metrics;
 use tidegate_bench::target::{self, Who};
 use tidegate_bench::ws::{OP_TEXT, encode_frame};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, WriteHalf};
 
 /// The load generator's bench config, with heartbeats out of the way (a
 /// ping in the middle of a measurement would be counted as a delivery).
@@ -39,15 +37,13 @@ heartbeat_interval_ms = 3600000
 client_timeout_ms = 7200000
 "#;
 
-type Inbound = Pin<Box<dyn futures_util::Stream<Item = Result<Bytes, PayloadError>>>>;
-
 struct Fleet {
     sys: actix_rt::SystemRunner,
     node: Arc<Node>,
     frames: Rc<Cell<u64>>,
     n: u64,
     /// Keeps each socket's inbound side open.
-    _inbound: Vec<tokio::sync::mpsc::UnboundedSender<Result<Bytes, PayloadError>>>,
+    _inbound: Vec<WriteHalf<DuplexStream>>,
 }
 
 /// The same fleet on a conflating namespace (§11), keyed by `/k`: every
@@ -74,13 +70,6 @@ fn fleet(n: usize, extra: &str) -> Fleet {
             let minter = target::Target::tidegate("127.0.0.1:1".parse().unwrap(), &config)
                 .expect("authenticator");
             let node = Node::new(config).expect("node");
-            let data = web::Data::new(node.clone());
-            let app = test::init_service(
-                App::new()
-                    .app_data(data)
-                    .configure(tidegate::server::routes),
-            )
-            .await;
             let mut inbound = Vec::with_capacity(n);
             for i in 0..n {
                 let account = format!("s{}", i / 8);
@@ -91,10 +80,7 @@ fn fleet(n: usize, extra: &str) -> Fleet {
                         token: None,
                     })
                     .expect("token");
-                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-                let stream = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
-                let req = test::TestRequest::get()
-                    .uri("/v1/ws")
+                let req = TestRequest::with_uri("/v1/ws")
                     .insert_header(("upgrade", "websocket"))
                     .insert_header(("connection", "upgrade"))
                     .insert_header(("sec-websocket-version", "13"))
@@ -103,19 +89,32 @@ fn fleet(n: usize, extra: &str) -> Fleet {
                         "sec-websocket-protocol",
                         format!("tidegate.v1, bearer.{token}"),
                     ))
-                    .peer_addr("127.0.0.1:40000".parse().unwrap())
-                    .to_request();
-                let boxed: Inbound = Box::pin(stream);
-                let (req, _) = req.replace_payload(Payload::from(boxed));
-                let res = test::call_service(&app, req).await;
-                assert_eq!(res.status().as_u16(), 101, "socket {i} was refused");
-                let mut body = res.into_body();
+                    .finish();
+                let (server, client) = tokio::io::duplex(64 * 1024);
+                let framed = Framed::new(server, h1::Codec::new(Default::default()));
+                actix_rt::spawn(tidegate::socket::handshake::upgrade(
+                    node.clone(),
+                    req,
+                    framed,
+                ));
+                let (mut rd, mut wr) = tokio::io::split(client);
                 let frames = frames.clone();
                 actix_rt::spawn(async move {
-                    while let Some(Ok(_)) =
-                        std::future::poll_fn(|cx| Pin::new(&mut body).poll_next(cx)).await
-                    {
-                        frames.set(frames.get() + 1);
+                    let mut buf = BytesMut::with_capacity(16 * 1024);
+                    let mut head = true;
+                    while rd.read_buf(&mut buf).await.is_ok_and(|n| n > 0) {
+                        if head {
+                            let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                                continue;
+                            };
+                            assert!(buf.starts_with(b"HTTP/1.1 101"), "socket {i} was refused");
+                            buf.advance(end + 4);
+                            head = false;
+                        }
+                        while let Some(len) = frame_len(&buf) {
+                            buf.advance(len);
+                            frames.set(frames.get() + 1);
+                        }
                     }
                 });
                 let mut sub = Vec::new();
@@ -125,8 +124,8 @@ fn fleet(n: usize, extra: &str) -> Fleet {
                     0x5a5a_5a5a,
                     &mut sub,
                 );
-                tx.send(Ok(Bytes::from(sub))).expect("inbound open");
-                inbound.push(tx);
+                wr.write_all(&sub).await.expect("inbound open");
+                inbound.push(wr);
             }
             // welcome + ack on every socket.
             while frames.get() < 2 * n as u64 {
@@ -142,6 +141,23 @@ fn fleet(n: usize, extra: &str) -> Fleet {
         n: n as u64,
         _inbound: inbound,
     }
+}
+
+/// The length of the whole server frame at the start of `buf`, if it is
+/// all there (server frames are not masked).
+fn frame_len(buf: &[u8]) -> Option<usize> {
+    let (head, len) = match *buf.get(1)? & 0x7f {
+        126 => (
+            4,
+            usize::from(u16::from_be_bytes([*buf.get(2)?, *buf.get(3)?])),
+        ),
+        127 => (
+            10,
+            u64::from_be_bytes(buf.get(2..10)?.try_into().ok()?) as usize,
+        ),
+        n => (2, usize::from(n)),
+    };
+    (buf.len() >= head + len).then_some(head + len)
 }
 
 fn fanout(c: &mut Criterion) {

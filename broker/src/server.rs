@@ -7,9 +7,12 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::dev::Service;
+use actix_http::{HttpService, Request, h1};
+use actix_service::{IntoServiceFactory, ServiceFactoryExt, fn_service, map_config};
+use actix_web::dev::{AppConfig, Service};
 use actix_web::http::StatusCode;
-use actix_web::{App, HttpResponse, HttpServer, web};
+use actix_web::rt::net::TcpStream;
+use actix_web::{App, HttpResponse, web};
 
 use crate::config::Config;
 use crate::http::{self, refusal};
@@ -22,23 +25,26 @@ use crate::unfinished::Unfinished;
 const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.service(resource("/v1/ws").route(web::get().to(socket::handshake::upgrade)))
-        .service(resource("/v1/publish").route(web::post().to(http::publish::publish)))
-        .service(resource("/v1/publish/batch").route(web::post().to(http::publish::publish_batch)))
-        .service(resource("/healthz").route(web::get().to(http::ops::healthz)))
-        .service(resource("/readyz").route(web::get().to(http::ops::readyz)))
-        .service(resource("/metrics").route(web::get().to(http::ops::metrics)));
+    // Upgrade requests are taken before the router (`serve_with_grpc`).
+    cfg.service(
+        resource(socket::handshake::PATH).route(web::get().to(socket::handshake::not_upgraded)),
+    )
+    .service(resource("/v1/publish").route(web::post().to(http::publish::publish)))
+    .service(resource("/v1/publish/batch").route(web::post().to(http::publish::publish_batch)))
+    .service(resource("/healthz").route(web::get().to(http::ops::healthz)))
+    .service(resource("/readyz").route(web::get().to(http::ops::readyz)))
+    .service(resource("/metrics").route(web::get().to(http::ops::metrics)));
     crate::admin::routes(cfg);
-    cfg.default_service(web::to(not_found));
+    cfg.default_service(web::to(|| async { not_found() }));
 }
 
 /// A path whose other methods get the contract's refusal body (405), not
 /// actix's empty one.
 pub fn resource(path: &str) -> actix_web::Resource {
-    web::resource(path).default_service(web::to(method_not_allowed))
+    web::resource(path).default_service(web::to(|| async { method_not_allowed() }))
 }
 
-async fn method_not_allowed() -> HttpResponse {
+pub(crate) fn method_not_allowed() -> HttpResponse {
     refusal(
         StatusCode::METHOD_NOT_ALLOWED,
         ErrorCode::BadRequest,
@@ -47,7 +53,7 @@ async fn method_not_allowed() -> HttpResponse {
     )
 }
 
-async fn not_found() -> HttpResponse {
+pub(crate) fn not_found() -> HttpResponse {
     refusal(
         StatusCode::NOT_FOUND,
         ErrorCode::NotFound,
@@ -100,48 +106,73 @@ pub async fn serve_with_grpc(
     // builds its app, every worker's: their tasks in /metrics.
     node.metrics.alive.this_runtime("actix");
     let workers_node = node.clone();
-    let server = HttpServer::new(move || {
-        workers_node.metrics.alive.this_runtime("actix");
-        App::new()
-            .app_data(data.clone())
-            // A request head arrived whole: its connection is no longer
-            // an unfinished one (see `unfinished`).
-            .wrap_fn(|req, srv| {
-                if let Some(u) = req.conn_data::<Unfinished>() {
-                    u.finish();
-                }
-                srv.call(req)
-            })
-            .configure(routes)
-    })
-    .workers(workers)
-    .disable_signals()
-    .shutdown_timeout(1)
-    // Slowloris: the head must be whole this long after the accept.
-    .client_request_timeout(Duration::from_millis(config.handshake.request_timeout_ms))
-    // Realtime frames must not wait for Nagle's algorithm: without
-    // this, a small frame written while an earlier one is unacked waits
-    // for the peer's delayed ACK (up to 40 ms on Linux).
-    .tcp_nodelay(true)
-    // How long a finished connection waits for the client to stop
-    // sending (actix-web's linger after a response whose request body
-    // was not read); WebSockets do not wait for it (`socket::ConnFd`).
-    .client_disconnect_timeout(Duration::from_millis(config.socket.close_timeout_ms))
-    .on_connect(move |conn, ext| {
-        let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() else {
-            return;
-        };
-        if send_buffer > 0 {
-            // Best effort: the OS may round or cap the size.
-            let _ = socket2::SockRef::from(tcp).set_send_buffer_size(send_buffer);
-        }
-        // So an upgraded socket can close TCP first (RFC 6455 §7.1.1).
-        #[cfg(unix)]
-        ext.insert(socket::ConnFd(std::os::fd::AsRawFd::as_raw_fd(tcp)));
-        crate::unfinished::on_connect(&accepted, tcp, ext);
-    })
-    .listen(listener)?
-    .run();
+    let request_timeout = Duration::from_millis(config.handshake.request_timeout_ms);
+    let disconnect_timeout = Duration::from_millis(config.socket.close_timeout_ms);
+    let local = listener.local_addr()?;
+    let server = actix_server::Server::build()
+        .workers(workers)
+        .disable_signals()
+        .shutdown_timeout(1)
+        .listen("tidegate", listener, move || {
+            let node = workers_node.clone();
+            node.metrics.alive.this_runtime("actix");
+            let app = App::new()
+                .app_data(data.clone())
+                // A request head arrived whole: its connection is no longer
+                // an unfinished one (see `unfinished`).
+                .wrap_fn(|req, srv| {
+                    if let Some(u) = req.conn_data::<Unfinished>() {
+                        u.finish();
+                    }
+                    srv.call(req)
+                })
+                .configure(routes)
+                .into_factory()
+                .map_err(|e: actix_web::Error| e.as_response_error().error_response());
+            let accepted = accepted.clone();
+            let upgrades = node.clone();
+            HttpService::build()
+                // Slowloris: the head must be whole this long after the
+                // accept.
+                .client_request_timeout(request_timeout)
+                // How long a finished connection waits for the client to
+                // stop sending (a response whose request body was not
+                // read); WebSockets own their connection and linger
+                // themselves (`socket::Transport`).
+                .client_disconnect_timeout(disconnect_timeout)
+                // Realtime frames must not wait for Nagle's algorithm:
+                // without this, a small frame written while an earlier one
+                // is unacked waits for the peer's delayed ACK (up to 40 ms
+                // on Linux).
+                .tcp_nodelay(true)
+                .local_addr(local)
+                .on_connect_ext(move |tcp: &TcpStream, ext| {
+                    if send_buffer > 0 {
+                        // Best effort: the OS may round or cap the size.
+                        let _ = socket2::SockRef::from(tcp).set_send_buffer_size(send_buffer);
+                    }
+                    crate::unfinished::on_connect(&accepted, tcp, ext);
+                })
+                // Every upgrade request, with its connection: the socket
+                // takes the TCP stream out of the h1 dispatcher and its
+                // buffers (`socket/transport.rs`).
+                .upgrade(fn_service(
+                    move |(req, framed): (Request, actix_codec::Framed<TcpStream, h1::Codec>)| {
+                        let node = upgrades.clone();
+                        async move {
+                            // A peer gone mid-handshake is routine, not
+                            // an error worth actix's error log.
+                            if let Err(e) = socket::handshake::upgrade(node, req, framed).await {
+                                tracing::debug!(error = %e, "upgrade connection ended");
+                            }
+                            Ok::<(), actix_web::Error>(())
+                        }
+                    },
+                ))
+                .finish(map_config(app, |()| AppConfig::default()))
+                .tcp()
+        })?
+        .run();
     let handle = server.handle();
     let sweeper = {
         let node = node.clone();

@@ -101,7 +101,7 @@ fn authorize(
             retry: None,
         });
     };
-    let ip = request_ip(req, &config.node.trusted_proxies);
+    let ip = request_ip(req.head(), &config.node.trusted_proxies);
     let now = Instant::now();
     if node.admin.failures.remaining(&ip, FAILURE_BURST, now) < 1.0 {
         node.metrics.admin_action(action, "rate_limited");

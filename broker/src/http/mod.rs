@@ -16,10 +16,10 @@ use crate::protocol::ErrorCode;
 /// The client address of a request: the peer, or the right-most untrusted
 /// `X-Forwarded-For` entry when the peer is a trusted proxy (§1).
 pub fn request_ip(
-    req: &actix_web::HttpRequest,
+    req: &actix_http::RequestHead,
     trusted: &[crate::config::ProxyRange],
 ) -> std::net::IpAddr {
-    let peer = req.peer_addr().map_or([127, 0, 0, 1].into(), |a| a.ip());
+    let peer = req.peer_addr.map_or([127, 0, 0, 1].into(), |a| a.ip());
     let xff = req
         .headers()
         .get("x-forwarded-for")

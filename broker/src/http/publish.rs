@@ -198,7 +198,7 @@ fn refuse(
 /// 403 `banned` when an operator banned the key's account or the caller's
 /// address (§10), with `Retry-After` = the ban's remaining time.
 fn banned(req: &HttpRequest, node: &Node, key: &KeyState) -> Option<HttpResponse> {
-    let ip = super::request_ip(req, &node.config.load().node.trusted_proxies);
+    let ip = super::request_ip(req.head(), &node.config.load().node.trusted_proxies);
     let ban = node.admin.bans.check(Some(&key.account), Some(ip))?;
     Exceeded::new(Layer::Http, ErrorCode::Banned.as_str(), &key.account)
         .reset(ban.remaining)

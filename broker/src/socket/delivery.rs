@@ -210,18 +210,16 @@ impl Outbox {
 
 #[cfg(test)]
 mod tests {
-    use std::pin::Pin;
-    use std::task::{Context, Poll, Waker};
+    use std::collections::VecDeque;
+    use std::task::{Context, Waker};
 
     use actix::prelude::*;
-    use actix_web::body::MessageBody;
 
     use super::*;
     use crate::hub::OutboundGauge;
     use crate::metrics::Metrics;
     use crate::protocol::wire;
-    use crate::socket::Drained;
-    use crate::socket::outbox::OutboxBody;
+    use crate::socket::outbox::Next;
 
     /// Stands in for the socket actor's mailbox.
     struct Mailbox;
@@ -235,17 +233,15 @@ mod tests {
         fn handle(&mut self, _: Congested, _: &mut actix::Context<Self>) {}
     }
 
-    impl Handler<Drained> for Mailbox {
-        type Result = ();
-        fn handle(&mut self, _: Drained, _: &mut actix::Context<Self>) {}
-    }
-
-    /// What the HTTP layer would take from the body now.
-    fn sent(body: &mut OutboxBody) -> Vec<Bytes> {
-        let mut cx = Context::from_waker(Waker::noop());
+    /// What the transport would take and write now.
+    fn sent(outbox: &Outbox) -> Vec<Bytes> {
+        let cx = Context::from_waker(Waker::noop());
+        let mut batch = VecDeque::new();
         let mut out = Vec::new();
-        while let Poll::Ready(Some(Ok(f))) = Pin::new(&mut *body).poll_next(&mut cx) {
-            out.push(f);
+        while outbox.take(&cx, &mut batch, 2, usize::MAX) == Next::Write {
+            let bytes = batch.iter().map(Bytes::len).sum();
+            outbox.gauge.release(bytes);
+            out.extend(batch.drain(..));
         }
         out
     }
@@ -254,13 +250,7 @@ mod tests {
     async fn held_then_live_each_seq_once_in_order_and_the_gauge_stays_exact() {
         let mailbox = Mailbox.start();
         let gauge = Arc::new(OutboundGauge::new(1 << 20));
-        let (outbox, mut body) = Outbox::new(
-            gauge.clone(),
-            Arc::new(Metrics::new()),
-            mailbox.clone().recipient(),
-            mailbox.recipient(),
-            None,
-        );
+        let outbox = Outbox::new(gauge.clone(), Arc::new(Metrics::new()), mailbox.recipient());
         let ch: Arc<str> = Arc::from("doc:1");
         let frame = |seq| wire::message("doc:1", seq, "1");
         // As the hub does: reserve in the gauge, then hand over.
@@ -272,7 +262,7 @@ mod tests {
         outbox.joining("doc:1", 1);
         publish(5);
         publish(6);
-        assert!(sent(&mut body).is_empty(), "held while joining");
+        assert!(sent(&outbox).is_empty(), "held while joining");
         let ack = Bytes::from_static(b"ack");
         let joined = Joined {
             recovered: Some(true),
@@ -283,7 +273,7 @@ mod tests {
         publish(6); // already sent (held)
         publish(7);
         assert_eq!(
-            sent(&mut body),
+            sent(&outbox),
             vec![ack, frame(4), frame(5), frame(6), frame(7)]
         );
         assert_eq!(
@@ -293,10 +283,10 @@ mod tests {
         );
         outbox.stop_deliveries(false);
         publish(8);
-        assert!(sent(&mut body).is_empty(), "nothing live after closing");
+        assert!(sent(&outbox).is_empty(), "nothing live after closing");
         assert_eq!(outbox.leave("doc:1").as_deref(), Some("doc:1"));
         publish(9);
-        assert!(sent(&mut body).is_empty());
+        assert!(sent(&outbox).is_empty());
         assert_eq!(gauge.pending(), 0);
     }
 }

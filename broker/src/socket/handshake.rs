@@ -1,14 +1,23 @@
 //! `GET /v1/ws`: the checks that run before the upgrade (§1), cheapest
 //! first, each costing one HTTP response and no socket; then the upgrade.
 //! Every layer charges every attempt that reaches it.
+//!
+//! Upgrade requests come here from actix-http's upgrade hook with the
+//! connection itself (`server.rs`), not through the app's router: the
+//! socket then owns the TCP stream (`socket/transport.rs`). A refusal is
+//! written as an HTTP response on that stream, which then closes.
 
+use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix_web::body::BoxBody;
+use actix_codec::{AsyncRead, AsyncWrite, Framed, FramedParts};
+use actix_http::body::{BodySize, MessageBody};
+use actix_http::{ConnectionType, Method, Request, RequestHead, h1};
+use actix_web::HttpResponse;
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
-use actix_web::{HttpRequest, HttpResponse, web};
+use futures_util::SinkExt;
 
 use super::{Identity, Slots, Socket};
 use crate::auth::AuthError;
@@ -27,7 +36,7 @@ const BEARER_PREFIX: &str = "bearer.";
 const DRAINING_RETRY: Duration = Duration::from_secs(1);
 
 /// The offered subprotocols, comma-separated over one or more headers.
-fn offered(req: &HttpRequest) -> impl Iterator<Item = &str> {
+fn offered(req: &RequestHead) -> impl Iterator<Item = &str> {
     req.headers()
         .get_all(header::SEC_WEBSOCKET_PROTOCOL)
         .filter_map(|v| v.to_str().ok())
@@ -36,7 +45,7 @@ fn offered(req: &HttpRequest) -> impl Iterator<Item = &str> {
 }
 
 /// The token from `bearer.<token>` or `Authorization: Bearer <token>`.
-fn bearer_token(req: &HttpRequest) -> Option<&str> {
+fn bearer_token(req: &RequestHead) -> Option<&str> {
     offered(req)
         .find_map(|p| p.strip_prefix(BEARER_PREFIX))
         .or_else(|| {
@@ -80,7 +89,7 @@ struct Admitted {
 }
 
 /// Runs the §1 checks in order. Emits one exceeded event per refusal.
-async fn admit(req: &HttpRequest, node: &Arc<Node>, config: &Config) -> Result<Admitted, Refused> {
+async fn admit(req: &RequestHead, node: &Arc<Node>, config: &Config) -> Result<Admitted, Refused> {
     let now = Instant::now();
     let hs = &config.handshake;
     let ip = crate::http::request_ip(req, &config.node.trusted_proxies);
@@ -285,59 +294,114 @@ async fn admit(req: &HttpRequest, node: &Arc<Node>, config: &Config) -> Result<A
     })
 }
 
-pub async fn upgrade(
-    req: HttpRequest,
-    payload: web::Payload,
-    node: web::Data<Arc<Node>>,
-) -> HttpResponse {
-    let started = Instant::now();
-    let node = node.get_ref().clone();
-    let config = node.config.load_full();
+/// The path WebSockets are served on.
+pub const PATH: &str = "/v1/ws";
 
+/// An upgrade request, with its connection: the handshake, then, once
+/// accepted, the socket, started on this worker with the connection.
+pub async fn upgrade<T>(
+    node: Arc<Node>,
+    req: Request,
+    mut framed: Framed<T, h1::Codec>,
+) -> io::Result<()>
+where
+    T: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    // The head is whole: no longer an unfinished connection.
+    if let Some(u) = req.conn_data::<crate::unfinished::Unfinished>() {
+        u.finish();
+    }
+    if req.path() != PATH {
+        return refuse(framed, crate::server::not_found()).await;
+    }
+    if req.method() != Method::GET {
+        return refuse(framed, crate::server::method_not_allowed()).await;
+    }
+    let started = Instant::now();
+    let config = node.config.load_full();
     // Not a WebSocket handshake at all: nothing to charge.
     let mut response = match actix_http::ws::handshake(req.head()) {
         Ok(r) => r,
-        Err(e) => {
-            Exceeded::new(Layer::Handshake, ErrorCode::BadRequest.as_str(), "").emit(&node.metrics);
-            node.metrics.handshake_done("refused", started);
-            let message = format!("not a WebSocket upgrade: {e}");
-            return refusal(
-                StatusCode::BAD_REQUEST,
-                ErrorCode::BadRequest,
-                &message,
-                None,
-            );
-        }
+        Err(e) => return refuse(framed, not_websocket(&node, &e, started)).await,
     };
-    let admitted = match admit(&req, &node, &config).await {
+    let admitted = match admit(req.head(), &node, &config).await {
         Ok(a) => a,
         Err(r) => {
             node.metrics.handshake_done("refused", started);
-            return refusal(r.status, r.code, &r.message, r.retry);
+            return refuse(framed, refusal(r.status, r.code, &r.message, r.retry)).await;
         }
     };
     node.metrics.handshake_done("accepted", started);
-    if offered(&req).any(|p| p == SUBPROTOCOL) {
+    if offered(req.head()).any(|p| p == SUBPROTOCOL) {
         response.insert_header((
             header::SEC_WEBSOCKET_PROTOCOL,
             HeaderValue::from_static(SUBPROTOCOL),
         ));
     }
-    let body = Socket::start(
+    let head = response.finish().drop_body();
+    if let Err(e) = framed.send(h1::Message::Item((head, BodySize::None))).await {
+        // Gone before the answer: the places the checks took go back with
+        // `admitted` (the socket never started).
+        return Err(io::Error::other(e));
+    }
+    // The socket runs as its own task holding only the TCP stream: the
+    // request, the codec and the dispatcher's buffers are freed now.
+    let FramedParts { io, read_buf, .. } = framed.into_parts();
+    let transport = Socket::start(
         admitted.identity,
         admitted.limits,
         admitted.slots,
         node,
-        payload.into_inner(),
-        req.conn_data::<super::ConnFd>().copied(),
+        io,
+        &read_buf,
     );
-    match response.message_body(BoxBody::new(body)) {
-        Ok(r) => r.into(),
-        Err(e) => refusal(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorCode::Internal,
-            &e.to_string(),
-            None,
-        ),
+    actix_rt::spawn(transport);
+    Ok(())
+}
+
+/// `GET /v1/ws` without the upgrade headers, through the router.
+pub async fn not_upgraded(
+    req: actix_web::HttpRequest,
+    node: actix_web::web::Data<Arc<Node>>,
+) -> HttpResponse {
+    let started = Instant::now();
+    match actix_http::ws::handshake(req.head()) {
+        Err(e) => not_websocket(&node, &e, started),
+        // Upgrade requests never reach the router.
+        Ok(_) => not_websocket(&node, &"the upgrade did not reach the handshake", started),
     }
+}
+
+fn not_websocket(node: &Node, e: &dyn std::fmt::Display, started: Instant) -> HttpResponse {
+    Exceeded::new(Layer::Handshake, ErrorCode::BadRequest.as_str(), "").emit(&node.metrics);
+    node.metrics.handshake_done("refused", started);
+    refusal(
+        StatusCode::BAD_REQUEST,
+        ErrorCode::BadRequest,
+        &format!("not a WebSocket upgrade: {e}"),
+        None,
+    )
+}
+
+/// Writes a refused handshake's response, then closes the connection.
+async fn refuse<T>(mut framed: Framed<T, h1::Codec>, response: HttpResponse) -> io::Result<()>
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut head, body) = actix_http::Response::from(response).into_parts();
+    head.head_mut().set_connection_type(ConnectionType::Close);
+    let body = body.try_into_bytes().unwrap_or_default();
+    let size = BodySize::Sized(body.len() as u64);
+    let sent = async {
+        framed.feed(h1::Message::Item((head, size))).await?;
+        if !body.is_empty() {
+            framed.feed(h1::Message::Chunk(Some(body))).await?;
+        }
+        framed.feed(h1::Message::Chunk(None)).await?;
+        // actix-codec's `close` shuts the stream without writing what
+        // `feed` buffered.
+        framed.flush().await?;
+        framed.close().await
+    };
+    sent.await.map_err(io::Error::other)
 }

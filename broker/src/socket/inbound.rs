@@ -2,13 +2,12 @@
 //! fragmented messages under the payload limit, and a gate that stops
 //! reading the socket (TCP back-pressure) while the actor wants it stopped.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
 use actix_http::ws::{Codec, Frame, Item, ProtocolError};
-use actix_web::dev::Payload;
 use bytes::{Bytes, BytesMut};
 use futures_util::Stream;
 use tokio_util::codec::Decoder;
@@ -95,17 +94,61 @@ impl Default for WsDecoder {
     }
 }
 
+/// Client bytes on their way from the transport (`socket/transport.rs`) to
+/// the actor's inbound stream; both run on the socket's worker. Reading
+/// stops while more than [`PIPE_LIMIT`] bytes wait here, which happens only
+/// while the actor has paused its stream: TCP then pushes back.
+#[derive(Default)]
+pub struct Pipe {
+    bytes: RefCell<BytesMut>,
+    /// The client's side ended (cleanly or not): no more bytes.
+    ended: Cell<bool>,
+    reader: Cell<Option<Waker>>,
+    writer: Cell<Option<Waker>>,
+}
+
+/// Bytes the pipe holds before the transport stops reading.
+pub const PIPE_LIMIT: usize = 32 * 1024;
+
+impl Pipe {
+    /// Whether the transport may read more; if not, it is woken when it
+    /// may.
+    pub fn has_room(&self, cx: &Context<'_>) -> bool {
+        if self.bytes.borrow().len() < PIPE_LIMIT {
+            return true;
+        }
+        self.writer.set(Some(cx.waker().clone()));
+        false
+    }
+
+    /// Bytes read from the client.
+    pub fn push(&self, bytes: &[u8]) {
+        self.bytes.borrow_mut().extend_from_slice(bytes);
+        if let Some(w) = self.reader.take() {
+            w.wake();
+        }
+    }
+
+    /// The client's side is done: the stream ends after what is here.
+    pub fn end(&self) {
+        self.ended.set(true);
+        if let Some(w) = self.reader.take() {
+            w.wake();
+        }
+    }
+}
+
 pub struct Inbound {
-    payload: Payload,
+    pipe: Rc<Pipe>,
     decoder: WsDecoder,
     gate: Rc<Gate>,
     eof: bool,
 }
 
 impl Inbound {
-    pub fn new(payload: Payload, gate: Rc<Gate>) -> Inbound {
+    pub fn new(pipe: Rc<Pipe>, gate: Rc<Gate>) -> Inbound {
         Inbound {
-            payload,
+            pipe,
             decoder: WsDecoder::default(),
             gate,
             eof: false,
@@ -214,14 +257,24 @@ impl Stream for Inbound {
                     return Poll::Ready(Some(Err(e)));
                 }
             }
-            match Pin::new(&mut this.payload).poll_next(cx) {
-                Poll::Ready(Some(Ok(chunk))) => this.decoder.feed(&chunk),
-                Poll::Ready(Some(Err(_))) | Poll::Ready(None) => {
-                    this.eof = true;
-                    return Poll::Ready(None);
+            let mut bytes = this.pipe.bytes.borrow_mut();
+            if !bytes.is_empty() {
+                this.decoder.feed(&bytes);
+                // Taken, not cleared: a burst's buffer is not kept.
+                drop(std::mem::take(&mut *bytes));
+                drop(bytes);
+                if let Some(w) = this.pipe.writer.take() {
+                    w.wake();
                 }
-                Poll::Pending => return Poll::Pending,
+                continue;
             }
+            drop(bytes);
+            if this.pipe.ended.get() {
+                this.eof = true;
+                return Poll::Ready(None);
+            }
+            this.pipe.reader.set(Some(cx.waker().clone()));
+            return Poll::Pending;
         }
     }
 }

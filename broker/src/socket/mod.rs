@@ -11,6 +11,7 @@ pub mod handshake;
 pub(crate) mod inbound;
 mod outbox;
 mod queue;
+mod transport;
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -21,7 +22,8 @@ use bytes::Bytes;
 
 pub use admission::{Admission, Shadow, Verdict};
 pub use delivery::Congested;
-pub use outbox::{ConnFd, Drained};
+pub use outbox::Drained;
+pub use transport::Transport;
 
 use crate::account::{AccountSlot, Sampler};
 use crate::auth::Grants;
@@ -319,29 +321,35 @@ impl Handler<CloseWith> for Socket {
 }
 
 impl Socket {
-    /// Starts the actor for an accepted upgrade and returns the response
-    /// body that carries its outbound frames.
-    pub fn start(
+    /// Starts the actor for an accepted upgrade and returns the transport
+    /// that carries its frames over `io` (to be driven by the caller).
+    /// `early` is what the client sent after its request head, already
+    /// read off `io`.
+    pub fn start<T>(
         id: Identity,
         limits: Arc<Limits>,
         slots: Slots,
         node: Arc<Node>,
-        payload: actix_web::dev::Payload,
-        conn: Option<ConnFd>,
-    ) -> outbox::OutboxBody {
+        io: T,
+        early: &[u8],
+    ) -> Transport<T>
+    where
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let pipe = Rc::new(inbound::Pipe::default());
+        pipe.push(early);
+        let linger = Duration::from_millis(node.config.load().socket.close_timeout_ms);
         let now = Instant::now();
         let gauge = Arc::new(OutboundGauge::new(limits.outbound_high_water_bytes));
         let gate = Gate::new(limits.max_payload_bytes);
-        let mut body = None;
+        let mut started = None;
         Socket::create(|ctx| {
-            let (outbox, b) = Outbox::new(
+            let outbox = Outbox::new(
                 gauge.clone(),
                 node.metrics.clone(),
                 ctx.address().recipient(),
-                ctx.address().recipient(),
-                conn,
             );
-            body = Some(b);
+            started = Some((outbox.clone(), ctx.address().recipient()));
             let span = tracing::info_span!("socket", conn = %id.label, account = %id.account);
             Socket {
                 slots,
@@ -361,7 +369,7 @@ impl Socket {
                 next_join: 0,
                 outbox,
                 gauge,
-                inbound: Some(Inbound::new(payload, gate.clone())),
+                inbound: Some(Inbound::new(pipe.clone(), gate.clone())),
                 gate,
                 last_heard: now,
                 closing: false,
@@ -373,7 +381,8 @@ impl Socket {
             }
         });
         // `create` runs the closure before returning.
-        body.expect("actor constructed")
+        let (outbox, on_drain) = started.expect("actor constructed");
+        Transport::new(io, pipe, outbox, on_drain, linger)
     }
 }
 

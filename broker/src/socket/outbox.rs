@@ -1,36 +1,29 @@
-//! The socket's outbound queue, which is also the HTTP response body.
+//! The socket's outbound queue, shared by the actor, the hub and the
+//! connection's transport (`socket/transport.rs`).
 //!
 //! This is why Tidegate does not use `actix-web-actors`' `WebsocketContext`
 //! or `actix-ws`' `Session`: both hide their queues (an unbounded
 //! `VecDeque` inside the context; a 32-slot channel that makes the sender
 //! wait), so the actor cannot see how many bytes are unsent. Here the
 //! actor, and the hub straight from whichever thread publishes
-//! (`socket/delivery.rs`), push already-encoded WebSocket frames into a
-//! queue shared with the response body; the body hands them to actix-http's
-//! h1 dispatcher only when the dispatcher asks for more, which it does only
-//! while its own write buffer is below `h1_write_buffer_size` and the
-//! kernel accepts writes. So [`OutboundGauge::pending`] is exactly the
-//! bytes the socket has not yet been able to send (minus at most one
-//! dispatcher buffer) — the server-side equivalent of a browser's
+//! (`socket/delivery.rs`), push already-encoded WebSocket frames into this
+//! queue; the transport takes them only when the kernel accepts writes,
+//! and a frame leaves the gauge only once the kernel has taken its bytes.
+//! So [`OutboundGauge::pending`] is exactly the bytes the socket has not
+//! been able to send — the server-side equivalent of a browser's
 //! `bufferedAmount`.
 //!
 //! The queue is behind a mutex because the hub writes from other threads;
-//! the body (on the socket's worker) registers its waker there, and a push
-//! wakes it only if it is waiting, so a burst of pushes costs one wake.
-//!
-//! When the socket is done (its close frame answered or acknowledged), the
-//! body ends after the close frame and shuts the connection's read side
-//! ([`ConnFd`]): actix-http would otherwise linger after an upgraded
-//! response, waiting for the client to close first, while RFC 6455 §7.1.1
-//! has the server close TCP first.
+//! the transport (on the socket's worker) registers its waker there, and a
+//! push wakes it only if it is waiting, so a burst of pushes costs one
+//! wake.
 
-use std::io;
-use std::pin::Pin;
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Waker};
 
 use actix::{Message, Recipient};
-use actix_web::body::{BodySize, MessageBody};
 use bytes::Bytes;
 use parking_lot::{Mutex, MutexGuard};
 
@@ -47,15 +40,15 @@ pub struct Drained;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Open,
-    /// Send what is queued, then end the body (clean close).
+    /// Send what is queued, then close TCP (clean close).
     Finishing,
-    /// End the body with an error: the dispatcher drops the TCP connection.
+    /// Drop the TCP connection without sending the rest.
     Aborted,
-    /// The HTTP layer dropped the body: the peer is gone.
+    /// The transport is gone: the peer is.
     Gone,
 }
 
-/// What the actor, the hub and the body share, under one lock: the frames
+/// What the actor, the hub and the transport share, under one lock: the frames
 /// and the subscriptions' positions must change together, so that a
 /// message is queued exactly once, in `seq` order, after its subscribe ack.
 pub(super) struct Shared {
@@ -69,49 +62,17 @@ pub(super) struct Shared {
 }
 
 /// A socket's outbound side, shared (`Arc`) by the actor, the hub's
-/// subscriptions ([`crate::hub::Sink::Socket`]) and the response body.
+/// subscriptions ([`crate::hub::Sink::Socket`]) and the transport.
 pub struct Outbox {
     shared: Mutex<Shared>,
     pub(super) gauge: Arc<OutboundGauge>,
     pub(super) metrics: Arc<Metrics>,
     /// The actor's mailbox, for the start of a drop episode.
     pub(super) control: Recipient<Congested>,
-}
-
-/// The HTTP layer's end: a streaming response body.
-pub struct OutboxBody {
-    outbox: Arc<Outbox>,
-    on_drain: Recipient<Drained>,
-    conn: Option<ConnFd>,
-}
-
-/// The TCP connection a WebSocket was upgraded on, as the server's
-/// `on_connect` saw it (`HttpRequest::conn_data`).
-///
-/// Why it is needed: after an upgraded response's body ends, actix-http's
-/// h1 dispatcher still holds the request payload (the WebSocket's inbound
-/// bytes), so it lingers, reading and discarding until the client closes
-/// or `client_disconnect_timeout` passes. A client that follows RFC 6455
-/// §7.1.1 waits for the server to close TCP first, so both sides wait.
-/// Shutting the read side makes the dispatcher's next read return end of
-/// stream: it then flushes what it holds (the close frame), shuts the
-/// write side (FIN) and drops the connection, with no timer involved.
-#[derive(Debug, Clone, Copy)]
-pub struct ConnFd(#[cfg(unix)] pub std::os::fd::RawFd);
-
-impl ConnFd {
-    /// Shuts the read side; errors (the peer already gone) change nothing.
-    fn shut_read(self) {
-        #[cfg(unix)]
-        {
-            // SAFETY: the descriptor belongs to the connection whose HTTP
-            // dispatcher owns both the TCP stream and this body; it polls
-            // the body (the only caller) only while it holds the stream,
-            // so the descriptor is open and still that connection's.
-            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.0) };
-            let _ = socket2::SockRef::from(&fd).shutdown(std::net::Shutdown::Read);
-        }
-    }
+    /// Bytes the transport took from the queue but the kernel has not yet
+    /// accepted (still in the gauge): conflation's room for new keys
+    /// leaves them out, so the gauge stays within the mark plus a frame.
+    in_flight: AtomicUsize,
 }
 
 impl Outbox {
@@ -119,10 +80,8 @@ impl Outbox {
         gauge: Arc<OutboundGauge>,
         metrics: Arc<Metrics>,
         control: Recipient<Congested>,
-        on_drain: Recipient<Drained>,
-        conn: Option<ConnFd>,
-    ) -> (Arc<Outbox>, OutboxBody) {
-        let outbox = Arc::new(Outbox {
+    ) -> Arc<Outbox> {
+        Arc::new(Outbox {
             shared: Mutex::new(Shared {
                 queue: OutQueue::default(),
                 subs: Subs::default(),
@@ -133,23 +92,16 @@ impl Outbox {
             gauge,
             metrics,
             control,
-        });
-        (
-            outbox.clone(),
-            OutboxBody {
-                outbox,
-                on_drain,
-                conn,
-            },
-        )
+            in_flight: AtomicUsize::new(0),
+        })
     }
 
     pub(super) fn lock(&self) -> MutexGuard<'_, Shared> {
         self.shared.lock()
     }
 
-    /// Releases the lock, then wakes the body if it was waiting (outside
-    /// the lock: the body's worker may be another thread).
+    /// Releases the lock, then wakes the transport if it was waiting (outside
+    /// the lock: the transport's worker may be another thread).
     pub(super) fn unlock_and_wake(mut s: MutexGuard<'_, Shared>) {
         let waker = s.waker.take();
         drop(s);
@@ -159,7 +111,7 @@ impl Outbox {
     }
 
     /// Queues a frame whose bytes are already counted in the gauge (or
-    /// releases them if the body will not send it).
+    /// releases them if the transport will not send it).
     #[inline]
     pub(super) fn push_reserved(&self, s: &mut Shared, frame: Bytes) {
         if s.state != State::Open {
@@ -188,9 +140,11 @@ impl Outbox {
             self.gauge.release(len);
             return Keyed::Queued(0);
         }
-        let done = s
-            .queue
-            .push_keyed(channel, key, frame, self.gauge.high_water());
+        let room = self
+            .gauge
+            .high_water()
+            .saturating_sub(self.in_flight.load(Ordering::Relaxed));
+        let done = s.queue.push_keyed(channel, key, frame, room);
         match done {
             Keyed::Queued(_) => {}
             Keyed::Replaced { old, new } => {
@@ -224,13 +178,13 @@ impl Outbox {
         }
     }
 
-    /// Ends the body once what is queued has been taken.
+    /// Closes the connection once what is queued has been sent.
     pub fn finish(&self) {
         self.set_state(State::Finishing);
     }
 
-    /// Ends the body now with an error, which makes the HTTP layer drop the
-    /// TCP connection (a close frame that could not be delivered in time).
+    /// Drops the connection now, unsent frames and all (a close frame that
+    /// could not be delivered in time, a client that stopped answering).
     pub fn abort(&self) {
         let mut s = self.lock();
         let bytes = s.queue.clear();
@@ -248,27 +202,43 @@ impl Outbox {
     }
 }
 
-impl MessageBody for OutboxBody {
-    type Error = io::Error;
+/// What the transport is to do next ([`Outbox::take`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Next {
+    /// Frames were moved to the transport's batch.
+    Write,
+    /// Nothing is queued; the transport is woken when something is.
+    Wait,
+    /// Everything queued, the close frame last, has been taken: once it
+    /// is written, close TCP (the server closes first, RFC 6455 §7.1.1).
+    Finish,
+    /// Drop the connection now (a close frame not delivered in time, or
+    /// the transport already gone).
+    Abort,
+}
 
-    fn size(&self) -> BodySize {
-        BodySize::Stream
-    }
-
-    fn poll_next(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Bytes, io::Error>>> {
-        let this = self.get_mut();
-        let gauge = &this.outbox.gauge;
-        let mut s = this.outbox.lock();
-        if let Some(frame) = s.queue.pop() {
-            drop(s);
-            let left = gauge.release(frame.len());
-            if gauge.is_congested() && left < gauge.high_water() {
-                this.on_drain.do_send(Drained);
-            }
-            return Poll::Ready(Some(Ok(frame)));
+impl Outbox {
+    /// Moves up to `max_frames` queued frames (and about `max_bytes`) into
+    /// the transport's `batch`. They stay counted in the gauge until the
+    /// kernel takes them ([`Outbox::sent`]), so the gauge is exactly the
+    /// bytes the socket has not been able to send.
+    pub(super) fn take(
+        &self,
+        cx: &Context<'_>,
+        batch: &mut VecDeque<Bytes>,
+        max_frames: usize,
+        max_bytes: usize,
+    ) -> Next {
+        let mut s = self.lock();
+        let mut bytes = 0;
+        while batch.len() < max_frames && bytes < max_bytes {
+            let Some(frame) = s.queue.pop() else { break };
+            bytes += frame.len();
+            batch.push_back(frame);
+        }
+        if !batch.is_empty() {
+            self.in_flight.fetch_add(bytes, Ordering::Relaxed);
+            return Next::Write;
         }
         match s.state {
             State::Open => {
@@ -276,30 +246,31 @@ impl MessageBody for OutboxBody {
                     Some(w) if w.will_wake(cx.waker()) => {}
                     w => *w = Some(cx.waker().clone()),
                 }
-                Poll::Pending
+                Next::Wait
             }
-            State::Finishing => {
-                // Everything queued, the close frame last, is with the
-                // dispatcher: let it close TCP now (see `ConnFd`).
-                if let Some(conn) = this.conn.take() {
-                    conn.shut_read();
-                }
-                Poll::Ready(None)
-            }
-            State::Gone => Poll::Ready(None),
-            State::Aborted => Poll::Ready(Some(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "close frame not delivered in time",
-            )))),
+            State::Finishing => Next::Finish,
+            State::Aborted | State::Gone => Next::Abort,
         }
     }
-}
 
-impl Drop for OutboxBody {
-    fn drop(&mut self) {
-        let mut s = self.outbox.lock();
+    /// `n` bytes reached the kernel: they leave the gauge, and a congested
+    /// socket that fell below its mark hears [`Drained`].
+    pub(super) fn sent(&self, n: usize, on_drain: &Recipient<Drained>) {
+        self.in_flight.fetch_sub(n, Ordering::Relaxed);
+        let left = self.gauge.release(n);
+        if self.gauge.is_congested() && left < self.gauge.high_water() {
+            on_drain.do_send(Drained);
+        }
+    }
+
+    /// The connection is gone: nothing more will be sent. What is queued,
+    /// and the `unsent` bytes the transport still held, leave the gauge.
+    pub(super) fn gone(&self, unsent: usize) {
+        let mut s = self.lock();
         s.state = State::Gone;
         let bytes = s.queue.clear();
-        self.outbox.gauge.release(bytes);
+        self.in_flight.store(0, Ordering::Relaxed);
+        drop(s);
+        self.gauge.release(bytes + unsent);
     }
 }

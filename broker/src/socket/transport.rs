@@ -1,0 +1,223 @@
+//! The upgraded TCP connection, owned by the socket once the handshake is
+//! done: client bytes go to the actor's inbound stream, frames from the
+//! outbox go to the kernel.
+//!
+//! Why not actix-http's h1 dispatcher (the path an upgraded response body
+//! takes): it keeps two 8 KiB buffers for the life of the connection,
+//! sized for HTTP bursts, which were half of an idle socket's memory
+//! (issue 10). actix-http's own upgrade hook (`HttpServiceBuilder::upgrade`)
+//! hands the TCP stream over instead, so the socket reads into a stack
+//! buffer and writes the outbox's frames as they are (vectored, no copy),
+//! and an idle socket holds no I/O buffer at all.
+//!
+//! Closing follows RFC 6455 §7.1.1: when the socket is done, the close
+//! frame is written, then the write side is shut (the server closes TCP
+//! first), and the connection lingers, discarding, until the client
+//! closes its side or `close_timeout_ms` passes. Closing at once with
+//! unread bytes would make the kernel answer with a reset, which can
+//! destroy the close frame before the client reads it.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io::IoSlice;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use actix::Recipient;
+use bytes::{Buf, Bytes};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::Drained;
+use super::inbound::Pipe;
+use super::outbox::{Next, Outbox};
+
+/// One read's worth of client bytes (on the stack, not kept).
+const READ_CHUNK: usize = 4096;
+/// Reads (and writes) per wake-up before yielding to other connections.
+const TURNS: usize = 16;
+/// The most frames, and about the most bytes, one vectored write takes.
+const BATCH_FRAMES: usize = 64;
+const BATCH_BYTES: usize = 64 * 1024;
+
+enum Phase {
+    Open,
+    /// The write side is shut: discard what the client still sends until
+    /// it closes, or until the deadline.
+    Lingering(Pin<Box<actix_rt::time::Sleep>>),
+}
+
+/// Drives one WebSocket's TCP connection until it is closed.
+pub struct Transport<T> {
+    io: T,
+    /// To the actor's inbound stream; `None` once the client's side ended.
+    inbound: Option<Rc<Pipe>>,
+    outbox: Arc<Outbox>,
+    on_drain: Recipient<Drained>,
+    /// Frames taken from the outbox, not yet (wholly) written; still
+    /// counted in the gauge.
+    batch: VecDeque<Bytes>,
+    phase: Phase,
+    linger: Duration,
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> Transport<T> {
+    pub fn new(
+        io: T,
+        inbound: Rc<Pipe>,
+        outbox: Arc<Outbox>,
+        on_drain: Recipient<Drained>,
+        linger: Duration,
+    ) -> Self {
+        Transport {
+            io,
+            inbound: Some(inbound),
+            outbox,
+            on_drain,
+            batch: VecDeque::new(),
+            phase: Phase::Open,
+            linger,
+        }
+    }
+
+    /// Moves client bytes to the actor while it takes them (otherwise
+    /// reading stops and TCP pushes back). `Err` when the connection
+    /// failed.
+    fn read(&mut self, cx: &mut Context<'_>) -> Result<(), ()> {
+        let Some(pipe) = &self.inbound else {
+            return Ok(());
+        };
+        for _ in 0..TURNS {
+            // The actor stopped (its stream is gone): nothing reads.
+            if Rc::strong_count(pipe) == 1 || !pipe.has_room(cx) {
+                return Ok(());
+            }
+            let mut chunk = [0u8; READ_CHUNK];
+            let mut buf = ReadBuf::new(&mut chunk);
+            match Pin::new(&mut self.io).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if buf.filled().is_empty() => {
+                    pipe.end();
+                    self.inbound = None;
+                    return Ok(());
+                }
+                Poll::Ready(Ok(())) => pipe.push(buf.filled()),
+                Poll::Ready(Err(_)) => return Err(()),
+                Poll::Pending => return Ok(()),
+            }
+        }
+        cx.waker().wake_by_ref();
+        Ok(())
+    }
+
+    /// Writes the outbox's frames while the kernel takes them. `Ready` when
+    /// the socket is done (`Ok`) or the connection must be dropped (`Err`).
+    fn write(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ()>> {
+        for _ in 0..TURNS {
+            if self.batch.is_empty() {
+                // An idle socket keeps no batch allocation.
+                if self.batch.capacity() > 8 {
+                    self.batch = VecDeque::new();
+                }
+                match self
+                    .outbox
+                    .take(cx, &mut self.batch, BATCH_FRAMES, BATCH_BYTES)
+                {
+                    Next::Write => {}
+                    Next::Wait => return Poll::Pending,
+                    Next::Finish => return Poll::Ready(Ok(())),
+                    Next::Abort => return Poll::Ready(Err(())),
+                }
+            }
+            let mut slices = [IoSlice::new(&[]); BATCH_FRAMES];
+            let mut n = 0;
+            for frame in self.batch.iter().take(BATCH_FRAMES) {
+                slices[n] = IoSlice::new(frame);
+                n += 1;
+            }
+            match Pin::new(&mut self.io).poll_write_vectored(cx, &slices[..n]) {
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Err(())),
+                Poll::Ready(Ok(written)) => {
+                    self.advance(written);
+                    self.outbox.sent(written, &self.on_drain);
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// Drops the first `n` written bytes from the batch.
+    fn advance(&mut self, mut n: usize) {
+        while n > 0 {
+            let Some(front) = self.batch.front_mut() else {
+                return;
+            };
+            if n < front.len() {
+                front.advance(n);
+                return;
+            }
+            n -= front.len();
+            self.batch.pop_front();
+        }
+    }
+}
+
+/// Discards client bytes until the client closes (`Ready`).
+fn discard<T: AsyncRead + Unpin>(io: &mut T, cx: &mut Context<'_>) -> Poll<()> {
+    for _ in 0..TURNS {
+        let mut chunk = [0u8; READ_CHUNK];
+        let mut buf = ReadBuf::new(&mut chunk);
+        match Pin::new(&mut *io).poll_read(cx, &mut buf) {
+            Poll::Ready(Ok(())) if !buf.filled().is_empty() => {}
+            Poll::Ready(_) => return Poll::Ready(()),
+            Poll::Pending => return Poll::Pending,
+        }
+    }
+    cx.waker().wake_by_ref();
+    Poll::Pending
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> Future for Transport<T> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        if let Phase::Lingering(deadline) = &mut this.phase {
+            if discard(&mut this.io, cx).is_ready() {
+                return Poll::Ready(());
+            }
+            return deadline.as_mut().poll(cx);
+        }
+        if this.read(cx).is_err() {
+            return Poll::Ready(());
+        }
+        match this.write(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(())) => Poll::Ready(()),
+            Poll::Ready(Ok(())) => {
+                // The close frame is out: FIN, then wait for the client's.
+                match Pin::new(&mut this.io).poll_shutdown(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Err(_)) => return Poll::Ready(()),
+                    Poll::Ready(Ok(())) => {}
+                }
+                this.phase = Phase::Lingering(Box::pin(actix_rt::time::sleep(this.linger)));
+                Pin::new(this).poll(cx)
+            }
+        }
+    }
+}
+
+impl<T> Drop for Transport<T> {
+    fn drop(&mut self) {
+        // The actor's stream ends, so it stops (if it has not).
+        if let Some(pipe) = self.inbound.take() {
+            pipe.end();
+        }
+        let unsent = self.batch.iter().map(Bytes::len).sum();
+        self.outbox.gone(unsent);
+    }
+}
