@@ -140,8 +140,7 @@ pub fn perform(node: &Arc<Node>, action: Action) -> usize {
         actix_rt::spawn(async move {
             let stored = match &envelope.action {
                 Action::Ban { target, expires_at } => {
-                    let ttl = expires_at.saturating_sub(unix_ms());
-                    store.set_ban(&target.key(), *expires_at, ttl).await
+                    store.set_ban(&target.key(), *expires_at).await
                 }
                 Action::Unban { target } => store.del_ban(&target.key()).await,
                 Action::Disconnect { .. } => Ok(()),

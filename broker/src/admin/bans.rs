@@ -26,7 +26,7 @@ pub enum BanTarget {
 }
 
 impl BanTarget {
-    /// `account:acme` / `ip:203.0.113.7`: the Redis key suffix.
+    /// `account:acme` / `ip:203.0.113.7`: its name in the ban list in Redis.
     pub fn key(&self) -> String {
         match self {
             BanTarget::Account(a) => format!("account:{a}"),

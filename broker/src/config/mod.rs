@@ -343,7 +343,7 @@ impl Config {
         }
         problems.extend(sample_secret_problems(&node, &auth, &resolved_keys));
         grpc.problems(&resolved_keys, &mut problems);
-        redis_cluster::problems(&cluster, &admin, &webhooks, &mut problems);
+        redis_cluster::problems(&cluster, &mut problems);
 
         if !problems.is_empty() {
             return Err(ConfigError { problems });

@@ -1,17 +1,11 @@
-//! What `cluster.mode = "redis-cluster"` cannot do yet, refused when the
-//! configuration is read rather than half-working at run time
-//! (docs/scaling.md, "Redis Cluster: what works today").
+//! What `cluster.mode = "redis-cluster"` asks of the configuration beyond
+//! one Redis: a key prefix that leaves the hash tags alone
+//! (docs/scaling.md, "Redis Cluster").
 
-use super::{AdminKeys, ClusterMode, ClusterSection, WebhookEndpoint};
+use super::{ClusterMode, ClusterSection};
 
-/// Appends a problem for each feature the Redis Cluster bridge does not
-/// carry yet, and for a key prefix that would break the hash tags.
-pub(super) fn problems(
-    cluster: &ClusterSection,
-    admin: &AdminKeys,
-    webhooks: &[WebhookEndpoint],
-    problems: &mut Vec<String>,
-) {
+/// Appends a problem for a key prefix that would break the hash tags.
+pub(super) fn problems(cluster: &ClusterSection, problems: &mut Vec<String>) {
     if cluster.mode != ClusterMode::RedisCluster {
         return;
     }
@@ -20,16 +14,6 @@ pub(super) fn problems(
             "cluster.key_prefix: {:?} must not contain '{{' or '}}' with mode \"redis-cluster\" (keys are hash-tagged by channel and account)",
             cluster.key_prefix
         ));
-    }
-    if !webhooks.is_empty() {
-        problems.push(
-            "webhooks: not yet supported with cluster.mode = \"redis-cluster\" (the delivery queues are one Redis stream set); use mode \"redis\" or remove [[webhooks]]".into(),
-        );
-    }
-    if admin.admin.is_some() || admin.viewer.is_some() {
-        problems.push(
-            "admin: the operator routes are not yet supported with cluster.mode = \"redis-cluster\" (bans and the cluster overview scan one Redis); use mode \"redis\" or remove the admin keys".into(),
-        );
     }
 }
 
@@ -48,28 +32,23 @@ mod tests {
     }
 
     #[test]
-    fn redis_cluster_mode_is_read_and_refuses_what_it_cannot_carry_yet() {
+    fn redis_cluster_mode_is_read_and_refuses_a_prefix_with_braces() {
         let ok = Config::from_toml(BASE, &|_| None).unwrap();
         assert_eq!(ok.cluster.mode, ClusterMode::RedisCluster);
         assert!(ok.cluster.mode.uses_redis());
         let braces = problems("key_prefix = \"t{x}:\"\n");
         assert_eq!(braces.len(), 1, "{braces:?}");
         assert!(braces[0].starts_with("cluster.key_prefix:"), "{braces:?}");
-        let hooks = problems(
-            "[[webhooks]]\nid = \"w\"\nurl = \"http://127.0.0.1:9/h\"\nsecret = \"0123456789abcdef0123456789abcdef\"\n",
+    }
+
+    #[test]
+    fn webhooks_and_the_operator_routes_are_accepted_on_redis_cluster() {
+        let text = format!(
+            "{BASE}[admin]\nkey = \"0123456789abcdef0123456789abcdef\"\n[[webhooks]]\nid = \"w\"\nurl = \"http://127.0.0.1:9/h\"\nsecret = \"0123456789abcdef0123456789abcdef\"\n"
         );
-        assert!(
-            hooks
-                .iter()
-                .any(|p| p.starts_with("webhooks: not yet supported")),
-            "{hooks:?}"
-        );
-        let admin = problems("[admin]\nkey = \"0123456789abcdef0123456789abcdef\"\n");
-        assert!(
-            admin
-                .iter()
-                .any(|p| p.starts_with("admin: the operator routes")),
-            "{admin:?}"
-        );
+        let config = Config::from_toml(&text, &|_| None).unwrap();
+        assert_eq!(config.cluster.mode, ClusterMode::RedisCluster);
+        assert_eq!(config.webhooks.len(), 1);
+        assert!(config.admin.admin.is_some());
     }
 }

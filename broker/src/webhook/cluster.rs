@@ -17,17 +17,25 @@
 //!
 //! Keys share the `{<endpoint>}` hash tag: `{prefix}wh:{<endpoint>}:q`
 //! (stream), `:owner`, `:pause`. Occupancy lives in
-//! `{prefix}occ:{<channel>}` (see `occupancy.rs`).
+//! `{prefix}occ:{<channel>}` (see `occupancy.rs`), the webhook leases in
+//! `{prefix}wh:nodes`. Every script touches one slot only, so the same
+//! queues work on Redis Cluster (`cluster.mode = "redis-cluster"`): there,
+//! leaving a channel reads the live leases first and hands them to the
+//! occupancy script (`LEAVE_LIVE`), which cannot read the lease key itself.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use tokio::sync::OnceCell;
 
 use super::event::{Event, kind_of};
 use super::scripts;
-use crate::config::Config;
+use crate::cluster::redis::Conn;
+use crate::config::{ClusterMode, Config};
 
 const GROUP: &str = "tidegate";
 /// Redis calls slower than this fail (and are retried by their loop).
@@ -42,6 +50,8 @@ pub struct Params {
     key_prefix: String,
     node_id: String,
     lease_ms: u64,
+    /// Redis Cluster rather than one Redis.
+    sharded: bool,
 }
 
 impl From<&Config> for Params {
@@ -51,12 +61,25 @@ impl From<&Config> for Params {
             key_prefix: config.cluster.key_prefix.clone(),
             node_id: config.node.id.clone(),
             lease_ms: config.cluster.lease_ms,
+            sharded: config.cluster.mode == ClusterMode::RedisCluster,
         }
     }
 }
 
+/// How the webhooks reach Redis: a reconnecting connection to one Redis,
+/// or a Redis Cluster connection (routing each command to its slot's shard
+/// and following `MOVED`), made at first use since the redis crate has no
+/// lazy one, and kept: it reconnects to a shard by itself.
+enum Link {
+    Single(ConnectionManager),
+    Cluster {
+        client: Box<ClusterClient>,
+        conn: OnceCell<ClusterConnection>,
+    },
+}
+
 pub struct Cluster {
-    conn: ConnectionManager,
+    link: Link,
     prefix: String,
     /// This process in locks, consumer names and leases.
     pub member: String,
@@ -74,14 +97,26 @@ impl Cluster {
     /// there).
     pub fn new(config: &Params) -> Result<Arc<Cluster>, redis::RedisError> {
         let client = redis::Client::open(config.redis_url.as_str())?;
-        let cm = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(COMMAND_TIMEOUT))
-            .set_response_timeout(Some(COMMAND_TIMEOUT))
-            .set_number_of_retries(1)
-            .set_max_delay(COMMAND_TIMEOUT);
-        let conn = ConnectionManager::new_lazy_with_config(client, cm)?;
+        let link = if config.sharded {
+            let client = ClusterClientBuilder::new(vec![client.get_connection_info().clone()])
+                .connection_timeout(COMMAND_TIMEOUT)
+                .response_timeout(COMMAND_TIMEOUT)
+                .retries(1)
+                .build()?;
+            Link::Cluster {
+                client: Box::new(client),
+                conn: OnceCell::new(),
+            }
+        } else {
+            let cm = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(COMMAND_TIMEOUT))
+                .set_response_timeout(Some(COMMAND_TIMEOUT))
+                .set_number_of_retries(1)
+                .set_max_delay(COMMAND_TIMEOUT);
+            Link::Single(ConnectionManager::new_lazy_with_config(client, cm)?)
+        };
         Ok(Arc::new(Cluster {
-            conn,
+            link,
             prefix: config.key_prefix.clone(),
             member: format!("{}:{:08x}", config.node_id, rand::random::<u32>()),
             lease: Duration::from_millis(config.lease_ms),
@@ -92,8 +127,25 @@ impl Cluster {
         format!("{}wh:{{{endpoint}}}:{kind}", self.prefix)
     }
 
-    fn conn(&self) -> ConnectionManager {
-        self.conn.clone()
+    /// A connection for one call; on Redis Cluster the first call
+    /// connects (a failed attempt is retried by the next call).
+    async fn conn(&self) -> redis::RedisResult<Conn> {
+        match &self.link {
+            Link::Single(c) => Ok(Conn::Single(c.clone())),
+            Link::Cluster { client, conn } => {
+                let c = conn
+                    .get_or_try_init(|| async {
+                        tokio::time::timeout(COMMAND_TIMEOUT, client.get_async_connection())
+                            .await
+                            .unwrap_or_else(|_| {
+                                Err((redis::ErrorKind::Io, "Redis Cluster connection timed out")
+                                    .into())
+                            })
+                    })
+                    .await?;
+                Ok(Conn::Cluster(c.clone()))
+            }
+        }
     }
 
     /// Appends `event`; returns how many old events the trim dropped.
@@ -109,7 +161,7 @@ impl Cluster {
             .arg(event.kind)
             .arg(&event.body[..])
             .arg(max)
-            .invoke_async(&mut self.conn())
+            .invoke_async(&mut self.conn().await?)
             .await
     }
 
@@ -119,7 +171,7 @@ impl Cluster {
             .key(self.key(endpoint, "owner"))
             .arg(&self.member)
             .arg(ttl.as_millis() as u64)
-            .invoke_async(&mut self.conn())
+            .invoke_async(&mut self.conn().await?)
             .await
     }
 
@@ -128,7 +180,7 @@ impl Cluster {
             .key(self.key(endpoint, "q"))
             .arg(GROUP)
             .arg(&self.member)
-            .invoke_async::<i64>(&mut self.conn())
+            .invoke_async::<i64>(&mut self.conn().await?)
             .await
             .map(drop)
     }
@@ -146,7 +198,7 @@ impl Cluster {
             .arg(&self.member)
             .arg(count.max(1))
             .arg(start)
-            .invoke_async(&mut self.conn())
+            .invoke_async(&mut self.conn().await?)
             .await?;
         let mut out = Vec::with_capacity(flat.len() / 4);
         for e in flat.chunks_exact(4) {
@@ -173,7 +225,7 @@ impl Cluster {
             .key(self.key(endpoint, "q"))
             .arg(GROUP)
             .arg(entry)
-            .invoke_async::<i64>(&mut self.conn())
+            .invoke_async::<i64>(&mut self.conn().await?)
             .await
             .map(drop)
     }
@@ -182,7 +234,7 @@ impl Cluster {
         scripts::PAUSE
             .key(self.key(endpoint, "pause"))
             .arg((wait.as_millis() as u64).max(1))
-            .invoke_async::<i64>(&mut self.conn())
+            .invoke_async::<i64>(&mut self.conn().await?)
             .await
             .map(drop)
     }
@@ -191,7 +243,7 @@ impl Cluster {
     pub async fn pause_left(&self, endpoint: &str) -> redis::RedisResult<Duration> {
         let ms: i64 = redis::cmd("PTTL")
             .arg(self.key(endpoint, "pause"))
-            .query_async(&mut self.conn())
+            .query_async(&mut self.conn().await?)
             .await?;
         Ok(Duration::from_millis(ms.max(0) as u64))
     }
@@ -199,7 +251,7 @@ impl Cluster {
     pub async fn queue_len(&self, endpoint: &str) -> redis::RedisResult<usize> {
         redis::cmd("XLEN")
             .arg(self.key(endpoint, "q"))
-            .query_async(&mut self.conn())
+            .query_async(&mut self.conn().await?)
             .await
     }
 
@@ -213,12 +265,15 @@ impl Cluster {
         let mut tick = tokio::time::interval((self.lease / 3).max(Duration::from_millis(50)));
         loop {
             tick.tick().await;
-            let r: redis::RedisResult<i64> = scripts::LEASE
-                .key(self.leases())
-                .arg(&self.member)
-                .arg(self.lease.as_millis() as u64)
-                .invoke_async(&mut self.conn())
-                .await;
+            let r: redis::RedisResult<i64> = async {
+                scripts::LEASE
+                    .key(self.leases())
+                    .arg(&self.member)
+                    .arg(self.lease.as_millis() as u64)
+                    .invoke_async(&mut self.conn().await?)
+                    .await
+            }
+            .await;
             if let Err(e) = r {
                 tracing::debug!(target: "tidegate::webhook", error = %e, "webhook lease renewal failed");
             }
@@ -241,17 +296,31 @@ impl Cluster {
             .arg(&self.member)
             .arg(OCCUPANCY_TTL_MS)
             .arg(tracking)
-            .invoke_async(&mut self.conn())
+            .invoke_async(&mut self.conn().await?)
             .await
     }
 
     /// The channel's generation if no live node has subscribers left.
     pub async fn leave(&self, channel: &str) -> redis::RedisResult<u64> {
-        scripts::LEAVE
-            .key(self.occupancy_key(channel))
+        let mut conn = self.conn().await?;
+        if let Link::Single(_) = self.link {
+            return scripts::LEAVE
+                .key(self.occupancy_key(channel))
+                .key(self.leases())
+                .arg(&self.member)
+                .invoke_async(&mut conn)
+                .await;
+        }
+        // Two slots: the live leases first, then the channel's hash alone.
+        let live: Vec<String> = scripts::LIVE
             .key(self.leases())
+            .invoke_async(&mut conn)
+            .await?;
+        scripts::LEAVE_LIVE
+            .key(self.occupancy_key(channel))
             .arg(&self.member)
-            .invoke_async(&mut self.conn())
+            .arg(live)
+            .invoke_async(&mut conn)
             .await
     }
 
@@ -265,7 +334,7 @@ impl Cluster {
             .key(self.occupancy_key(channel))
             .arg(generation)
             .arg(endpoint)
-            .invoke_async(&mut self.conn())
+            .invoke_async(&mut self.conn().await?)
             .await?;
         Ok(n == 1)
     }
@@ -287,7 +356,7 @@ impl Cluster {
             .arg("NX")
             .arg("EX")
             .arg(120)
-            .query_async(&mut self.conn())
+            .query_async(&mut self.conn().await?)
             .await?;
         Ok(set.is_some())
     }

@@ -37,7 +37,7 @@ pub use health::Status;
 pub use metrics::WebhookMetrics;
 pub use worker::Endpoint;
 
-use crate::config::{ClusterMode, Config, WebhookEndpoint};
+use crate::config::{Config, WebhookEndpoint};
 use metrics::outcome;
 
 /// `limit.exceeded` is sent at most once per account, reason and minute.
@@ -70,8 +70,11 @@ impl std::fmt::Debug for Webhooks {
 
 impl Webhooks {
     pub fn new(config: &Config, metrics: Arc<WebhookMetrics>) -> Arc<Webhooks> {
-        let cluster_config =
-            (config.cluster.mode == ClusterMode::Redis).then(|| cluster::Params::from(config));
+        let cluster_config = config
+            .cluster
+            .mode
+            .uses_redis()
+            .then(|| cluster::Params::from(config));
         let webhooks = Arc::new_cyclic(|me| Webhooks {
             endpoints: ArcSwap::from_pointee(Vec::new()),
             metrics,

@@ -159,6 +159,38 @@ return gen
     )
 });
 
+/// The members whose webhook lease is still valid (Redis Cluster: read
+/// before [`LEAVE_LIVE`], which cannot reach this key's slot). KEYS: leases.
+pub static LIVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%d', now), '+inf')
+"#,
+    )
+});
+
+/// [`LEAVE`] on the channel's hash alone, with the live members read just
+/// before. KEYS: occupancy hash. ARGV: member, then the live members.
+pub static LEAVE_LIVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+redis.call('HDEL', KEYS[1], 'n:' .. ARGV[1])
+local gen = redis.call('HINCRBY', KEYS[1], 'gen', 1)
+local live = {}
+for i = 2, #ARGV do live[ARGV[i]] = true end
+for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if string.sub(f, 1, 2) == 'n:' then
+    if live[string.sub(f, 3)] then return 0 end
+    redis.call('HDEL', KEYS[1], f)
+  end
+end
+return gen
+"#,
+    )
+});
+
 /// An endpoint's vacated delay ran out: it is told only if nothing joined
 /// or left since (same generation) and it was told occupied. KEYS:
 /// occupancy hash. ARGV: generation, endpoint. Returns 1 to send.

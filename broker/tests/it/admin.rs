@@ -1,6 +1,6 @@
 //! §10: the operators' routes: keys (404 without one, 401, 403 for the
 //! viewer, rate-limited failures), disconnect, ban and unban with expiry,
-//! the overview, and bans applied on every node of a Redis cluster.
+//! the overview (on every node of a Redis cluster: admin_cluster.rs).
 
 use std::time::Duration;
 
@@ -9,7 +9,6 @@ use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::common::{Broker, Client, PATIENCE, refusal_json};
-use crate::redis_server::RedisServer;
 
 pub const ADMIN_KEY: &str = "admin-key-0123456789abcdef";
 pub const VIEWER_KEY: &str = "viewer-key-0123456789abcdef";
@@ -39,7 +38,7 @@ async fn ok(resp: reqwest::Response) -> Value {
     resp.json().await.unwrap()
 }
 
-async fn overview(broker: &Broker) -> Value {
+pub async fn overview(broker: &Broker) -> Value {
     ok(call(
         broker,
         reqwest::Method::GET,
@@ -51,7 +50,7 @@ async fn overview(broker: &Broker) -> Value {
     .await
 }
 
-async fn unban(broker: &Broker, body: Value) -> Value {
+pub async fn unban(broker: &Broker, body: Value) -> Value {
     ok(call(
         broker,
         reqwest::Method::DELETE,
@@ -433,92 +432,4 @@ async fn the_overview_lists_webhook_endpoints_with_their_queues() {
         "failing for minutes, not seconds"
     );
     assert_eq!(hooks.as_array().unwrap().len(), 2);
-}
-
-#[tokio::test]
-async fn a_ban_on_one_node_closes_and_refuses_on_every_node_through_redis() {
-    let redis = RedisServer::start();
-    let prefix = format!("adm{}x{}:", std::process::id(), rand_suffix());
-    let cfg = |id: &str| {
-        format!(
-            "[node]\nid = \"{id}\"\n[cluster]\nmode = \"redis\"\nredis_url = \"{}\"\nkey_prefix = \"{prefix}\"\nlease_ms = 1000\n{}",
-            redis.url(),
-            admin_config()
-        )
-    };
-    let a = Broker::start(&cfg("a"));
-    let b = Broker::start(&cfg("b"));
-    for n in [&a, &b] {
-        let deadline = std::time::Instant::now() + PATIENCE;
-        while !n.node.bridge.is_up() {
-            assert!(std::time::Instant::now() < deadline, "bridge never came up");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-    let mut on_b = b.client("acme").await;
-    let answer = ban(&a, json!({"account":"acme","ttlMs":60_000})).await;
-    assert_eq!(answer["closed"], 0, "node a had none of its sockets");
-    assert_eq!(close_frame(&mut on_b).await, (4003, "banned".into()));
-    let Err((status, body, retry)) = b.try_connect(&b.token("acme")).await else {
-        panic!("node b admitted a banned account");
-    };
-    assert_eq!((status, body["error"].as_str()), (403, Some("banned")));
-    assert!(retry.unwrap() >= 55);
-
-    // A node that starts after the ban reads it from Redis.
-    let late = Broker::start(&cfg("late"));
-    let deadline = std::time::Instant::now() + PATIENCE;
-    while late.node.admin.bans.check(Some("acme"), None).is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the late node never learned the ban"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-
-    // Disconnect by connection id reaches the node that holds it.
-    let mut other = b.client("other").await;
-    let conn = b.node.sockets.iter().next().unwrap().label.to_string();
-    let answer = disconnect(&a, json!({"connId": conn})).await;
-    assert_eq!(answer["closed"], 0);
-    assert_eq!(close_frame(&mut other).await, (4003, "disconnected".into()));
-
-    // Unban on b lifts it on a.
-    unban(&b, json!({"account":"acme"})).await;
-    let deadline = std::time::Instant::now() + PATIENCE;
-    while a.node.admin.bans.check(Some("acme"), None).is_some() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the unban never reached node a"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    a.client("acme").await;
-
-    // The overview from one node lists every node.
-    let deadline = std::time::Instant::now() + PATIENCE;
-    loop {
-        let o = overview(&a).await;
-        let ids: Vec<&str> = o["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|n| n["id"].as_str())
-            .collect();
-        if ids == ["a", "b", "late"] {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "nodes in the overview: {ids:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn rand_suffix() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
 }

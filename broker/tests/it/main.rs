@@ -6,6 +6,7 @@ mod common;
 mod account_precision;
 mod accounts;
 mod admin;
+mod admin_cluster;
 mod bad_input;
 mod channels;
 mod cli;

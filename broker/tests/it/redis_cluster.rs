@@ -39,6 +39,49 @@ impl Backend for crate::redis_server::RedisServer {
     }
 }
 
+/// The test bodies that take a [`Backend`], run on one Redis and on a
+/// three-master Redis Cluster: `on_both!(body, ...)` makes, for each body, a
+/// test in `one_redis` and one in `redis_cluster`.
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod one_redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(&crate::redis_server::RedisServer::start()).await;
+                }
+            )*
+        }
+        mod redis_cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(&crate::redis_cluster::RedisCluster::start()).await;
+                }
+            )*
+        }
+    };
+}
+pub(crate) use on_both;
+
+/// Runs `cmd` (on one key) on the master that owns the key: each master is
+/// asked directly, and the others answer `MOVED` (an error).
+pub async fn on_owner<T: redis::FromRedisValue>(redis: &impl Backend, cmd: &redis::Cmd) -> T {
+    let mut last = None;
+    for port in redis.ports() {
+        let mut conn = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        match cmd.query_async(&mut conn).await {
+            Ok(v) => return v,
+            Err(e) => last = Some(e),
+        }
+    }
+    panic!("no master answered: {last:?}");
+}
+
 pub struct RedisCluster {
     /// The masters' ports, in slot order (a failover does not change it).
     pub ports: Vec<u16>,

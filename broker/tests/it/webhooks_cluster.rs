@@ -1,6 +1,7 @@
 //! Cluster-mode webhooks (§9): two nodes on a real Redis share each
 //! endpoint's queue; one node sends at a time; killing it loses nothing;
-//! occupancy is decided once for the whole cluster.
+//! occupancy is decided once for the whole cluster. Each body runs on one
+//! Redis and on a three-master Redis Cluster.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -9,12 +10,19 @@ use serde_json::json;
 
 use crate::common::{Broker, Client, PATIENCE};
 use crate::receiver::{Receiver, Reply};
-use crate::redis_server::RedisServer;
+use crate::redis_cluster::{Backend, on_both, on_owner};
 use crate::webhooks::hook;
 
-fn node(redis: &RedisServer, id: &str, prefix: &str, hooks: &str) -> Broker {
+on_both!(
+    a_killed_owner_loses_no_event_and_none_is_in_flight_twice,
+    occupancy_is_decided_once_for_the_whole_cluster,
+    a_receivers_pause_outlives_the_node_that_was_told,
+);
+
+fn node(redis: &impl Backend, id: &str, prefix: &str, hooks: &str) -> Broker {
     Broker::start(&format!(
-        "[node]\nid = \"{id}\"\n[cluster]\nmode = \"redis\"\nredis_url = \"{}\"\nkey_prefix = \"{prefix}\"\nlease_ms = 1000\n{hooks}",
+        "[node]\nid = \"{id}\"\n[cluster]\nmode = \"{}\"\nredis_url = \"{}\"\nkey_prefix = \"{prefix}\"\nlease_ms = 1000\n{hooks}",
+        redis.mode(),
         redis.url()
     ))
 }
@@ -43,9 +51,7 @@ async fn publish(b: &Broker, n: u64) {
     assert_eq!(r.status(), 200);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_owner_loses_no_event_and_none_is_in_flight_twice() {
-    let redis = RedisServer::start();
+async fn a_killed_owner_loses_no_event_and_none_is_in_flight_twice(redis: &impl Backend) {
     let p = prefix();
     let mut rx = Receiver::start(|_| Reply::Slow(Duration::from_millis(20)));
     let hooks = hook(
@@ -53,8 +59,8 @@ async fn a_killed_owner_loses_no_event_and_none_is_in_flight_twice() {
         &rx.url,
         "timeout_ms = 1000\nmax_in_flight = 2\nrate_per_sec = 1000\nburst = 100",
     );
-    let a = node(&redis, "a", &p, &hooks);
-    let b = node(&redis, "b", &p, &hooks);
+    let a = node(redis, "a", &p, &hooks);
+    let b = node(redis, "b", &p, &hooks);
     let n = 60u64;
     for i in 0..n / 2 {
         publish(if i % 2 == 0 { &a } else { &b }, i).await;
@@ -109,9 +115,7 @@ async fn unsubscribe(c: &mut Client, id: u64) {
     assert_eq!(ack["type"], "ack", "{ack}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn occupancy_is_decided_once_for_the_whole_cluster() {
-    let redis = RedisServer::start();
+async fn occupancy_is_decided_once_for_the_whole_cluster(redis: &impl Backend) {
     let p = prefix();
     let mut rx = Receiver::accepting();
     let hooks = hook(
@@ -119,8 +123,8 @@ async fn occupancy_is_decided_once_for_the_whole_cluster() {
         &rx.url,
         "events = [\"channel.occupied\", \"channel.vacated\", \"message.published\"]\nvacated_delay_ms = 300\nmax_in_flight = 1",
     );
-    let a = node(&redis, "a", &p, &hooks);
-    let b = node(&redis, "b", &p, &hooks);
+    let a = node(redis, "a", &p, &hooks);
+    let b = node(redis, "b", &p, &hooks);
     let mut on_a = a.client("acme").await;
     let mut on_b = b.client("acme").await;
     subscribe(&mut on_a, 1).await;
@@ -149,33 +153,22 @@ async fn occupancy_is_decided_once_for_the_whole_cluster() {
     assert_eq!(marker.body["data"]["channel"], "doc:marker");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_receivers_pause_outlives_the_node_that_was_told() {
-    let redis = RedisServer::start();
+async fn a_receivers_pause_outlives_the_node_that_was_told(redis: &impl Backend) {
     let p = prefix();
     let mut rx = Receiver::start(|_| Reply::Status(429, vec![("retry-after", "4".into())]));
     // The owner lock (lease 1 s + timeout 1 s) expires well before the
     // receiver's 4 s: a new owner that ignored the pause would retry early.
     let hooks = hook("paused", &rx.url, "timeout_ms = 1000");
-    let a = node(&redis, "a", &p, &hooks);
-    let b = node(&redis, "b", &p, &hooks);
+    let a = node(redis, "a", &p, &hooks);
+    let b = node(redis, "b", &p, &hooks);
     publish(&a, 1).await;
     let first = rx.next().await;
     rx.answer(|_| Reply::ok());
     // Wait until the pause is recorded in Redis, then kill the owner.
-    let mut conn = redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
     let key = format!("{p}wh:{{paused}}:pause");
     let deadline = Instant::now() + PATIENCE;
     loop {
-        let ttl: i64 = redis::cmd("PTTL")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let ttl: i64 = on_owner(redis, redis::cmd("PTTL").arg(&key)).await;
         if ttl > 0 {
             break;
         }

@@ -1,21 +1,92 @@
-//! What the operator routes (§10) keep in Redis: the ban list (one key per
-//! ban, expiring with it, so a node that starts later or comes back from an
-//! outage reads the list in force), each node's overview snapshot (expiring
-//! when the node stops renewing it), and operator actions sent to every
-//! node over the control channel.
+//! What the operator routes (§10) keep in Redis. Every key shares the hash
+//! tag `{ops}`, so each script touches one slot and the same code runs on
+//! one Redis and on Redis Cluster; nothing is found by `SCAN`:
+//!
+//! - `{prefix}admin:{ops}:bans`: the ban list, a sorted set (member the
+//!   target's key, `account:acme` / `ip:203.0.113.7`; score its expiry in
+//!   Unix ms), so a node that starts later or comes back from an outage
+//!   reads the list in force. Expired bans are dropped whenever the list is
+//!   read or written.
+//! - `{prefix}admin:{ops}:nodes` (hash: member → overview snapshot JSON)
+//!   and `{prefix}admin:{ops}:alive` (sorted set: member → expiry, Redis
+//!   ms): a node that stops renewing its snapshot drops out of the overview
+//!   after the snapshot's ttl.
+//! - Operator actions go to every node over the control channel (classic
+//!   pub/sub, which Redis Cluster forwards to every shard).
 
-use redis::AsyncCommands;
+use std::sync::LazyLock;
+
+use redis::{AsyncCommands, Script};
 
 use super::{COMMAND_TIMEOUT, Conn, RedisBridge};
-use crate::cluster::Bridge;
 
 /// The prefix of operator messages on the control channel.
 pub const ADMIN_MESSAGE: &str = "admin:";
-/// Keys per SCAN step.
-const SCAN_COUNT: usize = 500;
+
+/// Stores a ban, first dropping the expired ones. KEYS: bans. ARGV: target
+/// key, expiry (Unix ms), now (Unix ms).
+static SET_BAN: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[3])
+if tonumber(ARGV[2]) > tonumber(ARGV[3]) then
+  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+end
+return 1
+"#,
+    )
+});
+
+/// The bans in force, the expired ones dropped. KEYS: bans. ARGV: now
+/// (Unix ms). Returns a flat list: target key, expiry, ...
+static BANS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+for i = 2, #all, 2 do all[i] = string.format('%d', tonumber(all[i])) end
+return all
+"#,
+    )
+});
+
+/// The Lua that drops the snapshots whose node stopped renewing them (and
+/// sets `now`, Redis ms). KEYS: snapshots, their expiries.
+const DROP_EXPIRED: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local past = string.format('%d', now)
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', past)) do
+  redis.call('HDEL', KEYS[1], m)
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', past)
+"#;
+
+/// Publishes a node's snapshot for ARGV[3] ms; the keys expire with the
+/// last node's. KEYS: snapshots, their expiries. ARGV: member, JSON, ttl.
+static PUT_STATS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r#"{DROP_EXPIRED}
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], string.format('%d', now + tonumber(ARGV[3])), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return 1
+"#
+    ))
+});
+
+/// Every live node's snapshot. KEYS: snapshots, their expiries.
+static STATS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r#"{DROP_EXPIRED}
+return redis.call('HVALS', KEYS[1])
+"#
+    ))
+});
 
 /// A handle for the admin routes' Redis work; taken only while the bridge
-/// is up.
+/// reaches the keys it needs.
 #[derive(Clone)]
 pub struct AdminStore {
     conn: Conn,
@@ -33,6 +104,11 @@ fn timed_out() -> redis::RedisError {
     (redis::ErrorKind::Io, "Redis did not answer in time").into()
 }
 
+/// The key of one of the admin's Redis structures.
+fn ops_key(prefix: &str, what: &str) -> String {
+    format!("{prefix}admin:{{ops}}:{what}")
+}
+
 impl AdminStore {
     async fn timed<T>(
         &self,
@@ -41,6 +117,10 @@ impl AdminStore {
         tokio::time::timeout(COMMAND_TIMEOUT * 2, fut)
             .await
             .unwrap_or_else(|_| Err(timed_out()))
+    }
+
+    fn key(&self, what: &str) -> String {
+        ops_key(&self.prefix, what)
     }
 
     /// Sends an operator action to every node (this one receives it too).
@@ -52,117 +132,69 @@ impl AdminStore {
             .map(drop)
     }
 
-    /// Stores a ban (its value: the expiry in Unix ms) expiring with it.
-    pub async fn set_ban(&self, key: &str, expires_at: u64, ttl_ms: u64) -> redis::RedisResult<()> {
+    /// Stores a ban of `key` (a target's key) until `expires_at` (Unix ms).
+    pub async fn set_ban(&self, key: &str, expires_at: u64) -> redis::RedisResult<()> {
         let mut conn = self.conn.clone();
-        let key = format!("{}ban:{key}", self.prefix);
-        self.timed(async {
-            redis::cmd("SET")
-                .arg(&key)
-                .arg(expires_at)
-                .arg("PX")
-                .arg(ttl_ms.max(1))
-                .query_async::<()>(&mut conn)
-                .await
-        })
-        .await
+        let mut inv = SET_BAN.key(self.key("bans"));
+        inv.arg(key).arg(expires_at).arg(crate::admin::unix_ms());
+        self.timed(inv.invoke_async::<i64>(&mut conn))
+            .await
+            .map(drop)
     }
 
     pub async fn del_ban(&self, key: &str) -> redis::RedisResult<()> {
         let mut conn = self.conn.clone();
-        let key = format!("{}ban:{key}", self.prefix);
-        self.timed(conn.del::<_, i64>(key)).await.map(drop)
+        self.timed(conn.zrem::<_, _, i64>(self.key("bans"), key))
+            .await
+            .map(drop)
     }
 
-    /// Every ban in force: (key suffix, expiry in Unix ms).
+    /// Every ban in force: (target key, expiry in Unix ms).
     pub async fn bans(&self) -> redis::RedisResult<Vec<(String, u64)>> {
-        let start = format!("{}ban:", self.prefix);
-        let values = self.scan_values(&start).await?;
-        Ok(values
-            .into_iter()
-            .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
+        let mut conn = self.conn.clone();
+        let mut inv = BANS.key(self.key("bans"));
+        inv.arg(crate::admin::unix_ms());
+        let flat: Vec<String> = self.timed(inv.invoke_async(&mut conn)).await?;
+        Ok(flat
+            .chunks_exact(2)
+            .filter_map(|p| Some((p[0].clone(), p[1].parse().ok()?)))
             .collect())
     }
 
     /// Publishes this node's overview snapshot for `ttl_ms`.
     pub async fn put_stats(&self, member: &str, json: &str, ttl_ms: u64) -> redis::RedisResult<()> {
         let mut conn = self.conn.clone();
-        let key = format!("{}admin:node:{member}", self.prefix);
-        self.timed(async {
-            redis::cmd("SET")
-                .arg(&key)
-                .arg(json)
-                .arg("PX")
-                .arg(ttl_ms)
-                .query_async::<()>(&mut conn)
-                .await
-        })
-        .await
+        let mut inv = PUT_STATS.key(self.key("nodes"));
+        inv.key(self.key("alive"))
+            .arg(member)
+            .arg(json)
+            .arg(ttl_ms.max(1));
+        self.timed(inv.invoke_async::<i64>(&mut conn))
+            .await
+            .map(drop)
     }
 
     /// Every live node's snapshot (JSON).
     pub async fn stats(&self) -> redis::RedisResult<Vec<String>> {
-        let start = format!("{}admin:node:", self.prefix);
-        Ok(self
-            .scan_values(&start)
-            .await?
-            .into_iter()
-            .map(|(_, v)| v)
-            .collect())
-    }
-
-    /// (key without `start`, value) of every key under `start`.
-    async fn scan_values(&self, start: &str) -> redis::RedisResult<Vec<(String, String)>> {
         let mut conn = self.conn.clone();
-        let pattern = format!("{start}*");
-        self.timed(async {
-            let mut keys: Vec<String> = Vec::new();
-            let mut cursor: u64 = 0;
-            loop {
-                let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(SCAN_COUNT)
-                    .query_async(&mut conn)
-                    .await?;
-                keys.extend(batch);
-                cursor = next;
-                if cursor == 0 {
-                    break;
-                }
-            }
-            keys.sort();
-            keys.dedup();
-            let mut out = Vec::with_capacity(keys.len());
-            for chunk in keys.chunks(SCAN_COUNT) {
-                let values: Vec<Option<String>> =
-                    redis::cmd("MGET").arg(chunk).query_async(&mut conn).await?;
-                for (k, v) in chunk.iter().zip(values) {
-                    // A key that expired between SCAN and MGET is gone.
-                    if let Some(v) = v {
-                        out.push((k[start.len()..].to_owned(), v));
-                    }
-                }
-            }
-            Ok(out)
-        })
-        .await
+        let mut inv = STATS.key(self.key("nodes"));
+        inv.key(self.key("alive"));
+        self.timed(inv.invoke_async(&mut conn)).await
     }
 }
 
 impl RedisBridge {
     pub(super) fn admin_store_impl(&self) -> Option<AdminStore> {
-        // Bans and snapshots are scanned from one Redis; the operator
-        // routes are refused with mode "redis-cluster" (config).
-        if !self.is_up() || self.sharded {
+        // On Redis Cluster, only the shards holding the admin keys and the
+        // control topic matter.
+        let control = self.control_topic();
+        if !self.up_at(&ops_key(&self.prefix, "bans")) || !self.up_at(&control) {
             return None;
         }
         Some(AdminStore {
             conn: self.conn.get()?.clone(),
             prefix: self.prefix.clone(),
-            control: self.control_topic(),
+            control,
         })
     }
 
@@ -170,5 +202,18 @@ impl RedisBridge {
     /// suffix).
     pub fn member(&self) -> &str {
         &self.member
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_admin_key_shares_one_slot() {
+        let slot = super::super::slots::slot_of(&ops_key("tidegate:", "bans"));
+        for what in ["nodes", "alive"] {
+            assert_eq!(super::super::slots::slot_of(&ops_key("p:", what)), slot);
+        }
     }
 }

@@ -1,14 +1,14 @@
 //! The bridge's command connection: one Redis (a reconnecting manager) or
 //! a Redis Cluster (a connection that routes each command to the shard
 //! owning its key's slot and follows `MOVED`). The scripts run unchanged on
-//! either.
+//! either. The webhooks' shared queues use it too (`webhook/cluster.rs`).
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 #[derive(Clone)]
-pub(super) enum Conn {
+pub enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
 }
