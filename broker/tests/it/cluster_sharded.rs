@@ -9,7 +9,7 @@ use crate::common::PATIENCE;
 use crate::redis_cluster::RedisCluster;
 
 /// A direct (non-cluster) connection to one master.
-async fn master(port: u16) -> redis::aio::MultiplexedConnection {
+pub async fn master(port: u16) -> redis::aio::MultiplexedConnection {
     redis::Client::open(format!("redis://127.0.0.1:{port}/"))
         .unwrap()
         .get_multiplexed_async_connection()

@@ -1,4 +1,5 @@
-//! The gRPC API in cluster mode (a real Redis this test starts): fan-out
+//! The gRPC API in cluster mode (a real Redis or a real three-master Redis
+//! Cluster this test starts, each body on both): fan-out
 //! between nodes through the bridge, one key budget across nodes and
 //! transports, and the fan-out price counted cluster-wide.
 
@@ -11,15 +12,40 @@ use crate::cluster::{bridge_up, node, prefix};
 use crate::common::{API_KEY, PATIENCE};
 use crate::grpc::{assert_rate_limited, authed, connect, md, msg, subscribe_req};
 use crate::grpc_subscribe::{next, next_message};
-use crate::redis_server::RedisServer;
+use crate::redis_cluster::Backend;
 
-#[actix_rt::test]
-async fn grpc_publish_and_subscribe_work_across_nodes_with_one_budget() {
-    let redis = RedisServer::start();
+/// Each body on one Redis and on a three-master Redis Cluster.
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod one_redis {
+            $(
+                #[actix_rt::test]
+                async fn $name() {
+                    super::$name(&crate::redis_server::RedisServer::start()).await;
+                }
+            )*
+        }
+        mod redis_cluster {
+            $(
+                #[actix_rt::test]
+                async fn $name() {
+                    super::$name(&crate::redis_cluster::RedisCluster::start()).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both!(
+    grpc_publish_and_subscribe_work_across_nodes_with_one_budget,
+    the_fan_out_price_counts_every_nodes_subscribers,
+);
+
+async fn grpc_publish_and_subscribe_work_across_nodes_with_one_budget(redis: &impl Backend) {
     let p = prefix();
     let extra = "[plans.free]\naccount_burst = 5\naccount_messages_per_sec = 0.01\naccount_sample_every = 1\n";
-    let a = node(&redis, "a", &p, extra);
-    let b = node(&redis, "b", &p, extra);
+    let a = node(redis, "a", &p, extra);
+    let b = node(redis, "b", &p, extra);
     bridge_up(&a, true).await;
     bridge_up(&b, true).await;
 
@@ -60,15 +86,13 @@ async fn grpc_publish_and_subscribe_work_across_nodes_with_one_budget() {
     assert_rate_limited(&refused);
 }
 
-#[actix_rt::test]
-async fn the_fan_out_price_counts_every_nodes_subscribers() {
-    let redis = RedisServer::start();
+async fn the_fan_out_price_counts_every_nodes_subscribers(redis: &impl Backend) {
     let p = prefix();
     let extra = "[grpc]\nmax_concurrent_streams = 2000\n\
                  [plans.free]\naccount_burst = 100000\naccount_messages_per_sec = 1000\n\
                  [plans.free.costs]\npublish_per_1k_subscribers = 3\n";
-    let a = node(&redis, "a", &p, extra);
-    let b = node(&redis, "b", &p, extra);
+    let a = node(redis, "a", &p, extra);
+    let b = node(redis, "b", &p, extra);
     bridge_up(&a, true).await;
     bridge_up(&b, true).await;
     // 1,000 subscribers, all on b.

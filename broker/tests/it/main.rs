@@ -14,6 +14,7 @@ mod cli_env;
 mod closing;
 mod cluster;
 mod cluster_failover;
+mod cluster_reshard;
 mod cluster_sharded;
 mod delivery;
 mod faults_fd_limit;

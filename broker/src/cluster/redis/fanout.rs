@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
+use super::resharding::invoke_following;
 use super::{RedisBridge, SEQ_TTL_MS, SUBSCRIBE_WAIT, SubCmd, scripts};
 use crate::cluster::Pending;
 use crate::hub::{Joined, Subscriber, seq_floor};
@@ -86,14 +87,16 @@ impl RedisBridge {
             .metrics
             .time_script(
                 "join",
-                scripts::JOIN
-                    .key(&seq_key)
-                    .key(self.key("hist", channel))
-                    .arg(self.hub.seq(channel))
-                    .arg(seq_floor())
-                    .arg(SEQ_TTL_MS.max(self.history.1))
-                    .arg(if since.is_some() { "1" } else { "0" })
-                    .invoke_async(&mut conn),
+                invoke_following(
+                    scripts::JOIN
+                        .key(&seq_key)
+                        .key(self.key("hist", channel))
+                        .arg(self.hub.seq(channel))
+                        .arg(seq_floor())
+                        .arg(SEQ_TTL_MS.max(self.history.1))
+                        .arg(if since.is_some() { "1" } else { "0" }),
+                    &mut conn,
+                ),
             )
             .await;
         let (cur, pos, held) = match result {
@@ -126,18 +129,20 @@ impl RedisBridge {
                 .metrics
                 .time_script(
                     "publish",
-                    this.publish_script()
-                        .key(&seq_key)
-                        .key(this.key("hist", &channel))
-                        .arg(this.topic(&channel))
-                        .arg(&channel)
-                        .arg(&data)
-                        .arg(this.history.0)
-                        .arg(this.history.1)
-                        .arg(this.hub.seq(&channel))
-                        .arg(seq_floor())
-                        .arg(SEQ_TTL_MS.max(this.history.1))
-                        .invoke_async(&mut conn),
+                    invoke_following(
+                        this.publish_script()
+                            .key(&seq_key)
+                            .key(this.key("hist", &channel))
+                            .arg(this.topic(&channel))
+                            .arg(&channel)
+                            .arg(&data)
+                            .arg(this.history.0)
+                            .arg(this.history.1)
+                            .arg(this.hub.seq(&channel))
+                            .arg(seq_floor())
+                            .arg(SEQ_TTL_MS.max(this.history.1)),
+                        &mut conn,
+                    ),
                 )
                 .await;
             match result.map(|s| s.parse::<u64>()) {

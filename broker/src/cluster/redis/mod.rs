@@ -26,6 +26,7 @@ mod counts;
 mod fanout;
 mod lease;
 mod limits;
+mod resharding;
 mod scripts;
 mod sharded;
 mod sharded_subscriber;
@@ -82,7 +83,11 @@ pub struct RedisBridge {
     /// This bridge, for futures that outlive a call.
     me: Weak<RedisBridge>,
     client: redis::Client,
+    /// Commands (scripts); on Redis Cluster never subscribed, so no
+    /// unsolicited push can be taken for one of its replies.
     conn: OnceLock<Conn>,
+    /// Redis Cluster: the subscription connection (`sharded_subscriber.rs`).
+    pubsub: OnceLock<redis::cluster_async::ClusterConnection>,
     /// Redis Cluster (`sharded.rs`): keys hash-tagged, sharded pub/sub.
     sharded: bool,
     /// This process's identity in leases and connection counts: the node
@@ -135,6 +140,7 @@ impl RedisBridge {
             me: me.clone(),
             client,
             conn: OnceLock::new(),
+            pubsub: OnceLock::new(),
             sharded: config.cluster.mode == ClusterMode::RedisCluster,
             member: format!("{}:{:08x}", config.node.id, rand::random::<u32>()),
             prefix: config.cluster.key_prefix.clone(),

@@ -29,20 +29,30 @@ use crate::cluster::Bridge;
 /// is first up (as `Bridge::start` promises).
 pub(super) fn start(bridge: Arc<RedisBridge>) -> Pin<Box<dyn Future<Output = ()>>> {
     let (push_tx, push_rx) = mpsc::unbounded_channel::<PushInfo>();
-    let client = ClusterClientBuilder::new(vec![bridge.client.get_connection_info().clone()])
-        .use_protocol(ProtocolVersion::RESP3)
+    let builder = || {
+        ClusterClientBuilder::new(vec![bridge.client.get_connection_info().clone()])
+            .use_protocol(ProtocolVersion::RESP3)
+            .connection_timeout(COMMAND_TIMEOUT)
+            .response_timeout(COMMAND_TIMEOUT)
+            .retries(1)
+    };
+    // Two connections: pushes arrive only on the subscribing one. Redis
+    // sends an unasked `sunsubscribe` when a slot moves away, and the
+    // client takes it for the reply of the oldest command in flight on
+    // that shard's link; on a link that carries no commands but the
+    // subscriptions themselves, no script can get a wrong reply.
+    let clients = builder()
         .push_sender(push_tx)
-        .connection_timeout(COMMAND_TIMEOUT)
-        .response_timeout(COMMAND_TIMEOUT)
-        .retries(1)
-        .build();
-    match client {
-        Ok(client) => {
+        .build()
+        .and_then(|subscriber| Ok((subscriber, builder().build()?)));
+    match clients {
+        Ok((subscriber, commands)) => {
             if let Some(rx) = bridge.cmds_rx.lock().take() {
-                actix_rt::spawn(run(bridge.clone(), client, push_rx, rx));
+                actix_rt::spawn(run(bridge.clone(), subscriber, commands, push_rx, rx));
             }
             actix_rt::spawn(bridge.clone().lease_loop());
             actix_rt::spawn(bridge.clone().recovery_loop());
+            actix_rt::spawn(bridge.clone().counts_loop());
         }
         Err(e) => tracing::error!(error = %e, "cannot set up the Redis Cluster connection"),
     }
@@ -135,17 +145,21 @@ fn message(push: &PushInfo) -> Option<(&[u8], &[u8])> {
 }
 
 impl RedisBridge {
+    /// The channel of a hash-tagged topic (`{prefix}ch:{doc:1}`).
+    pub(super) fn tagged_channel<'a>(&self, topic: &'a str) -> Option<&'a str> {
+        topic
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix("ch:{")?
+            .strip_suffix('}')
+    }
+
     /// A pushed message: a channel's topic loses its hash-tag braces before
     /// it goes the single-Redis way.
     fn on_push(&self, topic: &[u8], payload: &[u8]) {
         let Ok(topic) = std::str::from_utf8(topic) else {
             return;
         };
-        let tagged = format!("{}ch:{{", self.prefix);
-        match topic
-            .strip_prefix(tagged.as_str())
-            .and_then(|c| c.strip_suffix('}'))
-        {
+        match self.tagged_channel(topic) {
             Some(channel) => self.on_message(&format!("{}ch:{channel}", self.prefix), payload),
             None => self.on_message(topic, payload),
         }
@@ -171,12 +185,16 @@ async fn connect(
 
 async fn run(
     bridge: Arc<RedisBridge>,
-    client: redis::cluster::ClusterClient,
+    subscriber: redis::cluster::ClusterClient,
+    commands: redis::cluster::ClusterClient,
     mut pushes: mpsc::UnboundedReceiver<PushInfo>,
     mut cmds: mpsc::UnboundedReceiver<SubCmd>,
 ) {
-    let conn = connect(&bridge, &client).await;
-    let _ = bridge.conn.set(Conn::Cluster(conn.clone()));
+    let conn = connect(&bridge, &subscriber).await;
+    let _ = bridge.pubsub.set(conn.clone());
+    let _ = bridge
+        .conn
+        .set(Conn::Cluster(connect(&bridge, &commands).await));
     // The first subscriptions; later losses are per shard (`reassert`).
     let mut attempt = 0u32;
     loop {
@@ -201,13 +219,25 @@ async fn run(
     loop {
         tokio::select! {
             push = pushes.recv() => match push {
-                Some(p) if p.kind == PushKind::Disconnection => {
-                    tracing::warn!("a Redis Cluster shard connection was lost");
-                    actix_rt::spawn(reassert(bridge.clone(), conn.clone()));
+                Some(p) if p.kind == PushKind::SUnsubscribe => {
+                    // A slot moved: every channel of it comes at once.
+                    let mut dropped: Vec<Arc<str>> = bridge.dropped(&p).into_iter().collect();
+                    let mut next = None;
+                    while let Ok(q) = pushes.try_recv() {
+                        if q.kind != PushKind::SUnsubscribe {
+                            next = Some(q);
+                            break;
+                        }
+                        dropped.extend(bridge.dropped(&q));
+                    }
+                    if !dropped.is_empty() {
+                        bridge.follow_moved(&conn, dropped).await;
+                    }
+                    if let Some(q) = next {
+                        dispatch(&bridge, &conn, q);
+                    }
                 }
-                Some(p) => if let Some((topic, payload)) = message(&p) {
-                    bridge.on_push(topic, payload);
-                },
+                Some(p) => dispatch(&bridge, &conn, p),
                 None => return,
             },
             cmd = cmds.recv() => {
@@ -219,5 +249,16 @@ async fn run(
                 apply(&bridge, &conn, touched).await;
             }
         }
+    }
+}
+
+/// A push other than a dropped subscription: a message, or a lost shard
+/// connection.
+fn dispatch(bridge: &Arc<RedisBridge>, conn: &ClusterConnection, push: PushInfo) {
+    if push.kind == PushKind::Disconnection {
+        tracing::warn!("a Redis Cluster shard connection was lost");
+        actix_rt::spawn(reassert(bridge.clone(), conn.clone()));
+    } else if let Some((topic, payload)) = message(&push) {
+        bridge.on_push(topic, payload);
     }
 }

@@ -127,7 +127,7 @@ impl RedisBridge {
             async move { inv.invoke_async::<i64>(&mut conn).await }
         }))
         .await?;
-        let Conn::Cluster(cluster) = &conn else {
+        let Some(cluster) = self.pubsub.get() else {
             return Ok(());
         };
         try_join_all(held.interest.iter().map(|channel| {
