@@ -88,6 +88,17 @@ function redisCmd(port, ...args) {
   });
 }
 
+/// CPU seconds (user + system) each Redis server has used so far.
+async function redisCpu(ports) {
+  const out = [];
+  for (const port of [ports].flat()) {
+    const info = await redisCmd(port, "INFO", "cpu");
+    const get = (k) => Number(info.match(new RegExp(`${k}:([0-9.]+)`))?.[1] ?? 0);
+    out.push(get("used_cpu_user") + get("used_cpu_sys"));
+  }
+  return out;
+}
+
 async function commandCount(ports) {
   let total = 0;
   const by = {};
@@ -229,6 +240,7 @@ async function run(label, nodes, file, redisPort, { channels = ["bench:fan"], su
   }
   const data = JSON.stringify("x".repeat(Math.max(0, PAYLOAD - 2)));
   const before = redisPort ? await commandCount(redisPort) : null;
+  const cpuBefore = redisPort ? await redisCpu(redisPort) : null;
   let published = 0;
   let expected = 0;
   const end = Date.now() + SECONDS * 1000;
@@ -270,6 +282,13 @@ async function run(label, nodes, file, redisPort, { channels = ["bench:fan"], su
   while (delivered < expected && Date.now() < drainEnd) await new Promise((r) => setTimeout(r, 20));
   const secs = (Date.now() - t0) / 1000;
   const after = redisPort ? await commandCount(redisPort) : null;
+  // Each shard's Redis CPU over the run, and the publish rate at which the
+  // busiest one would use a whole core (publishes per CPU-second of the
+  // busiest shard): the fleet's Redis ceiling, which the brokers sharing
+  // this machine's cores cannot reach themselves.
+  const cpuUsed = redisPort ? (await redisCpu(redisPort)).map((c, i) => c - cpuBefore[i]) : null;
+  const shardCores = cpuUsed ? cpuUsed.map((c) => Math.round((c / secs) * 1000) / 1000) : null;
+  const busiest = cpuUsed ? Math.max(...cpuUsed) : 0;
   const cmds = after ? after.total - before.total : 0;
   const result = {
     setup: label,
@@ -283,6 +302,8 @@ async function run(label, nodes, file, redisPort, { channels = ["bench:fan"], su
     loss: expected ? 1 - delivered / expected : 0,
     deliveredPerSec: Math.round(delivered / secs),
     redisCommandsPer1000: redisPort ? Math.round((cmds / published) * 1000) : null,
+    redisCpuCoresPerShard: shardCores,
+    redisCeilingPublishesPerSec: busiest > 0 ? Math.round(published / busiest) : null,
     redisCommands: after
       ? Object.fromEntries(Object.entries(after.by).map(([k, v]) => [k, v - (before.by[k] ?? 0)]).filter(([, v]) => v > 0))
       : null,
