@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::common::{Broker, Client, PATIENCE, metric_value};
-use crate::redis_cluster::Backend;
+use crate::redis_cluster::{Backend, on_both};
 use crate::redis_server::RedisServer;
 
 pub fn prefix() -> String {
@@ -27,29 +27,6 @@ pub fn node(redis: &impl Backend, id: &str, prefix: &str, extra: &str) -> Broker
         redis.mode(),
         redis.url()
     ))
-}
-
-/// The test bodies that take a [`Backend`], run on one Redis and on a
-/// three-master Redis Cluster.
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod one_redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(&crate::redis_server::RedisServer::start()).await;
-                }
-            )*
-        }
-        mod redis_cluster {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(&crate::redis_cluster::RedisCluster::start()).await;
-                }
-            )*
-        }
-    };
 }
 
 on_both!(

@@ -89,6 +89,51 @@ pub async fn publish(
     acked
 }
 
+/// Traffic through two nodes: a subscriber on each (`listen`) reading
+/// `channels`, and a publisher on `a` (`publish`) until `stop`.
+pub struct Traffic {
+    pub rx: mpsc::UnboundedReceiver<Got>,
+    pub readers: [tokio::task::JoinHandle<()>; 2],
+    pub next: Arc<AtomicU64>,
+    pub stop: Arc<AtomicBool>,
+    pub publisher: tokio::task::JoinHandle<Vec<(u64, String, u64)>>,
+}
+
+pub async fn start_traffic(a: &Arc<Broker>, b: &Broker, channels: &[String]) -> Traffic {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let readers = [
+        tokio::spawn(listen(
+            "on_a",
+            a.client("s1").await,
+            channels.to_vec(),
+            tx.clone(),
+        )),
+        tokio::spawn(listen(
+            "on_b",
+            b.client("s2").await,
+            channels.to_vec(),
+            tx.clone(),
+        )),
+    ];
+    let (next, stop) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let publisher = tokio::spawn(publish(
+        a.clone(),
+        channels.to_vec(),
+        next.clone(),
+        stop.clone(),
+    ));
+    Traffic {
+        rx,
+        readers,
+        next,
+        stop,
+        publisher,
+    }
+}
+
 pub async fn next_got(rx: &mut mpsc::UnboundedReceiver<Got>, deadline: Instant) -> Got {
     tokio::time::timeout_at(deadline.into(), rx.recv())
         .await
@@ -108,31 +153,13 @@ async fn a_master_killed_under_traffic_fails_over_and_only_its_channels_pause() 
     bridge_up(&a, true).await;
     bridge_up(&b, true).await;
 
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let readers = [
-        tokio::spawn(listen(
-            "on_a",
-            a.client("s1").await,
-            channels.clone(),
-            tx.clone(),
-        )),
-        tokio::spawn(listen(
-            "on_b",
-            b.client("s2").await,
-            channels.clone(),
-            tx.clone(),
-        )),
-    ];
-    let (next, stop) = (
-        Arc::new(AtomicU64::new(0)),
-        Arc::new(AtomicBool::new(false)),
-    );
-    let publisher = tokio::spawn(publish(
-        a.clone(),
-        channels.clone(),
-        next.clone(),
-        stop.clone(),
-    ));
+    let Traffic {
+        mut rx,
+        readers,
+        next,
+        stop,
+        publisher,
+    } = start_traffic(&a, &b, &channels).await;
     let deadline = Instant::now() + PATIENCE * 6;
 
     // Traffic flows on every shard to both nodes.

@@ -9,14 +9,13 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tokio::sync::mpsc;
 
 use crate::cluster::{bridge_up, node, prefix};
-use crate::cluster_failover::{listen, next_got, publish};
+use crate::cluster_failover::{Traffic, next_got, start_traffic};
 use crate::cluster_sharded::{master, one_channel_per_shard};
 use crate::common::PATIENCE;
 use crate::redis_cluster::RedisCluster;
@@ -129,31 +128,13 @@ async fn a_subscribed_channels_slot_moves_under_traffic_and_delivery_follows_it(
     bridge_up(&a, true).await;
     bridge_up(&b, true).await;
 
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let readers = [
-        tokio::spawn(listen(
-            "on_a",
-            a.client("s1").await,
-            channels.clone(),
-            tx.clone(),
-        )),
-        tokio::spawn(listen(
-            "on_b",
-            b.client("s2").await,
-            channels.clone(),
-            tx.clone(),
-        )),
-    ];
-    let (next, stop) = (
-        Arc::new(AtomicU64::new(0)),
-        Arc::new(AtomicBool::new(false)),
-    );
-    let publisher = tokio::spawn(publish(
-        a.clone(),
-        channels.clone(),
-        next.clone(),
-        stop.clone(),
-    ));
+    let Traffic {
+        mut rx,
+        readers,
+        next,
+        stop,
+        publisher,
+    } = start_traffic(&a, &b, &channels).await;
     let deadline = Instant::now() + PATIENCE * 6;
     let mut delivered: HashSet<(&str, u64)> = HashSet::new();
     let mut seen: HashSet<(&str, String)> = HashSet::new();
