@@ -7,7 +7,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::resharding::invoke_following;
-use super::{RedisBridge, SEQ_TTL_MS, SUBSCRIBE_WAIT, SubCmd, scripts};
+use super::{RedisBridge, SEQ_TTL_MS, SUBSCRIBE_WAIT, SubCmd};
 use crate::cluster::Pending;
 use crate::hub::{Joined, Subscriber, seq_floor};
 use crate::protocol::wire;
@@ -88,9 +88,7 @@ impl RedisBridge {
             .time_script(
                 "join",
                 invoke_following(
-                    scripts::JOIN
-                        .key(&seq_key)
-                        .key(self.key("hist", channel))
+                    self.join_invocation(channel)
                         .arg(self.hub.seq(channel))
                         .arg(seq_floor())
                         .arg(SEQ_TTL_MS.max(self.history.1))
@@ -130,9 +128,7 @@ impl RedisBridge {
                 .time_script(
                     "publish",
                     invoke_following(
-                        this.publish_script()
-                            .key(&seq_key)
-                            .key(this.key("hist", &channel))
+                        this.publish_invocation(&channel)
                             .arg(this.topic(&channel))
                             .arg(&channel)
                             .arg(&data)

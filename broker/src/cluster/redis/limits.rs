@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::resharding::invoke_following;
 use super::{RedisBridge, ms, scripts};
 use crate::cluster::{CapReached, Charged, KeyCharge, Pending};
 use crate::config::Limits;
@@ -24,12 +25,10 @@ impl RedisBridge {
             .metrics
             .time_script(
                 "bucket",
-                scripts::BUCKET
-                    .key(&key)
-                    .arg(capacity)
-                    .arg(rate)
-                    .arg(cost)
-                    .invoke_async(&mut conn),
+                invoke_following(
+                    scripts::BUCKET.key(&key).arg(capacity).arg(rate).arg(cost),
+                    &mut conn,
+                ),
             )
             .await;
         match result {
@@ -57,15 +56,17 @@ impl RedisBridge {
     ) -> Option<(bool, u64, u64)> {
         let (mut conn, _in_flight) = self.command(&key)?;
         let age_ms = since.elapsed().as_millis() as u64;
-        let result: redis::RedisResult<(i64, i64, i64)> = scripts::ACCOUNT
-            .key(&key)
-            .arg(capacity)
-            .arg(rate)
-            .arg(units)
-            .arg(age_ms)
-            .arg(CREDIT_HORIZON.as_millis() as u64)
-            .invoke_async(&mut conn)
-            .await;
+        let result: redis::RedisResult<(i64, i64, i64)> = invoke_following(
+            scripts::ACCOUNT
+                .key(&key)
+                .arg(capacity)
+                .arg(rate)
+                .arg(units)
+                .arg(age_ms)
+                .arg(CREDIT_HORIZON.as_millis() as u64),
+            &mut conn,
+        )
+        .await;
         match result {
             Ok((allowed, remaining, retry)) => {
                 Some((allowed == 1, remaining.max(0) as u64, retry.max(0) as u64))
@@ -164,8 +165,7 @@ impl RedisBridge {
                 .metrics
                 .time_script(
                     "reserve_connection",
-                    this.reserve_invocation(&account, max)
-                        .invoke_async(&mut conn),
+                    invoke_following(&this.reserve_invocation(&account, max), &mut conn),
                 )
                 .await;
             match result {
@@ -196,7 +196,10 @@ impl RedisBridge {
             let r: redis::RedisResult<i64> = in_flight
                 .0
                 .metrics
-                .time_script("release_connection", invocation.invoke_async(&mut conn))
+                .time_script(
+                    "release_connection",
+                    invoke_following(&invocation, &mut conn),
+                )
                 .await;
             if let Err(e) = r {
                 in_flight.0.failed_at(&key, &e);

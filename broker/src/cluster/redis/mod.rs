@@ -24,6 +24,7 @@ mod admin;
 mod conn;
 mod counts;
 mod fanout;
+mod fence;
 mod lease;
 mod limits;
 mod resharding;
@@ -68,6 +69,10 @@ enum SubCmd {
     /// The interest in this channel changed: subscribe or unsubscribe to
     /// match it.
     Touch(Arc<str>),
+    /// Redis Cluster: this slot was re-synced after its shard failed;
+    /// subscribe these channels of it again and catch up on what they
+    /// missed, before any later push is dispatched (`slot_recovery.rs`).
+    Resume(u16, Vec<Arc<str>>),
 }
 
 #[derive(Debug, Default)]

@@ -11,10 +11,11 @@
 //! confirmed. The catch-up runs before any later push is dispatched, so
 //! messages still arrive in `seq` order.
 //!
-//! While the keys migrate, a publish or join script may meet a redirect
-//! the client has no retry left for, or `TRYAGAIN` (its two keys split
-//! between the masters): it is tried again shortly rather than taken for
-//! a shard outage.
+//! While the keys migrate, a script (publish, join, the account and key
+//! buckets, the connection cap) may meet a redirect the client has no
+//! retry left for, or `TRYAGAIN` (a multi-key script's keys split between
+//! the masters): it is tried again shortly rather than taken for a shard
+//! outage.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,15 +45,27 @@ impl RedisBridge {
     }
 
     /// Subscribes the `dropped` channels again where their slots live now,
-    /// then delivers what they missed meanwhile. A channel whose shard
-    /// does not answer marks its slot down (the slot recovery takes it
-    /// from there).
+    /// then delivers what they missed meanwhile.
     pub(super) async fn follow_moved(&self, conn: &ClusterConnection, dropped: Vec<Arc<str>>) {
         tracing::info!(
             channels = dropped.len(),
             "Redis Cluster slot moved; subscribing its channels on the new owner"
         );
-        let subscribed = join_all(dropped.into_iter().map(|channel| {
+        self.resubscribe(conn, dropped).await;
+    }
+
+    /// Subscribes `channels` again (after a slot moved, or its shard came
+    /// back), then delivers from history what each missed since the last
+    /// `seq` this node saw. Runs in the subscription task, so no later push
+    /// overtakes the catch-up. A channel whose shard does not answer marks
+    /// its slot down (the slot recovery takes it from there). Returns the
+    /// channels subscribed.
+    pub(super) async fn resubscribe(
+        &self,
+        conn: &ClusterConnection,
+        channels: Vec<Arc<str>>,
+    ) -> Vec<Arc<str>> {
+        let subscribed = join_all(channels.into_iter().map(|channel| {
             let (mut conn, topic) = (conn.clone(), self.topic(&channel));
             async move {
                 match conn.ssubscribe(&topic).await {
@@ -68,6 +81,7 @@ impl RedisBridge {
         let live: Vec<Arc<str>> = subscribed.into_iter().flatten().collect();
         self.confirm(&live);
         join_all(live.iter().map(|channel| self.catch_up(channel))).await;
+        live
     }
 
     /// Delivers the channel's messages after the last one this node saw,
@@ -86,7 +100,7 @@ impl RedisBridge {
             Some(_) => tracing::warn!(
                 %channel,
                 since,
-                "messages published while the slot moved are no longer all in history; some were not delivered"
+                "messages published while the channel had no subscription are no longer all in history; some were not delivered"
             ),
             None => {}
         }

@@ -15,8 +15,8 @@ use redis::Script;
 /// history size, history TTL ms, node floor, clock floor, counter TTL ms.
 pub static PUBLISH: LazyLock<Script> = LazyLock::new(|| Script::new(PUBLISH_SOURCE));
 
-/// The source of [`PUBLISH`] (the Redis Cluster variant swaps its
-/// `PUBLISH` for `SPUBLISH`).
+/// The source of [`PUBLISH`] (the Redis Cluster variant, in `fence.rs`,
+/// swaps its `PUBLISH` for `SPUBLISH` and fences the counter first).
 pub const PUBLISH_SOURCE: &str = r#"
 local cur = redis.call('GET', KEYS[1])
 local floor = tonumber(ARGV[6])
@@ -42,9 +42,10 @@ return seq
 /// position exists before the first message and `since` from it works.
 /// KEYS: seq counter, history list. ARGV: node floor, clock floor, counter
 /// TTL ms, with history.
-pub static JOIN: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
+pub static JOIN: LazyLock<Script> = LazyLock::new(|| Script::new(JOIN_SOURCE));
+
+/// The source of [`JOIN`].
+pub const JOIN_SOURCE: &str = r#"
 local cur = redis.call('GET', KEYS[1])
 local pos = cur
 if not cur then
@@ -54,9 +55,7 @@ end
 local held = {}
 if ARGV[4] == '1' then held = redis.call('LRANGE', KEYS[2], 0, -1) end
 return { cur or '0', pos, held }
-"#,
-    )
-});
+"#;
 
 /// Raises a `seq` counter to at least ARGV[1] (after an outage, so the
 /// cluster never reissues a `seq` a node handed out alone).

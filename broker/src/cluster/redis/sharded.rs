@@ -4,7 +4,8 @@
 //! - A channel's counter, history and topic are tagged with the channel
 //!   (`{prefix}seq:{doc:1}`, see `RedisBridge::key`), and the publish script
 //!   sends with `SPUBLISH`, so a publish runs on the shard owning the
-//!   channel and its message goes out from there only.
+//!   channel and its message goes out from there only; it and the join
+//!   script fence the counter against a failover first (`fence.rs`).
 //! - The connection-cap script cannot read the node lease set (another
 //!   slot), so each account's hash keeps its own copy of the expiry of every
 //!   node counting in it (`lease@{member}` beside the `{member}` count),
@@ -21,12 +22,6 @@ use super::{Conn, RedisBridge, SEQ_TTL_MS, scripts};
 
 /// Keys touched per burst of concurrent commands during a re-sync.
 const BURST: usize = 256;
-
-/// The publish script, sending with `SPUBLISH` (the topic shares the
-/// channel's slot).
-static PUBLISH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&scripts::PUBLISH_SOURCE.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'"))
-});
 
 /// [`scripts::RESERVE`] on the account's hash alone: fields `{member}` (a
 /// node's count) and `lease@{member}` (its lease expiry, Redis ms). A count
@@ -93,15 +88,6 @@ return 1
 });
 
 impl RedisBridge {
-    /// The publish script for this mode.
-    pub(super) fn publish_script(&self) -> &'static Script {
-        if self.sharded {
-            &PUBLISH
-        } else {
-            &scripts::PUBLISH
-        }
-    }
-
     /// Counting one more connection of `account` under `max`.
     pub(super) fn reserve_invocation(&self, account: &str, max: u32) -> ScriptInvocation<'static> {
         if self.sharded {

@@ -241,12 +241,20 @@ async fn run(
                 None => return,
             },
             cmd = cmds.recv() => {
-                let Some(SubCmd::Touch(first)) = cmd else { return };
-                let mut touched = vec![first];
-                while let Ok(SubCmd::Touch(c)) = cmds.try_recv() {
-                    touched.push(c);
+                let Some(first) = cmd else { return };
+                let mut touched = Vec::new();
+                let mut resumed = Vec::new();
+                for cmd in std::iter::once(first).chain(std::iter::from_fn(|| cmds.try_recv().ok())) {
+                    match cmd {
+                        SubCmd::Touch(c) => touched.push(c),
+                        SubCmd::Resume(slot, channels) => resumed.push((slot, channels)),
+                    }
                 }
                 apply(&bridge, &conn, touched).await;
+                for (slot, channels) in resumed {
+                    let live = bridge.resubscribe(&conn, channels).await;
+                    bridge.retouch(slot, &live);
+                }
             }
         }
     }

@@ -4,9 +4,12 @@
 //! re-syncs what it holds there, as after a whole-Redis outage but for
 //! that slot only: raises the channel counters above the `seq`s it knows
 //! (a promoted replica may have missed the last writes), re-asserts its
-//! connection counts and lease copies, re-subscribes its channels and the
-//! control topic on the shard now owning them, renews the node lease if it
-//! lives there. Only then are those channels and accounts shared again.
+//! connection counts and lease copies, re-subscribes the control topic if
+//! it lives there, renews the node lease if that does. Only then are those channels and accounts shared again;
+//! the subscription task then subscribes the slot's channels on the shard
+//! now owning them and catches each up from history on what it missed
+//! since the last `seq` this node saw (published on the promoted master
+//! before this node listened there), before dispatching later pushes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -67,7 +70,7 @@ impl RedisBridge {
                         let fut = me.recover_slot(conn, probe, held);
                         if let Ok(Ok(())) = tokio::time::timeout(COMMAND_TIMEOUT * 5, fut).await {
                             me.down.clear(*slot);
-                            me.retouch(*slot, &held.interest);
+                            let _ = me.cmds.send(SubCmd::Resume(*slot, held.interest.clone()));
                         }
                     }
                 }))
@@ -130,11 +133,6 @@ impl RedisBridge {
         let Some(cluster) = self.pubsub.get() else {
             return Ok(());
         };
-        try_join_all(held.interest.iter().map(|channel| {
-            let (mut conn, topic) = (cluster.clone(), self.topic(channel));
-            async move { conn.ssubscribe(topic).await }
-        }))
-        .await?;
         if held.control {
             cluster.clone().subscribe(self.control_topic()).await?;
         }
@@ -144,11 +142,11 @@ impl RedisBridge {
         Ok(())
     }
 
-    /// After `slot` came back: its channels subscribed during the
-    /// recovery are live; any whose interest changed meanwhile (or that
-    /// were added while it was down) are touched again.
-    fn retouch(&self, slot: u16, subscribed: &[Arc<str>]) {
-        self.confirm(subscribed);
+    /// After `slot` came back and its channels were subscribed again
+    /// (`subscribed`, by the subscription task): any whose interest
+    /// changed meanwhile (or that were added while it was down) are
+    /// touched again.
+    pub(super) fn retouch(&self, slot: u16, subscribed: &[Arc<str>]) {
         let interest = self.interest.lock();
         let stale = subscribed
             .iter()

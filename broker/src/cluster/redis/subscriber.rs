@@ -104,10 +104,13 @@ pub(super) async fn run(bridge: Arc<RedisBridge>, mut cmds: mpsc::UnboundedRecei
                                 None => break,
                             },
                             cmd = cmds.recv() => {
-                                let Some(SubCmd::Touch(first)) = cmd else { return };
-                                let mut touched = vec![first];
-                                while let Ok(SubCmd::Touch(c)) = cmds.try_recv() {
-                                    touched.push(c);
+                                // `Resume` is Redis Cluster's only.
+                                let Some(first) = cmd else { return };
+                                let mut touched: Vec<Arc<str>> = Vec::new();
+                                for cmd in std::iter::once(first).chain(std::iter::from_fn(|| cmds.try_recv().ok())) {
+                                    if let SubCmd::Touch(c) = cmd {
+                                        touched.push(c);
+                                    }
                                 }
                                 if apply(&bridge, &mut sink, touched).await.is_err() {
                                     break;
