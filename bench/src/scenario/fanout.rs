@@ -23,34 +23,11 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::sync::Notify;
 
+pub use super::rate::Rate;
 use super::{Accounts, CpuMeter, Env, Running, Tally, mib, open_many};
 use crate::report::{self, Latency};
 use crate::target::{self, Conn, Event, Kind, PUBLISHER_PLAN};
 use crate::ws::Flow;
-
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Rate {
-    /// Closed loop: at most `window` messages in flight per publisher.
-    Max,
-    /// Messages per second over all publishers.
-    PerSec(f64),
-}
-
-impl std::str::FromStr for Rate {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Rate, String> {
-        if s == "max" {
-            return Ok(Rate::Max);
-        }
-        s.parse::<f64>()
-            .ok()
-            .filter(|r| *r > 0.0 && r.is_finite())
-            .map(Rate::PerSec)
-            .ok_or_else(|| format!("rate must be `max` or a positive number, not {s:?}"))
-    }
-}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Params {

@@ -8,6 +8,7 @@ pub mod grpc_publish;
 pub mod handshakes;
 pub mod idle;
 pub mod keepalive;
+mod rate;
 pub mod slow;
 pub mod soak;
 pub mod storm;

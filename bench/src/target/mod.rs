@@ -1,12 +1,8 @@
 //! The broker a scenario talks to: its kind, address and credentials, the
-//! bench config Tidegate runs with, and the protocol each one speaks.
-//!
-//! Tidegate runs the shipped `config.toml` (every limit at its default)
-//! with only these changes, all listed in the result's `params`:
-//! one worker thread; a `bench_publisher` plan with a high message budget
-//! for the publisher's own account (subscribers stay on `free`); and,
-//! because every client comes from one loopback address, per-IP handshake
-//! limits raised (and the node accept budget, except in `storm`).
+//! bench config Tidegate runs with (`config.rs`), and the protocol each
+//! one speaks.
+
+mod config;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -14,70 +10,15 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use tidegate::auth::{Authenticator, Claims, unix_now};
-use tidegate::config::{Config, DEFAULT_TOML};
+use tidegate::config::Config;
 
+pub use self::config::{PUBLISHER_PLAN, RAISED_ACCEPT_BUDGET, TIDEGATE_BASE, tidegate_config};
 use crate::nats;
 pub use crate::payload::{MIN_PAYLOAD, parse_payload, payload};
 use crate::ws::{self, Flow, OP_BINARY, OP_CLOSE, OP_TEXT, Open, Opened, Refused, Ws};
 
 /// A safety net for one protocol exchange, never a pacing device.
 pub const PATIENCE: Duration = Duration::from_secs(10);
-
-/// What every Tidegate bench config changes from the shipped file.
-pub const TIDEGATE_BASE: &str = r#"
-[node]
-id = "bench"
-workers = 1
-
-[handshake]
-# All load comes from 127.0.0.1: per-IP limits would measure themselves.
-ip_handshakes_per_sec = 1000000.0
-ip_handshake_burst = 1000000
-ip_max_open = 1000000
-ip_max_unfinished = 1000000
-
-# The publisher's own budget (its account, its sockets); subscribers keep
-# the `free` plan with every default.
-[plans.bench_publisher]
-messages_per_sec = 1000000.0
-burst = 1000000
-account_messages_per_sec = 1000000.0
-account_burst = 1000000
-max_connections = 64
-handshake_burst = 64
-"#;
-
-/// Node accept budget raised for throughput scenarios.
-pub const RAISED_ACCEPT_BUDGET: &str = r#"
-[handshake]
-node_accepts_per_sec = 1000000.0
-"#;
-
-/// The plan publishers' tokens name.
-pub const PUBLISHER_PLAN: &str = "bench_publisher";
-
-fn merge(base: &mut toml::Table, over: toml::Table) {
-    for (k, v) in over {
-        match (base.get_mut(&k), v) {
-            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
-            (_, v) => {
-                base.insert(k, v);
-            }
-        }
-    }
-}
-
-/// The shipped config with `layers` merged over it in order; returns the
-/// TOML text and the config it validates to.
-pub fn tidegate_config(layers: &[&str]) -> Result<(String, Config)> {
-    let mut root: toml::Table = DEFAULT_TOML.parse().context("shipped config.toml")?;
-    for layer in layers {
-        merge(&mut root, layer.parse().context("bench config layer")?);
-    }
-    let text = toml::to_string(&root)?;
-    let config = Config::from_toml(&text, &|_| None).map_err(|e| anyhow!("bench config: {e}"))?;
-    Ok((text, config))
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -489,13 +430,5 @@ mod tests {
     fn finds_data_in_a_tidegate_message() {
         let f = br#"{"type":"message","channel":"doc:a","seq":17,"data":"abc"}"#;
         assert_eq!(tidegate_data(f), Some(&br#""abc""#[..]));
-    }
-
-    #[test]
-    fn config_layers_validate() {
-        let (text, config) = tidegate_config(&[TIDEGATE_BASE, RAISED_ACCEPT_BUDGET]).unwrap();
-        assert!(text.contains("bench_publisher"));
-        assert_eq!(config.node.workers, 1);
-        assert!(config.limits_for("x", Some(PUBLISHER_PLAN)).is_ok());
     }
 }
