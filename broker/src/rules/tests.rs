@@ -179,6 +179,21 @@ fn publish(
     check(l, Op::Publish, "a", channel, shared, conn, now, &mut sh) == RuleVerdict::Pass
 }
 
+/// The rule that refuses the next publish on `channel`, and its wait.
+fn refusal(
+    l: &Limits,
+    shared: &RuleBuckets,
+    conn: &mut ConnRules,
+    channel: &str,
+    now: Instant,
+) -> (String, Duration) {
+    let mut sh = Vec::new();
+    match check(l, Op::Publish, "a", channel, shared, conn, now, &mut sh) {
+        RuleVerdict::Refuse { rule, wait, .. } => (rule.id.clone(), wait),
+        v => panic!("{v:?}"),
+    }
+}
+
 #[test]
 fn a_swept_bucket_is_fetched_again_and_still_shared_by_every_socket() {
     let l = limits(vec![rule("doc", TrackBy::Channel, 2, 1000)]);
@@ -246,43 +261,20 @@ fn a_reload_applies_on_the_next_take() {
     ]);
     assert!(publish(&smaller, &shared, &mut conn, "doc:1", now));
     assert!(publish(&smaller, &shared, &mut conn, "doc:1", now));
-    let mut sh = Vec::new();
-    match check(
-        &smaller,
-        Op::Publish,
-        "a",
-        "doc:1",
-        &shared,
-        &mut conn,
-        now,
-        &mut sh,
-    ) {
-        RuleVerdict::Refuse { rule, wait, .. } => {
-            assert_eq!((rule.id.as_str(), wait), ("doc", Duration::from_secs(1)));
-        }
-        v => panic!("{v:?}"),
-    }
+    assert_eq!(
+        refusal(&smaller, &shared, &mut conn, "doc:1", now),
+        ("doc".into(), Duration::from_secs(1))
+    );
     // A connection rule follows a reload too (3 taken: 7 left, capped at
     // the new capacity).
     let conn_smaller = limits(vec![rule("conn", TrackBy::Connection, 3, 3000)]);
     for _ in 0..3 {
         assert!(publish(&conn_smaller, &shared, &mut conn, "doc:1", now));
     }
-    match check(
-        &conn_smaller,
-        Op::Publish,
-        "a",
-        "doc:1",
-        &shared,
-        &mut conn,
-        now,
-        &mut sh,
-    ) {
-        RuleVerdict::Refuse { rule, wait, .. } => {
-            assert_eq!((rule.id.as_str(), wait), ("conn", Duration::from_secs(1)));
-        }
-        v => panic!("{v:?}"),
-    }
+    assert_eq!(
+        refusal(&conn_smaller, &shared, &mut conn, "doc:1", now),
+        ("conn".into(), Duration::from_secs(1))
+    );
 }
 
 #[test]
