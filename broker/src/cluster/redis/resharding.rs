@@ -107,8 +107,10 @@ impl RedisBridge {
     }
 }
 
-/// Tries of a script whose slot is moving (see [`invoke_following`]).
-const MOVING_TRIES: u32 = 4;
+/// Tries of a script whose slot is moving (see [`invoke_following`]),
+/// 20 ms apart and doubling: about 0.6 s in all, room for the rest of a
+/// channel's keys to follow the first across a migration.
+const MOVING_TRIES: u32 = 6;
 
 /// Whether `e` says the key's slot is moving rather than down: a redirect
 /// the client had no retry left to follow, or `TRYAGAIN` (a multi-key
@@ -136,7 +138,7 @@ pub(super) async fn invoke_following<T: redis::FromRedisValue>(
     loop {
         match inv.invoke_async(conn).await {
             Err(e) if tries < MOVING_TRIES && moving(&e) => {
-                tokio::time::sleep(Duration::from_millis(20 * u64::from(tries))).await;
+                tokio::time::sleep(Duration::from_millis(20 << (tries - 1))).await;
                 tries += 1;
             }
             done => return done,
