@@ -5,7 +5,9 @@
 //! then drops the old owner's sharded subscriptions of that slot (an
 //! `sunsubscribe` push); the nodes must subscribe again on the new owner by
 //! themselves. Two nodes, a subscriber of the moved channel and of a
-//! control channel (another master) on each, a publisher that never stops.
+//! control channel (another master) on each, a publisher that never stops;
+//! the channel's keys move one first, so a publish meets them split
+//! (`TRYAGAIN`) and must wait for the rest rather than fail.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -38,6 +40,40 @@ async fn traffic(next: &AtomicU64, n: u64) {
     }
 }
 
+/// Moves `keys` from the master `src` is connected to, to the one on `to`.
+async fn migrate(src: &mut redis::aio::MultiplexedConnection, to: u16, keys: &[String]) {
+    redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(to)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("REPLACE")
+        .arg("KEYS")
+        .arg(keys)
+        .query_async::<()>(src)
+        .await
+        .unwrap();
+}
+
+/// How many commands the masters on `ports` answered `TRYAGAIN`.
+async fn try_again_count(ports: &[u16]) -> u64 {
+    let mut n = 0;
+    for port in ports {
+        let info: String = redis::cmd("INFO")
+            .arg("errorstats")
+            .query_async(&mut master(*port).await)
+            .await
+            .unwrap();
+        n += info
+            .lines()
+            .filter_map(|l| l.strip_prefix("errorstat_TRYAGAIN:count="))
+            .filter_map(|c| c.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    n
+}
+
 /// Moves `slot` from the master on `from` to the one on `to`, keys
 /// included, then tells every master its new owner; publishes go on
 /// between the steps.
@@ -59,6 +95,23 @@ async fn move_slot(cluster: &RedisCluster, slot: u16, from: u16, to: u16, next: 
         .unwrap();
     // Publishes while the keys are still on the old owner.
     traffic(next, 3).await;
+    // One of the channel's keys first: a publish now finds its keys split
+    // between the two masters and is answered `TRYAGAIN` (as between two
+    // of `redis-cli --cluster reshard`'s batches) until the rest follow.
+    let tried_again = try_again_count(&[from, to]).await;
+    let first: Vec<String> = redis::cmd("CLUSTER")
+        .arg("GETKEYSINSLOT")
+        .arg(slot)
+        .arg(1)
+        .query_async(&mut src)
+        .await
+        .unwrap();
+    migrate(&mut src, to, &first).await;
+    let deadline = Instant::now() + PATIENCE;
+    while try_again_count(&[from, to]).await == tried_again {
+        assert!(Instant::now() < deadline, "no publish met the split keys");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     loop {
         let keys: Vec<String> = redis::cmd("CLUSTER")
             .arg("GETKEYSINSLOT")
@@ -70,18 +123,7 @@ async fn move_slot(cluster: &RedisCluster, slot: u16, from: u16, to: u16, next: 
         if keys.is_empty() {
             break;
         }
-        redis::cmd("MIGRATE")
-            .arg("127.0.0.1")
-            .arg(to)
-            .arg("")
-            .arg(0)
-            .arg(5000)
-            .arg("REPLACE")
-            .arg("KEYS")
-            .arg(&keys)
-            .query_async::<()>(&mut src)
-            .await
-            .unwrap();
+        migrate(&mut src, to, &keys).await;
     }
     // The new owner first, then the old one, then the rest (as
     // `redis-cli --cluster reshard` does).

@@ -25,6 +25,9 @@ use super::subscriber::{BATCH, backoff};
 use super::{COMMAND_TIMEOUT, Conn, RedisBridge, SubCmd};
 use crate::cluster::Bridge;
 
+/// The bounds (ms) of the cluster client's wait before its own retry.
+const RETRY_WAIT_MS: (u64, u64) = (10, 100);
+
 /// Starts the cluster connection's tasks; the future ends once the bridge
 /// is first up (as `Bridge::start` promises).
 pub(super) fn start(bridge: Arc<RedisBridge>) -> Pin<Box<dyn Future<Output = ()>>> {
@@ -35,6 +38,13 @@ pub(super) fn start(bridge: Arc<RedisBridge>) -> Pin<Box<dyn Future<Output = ()>
             .connection_timeout(COMMAND_TIMEOUT)
             .response_timeout(COMMAND_TIMEOUT)
             .retries(1)
+            // The crate waits at least 1.28 s before its retry (of a
+            // `TRYAGAIN`, say), past the response timeout: a command
+            // whose keys a migration had split would always time out and
+            // be taken for an outage. Retry within tens of ms; what is
+            // left is tried again by `invoke_following`.
+            .min_retry_wait(RETRY_WAIT_MS.0)
+            .max_retry_wait(RETRY_WAIT_MS.1)
     };
     // Two connections: pushes arrive only on the subscribing one. Redis
     // sends an unasked `sunsubscribe` when a slot moves away, and the
