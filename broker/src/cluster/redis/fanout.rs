@@ -88,7 +88,7 @@ impl RedisBridge {
             .time_script(
                 "join",
                 invoke_following(
-                    self.join_invocation(channel)
+                    self.join_invocation(channel, &seq_key)
                         .arg(self.hub.seq(channel))
                         .arg(seq_floor())
                         .arg(SEQ_TTL_MS.max(self.history.1))
@@ -128,7 +128,7 @@ impl RedisBridge {
                 .time_script(
                     "publish",
                     invoke_following(
-                        this.publish_invocation(&channel)
+                        this.publish_invocation(&channel, &seq_key)
                             .arg(this.topic(&channel))
                             .arg(&channel)
                             .arg(&data)

@@ -69,15 +69,24 @@ static JOIN: LazyLock<Script> =
     LazyLock::new(|| Script::new(&fenced(scripts::JOIN_SOURCE, "ARGV[2]", "ARGV[3]")));
 
 impl RedisBridge {
-    /// The publish script for this mode, its keys given (on Redis Cluster
-    /// with the owner key).
-    pub(super) fn publish_invocation(&self, channel: &str) -> ScriptInvocation<'static> {
-        self.counter_invocation(&scripts::PUBLISH, &PUBLISH, channel)
+    /// The publish script for this mode, its keys given (`seq_key` is the
+    /// channel's counter, which the caller already holds; on Redis Cluster
+    /// the owner key too).
+    pub(super) fn publish_invocation(
+        &self,
+        channel: &str,
+        seq_key: &str,
+    ) -> ScriptInvocation<'static> {
+        self.counter_invocation(&scripts::PUBLISH, &PUBLISH, channel, seq_key)
     }
 
     /// The join script for this mode, its keys given.
-    pub(super) fn join_invocation(&self, channel: &str) -> ScriptInvocation<'static> {
-        self.counter_invocation(&scripts::JOIN, &JOIN, channel)
+    pub(super) fn join_invocation(
+        &self,
+        channel: &str,
+        seq_key: &str,
+    ) -> ScriptInvocation<'static> {
+        self.counter_invocation(&scripts::JOIN, &JOIN, channel, seq_key)
     }
 
     fn counter_invocation(
@@ -85,8 +94,9 @@ impl RedisBridge {
         one: &'static Script,
         cluster: &'static Script,
         channel: &str,
+        seq_key: &str,
     ) -> ScriptInvocation<'static> {
-        let mut inv = if self.sharded { cluster } else { one }.key(self.key("seq", channel));
+        let mut inv = if self.sharded { cluster } else { one }.key(seq_key);
         inv.key(self.key("hist", channel));
         if self.sharded {
             inv.key(self.key("own", channel));
