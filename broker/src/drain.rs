@@ -7,11 +7,11 @@
 
 use std::time::{Duration, Instant};
 
-use actix::Addr;
+use actix::Recipient;
 
+use crate::account::CloseWith;
 use crate::node::Node;
 use crate::protocol::CloseCode;
-use crate::socket::{CloseWith, Socket};
 
 /// Time between two batches.
 const STEP: Duration = Duration::from_millis(100);
@@ -19,7 +19,7 @@ const STEP: Duration = Duration::from_millis(100);
 /// the last closes to complete before stragglers get 1001.
 pub const SPREAD: f64 = 0.8;
 
-fn close(addrs: &[Addr<Socket>], code: CloseCode) {
+fn close(addrs: &[Recipient<CloseWith>], code: CloseCode) {
     for a in addrs {
         a.do_send(CloseWith {
             code,
@@ -40,7 +40,7 @@ pub async fn drain(node: &Node, window: Duration) {
     node.start_draining();
     let start = Instant::now();
     let end = start + window;
-    let sockets: Vec<Addr<Socket>> = node.sockets.iter().map(|s| s.addr.clone()).collect();
+    let sockets: Vec<Recipient<CloseWith>> = node.sockets.iter().map(|s| s.close.clone()).collect();
     tracing::info!(
         sockets = sockets.len(),
         window_ms = window.as_millis() as u64,
@@ -58,7 +58,8 @@ pub async fn drain(node: &Node, window: Duration) {
         }
     }
     until_empty(node, end).await;
-    let stragglers: Vec<Addr<Socket>> = node.sockets.iter().map(|s| s.addr.clone()).collect();
+    let stragglers: Vec<Recipient<CloseWith>> =
+        node.sockets.iter().map(|s| s.close.clone()).collect();
     if !stragglers.is_empty() {
         tracing::info!(
             sockets = stragglers.len(),

@@ -158,9 +158,9 @@ pub fn config(data: &[u8]) -> bool {
 
 /// The key the gRPC target calls with: it may publish and subscribe on
 /// `chat:*` only, so the permission checks answer both ways.
-fn grpc_key() -> crate::http::keys::KeyState {
+fn grpc_key() -> crate::charge::KeyState {
     use crate::protocol::glob::GlobSet;
-    crate::http::keys::KeyState {
+    crate::charge::KeyState {
         account: "fuzz".into(),
         publish: GlobSet::new(&["chat:*"]),
         subscribe: GlobSet::new(&["chat:*"]),
@@ -221,8 +221,8 @@ pub fn grpc_request(data: &[u8]) -> Option<u32> {
     }
     let msg = PublishRequest::decode(body).ok()?;
     let subscribers = u64::from(which / 2) * 1000;
-    let priced = crate::backend::check_json(&msg.data_json, limits.max_json_depth).and_then(|()| {
-        crate::backend::price(&msg.channel, &msg.data_json, &key, &limits, subscribers)
+    let priced = crate::charge::publish::check_json(&msg.data_json, limits.max_json_depth).and_then(|()| {
+        crate::charge::publish::price(&msg.channel, &msg.data_json, &key, &limits, subscribers)
     });
     let cost = match priced {
         Ok(cost) => cost,

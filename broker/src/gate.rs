@@ -133,6 +133,18 @@ impl HandshakeGate {
     }
 }
 
+/// The client address of a request: the peer, or the right-most untrusted
+/// `X-Forwarded-For` entry when the peer is a trusted proxy (§1). Every
+/// front that checks a ban or a per-IP limit reads the address here.
+pub fn request_ip(req: &actix_http::RequestHead, trusted: &[ProxyRange]) -> IpAddr {
+    let peer = req.peer_addr.map_or([127, 0, 0, 1].into(), |a| a.ip());
+    let xff = req
+        .headers()
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok());
+    client_ip(peer, xff, trusted)
+}
+
 /// The client's address: the peer, or — when the peer is a trusted proxy —
 /// the right-most address of `X-Forwarded-For` that is not one.
 pub fn client_ip(peer: IpAddr, forwarded_for: Option<&str>, trusted: &[ProxyRange]) -> IpAddr {

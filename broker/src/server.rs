@@ -10,14 +10,12 @@ use std::time::Duration;
 use actix_http::{HttpService, Request, h1};
 use actix_service::{IntoServiceFactory, ServiceFactoryExt, fn_service, map_config};
 use actix_web::dev::{AppConfig, Service};
-use actix_web::http::StatusCode;
 use actix_web::rt::net::TcpStream;
-use actix_web::{App, HttpResponse, web};
+use actix_web::{App, web};
 
 use crate::config::Config;
-use crate::http::{self, refusal};
+use crate::http;
 use crate::node::Node;
-use crate::protocol::ErrorCode;
 use crate::socket;
 use crate::unfinished::Unfinished;
 
@@ -38,29 +36,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.default_service(web::to(|| async { not_found() }));
 }
 
-/// A path whose other methods get the contract's refusal body (405), not
-/// actix's empty one.
-pub fn resource(path: &str) -> actix_web::Resource {
-    web::resource(path).default_service(web::to(|| async { method_not_allowed() }))
-}
-
-pub(crate) fn method_not_allowed() -> HttpResponse {
-    refusal(
-        StatusCode::METHOD_NOT_ALLOWED,
-        ErrorCode::BadRequest,
-        "this endpoint does not answer that method",
-        None,
-    )
-}
-
-pub(crate) fn not_found() -> HttpResponse {
-    refusal(
-        StatusCode::NOT_FOUND,
-        ErrorCode::NotFound,
-        "no such endpoint",
-        None,
-    )
-}
+pub use crate::refusal::{method_not_allowed, not_found, resource};
 
 /// Serves `config` on `listener` until `shutdown` completes. Must run
 /// inside an actix system (`actix_rt::System`).

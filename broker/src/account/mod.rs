@@ -9,6 +9,7 @@
 //! against the account's cap): the actor lifecycle is the count, so it
 //! cannot leak.
 
+mod control;
 mod sampler;
 
 use std::collections::HashMap;
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use dashmap::DashMap;
 
+pub use control::{CloseWith, Reconfigure};
 pub use sampler::{Sample, Sampler};
 
 use crate::cluster::{Charged, Pending, SharedBridge};
@@ -26,7 +28,6 @@ use crate::exceeded::Exceeded;
 use crate::metrics::{Layer, Metrics};
 use crate::protocol::wire::BudgetView;
 use crate::protocol::{CloseCode, ErrorCode};
-use crate::socket::CloseWith;
 
 /// How long a supervisor with no sockets lingers before it stops.
 const RETIRE_AFTER: Duration = Duration::from_secs(5);

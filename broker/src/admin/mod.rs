@@ -8,59 +8,30 @@
 //! per client address (429 once spent). The viewer key reads the page and
 //! the overview; its actions are 403.
 
-mod actions;
-mod bans;
 mod overview;
 mod page;
 mod routes;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-pub use actions::{Action, BANNED, DISCONNECTED, Who, on_broadcast};
-pub use bans::{Ban, BanEntry, BanTarget, Bans, unix_ms};
+pub use crate::bans::{Ban, BanEntry, BanTarget, Bans};
+pub use crate::clock::unix_ms;
+pub use crate::cluster::{Action, BANNED, DISCONNECTED, Who};
+pub use crate::node::Admin;
+pub use crate::node::operator::{apply, close_local, on_broadcast, perform};
 pub use overview::{NodeStats, Overview, WebhookEndpoint};
 pub use routes::routes;
 
-use crate::limiter::KeyedBuckets;
 use crate::node::Node;
 
 /// How often a node samples its counters and, in a cluster, publishes its
 /// summary and re-reads the ban list.
-const TICK: Duration = Duration::from_millis(overview::BUCKET_MS);
+const TICK: Duration = Duration::from_millis(crate::metrics::history::BUCKET_MS);
 /// How often, in a cluster, the summary and the ban list are refreshed.
 const SHARE_EVERY: Duration = Duration::from_secs(2);
 /// A summary outlives its node by this much.
 const STATS_TTL_MS: u64 = 6_000;
-
-/// A node's operator state.
-#[derive(Debug)]
-pub struct Admin {
-    pub bans: Bans,
-    /// This process among the nodes (skips its own broadcast echoes).
-    pub instance: u64,
-    history: overview::History,
-    /// Failed key attempts per client address.
-    failures: KeyedBuckets<std::net::IpAddr>,
-}
-
-impl Default for Admin {
-    fn default() -> Self {
-        Admin {
-            bans: Bans::default(),
-            instance: rand::random(),
-            history: overview::History::default(),
-            failures: KeyedBuckets::default(),
-        }
-    }
-}
-
-impl Admin {
-    pub fn sweep(&self, now: Instant) {
-        self.bans.sweep();
-        self.failures.sweep(now);
-    }
-}
 
 /// Samples the counters every bucket; in a cluster also publishes this
 /// node's summary and re-reads the ban list from Redis (which catches a
@@ -71,7 +42,7 @@ pub fn spawn(node: Arc<Node>) {
         let mut tick = actix_rt::time::interval(TICK);
         loop {
             tick.tick().await;
-            sampler.admin.history.record(&sampler);
+            sampler.admin.history.record(&sampler.metrics);
         }
     });
     actix_rt::spawn(async move {

@@ -7,73 +7,15 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use super::bans::{BanEntry, unix_ms};
+use crate::bans::BanEntry;
+use crate::clock::unix_ms;
+use crate::metrics::history::{BUCKET_MS, BUCKETS, Sample};
 use crate::node::Node;
 
-/// The chart's bucket width.
-pub const BUCKET_MS: u64 = 5_000;
-/// Buckets kept: five minutes.
-const BUCKETS: usize = 60;
 /// Accounts listed as nearest their limits.
 const TOP_ACCOUNTS: usize = 20;
-
-/// Counter totals at one instant.
-#[derive(Debug, Clone, Default)]
-struct Sample {
-    at: u64,
-    messages_in: u64,
-    messages_out: u64,
-    rejections: HashMap<(&'static str, &'static str), u64>,
-}
-
-/// Samples of this node's counters, one per bucket, for rates and the
-/// rejection chart.
-#[derive(Debug)]
-pub struct History {
-    samples: Mutex<VecDeque<Sample>>,
-}
-
-impl Default for History {
-    /// Starts from zero: the node's counters start at zero with it, so
-    /// nothing counted before the first tick is lost.
-    fn default() -> Self {
-        let zero = Sample {
-            at: unix_ms(),
-            ..Sample::default()
-        };
-        History {
-            samples: Mutex::new(VecDeque::from([zero])),
-        }
-    }
-}
-
-fn sample(node: &Node) -> Sample {
-    Sample {
-        at: unix_ms(),
-        messages_in: node.metrics.messages_in.get(),
-        messages_out: node.metrics.messages_out.get(),
-        rejections: node
-            .metrics
-            .rejection_totals()
-            .into_iter()
-            .map(|(l, r, n)| ((l, r), n))
-            .collect(),
-    }
-}
-
-impl History {
-    /// Takes a sample (once per bucket, from the admin task).
-    pub fn record(&self, node: &Node) {
-        let mut s = self.samples.lock();
-        s.push_back(sample(node));
-        while s.len() > BUCKETS + 1 {
-            s.pop_front();
-        }
-    }
-}
 
 /// One account near its limits, on one node or summed over the cluster.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -131,8 +73,8 @@ pub struct NodeStats {
 
 /// This node's summary now.
 pub fn node_stats(node: &Node) -> NodeStats {
-    let now = sample(node);
-    let samples = node.admin.history.samples.lock().clone();
+    let now = Sample::of(&node.metrics);
+    let samples = node.admin.history.samples();
     let rate = |f: fn(&Sample) -> u64| {
         samples.back().map_or(0.0, |last| {
             let secs = now.at.saturating_sub(last.at) as f64 / 1000.0;

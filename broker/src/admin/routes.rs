@@ -9,13 +9,15 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 
-use super::actions::{self, Action, Who};
-use super::bans::{BanTarget, unix_ms};
 use super::{overview, page};
-use crate::http::{refusal, request_ip};
+use crate::bans::BanTarget;
+use crate::clock::unix_ms;
+use crate::cluster::{Action, Who};
+use crate::gate::request_ip;
 use crate::node::Node;
+use crate::node::operator as actions;
 use crate::protocol::ErrorCode;
-use crate::server::resource;
+use crate::refusal::{refusal, resource};
 
 /// Failed key attempts per address: a burst of 10, then one every 6 s.
 const FAILURE_BURST: f64 = 10.0;

@@ -9,6 +9,7 @@
 
 mod local;
 mod memory;
+pub mod operator;
 pub mod redis;
 
 use std::future::Future;
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 
 pub use local::{LocalLimits, scale_cap};
 pub use memory::MemoryBridge;
+pub use operator::{Action, BANNED, DISCONNECTED, Envelope, Who};
 pub use redis::RedisBridge;
 
 use crate::config::Limits;
@@ -128,6 +130,17 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
 }
 
 pub type SharedBridge = Arc<dyn Bridge>;
+
+/// What the bridge reports upward, to the node that owns it (which
+/// implements this and hands it in at construction): the bridge knows the
+/// hub below it and nothing above, so whatever it hears from other nodes
+/// that is not a message for the hub goes through here.
+pub trait Events: Send + Sync {
+    /// Another node saw `account` breach its budget: close its sockets here.
+    fn breach(&self, account: &str);
+    /// An operator action another node made (§10), to apply here.
+    fn operator(&self, envelope: Envelope);
+}
 
 #[cfg(test)]
 mod properties;

@@ -8,6 +8,8 @@
 
 use serde::Deserialize;
 
+pub use crate::protocol::Op;
+
 /// Everything a plan limits. Defaults are the contract's §0 (`free` plan).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default)]
@@ -149,15 +151,6 @@ impl TrackBy {
             TrackBy::Connection => "connection",
         }
     }
-}
-
-/// Which client operations a rule counts.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Hash)]
-#[serde(rename_all = "snake_case")]
-pub enum Op {
-    Publish,
-    Subscribe,
-    Unsubscribe,
 }
 
 /// An extra limit: `capacity` operations per `window_ms`, refilled

@@ -65,7 +65,7 @@ impl Drop for Registration {
 /// Counted under `layer="grpc"` with the reason.
 pub(super) fn end_status(svc: &BrokerService, whose: &Whose, reason: &'static str) -> Status {
     svc.count(reason, &whose.account, None);
-    let ban = (reason == crate::admin::BANNED)
+    let ban = (reason == crate::cluster::BANNED)
         .then(|| svc.node.admin.bans.check(Some(&whose.account), whose.ip))
         .flatten();
     match ban {

@@ -25,9 +25,7 @@ use super::operator::{Registration, Whose};
 use super::proto::{PublishReply, PublishRequest, Refusal as WireRefusal};
 use super::service::{BrokerService, Caller};
 use super::status;
-use crate::backend;
-use crate::cluster::KeyCharge;
-use crate::protocol::ErrorCode;
+use crate::charge::Balance;
 
 /// The replies of one `PublishStream`, as tonic sends them.
 pub type Replies = ReceiverStream<Result<PublishReply, Status>>;
@@ -55,7 +53,7 @@ pub fn start(
 #[derive(Default)]
 struct Spent {
     units: u64,
-    last: Option<KeyCharge>,
+    last: Option<Balance>,
 }
 
 async fn run(
@@ -113,19 +111,13 @@ async fn run(
                 }
             }
             Ok(cost) => {
-                let charge =
-                    backend::charge(&svc.node, &caller.key, &caller.limits, f64::from(cost)).await;
-                if !charge.allowed {
-                    svc.count(
-                        ErrorCode::RateLimited.as_str(),
-                        &caller.key.account,
-                        Some(&msg.channel),
-                    );
-                    break status::rate_limited(&charge, spent.units);
-                }
+                let admitted = match svc.charge(&caller, cost, Some(&msg.channel)).await {
+                    Ok(a) => a,
+                    Err(refused) => break status::rate_limited(&refused, spent.units),
+                };
                 spent.units += u64::from(cost);
-                spent.last = Some(charge);
-                let seq = backend::publish(&svc.node, &msg.channel, &msg.data_json, "grpc").await;
+                spent.last = admitted.balance;
+                let seq = svc.node.publish(&msg.channel, &msg.data_json, "grpc").await;
                 PublishReply {
                     id: msg.id,
                     seq,
@@ -146,10 +138,10 @@ async fn run(
 
 /// The key's balance for the trailers: the last charge, or a read of the
 /// bucket (a charge of 0) when nothing was charged.
-async fn balance(svc: &BrokerService, caller: &Caller, spent: &Spent) -> KeyCharge {
+async fn balance(svc: &BrokerService, caller: &Caller, spent: &Spent) -> Balance {
     match spent.last {
         Some(c) => c,
-        None => backend::charge(&svc.node, &caller.key, &caller.limits, 0.0).await,
+        None => svc.balance(caller).await,
     }
 }
 

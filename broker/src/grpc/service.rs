@@ -1,6 +1,8 @@
 //! `tidegate.v1.Broker`: each handler identifies the caller (an API key in
-//! `authorization: Bearer …`), prices the work, consumes from the key's
-//! bucket and delegates to the code HTTP publish uses ([`backend`]).
+//! `authorization: Bearer …`), prices the work ([`charge::publish`]),
+//! consumes from the key's bucket through the charge primitive
+//! ([`crate::charge::Ledger::charge`]) and publishes as HTTP does
+//! ([`Node::publish`]).
 //!
 //! Everything here is `Send + Sync` and runs on the gRPC server's own
 //! tokio runtime: the node's state is shared (`Arc<Node>`), and the only
@@ -10,6 +12,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
@@ -17,10 +20,9 @@ use tonic::{Request, Response, Status};
 use super::proto::broker_server::Broker;
 use super::proto::{PublishReply, PublishRequest, SubscribeRequest};
 use super::status;
-use crate::backend::{self, Refusal};
+use crate::charge::{self, Balance, KeyState, Outcome, Payer, Price, Refusal};
 use crate::config::Limits;
 use crate::exceeded::Exceeded;
-use crate::http::keys::KeyState;
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::ErrorCode;
@@ -108,24 +110,49 @@ impl BrokerService {
     }
 
     /// Checks and prices one message (its data as JSON, then
-    /// `backend::check`); nothing is charged yet.
+    /// `charge::publish::price`); nothing is charged yet.
     pub(super) fn price(&self, caller: &Caller, msg: &PublishRequest) -> Result<u32, Refusal> {
         // JSON first, as HTTP parses its body before anything else.
-        backend::check_json(&msg.data_json, caller.limits.max_json_depth)?;
-        backend::check(
-            &self.node,
+        charge::publish::check_json(&msg.data_json, caller.limits.max_json_depth)?;
+        let subscribers = self.node.bridge.subscribers(&msg.channel);
+        charge::publish::price(
             &msg.channel,
             &msg.data_json,
             &caller.key,
             &caller.limits,
+            subscribers,
         )
+    }
+
+    /// Takes `cost` from the caller's key (a refusal is counted under
+    /// `layer="grpc"` by the charge layer).
+    pub(super) async fn charge(&self, caller: &Caller, cost: u32, channel: Option<&str>) -> Outcome {
+        let payer = Payer::Key {
+            layer: Layer::Grpc,
+            key: &caller.key,
+            limits: &caller.limits,
+        };
+        self.node
+            .ledger()
+            .charge(payer, Price::units(cost, channel), Instant::now())
+            .wait()
+            .await
+    }
+
+    /// The key's balance, read without charging.
+    pub(super) async fn balance(&self, caller: &Caller) -> Balance {
+        self.node
+            .ledger()
+            .balance(&caller.key, &caller.limits)
+            .wait()
+            .await
     }
 
     /// The status for a refusal that ends a unary call, with the key's
     /// balance (read without charging) in its trailers.
     pub(super) async fn refuse_call(&self, caller: &Caller, r: &Refusal, channel: &str) -> Status {
         self.count(r.code.as_str(), &caller.key.account, Some(channel));
-        let balance = backend::charge(&self.node, &caller.key, &caller.limits, 0.0).await;
+        let balance = self.balance(caller).await;
         status::refused(r.code, &r.message, Some((&balance, 0)))
     }
 }
@@ -143,23 +170,21 @@ impl Broker for BrokerService {
             Ok(cost) => cost,
             Err(r) => return Err(self.refuse_call(&caller, &r, &msg.channel).await),
         };
-        let charge =
-            backend::charge(&self.node, &caller.key, &caller.limits, f64::from(cost)).await;
-        if !charge.allowed {
-            self.count(
-                ErrorCode::RateLimited.as_str(),
-                &caller.key.account,
-                Some(&msg.channel),
-            );
-            return Err(status::rate_limited(&charge, 0));
-        }
-        let seq = backend::publish(&self.node, &msg.channel, &msg.data_json, "grpc").await;
+        let admitted = match self.charge(&caller, cost, Some(&msg.channel)).await {
+            Ok(a) => a,
+            Err(refused) => return Err(status::rate_limited(&refused, 0)),
+        };
+        let seq = self.node.publish(&msg.channel, &msg.data_json, "grpc").await;
         let mut reply = Response::new(PublishReply {
             id: msg.id,
             seq,
             error: None,
         });
-        status::balance(reply.metadata_mut(), &charge, u64::from(cost));
+        status::balance(
+            reply.metadata_mut(),
+            &admitted.balance.unwrap_or_default(),
+            u64::from(cost),
+        );
         Ok(reply)
     }
 

@@ -12,9 +12,9 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-use crate::cluster::KeyCharge;
-use crate::http::{retry_after_ms, retry_after_secs};
+use crate::charge::{Balance, Refused};
 use crate::protocol::ErrorCode;
+use crate::refusal::{retry_after_ms, retry_after_secs};
 
 /// The `domain` of every `google.rpc.ErrorInfo` detail; its `reason` is
 /// the contract's error code (`forbidden`, `slow_consumer`, …).
@@ -32,7 +32,7 @@ pub const PUSHBACK_MS: &str = "grpc-retry-pushback-ms";
 /// The trailers of a finished call that has a balance to show:
 /// `ratelimit-*` (as `X-RateLimit-*`) and `tidegate-cost`, the units the
 /// whole call was charged.
-pub fn balance(map: &mut MetadataMap, charge: &KeyCharge, cost: u64) {
+pub fn balance(map: &mut MetadataMap, charge: &Balance, cost: u64) {
     map.insert(LIMIT, MetadataValue::from(charge.limit));
     map.insert(REMAINING, MetadataValue::from(charge.remaining));
     map.insert(RESET, MetadataValue::from(retry_after_secs(charge.reset)));
@@ -62,7 +62,7 @@ fn details(code: ErrorCode) -> ErrorDetails {
 
 /// A refusal ending a call: its status code, the sentence, an `ErrorInfo`
 /// naming the contract code, and the balance trailers when known.
-pub fn refused(code: ErrorCode, message: &str, balance_of: Option<(&KeyCharge, u64)>) -> Status {
+pub fn refused(code: ErrorCode, message: &str, balance_of: Option<(&Balance, u64)>) -> Status {
     let mut md = MetadataMap::new();
     if let Some((charge, cost)) = balance_of {
         balance(&mut md, charge, cost);
@@ -72,10 +72,12 @@ pub fn refused(code: ErrorCode, message: &str, balance_of: Option<(&KeyCharge, u
 
 /// The key's budget is empty: `RESOURCE_EXHAUSTED` with the delay in
 /// `retry-after-ms`, `grpc-retry-pushback-ms` and `RetryInfo`.
-pub fn rate_limited(charge: &KeyCharge, cost: u64) -> Status {
-    let ms = retry_after_ms(charge.retry_after);
+pub fn rate_limited(refused: &Refused, cost: u64) -> Status {
+    let ms = retry_after_ms(refused.retry_after);
     let mut md = MetadataMap::new();
-    balance(&mut md, charge, cost);
+    if let Some(b) = &refused.balance {
+        balance(&mut md, b, cost);
+    }
     md.insert(RETRY_AFTER_MS, MetadataValue::from(ms));
     md.insert(PUSHBACK_MS, MetadataValue::from(ms));
     let mut d = details(ErrorCode::RateLimited);
@@ -89,7 +91,7 @@ pub fn rate_limited(charge: &KeyCharge, cost: u64) -> Status {
 }
 
 /// The end of a stream that finished well, carrying its trailers.
-pub fn finished(charge: Option<&KeyCharge>, cost: u64) -> Status {
+pub fn finished(charge: Option<&Balance>, cost: u64) -> Status {
     let mut status = Status::ok("");
     if let Some(c) = charge {
         balance(status.metadata_mut(), c, cost);
@@ -104,7 +106,7 @@ pub fn finished(charge: Option<&KeyCharge>, cost: u64) -> Status {
 /// `PERMISSION_DENIED` `banned` while an operator's ban on the key's
 /// account or the caller's address lasts (§10), its remaining time in
 /// `retry-after-ms` and `RetryInfo`.
-pub fn banned(ban: &crate::admin::Ban) -> Status {
+pub fn banned(ban: &crate::bans::Ban) -> Status {
     let ms = retry_after_ms(ban.remaining);
     let mut md = MetadataMap::new();
     md.insert(RETRY_AFTER_MS, MetadataValue::from(ms));
@@ -131,7 +133,7 @@ pub fn draining() -> Status {
 /// retried at once by stock clients and is kept for the drain.
 pub fn disconnected() -> Status {
     let mut d = ErrorDetails::new();
-    d.set_error_info(crate::admin::DISCONNECTED, DOMAIN, HashMap::new());
+    d.set_error_info(crate::cluster::DISCONNECTED, DOMAIN, HashMap::new());
     Status::with_error_details(
         Code::Aborted,
         "this stream was ended by an operator's disconnect; call again with the normal backoff",

@@ -32,10 +32,8 @@ use super::proto::subscribe_event::Event;
 use super::proto::{Message, SlowConsumer, SubscribeAck, SubscribeEvent, SubscribeRequest};
 use super::service::{BrokerService, Caller, OpenStream};
 use super::status;
-use crate::backend::{self, Refusal};
-use crate::cluster::KeyCharge;
+use crate::charge::{Balance, KeyState, Refusal};
 use crate::config::Limits;
-use crate::http::keys::KeyState;
 use crate::hub::{Deliver, OutboundGauge, Sink, StreamSink, Subscriber};
 use crate::node::Node;
 use crate::protocol::{ErrorCode, channel, wire};
@@ -75,7 +73,7 @@ pub struct Events {
     membership: Arc<Membership>,
     guard: Option<JoinHandle<()>>,
     /// For the trailers: what the call was charged, and the balance then.
-    charge: KeyCharge,
+    charge: Balance,
     cost: u64,
     _open: OpenStream,
 }
@@ -237,11 +235,10 @@ pub async fn start(
                 .await);
         }
     };
-    let charge = backend::charge(node, &caller.key, &caller.limits, f64::from(cost)).await;
-    if !charge.allowed {
-        svc.count(ErrorCode::RateLimited.as_str(), &account, None);
-        return Err(status::rate_limited(&charge, 0));
-    }
+    let charge = match svc.charge(&caller, cost, None).await {
+        Ok(admitted) => admitted.balance.unwrap_or_default(),
+        Err(refused) => return Err(status::rate_limited(&refused, 0)),
+    };
 
     let conn = node.next_conn();
     let gauge = Arc::new(OutboundGauge::new(caller.limits.outbound_high_water_bytes));

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::Instant;
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder, web};
@@ -11,15 +11,13 @@ use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::keys::KeyState;
-use super::refusal_builder;
-use crate::backend::{self, Refusal};
-use crate::cluster::KeyCharge as Charge;
+use crate::charge::{self, Balance, KeyState, Payer, Price, Refusal, publish::price};
 use crate::config::Limits;
 use crate::exceeded::Exceeded;
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::{ErrorCode, channel};
+use crate::refusal::{refusal, refusal_builder, retry_after_ms, retry_after_secs};
 
 #[derive(Deserialize)]
 struct One<'a> {
@@ -158,52 +156,75 @@ pub(crate) fn check_body(
     }
 }
 
-/// `X-RateLimit-*` from the charge, and `Tidegate-Cost`: the units this
-/// request was charged.
-fn with_rate_headers(status: StatusCode, charge: &Charge, cost: u32) -> HttpResponseBuilder {
+/// `X-RateLimit-*` from the key's balance, and `Tidegate-Cost`: the units
+/// this request was charged.
+fn with_rate_headers(status: StatusCode, balance: Option<&Balance>, cost: u32) -> HttpResponseBuilder {
     let mut b = HttpResponse::build(status);
     b.insert_header(("Tidegate-Cost", cost.to_string()));
-    b.insert_header(("X-RateLimit-Limit", charge.limit.to_string()));
-    b.insert_header(("X-RateLimit-Remaining", charge.remaining.to_string()));
-    b.insert_header((
-        "X-RateLimit-Reset",
-        super::retry_after_secs(charge.reset).to_string(),
-    ));
+    if let Some(balance) = balance {
+        b.insert_header(("X-RateLimit-Limit", balance.limit.to_string()));
+        b.insert_header(("X-RateLimit-Remaining", balance.remaining.to_string()));
+        b.insert_header((
+            "X-RateLimit-Reset",
+            retry_after_secs(balance.reset).to_string(),
+        ));
+    }
     b
 }
 
-fn refuse(
-    node: &Node,
-    key: Option<&KeyState>,
-    r: Refused,
-    charge: Option<&Charge>,
-) -> HttpResponse {
+/// A refusal of the request before anything was charged: counted here.
+fn refuse(node: &Node, key: Option<&KeyState>, r: Refused) -> HttpResponse {
     Exceeded::new(
         Layer::Http,
         r.code.as_str(),
         key.map_or("", |k| k.account.as_str()),
     )
-    .reset(charge.map_or(Duration::ZERO, |c| c.retry_after))
     .emit(&node.metrics);
-    let builder = match charge {
-        Some(c) => with_rate_headers(r.status, c, 0),
-        None => HttpResponse::build(r.status),
+    refusal_builder(HttpResponse::build(r.status), r.code, &r.message, None)
+}
+
+/// The key's bucket refused the charge (counted by the charge layer): 429
+/// with `Retry-After`, `retryAfterMs` and the balance.
+fn rate_limited(refused: &charge::Refused) -> HttpResponse {
+    let builder = with_rate_headers(
+        StatusCode::TOO_MANY_REQUESTS,
+        refused.balance.as_ref(),
+        0,
+    );
+    let message = format!(
+        "this API key's budget is empty; retry after {} ms",
+        retry_after_ms(refused.retry_after)
+    );
+    refusal_builder(
+        builder,
+        ErrorCode::RateLimited,
+        &message,
+        Some(refused.retry_after),
+    )
+}
+
+/// Takes `cost` from the key's bucket through the charge primitive.
+async fn charge(node: &Node, key: &KeyState, limits: &Limits, cost: u32) -> charge::Outcome {
+    let payer = Payer::Key {
+        layer: Layer::Http,
+        key,
+        limits,
     };
-    let retry = (r.code == ErrorCode::RateLimited)
-        .then(|| charge.map(|c| c.retry_after))
-        .flatten();
-    refusal_builder(builder, r.code, &r.message, retry)
+    node.ledger()
+        .charge(payer, Price::units(cost, None), Instant::now())
+        .wait()
+        .await
 }
 
 /// 403 `banned` when an operator banned the key's account or the caller's
 /// address (§10), with `Retry-After` = the ban's remaining time.
 fn banned(req: &HttpRequest, node: &Node, key: &KeyState) -> Option<HttpResponse> {
-    let ip = super::request_ip(req.head(), &node.config.load().node.trusted_proxies);
+    let ip = crate::gate::request_ip(req.head(), &node.config.load().node.trusted_proxies);
     let ban = node.admin.bans.check(Some(&key.account), Some(ip))?;
     Exceeded::new(Layer::Http, ErrorCode::Banned.as_str(), &key.account)
         .reset(ban.remaining)
         .emit(&node.metrics);
-    Some(super::refusal(
+    Some(refusal(
         StatusCode::FORBIDDEN,
         ErrorCode::Banned,
         &ban.message(),
@@ -219,18 +240,6 @@ fn unauthorized(node: &Node) -> HttpResponse {
             StatusCode::UNAUTHORIZED,
             ErrorCode::Unauthorized,
             "send `Authorization: Bearer <api key>` with a key from the config",
-        ),
-        None,
-    )
-}
-
-fn rate_limited(charge: &Charge) -> Refused {
-    Refused::new(
-        StatusCode::TOO_MANY_REQUESTS,
-        ErrorCode::RateLimited,
-        format!(
-            "this API key's budget is empty; retry after {} ms",
-            super::retry_after_ms(charge.retry_after)
         ),
     )
 }
@@ -250,22 +259,24 @@ pub async fn publish(
     // Room for the envelope around a maximal `data`.
     let body = match read_body(payload, limits.max_payload_bytes + 1024).await {
         Ok(b) => b,
-        Err(r) => return refuse(&node, Some(&key), r, None),
+        Err(r) => return refuse(&node, Some(&key), r),
     };
     let msg: One<'_> = match parse(&body, limits.max_json_depth) {
         Ok(m) => m,
-        Err(r) => return refuse(&node, Some(&key), r, None),
+        Err(r) => return refuse(&node, Some(&key), r),
     };
-    let cost = match backend::check(&node, &msg.channel, msg.data.get(), &key, &limits) {
+    let subscribers = node.bridge.subscribers(&msg.channel);
+    let cost = match price(&msg.channel, msg.data.get(), &key, &limits, subscribers) {
         Ok(cost) => cost,
-        Err(r) => return refuse(&node, Some(&key), r.into(), None),
+        Err(r) => return refuse(&node, Some(&key), r.into()),
     };
-    let charge = backend::charge(&node, &key, &limits, f64::from(cost)).await;
-    if !charge.allowed {
-        return refuse(&node, Some(&key), rate_limited(&charge), Some(&charge));
-    }
-    let seq = backend::publish(&node, &msg.channel, msg.data.get(), "http").await;
-    with_rate_headers(StatusCode::OK, &charge, cost).json(serde_json::json!({ "seq": seq }))
+    let admitted = match charge(&node, &key, &limits, cost).await {
+        Ok(a) => a,
+        Err(r) => return rate_limited(&r),
+    };
+    let seq = node.publish(&msg.channel, msg.data.get(), "http").await;
+    with_rate_headers(StatusCode::OK, admitted.balance.as_ref(), cost)
+        .json(serde_json::json!({ "seq": seq }))
 }
 
 pub async fn publish_batch(
@@ -283,11 +294,11 @@ pub async fn publish_batch(
     let limits = config.account_limits(&key.account);
     let body = match read_body(payload, config.http.max_batch_bytes).await {
         Ok(b) => b,
-        Err(r) => return refuse(&node, Some(&key), r, None),
+        Err(r) => return refuse(&node, Some(&key), r),
     };
     let batch: Batch<'_> = match parse(&body, limits.max_json_depth.saturating_add(2)) {
         Ok(b) => b,
-        Err(r) => return refuse(&node, Some(&key), r, None),
+        Err(r) => return refuse(&node, Some(&key), r),
     };
     let n = batch.messages.len();
     if n == 0 || n > config.http.max_batch {
@@ -299,7 +310,7 @@ pub async fn publish_batch(
                 config.http.max_batch
             ),
         );
-        return refuse(&node, Some(&key), r, None);
+        return refuse(&node, Some(&key), r);
     }
     // A batch costs the sum of its messages' prices, all or nothing; a
     // message refused on its own is charged the plan's `publish` (so with
@@ -308,23 +319,26 @@ pub async fn publish_batch(
     let checked: Vec<Result<u32, Refusal>> = batch
         .messages
         .iter()
-        .map(|m| backend::check(&node, &m.channel, m.data.get(), &key, &limits))
+        .map(|m| {
+            let subscribers = node.bridge.subscribers(&m.channel);
+            price(&m.channel, m.data.get(), &key, &limits, subscribers)
+        })
         .collect();
     let cost: u32 = checked
         .iter()
         .map(|c| *c.as_ref().unwrap_or(&limits.costs.publish))
         .fold(0, u32::saturating_add);
-    let charge = backend::charge(&node, &key, &limits, f64::from(cost)).await;
-    if !charge.allowed {
-        return refuse(&node, Some(&key), rate_limited(&charge), Some(&charge));
-    }
+    let admitted = match charge(&node, &key, &limits, cost).await {
+        Ok(a) => a,
+        Err(r) => return rate_limited(&r),
+    };
     // In order: each publish is awaited before the next, so a batch's
     // messages to one channel get increasing seqs.
     let mut results = Vec::with_capacity(n);
     for (msg, checked) in batch.messages.iter().zip(checked) {
         results.push(match checked {
             Ok(_) => {
-                let seq = backend::publish(&node, &msg.channel, msg.data.get(), "http").await;
+                let seq = node.publish(&msg.channel, msg.data.get(), "http").await;
                 Outcome::Ok { seq }
             }
             Err(r) => {
@@ -338,5 +352,6 @@ pub async fn publish_batch(
             }
         });
     }
-    with_rate_headers(StatusCode::OK, &charge, cost).json(serde_json::json!({ "results": results }))
+    with_rate_headers(StatusCode::OK, admitted.balance.as_ref(), cost)
+        .json(serde_json::json!({ "results": results }))
 }

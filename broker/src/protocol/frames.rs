@@ -12,6 +12,16 @@ use super::{channel, json};
 /// Longest accepted `id`, in bytes of JSON text.
 pub const MAX_ID_LEN: usize = 128;
 
+/// A client operation, as the plans' rules name them (`ops = ["publish"]`):
+/// the frames that are one (a `budget` request is not).
+#[derive(Debug, Clone, Copy, serde::Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    Publish,
+    Subscribe,
+    Unsubscribe,
+}
+
 /// A parsed client frame.
 #[derive(Debug)]
 pub enum ClientFrame<'a> {
@@ -45,8 +55,7 @@ impl<'a> ClientFrame<'a> {
     }
 
     /// The operation, for rules (a `budget` request is not one).
-    pub fn op(&self) -> Option<crate::config::Op> {
-        use crate::config::Op;
+    pub fn op(&self) -> Option<Op> {
         match self {
             ClientFrame::Subscribe { .. } => Some(Op::Subscribe),
             ClientFrame::Unsubscribe { .. } => Some(Op::Unsubscribe),

@@ -9,4 +9,4 @@ pub mod json;
 pub mod wire;
 
 pub use codes::{CloseCode, ErrorCode};
-pub use frames::{ClientFrame, FrameError};
+pub use frames::{ClientFrame, FrameError, Op};

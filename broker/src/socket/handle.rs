@@ -9,14 +9,14 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 
 use super::inbound::{InError, InFrame};
-use super::{Shadow, Socket, Verdict};
+use super::Socket;
 use crate::account::{Balance, Charge, Sample};
+use crate::charge::{self, Connection, Payer, Price, Reason};
 use crate::exceeded::Exceeded;
 use crate::limiter::Due;
 use crate::metrics::Layer;
 use crate::protocol::wire::{self, BudgetView, ErrorFrame};
 use crate::protocol::{ClientFrame, CloseCode, ErrorCode, frames};
-use crate::rules::{self, RuleVerdict};
 
 impl StreamHandler<Result<InFrame, InError>> for Socket {
     fn handle(&mut self, item: Result<InFrame, InError>, ctx: &mut Context<Self>) {
@@ -93,67 +93,52 @@ impl Socket {
             }
         };
         let now = Instant::now();
-        let bridge = &self.node.bridge;
-        let cost = self
+        let node = &self.node;
+        let bridge = &node.bridge;
+        let units = self
             .admission
             .price(&frame, |channel| bridge.subscribers(channel));
-        let mut shadow = None;
-        match self.admission.admit(cost, bytes.len(), now, &mut shadow) {
-            Verdict::Admit => {}
-            Verdict::Drop {
-                reason,
-                retry_after,
-            } => {
-                self.exceeded(
-                    Layer::Connection,
-                    reason,
-                    frame.channel(),
-                    retry_after,
-                    false,
-                );
-                self.record_drop(frame.id(), now, ctx);
+        let price = Price::frame(units, bytes.len(), self.admission.limits(), frame.channel());
+        let rules = match frame.op() {
+            Some(op) if !self.rules_skipped => Some((op, &mut self.conn_rules)),
+            _ => None,
+        };
+        let payer = Payer::Connection(Connection {
+            admission: &mut self.admission,
+            sampler: Some(&mut self.sampler),
+            rules,
+            account: &self.id.account,
+            conn: &self.id.label,
+        });
+        let charge::Pending::Ready(outcome) = node.ledger().charge(payer, price, now) else {
+            unreachable!("a connection's own buckets answer at once")
+        };
+        let admitted = match outcome {
+            Ok(admitted) => admitted,
+            Err(refused) => {
+                match refused.reason {
+                    Reason::CostExceedsMax { cost, max } => {
+                        let message = format!(
+                            "this operation costs {cost} units, above the largest single charge of {max}; \
+                             send a smaller payload or raise costs.max_single in the plan"
+                        );
+                        self.send(
+                            ErrorFrame::new(ErrorCode::CostExceedsMax)
+                                .id(frame.id())
+                                .message(&message)
+                                .encode(),
+                        );
+                    }
+                    Reason::Rule { hold: true } => self.hold(bytes, refused.retry_after, ctx),
+                    Reason::RateLimited | Reason::BytesLimited | Reason::Rule { hold: false } => {
+                        self.record_drop(frame.id(), now, ctx)
+                    }
+                }
                 return;
             }
-            Verdict::TooCostly { cost, max } => {
-                self.exceeded(
-                    Layer::Connection,
-                    "cost_exceeds_max",
-                    frame.channel(),
-                    Duration::ZERO,
-                    false,
-                );
-                let message = format!(
-                    "this operation costs {cost} units, above the largest single charge of {max}; \
-                     send a smaller payload or raise costs.max_single in the plan"
-                );
-                self.send(
-                    ErrorFrame::new(ErrorCode::CostExceedsMax)
-                        .id(frame.id())
-                        .message(&message)
-                        .encode(),
-                );
-                return;
-            }
-        }
-        if let Some(Shadow { reason }) = shadow {
-            self.exceeded(
-                Layer::Connection,
-                reason,
-                frame.channel(),
-                Duration::ZERO,
-                true,
-            );
-        }
-        if let Some(verdict) = self.check_rules(&frame, now) {
-            self.admission.refund(cost, bytes.len());
-            match verdict {
-                Held::Hold(wait) => self.hold(bytes, wait, ctx),
-                Held::Drop => self.record_drop(frame.id(), now, ctx),
-            }
-            return;
-        }
+        };
         self.node.metrics.messages_in.inc();
-        if let Some(sample) = self.sampler.admit(cost, now) {
+        if let Some(sample) = admitted.sample {
             self.charge_account(sample, ctx);
         }
         self.execute(frame, ctx);
@@ -176,48 +161,6 @@ impl Socket {
             e = e.channel(c);
         }
         e.emit(&self.node.metrics);
-    }
-
-    /// The rules for this frame's operation; `None` when they all pass.
-    fn check_rules(&mut self, frame: &ClientFrame<'_>, now: Instant) -> Option<Held> {
-        let (Some(op), Some(channel)) = (frame.op(), frame.channel()) else {
-            return None;
-        };
-        if self.rules_skipped || self.limits().rules.is_empty() {
-            return None;
-        }
-        let limits = self.limits().clone();
-        let mut shadows = Vec::new();
-        let verdict = rules::check(
-            &limits,
-            op,
-            &self.id.account,
-            channel,
-            &self.node.rules,
-            &mut self.conn_rules,
-            now,
-            &mut shadows,
-        );
-        for s in shadows {
-            self.rule_exceeded(&s.rule.id, channel, s.wait, true);
-        }
-        match verdict {
-            RuleVerdict::Pass => None,
-            RuleVerdict::Refuse { rule, wait, hold } => {
-                self.rule_exceeded(&rule.id, channel, wait, false);
-                Some(if hold { Held::Hold(wait) } else { Held::Drop })
-            }
-        }
-    }
-
-    fn rule_exceeded(&self, rule: &str, channel: &str, reset: Duration, dry_run: bool) {
-        Exceeded::new(Layer::Rule, "rate_limited", &self.id.account)
-            .rule(rule)
-            .channel(channel)
-            .conn(&self.id.label)
-            .reset(reset)
-            .dry_run(dry_run)
-            .emit(&self.node.metrics);
     }
 
     /// Holds a frame a rule refused for a short wait: stop reading the
@@ -266,13 +209,18 @@ impl Socket {
     /// other so garbage is not free, then answered with `bad_request`.
     fn on_bad_frame(&mut self, id: Option<&RawValue>, message: &str, ctx: &mut Context<Self>) {
         let now = Instant::now();
-        let cost = self.admission.malformed_price();
-        if let Verdict::Drop {
-            reason,
-            retry_after,
-        } = self.admission.admit(cost, 0, now, &mut None)
-        {
-            self.exceeded(Layer::Connection, reason, None, retry_after, false);
+        let price = Price::malformed(self.admission.limits());
+        let payer = Payer::Connection(Connection {
+            admission: &mut self.admission,
+            sampler: None,
+            rules: None,
+            account: &self.id.account,
+            conn: &self.id.label,
+        });
+        let charge::Pending::Ready(outcome) = self.node.ledger().charge(payer, price, now) else {
+            unreachable!("a connection's own buckets answer at once")
+        };
+        if outcome.is_err() {
             self.record_drop(id, now, ctx);
             return;
         }
@@ -411,12 +359,6 @@ impl Socket {
             self.send_budget(None, now);
         }
     }
-}
-
-/// What a refusing rule asks for.
-enum Held {
-    Hold(Duration),
-    Drop,
 }
 
 /// Milliseconds for `retryAfterMs`: rounded up, and never 0 for a wait.

@@ -24,7 +24,7 @@ use crate::auth::AuthError;
 use crate::cluster::scale_cap;
 use crate::config::{Config, LimitName, Limits};
 use crate::exceeded::Exceeded;
-use crate::http::refusal;
+use crate::refusal::refusal;
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::ErrorCode;
@@ -92,7 +92,7 @@ struct Admitted {
 async fn admit(req: &RequestHead, node: &Arc<Node>, config: &Config) -> Result<Admitted, Refused> {
     let now = Instant::now();
     let hs = &config.handshake;
-    let ip = crate::http::request_ip(req, &config.node.trusted_proxies);
+    let ip = crate::gate::request_ip(req, &config.node.trusted_proxies);
     let ip_text = ip.to_string();
     let event = |reason: ErrorCode, account: &str, reset: Duration| {
         Exceeded::new(Layer::Handshake, reason.as_str(), account)
@@ -312,10 +312,10 @@ where
         u.finish();
     }
     if req.path() != PATH {
-        return refuse(framed, crate::server::not_found()).await;
+        return refuse(framed, crate::refusal::not_found()).await;
     }
     if req.method() != Method::GET {
-        return refuse(framed, crate::server::method_not_allowed()).await;
+        return refuse(framed, crate::refusal::method_not_allowed()).await;
     }
     let started = Instant::now();
     let config = node.config.load_full();

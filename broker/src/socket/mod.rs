@@ -3,7 +3,6 @@
 //! mark. Registration happens in `started`, cleanup in `stopping`: the
 //! actor's lifecycle is the connection's, so nothing it holds can leak.
 
-mod admission;
 mod channels;
 mod delivery;
 mod handle;
@@ -20,11 +19,12 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use bytes::Bytes;
 
-pub use admission::{Admission, Shadow, Verdict};
+pub use crate::charge::{Admission, Shadow, Verdict};
 pub use delivery::Congested;
 pub use outbox::Drained;
 pub use transport::Transport;
 
+pub use crate::account::{CloseWith, Reconfigure};
 use crate::account::{AccountSlot, Sampler};
 use crate::auth::Grants;
 use crate::config::Limits;
@@ -178,7 +178,8 @@ impl Actor for Socket {
         node.sockets.insert(
             self.id.conn,
             crate::node::SocketHandle {
-                addr: ctx.address(),
+                close: ctx.address().recipient(),
+                reconfigure: ctx.address().recipient(),
                 label: self.id.label.clone(),
                 account: self.id.account.clone(),
                 ip: self.id.ip,
@@ -296,17 +297,6 @@ impl Handler<Drained> for Socket {
     }
 }
 
-/// Close a socket from outside (account breach, drain, shedding).
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct CloseWith {
-    pub code: CloseCode,
-    /// An error frame to send just before the close frame.
-    pub notice: Option<crate::protocol::ErrorCode>,
-    /// The close frame's reason when not the code's own.
-    pub reason: Option<&'static str>,
-}
-
 impl Handler<CloseWith> for Socket {
     type Result = ();
 
@@ -384,14 +374,6 @@ impl Socket {
         let (outbox, on_drain) = started.expect("actor constructed");
         Transport::new(io, pipe, outbox, on_drain, linger)
     }
-}
-
-/// New limits for this socket (a config reload), applied without dropping
-/// it: balances are kept, capacities and rates change.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct Reconfigure {
-    pub limits: Arc<Limits>,
 }
 
 impl Handler<Reconfigure> for Socket {

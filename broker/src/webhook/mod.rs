@@ -15,7 +15,6 @@
 pub mod cluster;
 pub mod event;
 pub mod health;
-pub mod metrics;
 pub mod occupancy;
 mod ownership;
 pub mod queue;
@@ -34,11 +33,11 @@ use tokio::sync::mpsc;
 
 pub use event::Event;
 pub use health::Status;
-pub use metrics::WebhookMetrics;
+pub use crate::metrics::WebhookMetrics;
 pub use worker::Endpoint;
 
 use crate::config::{Config, WebhookEndpoint};
-use metrics::outcome;
+use crate::metrics::webhooks::outcome;
 
 /// `limit.exceeded` is sent at most once per account, reason and minute.
 const LIMIT_WINDOW_SECS: u64 = 60;

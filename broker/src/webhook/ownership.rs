@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 
 use super::cluster::Cluster;
 use super::event::Event;
-use super::metrics::outcome;
+use crate::metrics::webhooks::outcome;
 use super::worker::Endpoint;
 
 /// How often an idle owner looks for events other nodes appended.

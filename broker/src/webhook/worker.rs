@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::cluster::Cluster;
 use super::event::Event;
 use super::health::{Health, Status};
-use super::metrics::{WebhookMetrics, outcome};
+use crate::metrics::webhooks::{WebhookMetrics, outcome};
 use super::queue::Queue;
 use super::send::{self, Outcome};
 use crate::config::WebhookEndpoint;

@@ -136,7 +136,7 @@ impl AdminStore {
     pub async fn set_ban(&self, key: &str, expires_at: u64) -> redis::RedisResult<()> {
         let mut conn = self.conn.clone();
         let mut inv = SET_BAN.key(self.key("bans"));
-        inv.arg(key).arg(expires_at).arg(crate::admin::unix_ms());
+        inv.arg(key).arg(expires_at).arg(crate::clock::unix_ms());
         self.timed(inv.invoke_async::<i64>(&mut conn))
             .await
             .map(drop)
@@ -153,7 +153,7 @@ impl AdminStore {
     pub async fn bans(&self) -> redis::RedisResult<Vec<(String, u64)>> {
         let mut conn = self.conn.clone();
         let mut inv = BANS.key(self.key("bans"));
-        inv.arg(crate::admin::unix_ms());
+        inv.arg(crate::clock::unix_ms());
         let flat: Vec<String> = self.timed(inv.invoke_async(&mut conn)).await?;
         Ok(flat
             .chunks_exact(2)

@@ -25,12 +25,17 @@ impl RedisBridge {
     pub(super) fn on_message(&self, topic: &str, payload: &[u8]) {
         if topic == self.control_topic() {
             let text = std::str::from_utf8(payload).ok();
-            if let Some(node) = self.node.upgrade() {
+            if let Some(events) = self.events.upgrade() {
                 if let Some(account) = text.and_then(|p| p.strip_prefix("breach:")) {
-                    node.accounts.breach(account);
+                    events.breach(account);
                 } else if let Some(action) = text.and_then(|p| p.strip_prefix(super::ADMIN_MESSAGE))
                 {
-                    crate::admin::on_broadcast(&node, action);
+                    match serde_json::from_str::<crate::cluster::Envelope>(action) {
+                        Ok(envelope) => events.operator(envelope),
+                        Err(e) => {
+                            tracing::warn!(target: "tidegate::admin", error = %e, "unreadable operator action ignored")
+                        }
+                    }
                 }
             }
             return;

@@ -49,11 +49,10 @@ use tokio::sync::{Notify, mpsc, oneshot};
 
 pub use admin::{ADMIN_MESSAGE, AdminStore};
 
-use super::{Bridge, CapReached, Charged, KeyCharge, LocalLimits, Pending};
+use super::{Bridge, CapReached, Charged, Events, KeyCharge, LocalLimits, Pending};
 use crate::config::{ClusterMode, Config, Limits};
 use crate::hub::{Hub, Joined, Subscriber};
 use crate::metrics::Metrics;
-use crate::node::Node;
 
 /// How long a subscribe waits for Redis to confirm before it is acked
 /// with local delivery only (delivery from other nodes follows by itself).
@@ -101,7 +100,8 @@ pub struct RedisBridge {
     prefix: String,
     hub: Arc<Hub>,
     metrics: Arc<Metrics>,
-    node: Weak<Node>,
+    /// The node above, told of breaches and operator actions.
+    events: Weak<dyn Events>,
     local: LocalLimits,
     history: (usize, u64),
     lease_ms: u64,
@@ -137,7 +137,7 @@ impl RedisBridge {
         config: &Config,
         hub: Arc<Hub>,
         metrics: Arc<Metrics>,
-        node: Weak<Node>,
+        events: Weak<dyn Events>,
     ) -> Arc<RedisBridge> {
         let (tx, rx) = mpsc::unbounded_channel();
         metrics.bridge_up.set(0);
@@ -151,7 +151,7 @@ impl RedisBridge {
             prefix: config.cluster.key_prefix.clone(),
             hub,
             metrics,
-            node,
+            events,
             local: LocalLimits::default(),
             history: (config.history.size, config.history.ttl_ms),
             lease_ms: config.cluster.lease_ms,

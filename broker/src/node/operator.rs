@@ -1,57 +1,53 @@
-//! Operator actions (§10) and how they reach every node: applied here at
-//! once, then sent over the cluster bridge, where each other node applies
-//! them to its own sockets and its copy of the ban list.
+//! Operators' state on a node (§10) and how their actions apply here:
+//! the ban list every front checks, and disconnects and bans closing this
+//! node's sockets and gRPC streams. An action made here is applied at once,
+//! then sent over the cluster bridge, where each other node applies it
+//! through [`crate::cluster::Events::operator`].
 
-use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
-
-use super::bans::{BanTarget, unix_ms};
+use crate::bans::Bans;
+use crate::clock::unix_ms;
+use crate::cluster::{Action, BANNED, DISCONNECTED, Envelope, Who};
 use crate::exceeded::Exceeded;
-use crate::metrics::Layer;
-use crate::node::Node;
+use crate::limiter::KeyedBuckets;
+use crate::metrics::{History, Layer};
 use crate::protocol::CloseCode;
-use crate::socket::CloseWith;
 
-/// Whose sockets a disconnect closes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Who {
-    Account(String),
-    ConnId(String),
-    Ip(IpAddr),
+use super::{Node, SocketHandle};
+use crate::account::CloseWith;
+
+/// A node's operator state.
+#[derive(Debug)]
+pub struct Admin {
+    pub bans: Bans,
+    /// This process among the nodes (skips its own broadcast echoes).
+    pub instance: u64,
+    /// This node's counters, sampled for the overview's charts.
+    pub history: History,
+    /// Failed admin-key attempts per client address (bounded by the
+    /// sweep: a bucket refilled to full is forgotten).
+    pub failures: KeyedBuckets<std::net::IpAddr>,
 }
 
-impl From<&BanTarget> for Who {
-    fn from(t: &BanTarget) -> Who {
-        match t {
-            BanTarget::Account(a) => Who::Account(a.clone()),
-            BanTarget::Ip(ip) => Who::Ip(*ip),
+impl Default for Admin {
+    fn default() -> Self {
+        Admin {
+            bans: Bans::default(),
+            instance: rand::random(),
+            history: History::default(),
+            failures: KeyedBuckets::default(),
         }
     }
 }
 
-/// What an operator did, as sent to the other nodes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "camelCase")]
-pub enum Action {
-    Disconnect { who: Who },
-    Ban { target: BanTarget, expires_at: u64 },
-    Unban { target: BanTarget },
+impl Admin {
+    pub fn sweep(&self, now: Instant) {
+        self.bans.sweep();
+        self.failures.sweep(now);
+    }
 }
-
-/// An action on the control channel, with the process that made it (which
-/// has applied it already and skips its own echo).
-#[derive(Debug, Serialize, Deserialize)]
-struct Envelope {
-    from: u64,
-    action: Action,
-}
-
-/// The close reason of an operator close (§4).
-pub const DISCONNECTED: &str = "disconnected";
-pub const BANNED: &str = "banned";
 
 /// Closes this node's sockets of `who` with 4003 and `reason`, and ends
 /// its gRPC streams of `who` (`Subscribe`, `PublishStream`: each picks its status);
@@ -79,7 +75,7 @@ fn end_streams(node: &Node, who: &Who, reason: &'static str) -> usize {
 }
 
 fn close_sockets(node: &Node, who: &Who, reason: &'static str) -> usize {
-    let matches = |s: &crate::node::SocketHandle| match who {
+    let matches = |s: &SocketHandle| match who {
         Who::Account(a) => *s.account == **a,
         Who::ConnId(c) => *s.label == **c,
         Who::Ip(ip) => s.ip == *ip,
@@ -87,7 +83,7 @@ fn close_sockets(node: &Node, who: &Who, reason: &'static str) -> usize {
     let mut closed = 0usize;
     for s in node.sockets.iter() {
         if matches(s.value()) {
-            s.addr.do_send(CloseWith {
+            s.close.do_send(CloseWith {
                 code: CloseCode::Operator,
                 notice: None,
                 reason: Some(reason),
@@ -159,39 +155,10 @@ pub fn perform(node: &Arc<Node>, action: Action) -> usize {
 }
 
 /// An action another node sent over the bridge.
-pub fn on_broadcast(node: &Node, payload: &str) {
-    match serde_json::from_str::<Envelope>(payload) {
-        Ok(e) if e.from == node.admin.instance => {}
-        Ok(e) => {
-            let closed = apply(node, &e.action);
-            tracing::info!(target: "tidegate::admin", action = ?e.action, closed, "operator action from another node");
-        }
-        Err(e) => {
-            tracing::warn!(target: "tidegate::admin", error = %e, "unreadable operator action ignored")
-        }
+pub fn on_broadcast(node: &Node, envelope: Envelope) {
+    if envelope.from == node.admin.instance {
+        return;
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn actions_have_a_stable_wire_form() {
-        let a = Action::Ban {
-            target: BanTarget::Account("acme".into()),
-            expires_at: 5,
-        };
-        let json = serde_json::to_string(&a).unwrap();
-        assert_eq!(
-            json,
-            r#"{"op":"ban","target":{"account":"acme"},"expires_at":5}"#
-        );
-        assert_eq!(serde_json::from_str::<Action>(&json).unwrap(), a);
-        let d = Action::Disconnect {
-            who: Who::ConnId("n1-8f3a".into()),
-        };
-        let json = serde_json::to_string(&d).unwrap();
-        assert_eq!(json, r#"{"op":"disconnect","who":{"connId":"n1-8f3a"}}"#);
-    }
+    let closed = apply(node, &envelope.action);
+    tracing::info!(target: "tidegate::admin", action = ?envelope.action, closed, "operator action from another node");
 }

@@ -1,22 +1,31 @@
-//! Everything a node shares between its HTTP workers and socket actors.
+//! Everything a node shares between its fronts (sockets, HTTP, gRPC, the
+//! operator routes): config, hub, bridge, metrics, accounts, the charge
+//! state (API keys, rules), bans, webhooks and the registries of live
+//! connections. The node composes the layers below it and is handed to
+//! every front; it knows none of them. Live connections are held as
+//! `Recipient`s of the messages [`crate::account`] defines, and the bridge
+//! reports upward through [`cluster::Events`], which the node implements.
+
+pub mod operator;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use actix::Addr;
+use actix::Recipient;
 use arc_swap::ArcSwap;
 use dashmap::DashMap;
 
-use crate::account::Accounts;
+pub use operator::Admin;
+
+use crate::account::{Accounts, CloseWith, Reconfigure};
 use crate::auth::{AuthError, Authenticator};
-use crate::cluster::{MemoryBridge, RedisBridge, SharedBridge};
+use crate::charge::{ApiKeys, Ledger};
+use crate::cluster::{self, Envelope, MemoryBridge, RedisBridge, SharedBridge};
 use crate::config::{ClusterMode, Config, DeliveryClasses};
 use crate::gate::HandshakeGate;
-use crate::http::keys::ApiKeys;
 use crate::hub::{HistoryLimits, Hub, OutboundGauge};
 use crate::metrics::Metrics;
 use crate::rules::RuleBuckets;
-use crate::socket::{Reconfigure, Socket};
 use crate::webhook::Webhooks;
 
 pub struct Node {
@@ -30,7 +39,7 @@ pub struct Node {
     pub gate: Arc<HandshakeGate>,
     pub rules: RuleBuckets,
     /// Operators' bans and the admin page's history (§10).
-    pub admin: crate::admin::Admin,
+    pub admin: Admin,
     /// Outbound webhooks (§9).
     pub webhooks: Arc<Webhooks>,
     /// Live sockets, for config reloads, draining and metrics.
@@ -65,7 +74,10 @@ pub enum NodeError {
 /// What the node keeps of each live socket.
 #[derive(Debug, Clone)]
 pub struct SocketHandle {
-    pub addr: Addr<Socket>,
+    /// How the node, the drain and operators close it.
+    pub close: Recipient<CloseWith>,
+    /// How a reload hands it new limits.
+    pub reconfigure: Recipient<Reconfigure>,
     /// The connection id shown to clients (`n1-8f3a`).
     pub label: Arc<str>,
     pub account: Arc<str>,
@@ -115,7 +127,7 @@ impl Node {
                 Some(redis::Client::open(config.cluster.redis_url.as_str())?)
             }
         };
-        Ok(Arc::new_cyclic(|node| {
+        Ok(Arc::new_cyclic(|node: &std::sync::Weak<Node>| {
             let bridge: SharedBridge = match redis {
                 None => {
                     // A single node's bridge is always up, and alone.
@@ -124,14 +136,15 @@ impl Node {
                     Arc::new(MemoryBridge::new(hub.clone()))
                 }
                 Some(client) => {
-                    RedisBridge::new(client, &config, hub.clone(), metrics.clone(), node.clone())
+                    let events: std::sync::Weak<dyn cluster::Events> = node.clone();
+                    RedisBridge::new(client, &config, hub.clone(), metrics.clone(), events)
                 }
             };
             Node {
                 accounts: Accounts::new(metrics.clone()),
                 gate,
                 rules: RuleBuckets::default(),
-                admin: crate::admin::Admin::default(),
+                admin: Admin::default(),
                 webhooks,
                 config: ArcSwap::from_pointee(config),
                 auth: ArcSwap::from_pointee(auth),
@@ -198,7 +211,7 @@ impl Node {
         let mut kept = 0usize;
         for s in self.sockets.iter() {
             match config.limits_for(&s.account, s.plan.as_deref()) {
-                Ok(limits) => s.addr.do_send(Reconfigure { limits }),
+                Ok(limits) => s.reconfigure.do_send(Reconfigure { limits }),
                 // The socket's plan is gone from the new file: it keeps the
                 // limits it has until it reconnects (and is refused).
                 Err(_) => kept += 1,
@@ -218,8 +231,37 @@ impl Node {
         self.webhooks.published(channel, seq, data);
     }
 
+    /// Publishes a backend's message (HTTP, gRPC; later GraphQL) through
+    /// the bridge (local or cluster), counts it under
+    /// `tidegate_publishes_total{via}` and hands it to the webhooks
+    /// (`message.published`, §9); resolves to the message's `seq`. Charged
+    /// already: see [`crate::charge`].
+    pub async fn publish(&self, channel: &str, data: &str, via: &'static str) -> u64 {
+        let seq = self.bridge.publish(channel, data).wait().await;
+        self.metrics.published(via);
+        self.published(channel, seq, data);
+        seq
+    }
+
+    /// The charge layer over this node's state: where every front charges
+    /// (see [`Ledger::charge`]).
+    pub fn ledger(&self) -> Ledger<'_> {
+        Ledger::new(&self.metrics, &*self.bridge, &self.rules)
+    }
+
     /// Unsent outbound bytes over all sockets right now.
     pub fn outbound_queued(&self) -> usize {
         self.sockets.iter().map(|s| s.gauge.pending()).sum()
+    }
+}
+
+/// The bridge's reports from other nodes.
+impl cluster::Events for Node {
+    fn breach(&self, account: &str) {
+        self.accounts.breach(account);
+    }
+
+    fn operator(&self, envelope: Envelope) {
+        operator::on_broadcast(self, envelope);
     }
 }

@@ -1,15 +1,13 @@
-//! One publish from a backend service, whatever the transport (HTTP §5,
-//! gRPC §8): the same checks in the same order, the same price, the same
-//! API-key bucket, the same bridge. The transports only read requests and
-//! say the outcome in their own words (an HTTP status, a gRPC status or a
-//! stream reply).
+//! The price of one publish from a backend service, whatever the
+//! transport (HTTP §5, gRPC §8; GraphQL's `publish` later): the same
+//! checks in the same order and the same units, before anything is
+//! charged. The units then go to [`super::Ledger::charge`] with the API
+//! key as the payer, and the message to [`crate::node::Node::publish`].
 
 use serde_json::value::RawValue;
 
-use crate::cluster::KeyCharge;
+use super::keys::KeyState;
 use crate::config::Limits;
-use crate::http::keys::KeyState;
-use crate::node::Node;
 use crate::protocol::{ErrorCode, channel};
 
 /// A refusal of one message: a contract code and a sentence.
@@ -43,20 +41,13 @@ pub fn check_json(data: &str, max_depth: u32) -> Result<(), Refusal> {
 }
 
 /// Every per-message check but the rate limit, in the order of §5, then
-/// the price (`pricing::publish`, with the channel's current fan-out).
-pub fn check(
-    node: &Node,
-    channel: &str,
-    data: &str,
-    key: &KeyState,
-    limits: &Limits,
-) -> Result<u32, Refusal> {
-    price(channel, data, key, limits, node.bridge.subscribers(channel))
-}
-
-/// [`check`] with the channel's fan-out given rather than read from a
-/// node: the checks and the price that depend on nothing but the message,
-/// the key and the plan (the fuzz targets call it directly).
+/// the units (`pricing::publish`, with the channel's fan-out
+/// `subscribers`, which the caller reads from the bridge): the checks and
+/// the price that depend on nothing but the message, the key and the plan
+/// (the fuzz targets call it directly). A price above the plan's
+/// `max_single` is refused here too, message by message, as a batch
+/// needs; [`super::Price::publish`] carries the same limit for the
+/// primitive.
 pub fn price(
     channel: &str,
     data: &str,
@@ -94,29 +85,4 @@ pub fn price(
         ));
     }
     Ok(cost)
-}
-
-/// Takes `cost` from the key's bucket: its account plan's burst, refilled
-/// at the account rate, cluster-wide through the bridge. One bucket per
-/// key, whichever transport spends it. A cost of 0 only reads the balance.
-pub async fn charge(node: &Node, key: &KeyState, limits: &Limits, cost: f64) -> KeyCharge {
-    node.bridge
-        .charge_key(
-            &key.id,
-            cost,
-            f64::from(limits.account_burst),
-            limits.account_messages_per_sec,
-        )
-        .wait()
-        .await
-}
-
-/// Publishes through the bridge (local or cluster), counts it under
-/// `tidegate_publishes_total{via}` and hands it to the webhooks
-/// (`message.published`, §9); resolves to the message's `seq`.
-pub async fn publish(node: &Node, channel: &str, data: &str, via: &'static str) -> u64 {
-    let seq = node.bridge.publish(channel, data).wait().await;
-    node.metrics.published(via);
-    node.published(channel, seq, data);
-    seq
 }

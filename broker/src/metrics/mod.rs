@@ -16,6 +16,12 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
+pub mod history;
+pub mod webhooks;
+
+pub use history::History;
+pub use webhooks::WebhookMetrics;
+
 use crate::process_metrics::ProcessMetrics;
 
 /// Where a refusal happened (§6).
@@ -121,7 +127,7 @@ pub struct Metrics {
     /// Each rejection series seen so far, for the admin page's chart (the
     /// family cannot be listed); the counters are shared with it.
     rejection_series: dashmap::DashMap<(&'static str, &'static str), Counter>,
-    pub webhooks: std::sync::Arc<crate::webhook::WebhookMetrics>,
+    pub webhooks: std::sync::Arc<WebhookMetrics>,
     /// Tokio tasks and actix actors alive (`tidegate_runtime_alive_tasks`,
     /// `tidegate_actors`).
     pub alive: crate::alive::Alive,

@@ -1,0 +1,538 @@
+//! The one charge primitive (seed 004: "one primitive, four call sites"):
+//! every front asks [`Ledger::charge`] with **who is asking** (a
+//! [`Payer`]: which bucket pays), **what it costs** (a [`Price`], computed
+//! by [`crate::pricing`] and the front's own checks before anything
+//! executes) and gets back **taken or refused**: [`Admitted`] with the
+//! balance to show, or a typed [`Refused`] with its `retry_after`
+//! (`retryAfterMs`). The fronts only say the outcome in their own words: a
+//! close code or an error frame, an HTTP status and headers, a gRPC status
+//! and trailers.
+//!
+//! What lives here once, not per front: the order of the checks (the
+//! single-charge limit before any bucket, then the buckets, then the rules
+//! for a connection), dry run (`limits.dry_run`: a would-be refusal is
+//! counted and let through), giving back what a later check refused, and
+//! the one `exceeded` event and `tidegate_rejections_total` /
+//! `tidegate_dry_run_rejections_total` count per refusal, under the layer
+//! the payer names (so labels are the front's: `connection`, `http`,
+//! `grpc`, `graphql`, …).
+//!
+//! # How a front charges
+//!
+//! - **Socket frames** (`socket/handle.rs`): [`Payer::Connection`] with the
+//!   socket's own [`Admission`] buckets, its rules and its account
+//!   [`Sampler`](crate::account::Sampler); the price is
+//!   [`Admission::price`] of the frame. Always [`Pending::Ready`], without
+//!   allocating: the hot path stays synchronous. A sample in
+//!   [`Admitted::sample`] goes to the account supervisor.
+//! - **HTTP publish and batch, gRPC `Publish` and each `PublishStream`
+//!   message**: [`publish::price`] checks and prices each message,
+//!   then [`Payer::Key`] (the API key's cluster-wide bucket, with the
+//!   front's [`Layer`]) is charged the units, all or nothing for a batch.
+//!   [`Ledger::balance`] reads the bucket without charging (trailers on a
+//!   refusal).
+//! - **A GraphQL operation**: price the parsed document (and variables);
+//!   refuse a price over `graphql_max_single` by putting it in
+//!   [`Price::max_single`]; the payer is [`Payer::Key`] for an API key or
+//!   [`Payer::Account`] for a JWT's account, with `Layer::Graphql`; one
+//!   atomic take; after execution give back what the real cost did not
+//!   use (a refund capped at what was charged: the bridge's buckets need a
+//!   `refund` beside `charge_key` for that, which does not exist yet); show
+//!   [`Admitted::balance`] in `extensions.rateLimit` and `X-RateLimit-*`,
+//!   and [`Admitted::shadow`] as `"mode":"shadow","wouldRefuse"`.
+//! - **A presence read**: a fixed small price ([`Price::units`] from the
+//!   plan's cost table, no bytes), the reader's payer, the same translation.
+
+mod connection;
+pub mod keys;
+pub mod publish;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+pub use connection::{Admission, Shadow, Verdict};
+pub use keys::{ApiKeys, KeyState};
+pub use publish::Refusal;
+
+use crate::account::{Sample, Sampler};
+use crate::cluster::{self, Bridge, KeyCharge};
+use crate::config::{LimitName, Limits};
+use crate::exceeded::Exceeded;
+use crate::metrics::{Layer, Metrics};
+use crate::protocol::Op;
+use crate::rules::{self, ConnRules, RuleBuckets, RuleVerdict};
+
+/// A charge's answer: ready now (a connection's own buckets, single-node
+/// buckets), or once the bridge answers (Redis).
+pub enum Pending<'a, T> {
+    Ready(T),
+    Later(Pin<Box<dyn Future<Output = T> + Send + 'a>>),
+}
+
+impl<T> Pending<'_, T> {
+    pub async fn wait(self) -> T {
+        match self {
+            Pending::Ready(v) => v,
+            Pending::Later(f) => f.await,
+        }
+    }
+}
+
+/// Who is asking, and so which bucket pays.
+pub enum Payer<'a> {
+    /// A connection's own buckets (socket frames): the message and byte
+    /// buckets, the plan's rules, then the sampled account roll-up.
+    Connection(Connection<'a>),
+    /// An API key's cluster-wide bucket (its account plan's burst and
+    /// rate), whatever front spends it.
+    Key {
+        layer: Layer,
+        key: &'a KeyState,
+        limits: &'a Limits,
+    },
+    /// An account's budget directly, charged at once (not sampled): for a
+    /// caller that holds no connection buckets of its own.
+    Account {
+        layer: Layer,
+        account: &'a str,
+        limits: &'a Limits,
+    },
+}
+
+/// A socket's side of a charge.
+pub struct Connection<'a> {
+    pub admission: &'a mut Admission,
+    /// Where admitted units are counted toward the account budget; `None`
+    /// for a frame that did not parse (charged to the connection only).
+    pub sampler: Option<&'a mut Sampler>,
+    /// The operation for the plan's rules, and the connection's rule
+    /// buckets; `None` when rules do not apply (a `budget` request, a
+    /// frame that did not parse, a role that skips rules).
+    pub rules: Option<(Op, &'a mut ConnRules)>,
+    pub account: &'a str,
+    /// The connection's label (`n1-8f3a`), for the event.
+    pub conn: &'a str,
+}
+
+/// What it costs.
+#[derive(Debug, Clone, Copy)]
+pub struct Price<'a> {
+    /// In message-budget units (seed 004's cost table).
+    pub units: u32,
+    /// Bytes, for a connection's byte bucket.
+    pub bytes: usize,
+    /// The largest single charge: a price above it is refused before any
+    /// bucket is touched. `None`: checked already (a batch, message by
+    /// message), or charged whatever it costs and never an operation to
+    /// shadow (a frame that did not parse: garbage is not free).
+    pub max_single: Option<u32>,
+    /// What it is for, for the event.
+    pub channel: Option<&'a str>,
+}
+
+impl Price<'_> {
+    /// A frame's price on a connection, with the plan's single-charge limit.
+    pub fn frame<'c>(
+        units: u32,
+        bytes: usize,
+        limits: &Limits,
+        channel: Option<&'c str>,
+    ) -> Price<'c> {
+        Price {
+            units,
+            bytes,
+            max_single: Some(limits.costs.max_single),
+            channel,
+        }
+    }
+
+    /// A frame that did not parse, or a binary frame.
+    pub fn malformed(limits: &Limits) -> Price<'static> {
+        Price {
+            units: limits.costs.malformed,
+            bytes: 0,
+            max_single: None,
+            channel: None,
+        }
+    }
+
+    /// Units already checked against their limits (a backend's publish or
+    /// batch, priced by [`publish::price`]).
+    pub fn units<'c>(units: u32, channel: Option<&'c str>) -> Price<'c> {
+        Price {
+            units,
+            bytes: 0,
+            max_single: None,
+            channel,
+        }
+    }
+}
+
+/// A bucket's balance, as `X-RateLimit-*`, gRPC trailers and GraphQL's
+/// `extensions.rateLimit` show it.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Balance {
+    pub limit: u64,
+    pub remaining: u64,
+    /// Until the bucket is full again.
+    pub reset: Duration,
+}
+
+impl From<&KeyCharge> for Balance {
+    fn from(c: &KeyCharge) -> Balance {
+        Balance {
+            limit: c.limit,
+            remaining: c.remaining,
+            reset: c.reset,
+        }
+    }
+}
+
+/// Taken.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Admitted {
+    /// The paying bucket after the take. `None` for a connection: its
+    /// buckets are read when a `budget` frame shows them, so the hot path
+    /// computes no balance.
+    pub balance: Option<Balance>,
+    /// A dry-run limit would have refused (counted already).
+    pub shadow: bool,
+    /// A connection's units to charge to the account budget now (every
+    /// `account_sample_every` units).
+    pub sample: Option<Sample>,
+}
+
+/// Why a charge was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The paying bucket is empty.
+    RateLimited,
+    /// A connection's byte bucket is empty.
+    BytesLimited,
+    /// The price is above the largest single charge: no retry can help.
+    CostExceedsMax { cost: u32, max: u32 },
+    /// One of the plan's rules refused; `hold`: the wait is short enough
+    /// to stop reading and retry (seed 003's lossless throttling).
+    Rule { hold: bool },
+}
+
+impl Reason {
+    /// The reason label of the refusal's metric and event.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::RateLimited | Reason::Rule { .. } => "rate_limited",
+            Reason::BytesLimited => "bytes_limited",
+            Reason::CostExceedsMax { .. } => "cost_exceeds_max",
+        }
+    }
+}
+
+/// Refused, and already counted: nothing was taken from any bucket.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Refused {
+    pub reason: Reason,
+    /// Until the bucket would admit this price (zero when waiting cannot
+    /// help): `retryAfterMs`, `Retry-After`, `retry-after-ms`.
+    pub retry_after: Duration,
+    /// The paying bucket, when known (an API key's).
+    pub balance: Option<Balance>,
+}
+
+/// The outcome of one charge.
+pub type Outcome = Result<Admitted, Refused>;
+
+/// The charge layer over a node's state: what [`Ledger::charge`] reads and
+/// counts into. Three references, copied freely
+/// ([`crate::node::Node::ledger`]).
+#[derive(Clone, Copy)]
+pub struct Ledger<'a> {
+    metrics: &'a Metrics,
+    bridge: &'a dyn Bridge,
+    rules: &'a RuleBuckets,
+}
+
+impl<'a> Ledger<'a> {
+    pub fn new(metrics: &'a Metrics, bridge: &'a dyn Bridge, rules: &'a RuleBuckets) -> Self {
+        Ledger {
+            metrics,
+            bridge,
+            rules,
+        }
+    }
+
+    /// Identify, price, consume: takes `price` from `payer`'s bucket at
+    /// `now`, or refuses (counted, with one `exceeded` event). A
+    /// connection's charge is always [`Pending::Ready`].
+    pub fn charge(self, payer: Payer<'a>, price: Price<'a>, now: Instant) -> Pending<'a, Outcome> {
+        match payer {
+            Payer::Connection(c) => Pending::Ready(self.connection(c, price, now)),
+            Payer::Key { layer, key, limits } => {
+                if let Err(r) = self.single(layer, &key.account, limits, &price) {
+                    return Pending::Ready(Err(r));
+                }
+                let taken = self.bridge.charge_key(
+                    &key.id,
+                    f64::from(price.units),
+                    f64::from(limits.account_burst),
+                    limits.account_messages_per_sec,
+                );
+                let settle = move |c: KeyCharge| self.settle_key(layer, &key.account, &price, c);
+                match taken {
+                    cluster::Pending::Ready(c) => Pending::Ready(settle(c)),
+                    cluster::Pending::Later(f) => Pending::Later(Box::pin(async move {
+                        let c = f.await;
+                        settle(c)
+                    })),
+                }
+            }
+            Payer::Account {
+                layer,
+                account,
+                limits,
+            } => {
+                if let Err(r) = self.single(layer, account, limits, &price) {
+                    return Pending::Ready(Err(r));
+                }
+                let taken = self.bridge.charge_account(account, price.units, now, limits);
+                let settle = move |c: cluster::Charged| {
+                    let dry = limits.is_dry_run(LimitName::AccountMessages);
+                    let balance = Balance {
+                        limit: c.view.capacity,
+                        remaining: c.view.remaining,
+                        reset: Duration::try_from_secs_f64(
+                            (c.view.capacity.saturating_sub(c.view.remaining)) as f64
+                                / c.view.refill_per_sec.max(f64::MIN_POSITIVE),
+                        )
+                        .unwrap_or_default(),
+                    };
+                    self.settle(
+                        layer,
+                        account,
+                        &price,
+                        c.allowed,
+                        c.retry_after,
+                        Some(balance),
+                        dry,
+                    )
+                };
+                match taken {
+                    cluster::Pending::Ready(c) => Pending::Ready(settle(c)),
+                    cluster::Pending::Later(f) => Pending::Later(Box::pin(async move {
+                        let c = f.await;
+                        settle(c)
+                    })),
+                }
+            }
+        }
+    }
+
+    /// Gives back `units` a connection was charged for a frame a later
+    /// step did not run (never more than was taken: the caller gives back
+    /// one charge's units at most).
+    pub fn refund(self, admission: &mut Admission, price: &Price<'_>) {
+        admission.refund(price.units, price.bytes);
+    }
+
+    /// An API key's balance, read without charging (a refusal's trailers).
+    pub fn balance(self, key: &'a KeyState, limits: &'a Limits) -> Pending<'a, Balance> {
+        let read = self.bridge.charge_key(
+            &key.id,
+            0.0,
+            f64::from(limits.account_burst),
+            limits.account_messages_per_sec,
+        );
+        match read {
+            cluster::Pending::Ready(c) => Pending::Ready(Balance::from(&c)),
+            cluster::Pending::Later(f) => {
+                Pending::Later(Box::pin(async move { Balance::from(&f.await) }))
+            }
+        }
+    }
+
+    /// The single-charge limit of a payer without connection buckets.
+    fn single(self, layer: Layer, account: &str, limits: &Limits, price: &Price<'_>) -> Result<(), Refused> {
+        let Some(max) = price.max_single else {
+            return Ok(());
+        };
+        if price.units <= max {
+            return Ok(());
+        }
+        let dry = limits.is_dry_run(LimitName::Cost);
+        Exceeded::new(layer, "cost_exceeds_max", account)
+            .dry_run(dry)
+            .emit(self.metrics);
+        if dry {
+            return Ok(());
+        }
+        Err(Refused {
+            reason: Reason::CostExceedsMax {
+                cost: price.units,
+                max,
+            },
+            retry_after: Duration::ZERO,
+            balance: None,
+        })
+    }
+
+    fn settle_key(self, layer: Layer, account: &str, price: &Price<'_>, c: KeyCharge) -> Outcome {
+        // An API key's bucket has no dry-run name (§0 lists the socket's
+        // and the account's limits): it always enforces.
+        self.settle(layer, account, price, c.allowed, c.retry_after, Some(Balance::from(&c)), false)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn settle(
+        self,
+        layer: Layer,
+        account: &str,
+        price: &Price<'_>,
+        allowed: bool,
+        retry_after: Duration,
+        balance: Option<Balance>,
+        dry: bool,
+    ) -> Outcome {
+        if allowed {
+            return Ok(Admitted {
+                balance,
+                shadow: false,
+                sample: None,
+            });
+        }
+        let mut e = Exceeded::new(layer, "rate_limited", account)
+            .reset(retry_after)
+            .dry_run(dry);
+        if let Some(c) = price.channel {
+            e = e.channel(c);
+        }
+        e.emit(self.metrics);
+        if dry {
+            return Ok(Admitted {
+                balance,
+                shadow: true,
+                sample: None,
+            });
+        }
+        Err(Refused {
+            reason: Reason::RateLimited,
+            retry_after,
+            balance,
+        })
+    }
+
+    /// A socket frame: single-charge limit, message and byte buckets, the
+    /// plan's rules (whose refusal gives the buckets back), then the
+    /// account sample. Allocates nothing on the admitting path.
+    fn connection(self, c: Connection<'_>, price: Price<'_>, now: Instant) -> Outcome {
+        let Connection {
+            admission,
+            sampler,
+            rules,
+            account,
+            conn,
+        } = c;
+        let event = |reason: &'static str, reset: Duration, dry: bool| {
+            let mut e = Exceeded::new(Layer::Connection, reason, account)
+                .conn(conn)
+                .reset(reset)
+                .dry_run(dry);
+            if let Some(ch) = price.channel {
+                e = e.channel(ch);
+            }
+            e.emit(self.metrics);
+        };
+        let mut shadow = None;
+        let verdict = match price.max_single {
+            Some(_) => admission.admit(price.units, price.bytes, now, &mut shadow),
+            // Charged whatever it costs; a dry-run limit's would-be refusal
+            // of garbage is not an operation to shadow.
+            None => match admission.admit(price.units, price.bytes, now, &mut None) {
+                Verdict::TooCostly { .. } => Verdict::Admit,
+                v => v,
+            },
+        };
+        match verdict {
+            Verdict::Admit => {}
+            Verdict::Drop {
+                retry_after,
+                reason,
+            } => {
+                event(reason, retry_after, false);
+                return Err(Refused {
+                    reason: if reason == "bytes_limited" {
+                        Reason::BytesLimited
+                    } else {
+                        Reason::RateLimited
+                    },
+                    retry_after,
+                    balance: None,
+                });
+            }
+            Verdict::TooCostly { cost, max } => {
+                event("cost_exceeds_max", Duration::ZERO, false);
+                return Err(Refused {
+                    reason: Reason::CostExceedsMax { cost, max },
+                    retry_after: Duration::ZERO,
+                    balance: None,
+                });
+            }
+        }
+        if let Some(Shadow { reason }) = shadow {
+            event(reason, Duration::ZERO, true);
+        }
+        if let (Some((op, conn_rules)), Some(channel)) = (rules, price.channel)
+            && !admission.limits().rules.is_empty()
+        {
+            let limits = admission.limits().clone();
+            if let Err(r) = self.rules(&limits, op, account, conn, channel, conn_rules, now) {
+                self.refund(admission, &price);
+                return Err(r);
+            }
+        }
+        Ok(Admitted {
+            balance: None,
+            shadow: shadow.is_some(),
+            sample: sampler.and_then(|s| s.admit(price.units, now)),
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rules(
+        self,
+        limits: &Limits,
+        op: Op,
+        account: &str,
+        conn: &str,
+        channel: &str,
+        conn_rules: &mut ConnRules,
+        now: Instant,
+    ) -> Result<(), Refused> {
+        let event = |rule: &str, reset: Duration, dry: bool| {
+            Exceeded::new(Layer::Rule, "rate_limited", account)
+                .rule(rule)
+                .channel(channel)
+                .conn(conn)
+                .reset(reset)
+                .dry_run(dry)
+                .emit(self.metrics);
+        };
+        let mut shadows = Vec::new();
+        let verdict = rules::check(
+            limits, op, account, channel, self.rules, conn_rules, now, &mut shadows,
+        );
+        for s in shadows {
+            event(&s.rule.id, s.wait, true);
+        }
+        match verdict {
+            RuleVerdict::Pass => Ok(()),
+            RuleVerdict::Refuse { rule, wait, hold } => {
+                event(&rule.id, wait, false);
+                Err(Refused {
+                    reason: Reason::Rule { hold },
+                    retry_after: wait,
+                    balance: None,
+                })
+            }
+        }
+    }
+}
