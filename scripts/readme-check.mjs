@@ -9,9 +9,13 @@
 // Only the environment differs from a new user's shell: CARGO_TARGET_DIR
 // points at this checkout's target/ (so dependencies are not compiled
 // again), and `cargo install` installs into a scratch root put first on
-// PATH. The Quickstart binds 127.0.0.1:8080 as written, so that port must
-// be free. `./scripts/test` is the one command not run: it is what runs
-// this check.
+// PATH. The broker the README starts listens on free ports
+// (TIDEGATE_NODE_LISTEN and TIDEGATE_GRPC_LISTEN set to 127.0.0.1:0 for
+// that command only), and the commands that talk to it have 127.0.0.1:8080
+// replaced by the address it printed: a broker the user already runs on
+// 8080 (the README's own first command) neither breaks the check nor is
+// talked to by it. `./scripts/test` is the one command not run: it is what
+// runs this check.
 import { execFileSync, spawn } from "node:child_process";
 import { accessSync, constants, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
@@ -89,10 +93,10 @@ function run(command) {
  * Starts `command` in the background (its own process group, ended by PID
  * at the end) and returns a function that waits for a line matching `re`.
  */
-function start(command) {
+function start(command, extraEnv = {}) {
   const child = spawn("bash", ["-c", `exec ${command}`], {
     cwd: CLONE,
-    env: { ...env, ...vars },
+    env: { ...env, ...vars, ...extraEnv },
     stdio: ["ignore", "pipe", "pipe"],
     detached: true,
   });
@@ -132,14 +136,27 @@ function expect(ok, what) {
 }
 
 let subscriber;
+/** Where the README's broker listens here (`127.0.0.1:<free port>`). */
+let broker;
+const README_ADDR = "127.0.0.1:8080";
+
+/** `command` pointed at the broker this check started. */
+function local(command) {
+  expect(broker, "the broker runs before the commands that use it");
+  return command.replaceAll(README_ADDR, broker);
+}
 
 /** What each README command must do, matched on the command's text. */
 const EXPECTATIONS = [
   {
     match: /^cargo run --release -p tidegate -- serve\b/,
     async check(command) {
-      const lines = start(command);
-      await lines(/^tidegate listening on http:\/\/127\.0\.0\.1:8080$/, STEP_MS);
+      const lines = start(command, {
+        TIDEGATE_NODE_LISTEN: "127.0.0.1:0",
+        TIDEGATE_GRPC_LISTEN: "127.0.0.1:0",
+      });
+      const line = await lines(/^tidegate listening on http:\/\/127\.0\.0\.1:\d+$/, STEP_MS);
+      broker = line.slice("tidegate listening on http://".length);
     },
   },
   {
@@ -161,7 +178,7 @@ const EXPECTATIONS = [
   {
     match: /^node examples\/subscribe\.mjs "\$TOKEN" doc:42$/,
     async check(command) {
-      subscriber = start(command);
+      subscriber = start(`${local(command)} ws://${broker}/v1/ws`);
       await subscriber(/^\{"type":"welcome".*"account":"acme"/);
       // The ack carries the channel's position (§11).
       await subscriber(/^\{"type":"ack","id":1,"seq":\d+\}$/);
@@ -170,7 +187,7 @@ const EXPECTATIONS = [
   {
     match: /^curl -s -X POST http:\/\/127\.0\.0\.1:8080\/v1\/publish /,
     async check(command) {
-      const out = await run(command);
+      const out = await run(local(command));
       expect(/^\{"seq":\d+\}$/.test(out.trim()), `publish printed ${out}`);
       expect(subscriber, "the subscriber runs before the publish");
       await subscriber(/^\{"type":"message","channel":"doc:42","seq":\d+,"data":\{"text":"hello"\}\}$/);

@@ -1,6 +1,7 @@
 //! The whole admission check of one inbound frame, as the socket runs it
-//! (`socket/handle.rs`, `on_text`), measured on exactly what the target
-//! (< 100 ns) names:
+//! (`socket/handle.rs`, `on_text`, through the charge primitive
+//! `tidegate::charge::Ledger::charge` with the connection as the payer),
+//! measured on exactly what the target (< 100 ns) names:
 //!
 //! - `check/*`: the per-frame check once the frame is parsed: read the
 //!   clock, price the frame from the plan's cost table, refuse a price
@@ -32,11 +33,14 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use parking_lot::Mutex;
 use tidegate::account::Sampler;
 use tidegate::auth::{Claims, Grants};
+use tidegate::charge::{Admission, Connection, Ledger, Payer, Pending, Price};
+use tidegate::cluster::MemoryBridge;
 use tidegate::config::Limits;
+use tidegate::hub::{HistoryLimits, Hub};
 use tidegate::limiter::SampledBucket;
+use tidegate::metrics::Metrics;
 use tidegate::protocol::{ClientFrame, frames};
-use tidegate::rules::{self, ConnRules, RuleBuckets, RuleVerdict};
-use tidegate::socket::{Admission, Verdict};
+use tidegate::rules::{ConnRules, RuleBuckets};
 
 /// Raised budgets, a byte limit, and (for `every_limit`) two rules.
 const PLAN: &str = r#"
@@ -66,6 +70,8 @@ ops = ["publish"]
 
 struct Check {
     limits: Arc<Limits>,
+    metrics: Arc<Metrics>,
+    bridge: MemoryBridge,
     admission: Admission,
     grants: Grants,
     sampler: Sampler,
@@ -91,7 +97,17 @@ impl Check {
             pub_channels: vec!["doc:*".into(), "presence:*".into()],
         };
         let now = Instant::now();
+        let metrics = Arc::new(Metrics::new());
+        let hub = Arc::new(Hub::new(
+            HistoryLimits {
+                size: 0,
+                ttl: Duration::ZERO,
+            },
+            metrics.clone(),
+        ));
         Check {
+            bridge: MemoryBridge::new(hub),
+            metrics,
             sampler: Sampler::new(limits.account_sample_every),
             admission: Admission::new(limits.clone(), now),
             account: Arc::new(Mutex::new(SampledBucket::new(1e12, 1e12, now))),
@@ -105,31 +121,20 @@ impl Check {
     #[inline]
     fn run(&mut self, frame: &ClientFrame<'_>, len: usize) -> bool {
         let now = Instant::now();
-        let cost = self.admission.price(frame, |_| 0);
-        let mut shadow = None;
-        if self.admission.admit(cost, len, now, &mut shadow) != Verdict::Admit {
+        let units = self.admission.price(frame, |_| 0);
+        let price = Price::frame(units, len, &self.limits, frame.channel());
+        let payer = Payer::Connection(Connection {
+            admission: &mut self.admission,
+            sampler: Some(&mut self.sampler),
+            rules: frame.op().map(|op| (op, &mut self.conn_rules)),
+            account: "acme",
+            conn: "n1-0001",
+        });
+        let ledger = Ledger::new(&self.metrics, &self.bridge, &self.shared_rules);
+        let Pending::Ready(Ok(admitted)) = ledger.charge(payer, price, now) else {
             return false;
-        }
-        if let (Some(op), Some(channel)) = (frame.op(), frame.channel())
-            && !self.limits.rules.is_empty()
-        {
-            let mut shadows = Vec::new();
-            let verdict = rules::check(
-                &self.limits,
-                op,
-                "acme",
-                channel,
-                &self.shared_rules,
-                &mut self.conn_rules,
-                now,
-                &mut shadows,
-            );
-            if verdict != RuleVerdict::Pass {
-                self.admission.refund(cost, len);
-                return false;
-            }
-        }
-        if let Some(sample) = self.sampler.admit(cost, now)
+        };
+        if let Some(sample) = admitted.sample
             && self
                 .account
                 .lock()

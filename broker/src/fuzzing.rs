@@ -221,9 +221,10 @@ pub fn grpc_request(data: &[u8]) -> Option<u32> {
     }
     let msg = PublishRequest::decode(body).ok()?;
     let subscribers = u64::from(which / 2) * 1000;
-    let priced = crate::charge::publish::check_json(&msg.data_json, limits.max_json_depth).and_then(|()| {
-        crate::charge::publish::price(&msg.channel, &msg.data_json, &key, &limits, subscribers)
-    });
+    let priced = crate::charge::publish::check_json(&msg.data_json, limits.max_json_depth)
+        .and_then(|()| {
+            crate::charge::publish::price(&msg.channel, &msg.data_json, &key, &limits, subscribers)
+        });
     let cost = match priced {
         Ok(cost) => cost,
         Err(refusal) => {

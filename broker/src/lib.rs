@@ -8,44 +8,45 @@
 //!
 //! # Layout
 //!
-//! - [`server`]: routes and `run(listener, config, shutdown)`, the entry
-//!   point of the binary and of every integration test; [`drain`]: the
-//!   staggered SIGTERM drain.
-//! - [`node`]: what a node shares: config, hub, bridge, metrics, sockets.
-//! - [`socket`]: one actix actor per WebSocket. It owns its token buckets
-//!   ([`socket::Admission`]), its subscriptions and its outbound queue
-//!   (`socket/outbox.rs`, which knows the real unsent bytes, and which
-//!   the hub writes live messages into directly: `socket/delivery.rs`);
-//!   the handshake checks live in `socket/handshake.rs`.
-//! - [`hub`]: channels, `seq`, bounded history and local fan-out (one
-//!   encoding per publish, shared bytes for every subscriber).
-//! - [`cluster`]: the [`cluster::Bridge`] between nodes; in memory for a
-//!   single node.
-//! - [`http`]: HTTP publish with per-key buckets, and `/healthz`,
-//!   `/readyz`, `/metrics`.
-//! - [`grpc`]: the gRPC API (`tidegate.v1.Broker`: `Publish`,
-//!   `PublishStream`, `Subscribe`) on its own address and tokio runtime.
-//! - [`backend`]: what HTTP and gRPC publish share (checks, price, the
-//!   API-key bucket); [`pricing`]: the cost function (size, fan-out).
-//! - [`account`]: the account supervisor actor (sampled account budget,
-//!   connection cap, 1008 on breach).
-//! - [`gate`]: handshake defences before account state (node accept
-//!   budget, per-IP rate and cap, per-identity bucket).
-//! - [`rules`]: extra limits by account, channel, pair or connection.
-//! - [`exceeded`]: one structured event and one metric per refusal.
-//! - [`limiter`]: pure limiter primitives (token bucket, keyed buckets,
-//!   notice throttle).
-//! - [`protocol`]: frames in and out, channel names, globs, and the code
-//!   table shared with the TypeScript SDK.
-//! - [`config`]: `config.toml`, plans and accounts, validation that
-//!   reports every problem; [`reload`]: SIGHUP and file-change reloads.
-//! - [`admin`]: the operators' routes and page (§10): overview, disconnect,
-//!   ban and unban, cluster-wide through the bridge.
-//! - [`webhook`]: outbound webhooks (§9), on their own thread.
-//! - [`auth`]: HS256 tokens. [`metrics`]: Prometheus counters and
-//!   histograms; [`process_metrics`]: the process's memory, descriptors
-//!   and CPU from `/proc`; [`alive`]: tokio tasks and actix actors alive.
-//! - [`fuzzing`]: the parsers' entry points for the fuzz targets.
+//! Six layers; a module imports only from layers below its own (and from
+//! earlier siblings where docs/architecture.md's table says so, which
+//! `tests/layers.rs` enforces). Lowest first:
+//!
+//! 0. **Base**, data and pure functions: [`protocol`] (frames, codes,
+//!    channel names, globs, the wire encoding; imports nothing),
+//!    [`config`] (`config.toml`, plans, validation that reports every
+//!    problem), [`clock`], [`limiter`] (token bucket, keyed buckets, notice
+//!    throttle), [`pricing`] (the cost function), [`auth`] (HS256 tokens),
+//!    [`alive`], [`process_metrics`], [`metrics`] (Prometheus families,
+//!    the webhook metrics, the overview's history), [`exceeded`] (one
+//!    event and one count per refusal), [`refusal`] (the HTTP refusal
+//!    body), [`gate`] (handshake defences, the client address), [`rules`]
+//!    (extra limits by account, channel, pair or connection), [`bans`].
+//! 1. **Core**: [`hub`] (channels, `seq`, bounded history, local fan-out,
+//!    one encoding per publish; it writes into subscribers' queues through
+//!    `hub::Sink` and does not know sockets exist) and [`cluster`] (the
+//!    [`cluster::Bridge`]: memory for one node, Redis for many; it reports
+//!    upward through [`cluster::Events`] and does not know the node).
+//! 2. **Services**: [`account`] (the supervisor actor: sampled account
+//!    budget, connection cap, 1008 on breach; the `CloseWith` and
+//!    `Reconfigure` messages every connection takes), [`charge`] (the one
+//!    charge primitive every front calls: payer, price, admitted or a
+//!    typed refusal; API keys; a backend publish's checks and price),
+//!    [`webhook`] (outbound webhooks, §9, on their own thread).
+//! 3. **Node**: [`node`] (what a node shares and how operator actions apply
+//!    to its connections; it knows no front), [`unfinished`] (connections
+//!    whose request head is not complete yet).
+//! 4. **Fronts**, which never import each other: [`socket`] (one actix
+//!    actor per WebSocket owning its buckets, subscriptions and outbound
+//!    queue; the handshake in `socket/handshake.rs`), [`http`] (publish
+//!    and batch, `/healthz`, `/readyz`, `/metrics`), [`grpc`]
+//!    (`tidegate.v1.Broker` on its own runtime), [`admin`] (the operators'
+//!    routes and page, §10).
+//! 5. **Top**: [`drain`] (the staggered SIGTERM drain), [`reload`] (SIGHUP
+//!    and file-change reloads), [`server`] (routes, listeners and
+//!    `run(listener, config, shutdown)`, the entry point of the binary and
+//!    of every integration test), [`fuzzing`] (the parsers' entry points
+//!    for the fuzz targets).
 
 pub mod account;
 pub mod admin;

@@ -262,10 +262,29 @@ pub async fn run(env: &Env, p: &Params) -> Result<serde_json::Value> {
         "broker_rate_limited_rejections": rate_limited_rejections,
     });
     if let Some(path) = &env.chart {
-        crate::chart::behaviours(
+        chart(
             path,
             &[("typist", &typist), ("buggy", &buggy), ("abuser", &abuser)],
         )?;
     }
     Ok(results)
+}
+
+/// What each client sent, got acked, had dropped and had closed.
+fn chart(path: &std::path::Path, clients: &[(&str, &Outcome)]) -> Result<()> {
+    use crate::chart::{Bars, FOURTH, NATS, Panel, Series, THIRD, TIDEGATE, draw};
+    let pick = |f: &dyn Fn(&Outcome) -> f64| clients.iter().map(|(_, o)| f(o)).collect::<Vec<_>>();
+    let bars = Panel::Bars(Bars {
+        title: "Seed 000 behaviours against Tidegate defaults".into(),
+        y_desc: "frames".into(),
+        categories: clients.iter().map(|(n, _)| n.to_string()).collect(),
+        series: vec![
+            Series::new("sent", TIDEGATE, pick(&|o| o.sent as f64)),
+            Series::new("acked", THIRD, pick(&|o| o.acked as f64)),
+            Series::new("dropped (rate_limited)", NATS, pick(&|o| o.dropped as f64)),
+            Series::new("sockets closed", FOURTH, pick(&|o| o.closes.total() as f64)),
+        ],
+        hline: None,
+    });
+    draw(path, (900, 440), &[(900, bars)])
 }

@@ -452,7 +452,7 @@ pub async fn run(env: &Env, kinds: &[Kind], p: &Params) -> Result<serde_json::Va
         }
     }
     if let Some(path) = &env.chart {
-        crate::chart::fanout(path, &cells)?;
+        chart(path, &cells)?;
     }
     Ok(json!({
         "tidegate_vs_nats": compare(&cells, "nats"),
@@ -479,4 +479,48 @@ fn compare(cells: &[FanoutCell], peer: &str) -> Vec<serde_json::Value> {
         }
     }
     comparisons
+}
+
+/// Delivered messages/s and p99 per cell, one bar per broker.
+fn chart(path: &std::path::Path, cells: &[FanoutCell]) -> Result<()> {
+    use crate::chart::{Bars, Panel, Series, color_of, draw};
+    let mut keys: Vec<(usize, usize)> = Vec::new();
+    for c in cells {
+        if !keys.contains(&(c.subscribers, c.payload_bytes)) {
+            keys.push((c.subscribers, c.payload_bytes));
+        }
+    }
+    let labels: Vec<String> = keys
+        .iter()
+        .map(|(s, b)| format!("{s} subs, {b} B"))
+        .collect();
+    let brokers = ["tidegate", "nats", "relay"]
+        .into_iter()
+        .filter(|b| cells.iter().any(|c| c.broker == *b));
+    let panel = |title: &str, y: &str, f: &dyn Fn(&FanoutCell) -> f64| {
+        let series = brokers.clone().map(|b| {
+            let at = |&(s, n): &(usize, usize)| {
+                let cell = cells
+                    .iter()
+                    .find(|c| c.broker == b && c.subscribers == s && c.payload_bytes == n);
+                cell.map_or(0.0, f)
+            };
+            Series::new(b, color_of(b), keys.iter().map(at).collect())
+        });
+        let (title, y_desc) = (title.into(), y.into());
+        Panel::Bars(Bars {
+            title,
+            y_desc,
+            categories: labels.clone(),
+            series: series.collect(),
+            hline: None,
+        })
+    };
+    let rate = panel("Fan-out: delivered messages/s", "million msgs/s", &|c| {
+        c.delivered_per_sec / 1e6
+    });
+    let p99 = panel("Fan-out: p99 publish→receive", "ms", &|c| {
+        c.latency.p99_us as f64 / 1000.0
+    });
+    draw(path, (1200, 480), &[(600, rate), (600, p99)])
 }

@@ -196,7 +196,33 @@ pub async fn run(env: &Env, kinds: &[Kind], p: &Params) -> Result<serde_json::Va
         _ => json!(null),
     };
     if let Some(path) = &env.chart {
-        crate::chart::handshakes(path, &runs)?;
+        chart(path, &runs)?;
     }
     Ok(json!({ "runs": runs, "tidegate_vs_nats": comparison }))
+}
+
+/// Handshakes/s and their p99, one bar per broker.
+fn chart(path: &std::path::Path, runs: &[HandshakeRun]) -> Result<()> {
+    use crate::chart::{Bars, Panel, Series, color_of, draw};
+    let categories = vec!["open + authenticate + close".to_string()];
+    let series = |f: fn(&HandshakeRun) -> f64| {
+        runs.iter()
+            .map(|r| Series::new(r.broker, color_of(r.broker), vec![f(r)]))
+            .collect()
+    };
+    let rate = Panel::Bars(Bars {
+        title: "Handshakes/s".into(),
+        y_desc: "handshakes/s".into(),
+        categories: categories.clone(),
+        series: series(|r| r.handshakes_per_sec),
+        hline: None,
+    });
+    let p99 = Panel::Bars(Bars {
+        title: "Handshake p99 (open → authenticated)".into(),
+        y_desc: "ms".into(),
+        categories,
+        series: series(|r| r.latency.p99_us as f64 / 1000.0),
+        hline: None,
+    });
+    draw(path, (1000, 420), &[(500, rate), (500, p99)])
 }

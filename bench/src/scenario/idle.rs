@@ -117,7 +117,36 @@ pub async fn run(env: &Env, kinds: &[Kind], p: &Params) -> Result<serde_json::Va
         _ => json!(null),
     };
     if let Some(path) = &env.chart {
-        crate::chart::idle(path, &runs)?;
+        chart(path, &runs)?;
     }
     Ok(json!({ "runs": runs, "tidegate_vs_nats": comparison }))
+}
+
+/// RSS per idle connection (with the 8 KiB target) and the connect rate.
+fn chart(path: &std::path::Path, runs: &[IdleRun]) -> Result<()> {
+    use crate::chart::{Bars, Panel, Series, color_of, draw};
+    let categories = vec![format!(
+        "{} idle subscribed connections",
+        runs.first().map_or(0, |r| r.connections)
+    )];
+    let series = |f: fn(&IdleRun) -> f64| {
+        runs.iter()
+            .map(|r| Series::new(r.broker, color_of(r.broker), vec![f(r)]))
+            .collect()
+    };
+    let kib = Panel::Bars(Bars {
+        title: "Broker RSS per idle connection".into(),
+        y_desc: "KiB".into(),
+        categories: categories.clone(),
+        series: series(|r| r.rss_per_conn_kib),
+        hline: Some((8.0, "target 8 KiB".into())),
+    });
+    let rate = Panel::Bars(Bars {
+        title: "Connect + subscribe rate".into(),
+        y_desc: "connections/s".into(),
+        categories,
+        series: series(|r| r.connects_per_sec),
+        hline: None,
+    });
+    draw(path, (1000, 420), &[(500, kib), (500, rate)])
 }

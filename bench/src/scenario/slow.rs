@@ -211,7 +211,52 @@ pub async fn run(env: &Env, p: &Params) -> Result<serde_json::Value> {
         "rss_max_growth_mib": report::round2(runs[1].rss_mib_max - runs[1].rss_mib_start),
     });
     if let Some(path) = &env.chart {
-        crate::chart::slow(path, &runs)?;
+        chart(path, &runs)?;
     }
     Ok(json!({ "runs": runs, "with_vs_without": comparison }))
+}
+
+/// RSS over the flood, with and without a non-reader, and the readers'
+/// latency percentiles.
+fn chart(path: &std::path::Path, runs: &[SlowRun]) -> Result<()> {
+    use crate::chart::{Bars, Line, Lines, Panel, Series, THIRD, TIDEGATE, draw};
+    let name = |r: &SlowRun| {
+        if r.with_slow_subscriber {
+            "with one non-reading subscriber"
+        } else {
+            "readers only"
+        }
+    };
+    let rss = runs
+        .iter()
+        .zip([THIRD, TIDEGATE])
+        .map(|(r, color)| Line::new(name(r), color, r.rss_timeline.clone()))
+        .collect();
+    let rss = Lines::over_time("Broker RSS under a flood", "MiB", rss);
+    let series = runs
+        .iter()
+        .zip([THIRD, TIDEGATE])
+        .map(|(r, color)| {
+            let l = &r.readers_latency;
+            let name = if r.with_slow_subscriber {
+                "with non-reader"
+            } else {
+                "readers only"
+            };
+            let ms = |us: u64| us as f64 / 1000.0;
+            Series::new(name, color, vec![ms(l.p50_us), ms(l.p99_us), ms(l.p999_us)])
+        })
+        .collect();
+    let latency = Bars {
+        title: "Readers' publish→receive latency".into(),
+        y_desc: "ms".into(),
+        categories: vec!["p50".into(), "p99".into(), "p99.9".into()],
+        series,
+        hline: None,
+    };
+    draw(
+        path,
+        (1200, 460),
+        &[(700, Panel::Lines(rss)), (500, Panel::Bars(latency))],
+    )
 }

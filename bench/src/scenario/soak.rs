@@ -376,7 +376,47 @@ pub async fn run(env: &Env, p: &Params) -> Result<serde_json::Value> {
         "load": &*tally.borrow(),
     });
     if let Some(path) = &env.chart {
-        crate::chart::soak(path, &samples)?;
+        chart(path, &samples)?;
     }
     Ok(results)
+}
+
+/// The soak: memory on the left; descriptors, sockets and channels in the
+/// middle; tasks and actors on the right, over the run.
+fn chart(path: &std::path::Path, samples: &[Sample]) -> Result<()> {
+    use crate::chart::{FOURTH, Line, Lines, Panel, THIRD, TIDEGATE, draw};
+    let pts = |f: fn(&Sample) -> f64| samples.iter().map(|s| (s.t_secs, f(s))).collect();
+    let memory = Lines::over_time(
+        "Broker RSS under churn",
+        "MiB",
+        vec![Line::new(
+            "RSS",
+            TIDEGATE,
+            pts(|s| s.rss_bytes as f64 / 1048576.0),
+        )],
+    );
+    let counts = Lines::over_time(
+        "Descriptors, sockets, channels",
+        "count",
+        vec![
+            Line::new("open fds", TIDEGATE, pts(|s| s.open_fds as f64)),
+            Line::new("sockets", THIRD, pts(|s| s.connections)),
+            Line::new("channels", FOURTH, pts(|s| s.channels)),
+        ],
+    );
+    let alive = Lines::over_time(
+        "Tasks and actors alive",
+        "count",
+        vec![
+            Line::new("tokio tasks", TIDEGATE, pts(|s| s.tasks)),
+            Line::new("socket actors", THIRD, pts(|s| s.socket_actors)),
+            Line::new("account supervisors", FOURTH, pts(|s| s.supervisors)),
+        ],
+    );
+    let panels = [
+        (600, Panel::Lines(memory)),
+        (600, Panel::Lines(counts)),
+        (600, Panel::Lines(alive)),
+    ];
+    draw(path, (1800, 420), &panels)
 }

@@ -336,7 +336,66 @@ pub async fn run(env: &Env, p: &Params) -> Result<serde_json::Value> {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     if let Some(path) = &env.chart {
-        crate::chart::storm(path, &runs)?;
+        chart(path, &runs)?;
     }
     Ok(json!({ "bin_ms": BIN_MS, "runs": runs }))
+}
+
+/// Accepted handshakes/s after the drop, as the clients and as the broker
+/// counted them, against the default node accept budget.
+fn chart(path: &std::path::Path, runs: &[StormRun]) -> Result<()> {
+    use crate::chart::{FOURTH, Legend, Line, Lines, NATS, Panel, THIRD, TIDEGATE, draw, faded};
+    let per_sec = (1000 / BIN_MS) as f64;
+    let x_max = runs
+        .iter()
+        .map(|r| r.accepts_per_bin.len() as f64 * BIN_MS as f64 / 1000.0)
+        .fold(1.0f64, f64::max);
+    let y_max = runs
+        .iter()
+        .flat_map(|r| r.accepts_per_bin.iter())
+        .map(|&v| v as f64 * per_sec)
+        .fold(2500.0f64, f64::max)
+        * 1.1;
+    let mut lines = Vec::new();
+    for (r, color) in runs.iter().zip([TIDEGATE, NATS, THIRD, FOURTH]) {
+        let points = r
+            .accepts_per_bin
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| (i as f64 * BIN_MS as f64 / 1000.0, v as f64 * per_sec))
+            .collect();
+        let label = match r.all_back_secs {
+            Some(s) => format!("{:?}: all back in {s} s", r.mode).to_lowercase(),
+            None => format!("{:?}: not all back", r.mode).to_lowercase(),
+        };
+        lines.push(Line::new(label, color, points));
+        // The broker's own count, per sampling interval.
+        let b = &r.broker_accepts;
+        let scale = 1000.0 / b.sample_ms.max(1) as f64;
+        let broker = b
+            .series
+            .iter()
+            .filter(|&&(t, _)| (0.0..=x_max).contains(&t))
+            .map(|&(t, n)| (t, n * scale))
+            .collect();
+        let label = format!("{:?}: as the broker counted (/metrics)", r.mode).to_lowercase();
+        lines.push(Line {
+            width: 1,
+            ..Line::new(label, faded(color), broker)
+        });
+    }
+    let chart = Lines {
+        title: format!(
+            "Reconnect storm: {} clients dropped at t=0 (accepts/s per 100 ms bin)",
+            runs.first().map_or(0, |r| r.clients)
+        ),
+        x_desc: "seconds after the drop".into(),
+        y_desc: "accepted handshakes/s".into(),
+        x_max,
+        y_max,
+        lines,
+        hlines: vec![(2000.0, "default node accept budget (2,000/s)".into())],
+        legend: Legend::UpperRight,
+    };
+    draw(path, (1000, 460), &[(1000, Panel::Lines(chart))])
 }

@@ -1,14 +1,19 @@
-//! The per-connection admission check: what a frame costs and whether this
-//! connection's budgets let it through. Owned by the socket actor, so it
-//! needs no locks; pure functions of `now`, so it is tested (and
-//! benchmarked) without a socket.
+//! A connection's own buckets and how a frame is charged to them: what a
+//! frame costs and whether this connection's budgets let it through
+//! ([`Admission`], owned by the socket actor, so it needs no locks; pure
+//! functions of `now`, so it is tested and benchmarked without a socket),
+//! then the plan's rules and the account sample.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::{Admitted, Connection, Ledger, Outcome, Price, Reason, Refused};
 use crate::config::{LimitName, Limits};
+use crate::exceeded::Exceeded;
 use crate::limiter::TokenBucket;
-use crate::protocol::ClientFrame;
+use crate::metrics::Layer;
+use crate::protocol::{ClientFrame, Op};
+use crate::rules::{self, ConnRules, RuleVerdict};
 
 /// The outcome of admitting one frame.
 #[derive(Debug, Clone, PartialEq)]
@@ -174,6 +179,132 @@ impl Admission {
             self.messages.capacity(),
             self.messages.rate(),
         )
+    }
+}
+
+/// A socket frame's charge: [`Ledger::charge`] with [`Payer::Connection`].
+impl Ledger<'_> {
+    /// A socket frame: single-charge limit, message and byte buckets, the
+    /// plan's rules (whose refusal gives the buckets back), then the
+    /// account sample. Allocates nothing on the admitting path.
+    pub(super) fn connection(self, c: Connection<'_>, price: Price<'_>, now: Instant) -> Outcome {
+        let Connection {
+            admission,
+            sampler,
+            rules,
+            account,
+            conn,
+        } = c;
+        let event = |reason: &'static str, reset: Duration, dry: bool| {
+            let mut e = Exceeded::new(Layer::Connection, reason, account)
+                .conn(conn)
+                .reset(reset)
+                .dry_run(dry);
+            if let Some(ch) = price.channel {
+                e = e.channel(ch);
+            }
+            e.emit(self.metrics);
+        };
+        let mut shadow = None;
+        let verdict = match price.max_single {
+            Some(_) => admission.admit(price.units, price.bytes, now, &mut shadow),
+            // Charged whatever it costs; a dry-run limit's would-be refusal
+            // of garbage is not an operation to shadow.
+            None => match admission.admit(price.units, price.bytes, now, &mut None) {
+                Verdict::TooCostly { .. } => Verdict::Admit,
+                v => v,
+            },
+        };
+        match verdict {
+            Verdict::Admit => {}
+            Verdict::Drop {
+                retry_after,
+                reason,
+            } => {
+                event(reason, retry_after, false);
+                return Err(Refused {
+                    reason: if reason == "bytes_limited" {
+                        Reason::BytesLimited
+                    } else {
+                        Reason::RateLimited
+                    },
+                    retry_after,
+                    balance: None,
+                });
+            }
+            Verdict::TooCostly { cost, max } => {
+                event("cost_exceeds_max", Duration::ZERO, false);
+                return Err(Refused {
+                    reason: Reason::CostExceedsMax { cost, max },
+                    retry_after: Duration::ZERO,
+                    balance: None,
+                });
+            }
+        }
+        if let Some(Shadow { reason }) = shadow {
+            event(reason, Duration::ZERO, true);
+        }
+        if let (Some((op, conn_rules)), Some(channel)) = (rules, price.channel)
+            && !admission.limits().rules.is_empty()
+        {
+            let limits = admission.limits().clone();
+            if let Err(r) = self.rules(&limits, op, account, conn, channel, conn_rules, now) {
+                self.refund(admission, &price);
+                return Err(r);
+            }
+        }
+        Ok(Admitted {
+            balance: None,
+            shadow: shadow.is_some(),
+            sample: sampler.and_then(|s| s.admit(price.units, now)),
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rules(
+        self,
+        limits: &Limits,
+        op: Op,
+        account: &str,
+        conn: &str,
+        channel: &str,
+        conn_rules: &mut ConnRules,
+        now: Instant,
+    ) -> Result<(), Refused> {
+        let event = |rule: &str, reset: Duration, dry: bool| {
+            Exceeded::new(Layer::Rule, "rate_limited", account)
+                .rule(rule)
+                .channel(channel)
+                .conn(conn)
+                .reset(reset)
+                .dry_run(dry)
+                .emit(self.metrics);
+        };
+        let mut shadows = Vec::new();
+        let verdict = rules::check(
+            limits,
+            op,
+            account,
+            channel,
+            self.rules,
+            conn_rules,
+            now,
+            &mut shadows,
+        );
+        for s in shadows {
+            event(&s.rule.id, s.wait, true);
+        }
+        match verdict {
+            RuleVerdict::Pass => Ok(()),
+            RuleVerdict::Refuse { rule, wait, hold } => {
+                event(&rule.id, wait, false);
+                Err(Refused {
+                    reason: Reason::Rule { hold },
+                    retry_after: wait,
+                    balance: None,
+                })
+            }
+        }
     }
 }
 

@@ -61,7 +61,7 @@ use crate::config::{LimitName, Limits};
 use crate::exceeded::Exceeded;
 use crate::metrics::{Layer, Metrics};
 use crate::protocol::Op;
-use crate::rules::{self, ConnRules, RuleBuckets, RuleVerdict};
+use crate::rules::{ConnRules, RuleBuckets};
 
 /// A charge's answer: ready now (a connection's own buckets, single-node
 /// buckets), or once the bridge answers (Redis).
@@ -294,7 +294,9 @@ impl<'a> Ledger<'a> {
                 if let Err(r) = self.single(layer, account, limits, &price) {
                     return Pending::Ready(Err(r));
                 }
-                let taken = self.bridge.charge_account(account, price.units, now, limits);
+                let taken = self
+                    .bridge
+                    .charge_account(account, price.units, now, limits);
                 let settle = move |c: cluster::Charged| {
                     let dry = limits.is_dry_run(LimitName::AccountMessages);
                     let balance = Balance {
@@ -351,7 +353,13 @@ impl<'a> Ledger<'a> {
     }
 
     /// The single-charge limit of a payer without connection buckets.
-    fn single(self, layer: Layer, account: &str, limits: &Limits, price: &Price<'_>) -> Result<(), Refused> {
+    fn single(
+        self,
+        layer: Layer,
+        account: &str,
+        limits: &Limits,
+        price: &Price<'_>,
+    ) -> Result<(), Refused> {
         let Some(max) = price.max_single else {
             return Ok(());
         };
@@ -378,7 +386,15 @@ impl<'a> Ledger<'a> {
     fn settle_key(self, layer: Layer, account: &str, price: &Price<'_>, c: KeyCharge) -> Outcome {
         // An API key's bucket has no dry-run name (§0 lists the socket's
         // and the account's limits): it always enforces.
-        self.settle(layer, account, price, c.allowed, c.retry_after, Some(Balance::from(&c)), false)
+        self.settle(
+            layer,
+            account,
+            price,
+            c.allowed,
+            c.retry_after,
+            Some(Balance::from(&c)),
+            false,
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -418,121 +434,5 @@ impl<'a> Ledger<'a> {
             retry_after,
             balance,
         })
-    }
-
-    /// A socket frame: single-charge limit, message and byte buckets, the
-    /// plan's rules (whose refusal gives the buckets back), then the
-    /// account sample. Allocates nothing on the admitting path.
-    fn connection(self, c: Connection<'_>, price: Price<'_>, now: Instant) -> Outcome {
-        let Connection {
-            admission,
-            sampler,
-            rules,
-            account,
-            conn,
-        } = c;
-        let event = |reason: &'static str, reset: Duration, dry: bool| {
-            let mut e = Exceeded::new(Layer::Connection, reason, account)
-                .conn(conn)
-                .reset(reset)
-                .dry_run(dry);
-            if let Some(ch) = price.channel {
-                e = e.channel(ch);
-            }
-            e.emit(self.metrics);
-        };
-        let mut shadow = None;
-        let verdict = match price.max_single {
-            Some(_) => admission.admit(price.units, price.bytes, now, &mut shadow),
-            // Charged whatever it costs; a dry-run limit's would-be refusal
-            // of garbage is not an operation to shadow.
-            None => match admission.admit(price.units, price.bytes, now, &mut None) {
-                Verdict::TooCostly { .. } => Verdict::Admit,
-                v => v,
-            },
-        };
-        match verdict {
-            Verdict::Admit => {}
-            Verdict::Drop {
-                retry_after,
-                reason,
-            } => {
-                event(reason, retry_after, false);
-                return Err(Refused {
-                    reason: if reason == "bytes_limited" {
-                        Reason::BytesLimited
-                    } else {
-                        Reason::RateLimited
-                    },
-                    retry_after,
-                    balance: None,
-                });
-            }
-            Verdict::TooCostly { cost, max } => {
-                event("cost_exceeds_max", Duration::ZERO, false);
-                return Err(Refused {
-                    reason: Reason::CostExceedsMax { cost, max },
-                    retry_after: Duration::ZERO,
-                    balance: None,
-                });
-            }
-        }
-        if let Some(Shadow { reason }) = shadow {
-            event(reason, Duration::ZERO, true);
-        }
-        if let (Some((op, conn_rules)), Some(channel)) = (rules, price.channel)
-            && !admission.limits().rules.is_empty()
-        {
-            let limits = admission.limits().clone();
-            if let Err(r) = self.rules(&limits, op, account, conn, channel, conn_rules, now) {
-                self.refund(admission, &price);
-                return Err(r);
-            }
-        }
-        Ok(Admitted {
-            balance: None,
-            shadow: shadow.is_some(),
-            sample: sampler.and_then(|s| s.admit(price.units, now)),
-        })
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn rules(
-        self,
-        limits: &Limits,
-        op: Op,
-        account: &str,
-        conn: &str,
-        channel: &str,
-        conn_rules: &mut ConnRules,
-        now: Instant,
-    ) -> Result<(), Refused> {
-        let event = |rule: &str, reset: Duration, dry: bool| {
-            Exceeded::new(Layer::Rule, "rate_limited", account)
-                .rule(rule)
-                .channel(channel)
-                .conn(conn)
-                .reset(reset)
-                .dry_run(dry)
-                .emit(self.metrics);
-        };
-        let mut shadows = Vec::new();
-        let verdict = rules::check(
-            limits, op, account, channel, self.rules, conn_rules, now, &mut shadows,
-        );
-        for s in shadows {
-            event(&s.rule.id, s.wait, true);
-        }
-        match verdict {
-            RuleVerdict::Pass => Ok(()),
-            RuleVerdict::Refuse { rule, wait, hold } => {
-                event(&rule.id, wait, false);
-                Err(Refused {
-                    reason: Reason::Rule { hold },
-                    retry_after: wait,
-                    balance: None,
-                })
-            }
-        }
     }
 }

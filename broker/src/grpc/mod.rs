@@ -2,9 +2,9 @@
 //! `tidegate.v1.Broker` with `Publish`, `PublishStream` and `Subscribe`, on
 //! its own address (`[grpc] listen`) and its own tokio runtime.
 //!
-//! - `service.rs`: identify (API key), price, consume, delegate to
-//!   [`crate::backend`], the code HTTP publish uses: one bucket per key
-//!   across both transports.
+//! - `service.rs`: identify (API key), price, consume through
+//!   [`crate::charge`] as HTTP publish does: one bucket per key across
+//!   both transports.
 //! - `publish_stream.rs`: per-message charging, in-order replies, a bounded
 //!   reply queue.
 //! - `subscribe.rs`: a hub subscriber with the socket's recovery, `seq`
@@ -37,23 +37,107 @@ pub mod proto {
 
 #[cfg(test)]
 mod tests {
-    /// The compiled proto is the contract's, `shared/spec/tidegate.proto`
-    /// (found in the nearest ancestor that has it: the product folder sits
-    /// beside the repository), plus only this project's amendment: the
-    /// `SubscribeAck.seq` field (docs/protocol.md).
+    /// The contract's wire schema (PROTOCOL.md §8), message by message:
+    /// every field with its label, type and number. `proto/tidegate.proto`
+    /// is the schema of record; a field of the contract renumbered,
+    /// retyped or dropped breaks every client built from the contract's
+    /// file, so it fails here. The one addition is this project's
+    /// amendment, `SubscribeAck.seq` (docs/protocol.md).
+    const CONTRACT: &[(&str, &[&str])] = &[
+        (
+            "PublishRequest",
+            &[
+                "string channel = 1",
+                "string data_json = 2",
+                "string id = 3",
+            ],
+        ),
+        (
+            "PublishReply",
+            &["string id = 1", "uint64 seq = 2", "Refusal error = 3"],
+        ),
+        (
+            "Refusal",
+            &[
+                "string code = 1",
+                "string message = 2",
+                "uint64 retry_after_ms = 3",
+            ],
+        ),
+        ("SubscribeRequest", &["repeated ChannelSince channels = 1"]),
+        (
+            "ChannelSince",
+            &["string channel = 1", "optional uint64 since = 2"],
+        ),
+        (
+            "SubscribeEvent",
+            &[
+                "SubscribeAck ack = 1",
+                "Message message = 2",
+                "SlowConsumer slow_consumer = 3",
+            ],
+        ),
+        (
+            "SubscribeAck",
+            &["string channel = 1", "optional bool recovered = 2"],
+        ),
+        (
+            "Message",
+            &[
+                "string channel = 1",
+                "uint64 seq = 2",
+                "string data_json = 3",
+            ],
+        ),
+        ("SlowConsumer", &["uint64 dropped = 1"]),
+    ];
+    const AMENDMENTS: &[(&str, &str)] = &[("SubscribeAck", "uint64 seq = 3")];
+    const SERVICE: &[&str] = &[
+        "rpc Publish(PublishRequest) returns (PublishReply)",
+        "rpc PublishStream(stream PublishRequest) returns (stream PublishReply)",
+        "rpc Subscribe(SubscribeRequest) returns (stream SubscribeEvent)",
+    ];
+
+    /// Each message's field lines (comments and `oneof` wrappers left out).
+    fn messages(proto: &str) -> Vec<(String, Vec<String>)> {
+        let mut out: Vec<(String, Vec<String>)> = Vec::new();
+        let mut current: Option<(String, Vec<String>)> = None;
+        for line in proto.lines() {
+            let line = line.split("//").next().unwrap_or("").trim();
+            if let Some(name) = line.strip_prefix("message ") {
+                current = Some((name.trim_end_matches('{').trim().to_owned(), Vec::new()));
+            } else if line == "}" {
+                if let Some(m) = current.take() {
+                    out.push(m);
+                }
+            } else if let Some((_, fields)) = current.as_mut()
+                && line.ends_with(';')
+            {
+                fields.push(line.trim_end_matches(';').to_owned());
+            }
+        }
+        out
+    }
+
     #[test]
-    fn the_proto_is_the_contracts() {
-        const AMENDMENT: &str = "  // Tidegate amendment";
-        const ADDED: &str = "  uint64 seq = 3;\n";
-        let compiled = include_str!("../../proto/tidegate.proto");
-        let start = compiled.find(AMENDMENT).expect("the amendment is marked");
-        let end = compiled[start..].find(ADDED).expect("the added field") + start + ADDED.len();
-        let ours = format!("{}{}", &compiled[..start], &compiled[end..]);
-        let spec = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .ancestors()
-            .map(|d| d.join("shared/spec/tidegate.proto"))
-            .find(|p| p.exists())
-            .expect("shared/spec/tidegate.proto beside the repository");
-        assert_eq!(ours, std::fs::read_to_string(spec).unwrap());
+    fn the_proto_is_the_contracts_plus_the_amendment() {
+        let proto = include_str!("../../proto/tidegate.proto");
+        assert!(proto.contains("package tidegate.v1;"));
+        for rpc in SERVICE {
+            assert!(proto.contains(&format!("{rpc};")), "{rpc}");
+        }
+        let expected: Vec<(String, Vec<String>)> = CONTRACT
+            .iter()
+            .map(|(name, fields)| {
+                let mut fields: Vec<String> = fields.iter().map(|f| (*f).to_owned()).collect();
+                for (m, added) in AMENDMENTS {
+                    if m == name {
+                        fields.push((*added).to_owned());
+                    }
+                }
+                ((*name).to_owned(), fields)
+            })
+            .collect();
+        assert_eq!(messages(proto), expected);
     }
 }

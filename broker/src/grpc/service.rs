@@ -126,7 +126,12 @@ impl BrokerService {
 
     /// Takes `cost` from the caller's key (a refusal is counted under
     /// `layer="grpc"` by the charge layer).
-    pub(super) async fn charge(&self, caller: &Caller, cost: u32, channel: Option<&str>) -> Outcome {
+    pub(super) async fn charge(
+        &self,
+        caller: &Caller,
+        cost: u32,
+        channel: Option<&str>,
+    ) -> Outcome {
         let payer = Payer::Key {
             layer: Layer::Grpc,
             key: &caller.key,
@@ -174,7 +179,10 @@ impl Broker for BrokerService {
             Ok(a) => a,
             Err(refused) => return Err(status::rate_limited(&refused, 0)),
         };
-        let seq = self.node.publish(&msg.channel, &msg.data_json, "grpc").await;
+        let seq = self
+            .node
+            .publish(&msg.channel, &msg.data_json, "grpc")
+            .await;
         let mut reply = Response::new(PublishReply {
             id: msg.id,
             seq,

@@ -5,6 +5,4 @@ pub mod ops;
 pub mod publish;
 
 pub use crate::gate::request_ip;
-pub use crate::refusal::{
-    ErrorBody, refusal, refusal_builder, retry_after_ms, retry_after_secs,
-};
+pub use crate::refusal::{ErrorBody, refusal, refusal_builder, retry_after_ms, retry_after_secs};

@@ -158,7 +158,11 @@ pub(crate) fn check_body(
 
 /// `X-RateLimit-*` from the key's balance, and `Tidegate-Cost`: the units
 /// this request was charged.
-fn with_rate_headers(status: StatusCode, balance: Option<&Balance>, cost: u32) -> HttpResponseBuilder {
+fn with_rate_headers(
+    status: StatusCode,
+    balance: Option<&Balance>,
+    cost: u32,
+) -> HttpResponseBuilder {
     let mut b = HttpResponse::build(status);
     b.insert_header(("Tidegate-Cost", cost.to_string()));
     if let Some(balance) = balance {
@@ -186,11 +190,7 @@ fn refuse(node: &Node, key: Option<&KeyState>, r: Refused) -> HttpResponse {
 /// The key's bucket refused the charge (counted by the charge layer): 429
 /// with `Retry-After`, `retryAfterMs` and the balance.
 fn rate_limited(refused: &charge::Refused) -> HttpResponse {
-    let builder = with_rate_headers(
-        StatusCode::TOO_MANY_REQUESTS,
-        refused.balance.as_ref(),
-        0,
-    );
+    let builder = with_rate_headers(StatusCode::TOO_MANY_REQUESTS, refused.balance.as_ref(), 0);
     let message = format!(
         "this API key's budget is empty; retry after {} ms",
         retry_after_ms(refused.retry_after)

@@ -8,8 +8,8 @@ use actix::prelude::*;
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use super::inbound::{InError, InFrame};
 use super::Socket;
+use super::inbound::{InError, InFrame};
 use crate::account::{Balance, Charge, Sample};
 use crate::charge::{self, Connection, Payer, Price, Reason};
 use crate::exceeded::Exceeded;

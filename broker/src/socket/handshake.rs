@@ -24,10 +24,10 @@ use crate::auth::AuthError;
 use crate::cluster::scale_cap;
 use crate::config::{Config, LimitName, Limits};
 use crate::exceeded::Exceeded;
-use crate::refusal::refusal;
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::ErrorCode;
+use crate::refusal::refusal;
 
 /// The subprotocol Tidegate speaks.
 pub const SUBPROTOCOL: &str = "tidegate.v1";

@@ -24,8 +24,8 @@ pub use delivery::Congested;
 pub use outbox::Drained;
 pub use transport::Transport;
 
-pub use crate::account::{CloseWith, Reconfigure};
 use crate::account::{AccountSlot, Sampler};
+pub use crate::account::{CloseWith, Reconfigure};
 use crate::auth::Grants;
 use crate::config::Limits;
 use crate::gate::IpSlot;

@@ -31,9 +31,9 @@ use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
+pub use crate::metrics::WebhookMetrics;
 pub use event::Event;
 pub use health::Status;
-pub use crate::metrics::WebhookMetrics;
 pub use worker::Endpoint;
 
 use crate::config::{Config, WebhookEndpoint};

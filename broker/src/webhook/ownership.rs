@@ -9,8 +9,8 @@ use tokio::sync::mpsc;
 
 use super::cluster::Cluster;
 use super::event::Event;
-use crate::metrics::webhooks::outcome;
 use super::worker::Endpoint;
+use crate::metrics::webhooks::outcome;
 
 /// How often an idle owner looks for events other nodes appended.
 const POLL: Duration = Duration::from_millis(100);

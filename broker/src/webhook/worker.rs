@@ -17,11 +17,11 @@ use tokio_util::sync::CancellationToken;
 use super::cluster::Cluster;
 use super::event::Event;
 use super::health::{Health, Status};
-use crate::metrics::webhooks::{WebhookMetrics, outcome};
 use super::queue::Queue;
 use super::send::{self, Outcome};
 use crate::config::WebhookEndpoint;
 use crate::limiter::TokenBucket;
+use crate::metrics::webhooks::{WebhookMetrics, outcome};
 
 /// One configured endpoint while it runs.
 pub struct Endpoint {
