@@ -105,9 +105,10 @@ fn present_modules(src: &Path) -> BTreeSet<String> {
             .and_then(|n| n.to_str())
             .unwrap_or("")
             .to_owned();
-        if path.is_dir() && path.join("mod.rs").exists() {
-            out.insert(name);
-        } else if path.extension().is_some_and(|e| e == "rs") && name != "lib" && name != "main" {
+        let module_dir = path.is_dir() && path.join("mod.rs").exists();
+        let module_file =
+            path.extension().is_some_and(|e| e == "rs") && name != "lib" && name != "main";
+        if module_dir || module_file {
             out.insert(name);
         }
     }

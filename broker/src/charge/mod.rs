@@ -203,6 +203,13 @@ pub struct Admitted {
     pub sample: Option<Sample>,
 }
 
+impl Admitted {
+    fn shadowed(mut self, shadowed: bool) -> Admitted {
+        self.shadow |= shadowed;
+        self
+    }
+}
+
 /// Why a charge was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
@@ -268,16 +275,20 @@ impl<'a> Ledger<'a> {
         match payer {
             Payer::Connection(c) => Pending::Ready(self.connection(c, price, now)),
             Payer::Key { layer, key, limits } => {
-                if let Err(r) = self.single(layer, &key.account, limits, &price) {
-                    return Pending::Ready(Err(r));
-                }
+                let shadowed = match self.single(layer, &key.account, limits, &price) {
+                    Ok(shadowed) => shadowed,
+                    Err(r) => return Pending::Ready(Err(r)),
+                };
                 let taken = self.bridge.charge_key(
                     &key.id,
                     f64::from(price.units),
                     f64::from(limits.account_burst),
                     limits.account_messages_per_sec,
                 );
-                let settle = move |c: KeyCharge| self.settle_key(layer, &key.account, &price, c);
+                let settle = move |c: KeyCharge| {
+                    self.settle_key(layer, &key.account, &price, c)
+                        .map(|a| a.shadowed(shadowed))
+                };
                 match taken {
                     cluster::Pending::Ready(c) => Pending::Ready(settle(c)),
                     cluster::Pending::Later(f) => Pending::Later(Box::pin(async move {
@@ -291,9 +302,10 @@ impl<'a> Ledger<'a> {
                 account,
                 limits,
             } => {
-                if let Err(r) = self.single(layer, account, limits, &price) {
-                    return Pending::Ready(Err(r));
-                }
+                let shadowed = match self.single(layer, account, limits, &price) {
+                    Ok(shadowed) => shadowed,
+                    Err(r) => return Pending::Ready(Err(r)),
+                };
                 let taken = self
                     .bridge
                     .charge_account(account, price.units, now, limits);
@@ -317,6 +329,7 @@ impl<'a> Ledger<'a> {
                         Some(balance),
                         dry,
                     )
+                    .map(|a| a.shadowed(shadowed))
                 };
                 match taken {
                     cluster::Pending::Ready(c) => Pending::Ready(settle(c)),
@@ -352,26 +365,27 @@ impl<'a> Ledger<'a> {
         }
     }
 
-    /// The single-charge limit of a payer without connection buckets.
+    /// The single-charge limit of a payer without connection buckets;
+    /// `Ok(true)`: over it, but in dry run.
     fn single(
         self,
         layer: Layer,
         account: &str,
         limits: &Limits,
         price: &Price<'_>,
-    ) -> Result<(), Refused> {
+    ) -> Result<bool, Refused> {
         let Some(max) = price.max_single else {
-            return Ok(());
+            return Ok(false);
         };
         if price.units <= max {
-            return Ok(());
+            return Ok(false);
         }
         let dry = limits.is_dry_run(LimitName::Cost);
         Exceeded::new(layer, "cost_exceeds_max", account)
             .dry_run(dry)
             .emit(self.metrics);
         if dry {
-            return Ok(());
+            return Ok(true);
         }
         Err(Refused {
             reason: Reason::CostExceedsMax {
@@ -436,3 +450,6 @@ impl<'a> Ledger<'a> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;
