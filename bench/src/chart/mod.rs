@@ -56,6 +56,32 @@ pub struct Bars {
     pub hline: Option<(f64, String)>,
 }
 
+impl Bars {
+    /// One category, one bar per broker's run, each in its broker's colour.
+    pub fn per_broker<'r, R>(
+        title: &str,
+        y_desc: &str,
+        category: &str,
+        runs: impl IntoIterator<Item = (&'r str, &'r R)>,
+        value: impl Fn(&R) -> f64,
+    ) -> Bars
+    where
+        R: 'r,
+    {
+        let series = runs
+            .into_iter()
+            .map(|(broker, r)| Series::new(broker, color_of(broker), vec![value(r)]))
+            .collect();
+        Bars {
+            title: title.into(),
+            y_desc: y_desc.into(),
+            categories: vec![category.into()],
+            series,
+            hline: None,
+        }
+    }
+}
+
 /// One line of a [`Lines`] chart.
 pub struct Line {
     pub label: String,

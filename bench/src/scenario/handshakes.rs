@@ -203,26 +203,19 @@ pub async fn run(env: &Env, kinds: &[Kind], p: &Params) -> Result<serde_json::Va
 
 /// Handshakes/s and their p99, one bar per broker.
 fn chart(path: &std::path::Path, runs: &[HandshakeRun]) -> Result<()> {
-    use crate::chart::{Bars, Panel, Series, color_of, draw};
-    let categories = vec!["open + authenticate + close".to_string()];
-    let series = |f: fn(&HandshakeRun) -> f64| {
-        runs.iter()
-            .map(|r| Series::new(r.broker, color_of(r.broker), vec![f(r)]))
-            .collect()
-    };
-    let rate = Panel::Bars(Bars {
-        title: "Handshakes/s".into(),
-        y_desc: "handshakes/s".into(),
-        categories: categories.clone(),
-        series: series(|r| r.handshakes_per_sec),
-        hline: None,
+    use crate::chart::{Bars, Panel, draw};
+    let what = "open + authenticate + close";
+    let each = || runs.iter().map(|r| (r.broker, r));
+    let rate = Bars::per_broker("Handshakes/s", "handshakes/s", what, each(), |r| {
+        r.handshakes_per_sec
     });
-    let p99 = Panel::Bars(Bars {
-        title: "Handshake p99 (open → authenticated)".into(),
-        y_desc: "ms".into(),
-        categories,
-        series: series(|r| r.latency.p99_us as f64 / 1000.0),
-        hline: None,
+    let title = "Handshake p99 (open → authenticated)";
+    let p99 = Bars::per_broker(title, "ms", what, each(), |r| {
+        r.latency.p99_us as f64 / 1000.0
     });
-    draw(path, (1000, 420), &[(500, rate), (500, p99)])
+    draw(
+        path,
+        (1000, 420),
+        &[(500, Panel::Bars(rate)), (500, Panel::Bars(p99))],
+    )
 }

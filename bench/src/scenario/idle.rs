@@ -124,29 +124,22 @@ pub async fn run(env: &Env, kinds: &[Kind], p: &Params) -> Result<serde_json::Va
 
 /// RSS per idle connection (with the 8 KiB target) and the connect rate.
 fn chart(path: &std::path::Path, runs: &[IdleRun]) -> Result<()> {
-    use crate::chart::{Bars, Panel, Series, color_of, draw};
-    let categories = vec![format!(
-        "{} idle subscribed connections",
-        runs.first().map_or(0, |r| r.connections)
-    )];
-    let series = |f: fn(&IdleRun) -> f64| {
-        runs.iter()
-            .map(|r| Series::new(r.broker, color_of(r.broker), vec![f(r)]))
-            .collect()
-    };
-    let kib = Panel::Bars(Bars {
-        title: "Broker RSS per idle connection".into(),
-        y_desc: "KiB".into(),
-        categories: categories.clone(),
-        series: series(|r| r.rss_per_conn_kib),
+    use crate::chart::{Bars, Panel, draw};
+    let n = runs.first().map_or(0, |r| r.connections);
+    let what = format!("{n} idle subscribed connections");
+    let each = || runs.iter().map(|r| (r.broker, r));
+    let title = "Broker RSS per idle connection";
+    let kib = Bars {
         hline: Some((8.0, "target 8 KiB".into())),
+        ..Bars::per_broker(title, "KiB", &what, each(), |r| r.rss_per_conn_kib)
+    };
+    let title = "Connect + subscribe rate";
+    let rate = Bars::per_broker(title, "connections/s", &what, each(), |r| {
+        r.connects_per_sec
     });
-    let rate = Panel::Bars(Bars {
-        title: "Connect + subscribe rate".into(),
-        y_desc: "connections/s".into(),
-        categories,
-        series: series(|r| r.connects_per_sec),
-        hline: None,
-    });
-    draw(path, (1000, 420), &[(500, kib), (500, rate)])
+    draw(
+        path,
+        (1000, 420),
+        &[(500, Panel::Bars(kib)), (500, Panel::Bars(rate))],
+    )
 }

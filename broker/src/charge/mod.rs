@@ -79,6 +79,18 @@ impl<T> Pending<'_, T> {
     }
 }
 
+/// The bridge's answer `p`, then `f` on it: at once when the bridge
+/// answered at once (no allocation), else in one boxed future.
+fn then<'a, T: Send + 'static, U>(
+    p: cluster::Pending<T>,
+    f: impl FnOnce(T) -> U + Send + 'a,
+) -> Pending<'a, U> {
+    match p {
+        cluster::Pending::Ready(v) => Pending::Ready(f(v)),
+        cluster::Pending::Later(fut) => Pending::Later(Box::pin(async move { f(fut.await) })),
+    }
+}
+
 /// Who is asking, and so which bucket pays.
 pub enum Payer<'a> {
     /// A connection's own buckets (socket frames): the message and byte
@@ -289,13 +301,7 @@ impl<'a> Ledger<'a> {
                     self.settle_key(layer, &key.account, &price, c)
                         .map(|a| a.shadowed(shadowed))
                 };
-                match taken {
-                    cluster::Pending::Ready(c) => Pending::Ready(settle(c)),
-                    cluster::Pending::Later(f) => Pending::Later(Box::pin(async move {
-                        let c = f.await;
-                        settle(c)
-                    })),
-                }
+                then(taken, settle)
             }
             Payer::Account {
                 layer,
@@ -331,13 +337,7 @@ impl<'a> Ledger<'a> {
                     )
                     .map(|a| a.shadowed(shadowed))
                 };
-                match taken {
-                    cluster::Pending::Ready(c) => Pending::Ready(settle(c)),
-                    cluster::Pending::Later(f) => Pending::Later(Box::pin(async move {
-                        let c = f.await;
-                        settle(c)
-                    })),
-                }
+                then(taken, settle)
             }
         }
     }
@@ -357,12 +357,7 @@ impl<'a> Ledger<'a> {
             f64::from(limits.account_burst),
             limits.account_messages_per_sec,
         );
-        match read {
-            cluster::Pending::Ready(c) => Pending::Ready(Balance::from(&c)),
-            cluster::Pending::Later(f) => {
-                Pending::Later(Box::pin(async move { Balance::from(&f.await) }))
-            }
-        }
+        then(read, |c| Balance::from(&c))
     }
 
     /// The single-charge limit of a payer without connection buckets;
