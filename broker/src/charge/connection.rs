@@ -187,6 +187,7 @@ impl Ledger<'_> {
     /// A socket frame: single-charge limit, message and byte buckets, the
     /// plan's rules (whose refusal gives the buckets back), then the
     /// account sample. Allocates nothing on the admitting path.
+    #[inline]
     pub(super) fn connection(self, c: Connection<'_>, price: Price<'_>, now: Instant) -> Outcome {
         let Connection {
             admission,
@@ -247,8 +248,18 @@ impl Ledger<'_> {
         if let (Some((op, conn_rules)), Some(channel)) = (rules, price.channel)
             && !admission.limits().rules.is_empty()
         {
-            let limits = admission.limits().clone();
-            if let Err(r) = self.rules(&limits, op, account, conn, channel, conn_rules, now) {
+            // The verdict borrows nothing from the limits, so the buckets
+            // can be given back after it (no `Arc` clone per frame).
+            let checked = self.rules(
+                admission.limits(),
+                op,
+                account,
+                conn,
+                channel,
+                conn_rules,
+                now,
+            );
+            if let Err(r) = checked {
                 self.refund(admission, &price);
                 return Err(r);
             }
@@ -261,6 +272,7 @@ impl Ledger<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     fn rules(
         self,
         limits: &Limits,

@@ -145,6 +145,7 @@ pub struct Price<'a> {
 
 impl Price<'_> {
     /// A frame's price on a connection, with the plan's single-charge limit.
+    #[inline]
     pub fn frame<'c>(
         units: u32,
         bytes: usize,
@@ -272,6 +273,7 @@ pub struct Ledger<'a> {
 }
 
 impl<'a> Ledger<'a> {
+    #[inline]
     pub fn new(metrics: &'a Metrics, bridge: &'a dyn Bridge, rules: &'a RuleBuckets) -> Self {
         Ledger {
             metrics,
@@ -283,6 +285,7 @@ impl<'a> Ledger<'a> {
     /// Identify, price, consume: takes `price` from `payer`'s bucket at
     /// `now`, or refuses (counted, with one `exceeded` event). A
     /// connection's charge is always [`Pending::Ready`].
+    #[inline]
     pub fn charge(self, payer: Payer<'a>, price: Price<'a>, now: Instant) -> Pending<'a, Outcome> {
         match payer {
             Payer::Connection(c) => Pending::Ready(self.connection(c, price, now)),
