@@ -15,13 +15,14 @@
 //! 0. **Base**, data and pure functions: [`protocol`] (frames, codes,
 //!    channel names, globs, the wire encoding; imports nothing),
 //!    [`config`] (`config.toml`, plans, validation that reports every
-//!    problem), [`clock`], [`limiter`] (token bucket, keyed buckets, notice
-//!    throttle), [`pricing`] (the cost function), [`auth`] (HS256 tokens),
-//!    [`alive`], [`process_metrics`], [`metrics`] (Prometheus families,
-//!    the webhook metrics, the overview's history), [`exceeded`] (one
-//!    event and one count per refusal), [`refusal`] (the HTTP refusal
-//!    body), [`gate`] (handshake defences, the client address), [`rules`]
-//!    (extra limits by account, channel, pair or connection), [`bans`].
+//!    problem), [`clock`], [`limiter`] (token bucket, keyed buckets, the
+//!    account sampler, notice throttle), [`pricing`] (the cost function),
+//!    [`auth`] (HS256 tokens), [`alive`], [`process_metrics`], [`metrics`]
+//!    (Prometheus families, the webhook metrics, the overview's history),
+//!    [`exceeded`] (one event and one count per refusal), [`refusal`] (the
+//!    HTTP refusal body), [`gate`] (handshake defences, the client
+//!    address), [`rules`] (extra limits by account, channel, pair or
+//!    connection), [`bans`].
 //! 1. **Core**: [`hub`] (channels, `seq`, bounded history, local fan-out,
 //!    one encoding per publish; it writes into subscribers' queues through
 //!    `hub::Sink` and does not know sockets exist) and [`cluster`] (the

@@ -10,7 +10,6 @@
 //! cannot leak.
 
 mod control;
-mod sampler;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,8 +18,9 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use dashmap::DashMap;
 
+/// The socket's side of the sampled budget, a limiter primitive.
+pub use crate::limiter::{Sample, Sampler};
 pub use control::{CloseWith, Reconfigure};
-pub use sampler::{Sample, Sampler};
 
 use crate::cluster::{Charged, Pending, SharedBridge};
 use crate::config::{LimitName, Limits};

@@ -21,7 +21,7 @@
 //!
 //! - **Socket frames** (`socket/handle.rs`): [`Payer::Connection`] with the
 //!   socket's own [`Admission`] buckets, its rules and its account
-//!   [`Sampler`](crate::account::Sampler); the price is
+//!   [`Sampler`](crate::limiter::Sampler); the price is
 //!   [`Admission::price`] of the frame. Always [`Pending::Ready`], without
 //!   allocating: the hot path stays synchronous. A sample in
 //!   [`Admitted::sample`] goes to the account supervisor.
@@ -55,10 +55,10 @@ pub use connection::{Admission, Shadow, Verdict};
 pub use keys::{ApiKeys, KeyState};
 pub use publish::Refusal;
 
-use crate::account::{Sample, Sampler};
 use crate::cluster::{self, Bridge, KeyCharge};
 use crate::config::{LimitName, Limits};
 use crate::exceeded::Exceeded;
+use crate::limiter::{Sample, Sampler};
 use crate::metrics::{Layer, Metrics};
 use crate::protocol::Op;
 use crate::rules::{ConnRules, RuleBuckets};

@@ -6,11 +6,13 @@ pub mod bucket;
 pub mod keyed;
 pub mod notice;
 pub mod sampled;
+pub mod sampler;
 
 pub use bucket::TokenBucket;
 pub use keyed::KeyedBuckets;
 pub use notice::{DropNotice, Due, PendingNotice};
 pub use sampled::SampledBucket;
+pub use sampler::{Sample, Sampler};
 
 #[cfg(test)]
 mod properties;

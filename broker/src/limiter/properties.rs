@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use serde_json::value::RawValue;
 
-use super::{DropNotice, Due, SampledBucket, TokenBucket};
-use crate::account::Sampler;
+use super::{DropNotice, Due, SampledBucket, Sampler, TokenBucket};
 
 const EPS: f64 = 1e-6;
 

@@ -24,13 +24,14 @@ pub use delivery::Congested;
 pub use outbox::Drained;
 pub use transport::Transport;
 
-use crate::account::{AccountSlot, Sampler};
+use crate::account::AccountSlot;
 pub use crate::account::{CloseWith, Reconfigure};
 use crate::auth::Grants;
 use crate::config::Limits;
 use crate::gate::IpSlot;
 use crate::hub::OutboundGauge;
 use crate::limiter::DropNotice;
+use crate::limiter::Sampler;
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::CloseCode;

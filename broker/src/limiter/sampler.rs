@@ -9,7 +9,7 @@
 //!
 //! Each charge also says when its first unit was admitted, so the account
 //! bucket can judge it as if it had been charged unit by unit
-//! ([`crate::limiter::SampledBucket`]): without that, a charge that arrives
+//! ([`super::SampledBucket`]): without that, a charge that arrives
 //! while the bucket sits full loses the refill its units had made room for.
 
 use std::time::Instant;
@@ -73,8 +73,8 @@ impl Sampler {
 mod tests {
     use std::time::{Duration, Instant};
 
+    use super::super::SampledBucket;
     use super::*;
-    use crate::limiter::SampledBucket;
 
     #[test]
     fn charges_in_full_samples_from_the_first_unit() {
