@@ -372,7 +372,11 @@ impl Hub {
         };
         let mut st = ch.state.lock();
         trim(&mut st.history, *self.history.read(), Instant::now());
-        let held = st.history.iter().map(|h| (h.seq, h.frame.clone())).collect();
+        let held = st
+            .history
+            .iter()
+            .map(|h| (h.seq, h.frame.clone()))
+            .collect();
         (st.seq, held)
     }
 

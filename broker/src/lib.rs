@@ -23,6 +23,9 @@
 //!   single node.
 //! - [`http`]: HTTP publish with per-key buckets, and `/healthz`,
 //!   `/readyz`, `/metrics`.
+//! - [`graphql`]: the GraphQL API (§12): documents priced before they
+//!   run, charged to the bucket HTTP and gRPC share, refunded after;
+//!   `graphql-transport-ws` as a pure state machine.
 //! - [`grpc`]: the gRPC API (`tidegate.v1.Broker`: `Publish`,
 //!   `PublishStream`, `Subscribe`) on its own address and tokio runtime.
 //! - [`backend`]: what HTTP and gRPC publish share (checks, price, the
@@ -58,6 +61,7 @@ pub mod drain;
 pub mod exceeded;
 pub mod fuzzing;
 pub mod gate;
+pub mod graphql;
 pub mod grpc;
 pub mod http;
 pub mod hub;

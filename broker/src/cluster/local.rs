@@ -146,7 +146,14 @@ impl LocalLimits {
 
     /// Gives `units` back to a key's bucket (capped at its capacity); the
     /// balance after it.
-    pub fn refund_key(&self, key: &str, units: f64, capacity: f64, share: f64, now: Instant) -> u64 {
+    pub fn refund_key(
+        &self,
+        key: &str,
+        units: f64,
+        capacity: f64,
+        share: f64,
+        now: Instant,
+    ) -> u64 {
         self.keys.refund(key, units);
         self.keys.remaining(key, capacity * share, now).max(0.0) as u64
     }

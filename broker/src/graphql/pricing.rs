@@ -16,11 +16,12 @@
 
 use std::collections::HashMap;
 
+use async_graphql::parser::Positioned;
 use async_graphql::parser::types::{
     ExecutableDocument, Field, OperationDefinition, OperationType, Selection, SelectionSet,
     VariableDefinition,
 };
-use async_graphql::{ConstValue, Name, Positioned, Value, Variables};
+use async_graphql_value::{ConstValue, Name, Value, Variables};
 
 use crate::config::Costs;
 
@@ -253,7 +254,10 @@ impl<'a> Args<'a> {
     /// `@skip(if: true)` or `@include(if: false)`.
     fn skipped(&self, directives: &[Positioned<async_graphql::parser::types::Directive>]) -> bool {
         directives.iter().any(|d| {
-            let on = d.node.get_argument("if").and_then(|v| self.boolean(&v.node));
+            let on = d
+                .node
+                .get_argument("if")
+                .and_then(|v| self.boolean(&v.node));
             match d.node.name.node.as_str() {
                 "skip" => on == Some(true),
                 "include" => on == Some(false),
@@ -362,10 +366,12 @@ impl<'a> Walk<'a> {
         }
         let below = &f.selection_set.node;
         let (cost, under) = match field(ty, f.name.node.as_str()) {
-            Kind::Introspection => return Ok(Priced {
-                cost: self.w.introspection,
-                depth: 1,
-            }),
+            Kind::Introspection => {
+                return Ok(Priced {
+                    cost: self.w.introspection,
+                    depth: 1,
+                });
+            }
             // A leaf with a selection is not in the schema (validation
             // refuses it); its depth still counts.
             Kind::Leaf if below.items.is_empty() => (self.w.field, Priced::default()),
@@ -388,7 +394,9 @@ impl<'a> Walk<'a> {
                 )
             }
             Kind::Publish => {
-                let channel = f.get_argument("channel").map(|v| self.args.constant(&v.node));
+                let channel = f
+                    .get_argument("channel")
+                    .map(|v| self.args.constant(&v.node));
                 let data = f.get_argument("data").map(|v| self.args.constant(&v.node));
                 let channel = match channel.as_deref() {
                     Some(ConstValue::String(s)) => s.as_str(),
@@ -399,7 +407,9 @@ impl<'a> Walk<'a> {
                 (self.publish.price(channel, data), under)
             }
             Kind::PublishBatch => {
-                let messages = f.get_argument("messages").map(|v| self.args.constant(&v.node));
+                let messages = f
+                    .get_argument("messages")
+                    .map(|v| self.args.constant(&v.node));
                 let mut cost = 0u64;
                 if let Some(ConstValue::List(list)) = messages.as_deref() {
                     for m in list {

@@ -285,7 +285,10 @@ impl RedisBridge {
             .metrics
             .time_script(
                 "refund",
-                invoke_following(scripts::REFUND.key(&key).arg(capacity).arg(units), &mut conn),
+                invoke_following(
+                    scripts::REFUND.key(&key).arg(capacity).arg(units),
+                    &mut conn,
+                ),
             )
             .await;
         match result {
@@ -300,7 +303,13 @@ impl RedisBridge {
     pub(super) fn refund_key_impl(&self, key: &str, units: f64, capacity: f64) -> Pending<u64> {
         let share = self.share_at(&self.key("key", key));
         if share < 1.0 {
-            return Pending::Ready(self.local.refund_key(key, units, capacity, share, Instant::now()));
+            return Pending::Ready(self.local.refund_key(
+                key,
+                units,
+                capacity,
+                share,
+                Instant::now(),
+            ));
         }
         let this = self.arc();
         let key = key.to_owned();
