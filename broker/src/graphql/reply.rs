@@ -28,9 +28,10 @@ impl Media {
     /// else JSON (also for `*/*` and no header); `None` when it accepts
     /// neither (406).
     pub fn negotiate(accept: Option<&HeaderValue>) -> Option<Media> {
-        let Some(accept) = accept.and_then(|v| v.to_str().ok()) else {
+        let accept = accept.and_then(|v| v.to_str().ok()).unwrap_or("").trim();
+        if accept.is_empty() {
             return Some(Media::Json);
-        };
+        }
         let mut json = false;
         for range in accept.split(',') {
             let mut parts = range.split(';');
