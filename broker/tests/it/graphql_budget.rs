@@ -256,3 +256,67 @@ async fn a_token_is_charged_to_its_account_budget_shared_with_its_sockets() {
     let left = a.body["data"]["budget"]["remaining"].as_u64().unwrap();
     assert!(left <= 26, "the socket's frames count: {left}, {b}");
 }
+
+/// Two nodes on one real Redis: a key's bucket is one budget across
+/// nodes and protocols, and a channel read on any node sees what was
+/// published on another.
+#[actix_rt::test]
+async fn budgets_and_reads_are_cluster_wide() {
+    use crate::cluster::{bridge_up, node, prefix};
+    let redis = crate::redis_server::RedisServer::start();
+    let p = prefix();
+    let a = node(&redis, "a", &p, &slow(20));
+    let b = node(&redis, "b", &p, &slow(20));
+    bridge_up(&a, true).await;
+    bridge_up(&b, true).await;
+    let mut seqs = Vec::new();
+    for (on, i) in [(&a, 0), (&b, 1), (&a, 2)] {
+        let m = query(
+            on,
+            "mutation($d: JSON!) { publish(channel: \"doc:c\", data: $d) { seq } }",
+            json!({"d": i}),
+        )
+        .await;
+        assert_eq!(m.status, 200, "{}", m.text);
+        seqs.push(m.body["data"]["publish"]["seq"].as_u64().unwrap());
+    }
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    // Read on b what a published: seq and history from Redis.
+    let r = query(
+        &b,
+        "{ channel(name: \"doc:c\") { seq history(last: 3) { seq data } } }",
+        json!({}),
+    )
+    .await;
+    let ch = &r.body["data"]["channel"];
+    assert_eq!(ch["seq"].as_u64(), seqs.last().copied(), "{}", r.text);
+    let got: Vec<(u64, Value)> = ch["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["seq"].as_u64().unwrap(), m["data"].clone()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (seqs[0], json!(0)),
+            (seqs[1], json!(1)),
+            (seqs[2], json!(2))
+        ]
+    );
+    // 20 units: three mutations, the read (1 + 1 + 1 + 3×2, all returned),
+    // an HTTP publish on b: a mutation on a sees the rest.
+    assert_eq!(
+        (r.rate()["cost"].as_u64(), r.rate()["remaining"].as_u64()),
+        (Some(9), Some(8))
+    );
+    assert_eq!(b.publish_http("doc:c", json!(3)).await.status(), 200);
+    let m = query(
+        &a,
+        "mutation { publish(channel: \"doc:c\", data: 4) { seq } }",
+        json!({}),
+    )
+    .await;
+    assert_eq!(m.rate()["remaining"], 6, "{}", m.text);
+    assert_eq!(m.header("x-ratelimit-limit"), Some(20));
+}
