@@ -43,7 +43,10 @@ fn pricing(c: &mut Criterion) {
     let mut g = c.benchmark_group("graphql_pricing");
     let text = two_hundred_fields();
     let doc = async_graphql::parser::parse_query(&text).unwrap();
-    assert_eq!(estimate(&doc, None, &vars, w, &publish).unwrap().cost, 40 * (1 + 3 + 1 + 5));
+    assert_eq!(
+        estimate(&doc, None, &vars, w, &publish).unwrap().cost,
+        40 * (1 + 3 + 1 + 5)
+    );
     g.bench_function("estimate_200_fields", |b| {
         b.iter(|| black_box(estimate(black_box(&doc), None, &vars, w, &publish)))
     });
@@ -53,6 +56,16 @@ fn pricing(c: &mut Criterion) {
     });
     g.bench_function("parse_200_fields", |b| {
         b.iter(|| black_box(async_graphql::parser::parse_query(black_box(&text)).unwrap()))
+    });
+    // The `publish` mutation a backend sends: parse it, or clone it from
+    // a parsed copy.
+    let m = "mutation($c: String!, $d: JSON!) { publish(channel: $c, data: $d) { seq } }";
+    g.bench_function("parse_publish_mutation", |b| {
+        b.iter(|| black_box(async_graphql::parser::parse_query(black_box(m)).unwrap()))
+    });
+    let parsed = async_graphql::parser::parse_query(m).unwrap();
+    g.bench_function("clone_publish_mutation", |b| {
+        b.iter(|| black_box(parsed.clone()))
     });
     g.finish();
 }

@@ -15,6 +15,7 @@
 //! - [`caller`]: identity (API key or JWT); [`charge`]: the one place that
 //!   takes from and gives back to a bucket; [`admission`]: the charge
 //!   between validation and execution.
+//! - [`documents`]: parsed documents kept by their text (bounded).
 //! - [`over_http`]: `POST`/`GET /v1/graphql` after GraphQL over HTTP;
 //!   [`reply`]: media types, statuses and the runtime signal.
 //! - [`sdl`]: `GET /v1/graphql/schema.graphql` with cost directives;
@@ -25,6 +26,7 @@
 pub mod admission;
 pub mod caller;
 pub mod charge;
+pub mod documents;
 pub mod over_http;
 pub mod prices;
 pub mod pricing;

@@ -414,7 +414,7 @@ fn price(node: &Node, caller: &Caller, params: &Params, is_get: bool) -> Result<
             format!("the document nests deeper than {MAX_TEXT_NESTING} brackets"),
         ));
     }
-    let doc = async_graphql::parser::parse_query(&params.query).map_err(|e| {
+    let doc = super::documents::parse(&params.query).map_err(|e| {
         let e = ServerError::from(e);
         Refused::request(Code::BadRequest, e.message)
     })?;
