@@ -348,9 +348,18 @@ async fn run(
         Ok(priced) => {
             let label = operation_label(priced.estimate.operation);
             node.metrics.graphql_cost(label, priced.estimate.cost);
-            if priced.estimate.cost > max
-                && !caller.limits.is_dry_run(crate::config::LimitName::Graphql)
-            {
+            let over = priced.estimate.cost > max;
+            let shadow = caller.limits.is_dry_run(crate::config::LimitName::Graphql);
+            if over && shadow {
+                Exceeded::new(
+                    Layer::Graphql,
+                    Code::QueryTooExpensive.reason(),
+                    &caller.account,
+                )
+                .dry_run(true)
+                .emit(&node.metrics);
+            }
+            if over && !shadow {
                 let cost = priced.estimate.cost;
                 (
                     Refused::request(
@@ -366,7 +375,7 @@ async fn run(
                 )
             } else {
                 return (
-                    execute(node, caller, media, params, priced, max).await,
+                    execute(node, caller, media, params, priced, max, over).await,
                     label,
                 );
             }
@@ -469,6 +478,7 @@ async fn execute(
     params: Params,
     priced: Priced,
     max: u64,
+    over_max: bool,
 ) -> Reply {
     let Priced { doc, estimate } = priced;
     // Kept only when the actual cost can be lower: a query with lists.
@@ -515,7 +525,7 @@ async fn execute(
         refunded: 0,
         balance: taken.balance,
         max_single: max,
-        shadow: ticket.shadow.then_some(outcome.would_refuse),
+        shadow: ticket.shadow.then_some(outcome.would_refuse || over_max),
     };
     if outcome.rate_limited {
         return Reply {

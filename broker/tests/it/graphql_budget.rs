@@ -227,6 +227,9 @@ async fn shadow_mode_prices_and_counts_but_never_refuses() {
         ),
         0.0
     );
+    let over =
+        "tidegate_dry_run_rejections_total{layer=\"graphql\",reason=\"query_too_expensive\"}";
+    assert_eq!(metric_value(&text, over), 1.0);
 }
 
 #[tokio::test]
