@@ -32,7 +32,7 @@ pub const MAX_DOCUMENT_BYTES: usize = 64 * 1024;
 /// How far `{`, `[` and `(` may nest in a document's text before it is
 /// parsed (the depth limit refuses far less once parsed; this bounds the
 /// parser's own recursion on hostile input).
-const MAX_TEXT_NESTING: usize = 128;
+pub(crate) const MAX_TEXT_NESTING: usize = 128;
 
 /// The request's GraphQL parameters.
 struct Params {
@@ -592,7 +592,7 @@ fn json_len(v: &ConstValue) -> usize {
 }
 
 /// The deepest nesting of `{`, `[` and `(` outside strings and comments.
-fn text_nesting(text: &str) -> usize {
+pub(crate) fn text_nesting(text: &str) -> usize {
     let b = text.as_bytes();
     let (mut depth, mut deepest, mut i) = (0usize, 0usize, 0usize);
     while i < b.len() {
