@@ -16,7 +16,8 @@
 //!   takes from and gives back to a bucket; [`admission`]: the charge
 //!   between validation and execution.
 //! - [`documents`]: parsed documents kept by their text (bounded).
-//! - [`over_http`]: `POST`/`GET /v1/graphql` after GraphQL over HTTP;
+//! - [`over_http`]: `POST`/`GET /v1/graphql` after GraphQL over HTTP
+//!   (`request.rs` reads its parameters);
 //!   [`reply`]: media types, statuses and the runtime signal.
 //! - [`sdl`]: `GET /v1/graphql/schema.graphql` with cost directives;
 //!   [`prices`]: `GET /v1/prices`.
@@ -31,6 +32,7 @@ pub mod over_http;
 pub mod prices;
 pub mod pricing;
 pub mod reply;
+mod request;
 pub mod schema;
 pub mod sdl;
 pub mod transport_ws;
