@@ -192,7 +192,7 @@ fn grpc_publish_runs_every_transport_to_the_subscribers() {
         .iter()
         .map(|p| p["transport"].as_str().unwrap())
         .collect();
-    assert_eq!(transports, ["http", "grpc_unary", "grpc_stream"]);
+    assert_eq!(transports, ["http", "graphql", "grpc_unary", "grpc_stream"]);
     for p in phases {
         assert!(p["published"].as_u64().unwrap() > 0, "{p}");
         assert!(p["delivered"].as_u64().unwrap() > 0, "{p}");

@@ -353,3 +353,28 @@ pub fn webhook_answers(data: &[u8]) -> usize {
     }
     read
 }
+
+/// A GraphQL document (`/v1/graphql`, §12), through what the server runs
+/// before a charge: the size and bracket-nesting limits, the parse and the
+/// price (default weights, a publish priced by its data's length), then
+/// the actual cost against a response without data (which must be 0).
+/// Returns the price, or `None` when refused.
+pub fn graphql_document(data: &[u8]) -> Option<u64> {
+    use crate::graphql::{over_http, pricing};
+    let text = std::str::from_utf8(data).ok()?;
+    if text.len() > over_http::MAX_DOCUMENT_BYTES
+        || over_http::text_nesting(text) > over_http::MAX_TEXT_NESTING
+    {
+        return None;
+    }
+    let doc = async_graphql::parser::parse_query(text).ok()?;
+    let w = pricing::Weights::new(&crate::config::Costs::default());
+    let vars = async_graphql::Variables::default();
+    let publish = |_: &str, d: &async_graphql_value::ConstValue| {
+        serde_json::to_vec(d).map_or(1, |v| 1 + v.len() as u64 / 1024)
+    };
+    let e = pricing::estimate(&doc, None, &vars, w, &publish).ok()?;
+    let actual = pricing::actual(&doc, None, &vars, w, &async_graphql_value::ConstValue::Null);
+    assert_eq!(actual, 0, "nothing returned costs nothing");
+    Some(e.cost)
+}

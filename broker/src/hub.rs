@@ -13,6 +13,7 @@
 mod channel;
 mod conflation;
 mod gauge;
+mod reads;
 mod sink;
 
 use std::collections::VecDeque;

@@ -42,7 +42,9 @@
 //!    queue; the handshake in `socket/handshake.rs`), [`http`] (publish
 //!    and batch, `/healthz`, `/readyz`, `/metrics`), [`grpc`]
 //!    (`tidegate.v1.Broker` on its own runtime), [`admin`] (the operators'
-//!    routes and page, §10).
+//!    routes and page, §10), [`graphql`] (the GraphQL API, §12: documents
+//!    priced before they run, charged to the bucket HTTP and gRPC share,
+//!    refunded after).
 //! 5. **Top**: [`drain`] (the staggered SIGTERM drain), [`reload`] (SIGHUP
 //!    and file-change reloads), [`server`] (routes, listeners and
 //!    `run(listener, config, shutdown)`, the entry point of the binary and
@@ -62,6 +64,7 @@ pub mod drain;
 pub mod exceeded;
 pub mod fuzzing;
 pub mod gate;
+pub mod graphql;
 pub mod grpc;
 pub mod http;
 pub mod hub;

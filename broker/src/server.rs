@@ -29,6 +29,13 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     )
     .service(resource("/v1/publish").route(web::post().to(http::publish::publish)))
     .service(resource("/v1/publish/batch").route(web::post().to(http::publish::publish_batch)))
+    .service(
+        resource(crate::graphql::PATH)
+            .route(web::post().to(crate::graphql::over_http::post))
+            .route(web::get().to(crate::graphql::over_http::get)),
+    )
+    .service(resource(crate::graphql::SCHEMA_PATH).route(web::get().to(crate::graphql::schema_sdl)))
+    .service(resource(crate::graphql::PRICES_PATH).route(web::get().to(crate::graphql::prices)))
     .service(resource("/healthz").route(web::get().to(http::ops::healthz)))
     .service(resource("/readyz").route(web::get().to(http::ops::readyz)))
     .service(resource("/metrics").route(web::get().to(http::ops::metrics)));

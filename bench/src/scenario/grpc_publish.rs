@@ -1,5 +1,6 @@
 //! `grpc-publish`: publish throughput over HTTP (`POST /v1/publish`, one
-//! keep-alive connection per worker), gRPC unary `Publish` and gRPC
+//! keep-alive connection per worker), GraphQL (`POST /v1/graphql` with the
+//! `publish` mutation, likewise), gRPC unary `Publish` and gRPC
 //! `PublishStream`, one after the other on one broker, each to the same S
 //! WebSocket subscribers of one channel. Counts acknowledged publishes and
 //! the deliveries the subscribers read in each phase, and the broker's CPU.
@@ -118,13 +119,38 @@ pub async fn run(env: &Env, p: &Params) -> Result<Value> {
     let body = data(p.payload_bytes);
     let duration = Duration::from_secs_f64(p.duration_secs);
     let mut phases = Vec::new();
-    for transport in ["http", "grpc_unary", "grpc_stream"] {
+    for transport in ["http", "graphql", "grpc_unary", "grpc_stream"] {
         let cpu = CpuMeter::start(running.process.pid);
         let before = delivered.get();
         let start = Instant::now();
         let end = start + duration;
         let (published, errors) = match transport {
-            "http" => http_phase(running.target.addr, &topic, &body, p.in_flight, end).await,
+            "http" => {
+                let json =
+                    json!({ "channel": topic, "data": serde_json::from_str::<Value>(&body)? });
+                http_phase(
+                    running.target.addr,
+                    "/v1/publish",
+                    &json.to_string(),
+                    p.in_flight,
+                    end,
+                )
+                .await
+            }
+            "graphql" => {
+                let json = json!({
+                    "query": "mutation($c: String!, $d: JSON!) { publish(channel: $c, data: $d) { seq } }",
+                    "variables": { "c": topic, "d": serde_json::from_str::<Value>(&body)? },
+                });
+                http_phase(
+                    running.target.addr,
+                    "/v1/graphql",
+                    &json.to_string(),
+                    p.in_flight,
+                    end,
+                )
+                .await
+            }
             "grpc_unary" => unary_phase(&grpc, &topic, &body, p.in_flight, end).await,
             _ => stream_phase(&grpc, &topic, &body, p.in_flight, end).await,
         };
@@ -149,18 +175,17 @@ pub async fn run(env: &Env, p: &Params) -> Result<Value> {
     Ok(json!({ "phases": phases }))
 }
 
-/// `in_flight` keep-alive connections, each a loop of request → response.
+/// `in_flight` keep-alive connections, each a loop of request → response:
+/// `body` POSTed to `path` with the backend key.
 async fn http_phase(
     addr: std::net::SocketAddr,
-    topic: &str,
-    data: &str,
+    path: &str,
+    body: &str,
     in_flight: usize,
     end: Instant,
 ) -> (u64, u64) {
-    let body = json!({ "channel": topic, "data": serde_json::from_str::<Value>(data).unwrap() })
-        .to_string();
     let request = format!(
-        "POST /v1/publish HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {BACKEND_KEY}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {BACKEND_KEY}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     );
     let ok = Rc::new(Cell::new(0u64));

@@ -136,6 +136,28 @@ impl LocalLimits {
         }
     }
 
+    /// Gives `units` back to an account's budget (capped at its capacity);
+    /// the balance after it.
+    pub fn refund_account(&self, account: &str, units: f64, now: Instant) -> Option<u64> {
+        let mut b = self.accounts.get_mut(account)?;
+        b.refund(units, now);
+        Some(b.remaining(now).max(0.0) as u64)
+    }
+
+    /// Gives `units` back to a key's bucket (capped at its capacity); the
+    /// balance after it.
+    pub fn refund_key(
+        &self,
+        key: &str,
+        units: f64,
+        capacity: f64,
+        share: f64,
+        now: Instant,
+    ) -> u64 {
+        self.keys.refund(key, units);
+        self.keys.remaining(key, capacity * share, now).max(0.0) as u64
+    }
+
     /// Forgets buckets that refilled.
     pub fn sweep(&self, now: Instant) {
         self.accounts.retain(|_, b| !b.is_idle(now));
@@ -147,6 +169,21 @@ impl LocalLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refunds_give_back_up_to_capacity() {
+        let now = Instant::now();
+        let local = LocalLimits::default();
+        let k = local.charge_key("k", 8.0, 10.0, 1.0, 1.0, now);
+        assert_eq!(k.remaining, 2);
+        assert_eq!(local.refund_key("k", 5.0, 10.0, 1.0, now), 7);
+        assert_eq!(local.refund_key("k", 50.0, 10.0, 1.0, now), 10, "capped");
+        let limits = Limits::default();
+        local.charge_account("a", 150, now, &limits, 1.0, now);
+        assert_eq!(local.refund_account("a", 100.0, now), Some(150));
+        assert_eq!(local.refund_account("a", 100.0, now), Some(200), "capped");
+        assert_eq!(local.refund_account("none", 1.0, now), None);
+    }
 
     #[test]
     fn caps_round_down_but_never_below_one() {

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Bridge, CapReached, Charged, KeyCharge, LocalLimits, Pending};
+use super::{Bridge, CapReached, ChannelRead, Charged, KeyCharge, LocalLimits, Pending};
 use crate::config::Limits;
 use crate::hub::{Hub, Joined, Subscriber};
 
@@ -82,6 +82,30 @@ impl Bridge for MemoryBridge {
             self.local
                 .charge_key(key, cost, capacity, rate, 1.0, Instant::now()),
         )
+    }
+
+    fn refund_key(&self, key: &str, units: f64, capacity: f64, _rate: f64) -> Pending<u64> {
+        Pending::Ready(
+            self.local
+                .refund_key(key, units, capacity, 1.0, Instant::now()),
+        )
+    }
+
+    fn refund_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<u64> {
+        Pending::Ready(
+            self.local
+                .refund_account(account, f64::from(units), Instant::now())
+                .unwrap_or(u64::from(limits.account_burst)),
+        )
+    }
+
+    fn read_channel(&self, channel: &str) -> Pending<ChannelRead> {
+        let (seq, held) = self.hub.held(channel);
+        Pending::Ready(ChannelRead { seq, held })
+    }
+
+    fn occupied(&self, prefix: &str) -> Vec<(Arc<str>, u64)> {
+        self.hub.occupied(prefix)
     }
 
     fn share(&self) -> f64 {

@@ -64,6 +64,14 @@ pub struct KeyCharge {
     pub retry_after: Duration,
 }
 
+/// A channel as [`Bridge::read_channel`] sees it.
+#[derive(Debug, Clone, Default)]
+pub struct ChannelRead {
+    pub seq: u64,
+    /// Held messages as message frames (see `protocol::wire::message`).
+    pub held: Vec<(u64, bytes::Bytes)>,
+}
+
 /// An account connection cap was reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CapReached {
@@ -104,6 +112,21 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
     fn handshake(&self, account: &str, limits: &Limits) -> Pending<Result<(), Duration>>;
     /// An API key's publish bucket.
     fn charge_key(&self, key: &str, cost: f64, capacity: f64, rate: f64) -> Pending<KeyCharge>;
+
+    /// Gives back `units` of an earlier [`Bridge::charge_key`] that turned
+    /// out cheaper (a GraphQL refund, §12), capped at the bucket's
+    /// capacity; resolves to the balance after it.
+    fn refund_key(&self, key: &str, units: f64, capacity: f64, rate: f64) -> Pending<u64>;
+    /// The same for the account budget.
+    fn refund_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<u64>;
+    /// The channel's last `seq` (cluster-wide; 0: none) and its held
+    /// history, oldest first, for reads that do not subscribe (GraphQL's
+    /// `Channel.seq` and `history`).
+    fn read_channel(&self, channel: &str) -> Pending<ChannelRead>;
+    /// Channels starting with `prefix` that have subscribers (cluster-wide:
+    /// this node's and the other nodes' last reported counts), with their
+    /// subscriber counts, in no order. Never waits on Redis.
+    fn occupied(&self, prefix: &str) -> Vec<(Arc<str>, u64)>;
 
     /// Where operator actions and the ban list are shared with the other
     /// nodes (§10); `None` on a single node, or while Redis is away (the

@@ -114,6 +114,19 @@ pub struct Costs {
     /// The largest single charge; an operation priced above it is refused
     /// with `cost_exceeds_max` without touching any bucket.
     pub max_single: u32,
+    /// GraphQL (§12): the weight of a selected field.
+    pub graphql_field: u32,
+    /// GraphQL: the size assumed for a list field without `first`/`last`.
+    pub graphql_list_size: u32,
+    /// GraphQL: an introspection field (`__schema`, `__type`), its whole
+    /// subtree included.
+    pub graphql_introspection: u32,
+    /// GraphQL: the deepest selection accepted (`{ a { b } }` is 2).
+    pub graphql_max_depth: u32,
+    /// GraphQL: the largest price of one operation; 0 means the capacity of
+    /// the bucket the caller is charged from (so an operation that could
+    /// never fit is told so).
+    pub graphql_max_single: u32,
 }
 
 impl Default for Costs {
@@ -128,6 +141,11 @@ impl Default for Costs {
             budget: 0,
             malformed: 1,
             max_single: 20,
+            graphql_field: 1,
+            graphql_list_size: 50,
+            graphql_introspection: 100,
+            graphql_max_depth: 10,
+            graphql_max_single: 0,
         }
     }
 }
@@ -199,6 +217,8 @@ pub enum LimitName {
     Subscriptions,
     Cost,
     Rules,
+    /// GraphQL's price checks (§12): too expensive and the bucket's charge.
+    Graphql,
 }
 
 impl Limits {
@@ -291,6 +311,16 @@ impl Limits {
             self.costs.max_single <= self.burst,
             "costs.max_single",
             "must not exceed burst: a charge larger than the bucket can never succeed",
+        );
+        need(
+            (1..=64).contains(&self.costs.graphql_max_depth),
+            "costs.graphql_max_depth",
+            "must be between 1 and 64",
+        );
+        need(
+            self.costs.graphql_list_size >= 1,
+            "costs.graphql_list_size",
+            "must be at least 1",
         );
         need(
             self.budget_frame_interval_ms >= 100,

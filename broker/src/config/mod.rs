@@ -407,6 +407,19 @@ impl Config {
 
     /// Limits of an account's own plan (no token claim): what HTTP publish
     /// keys of that account get.
+    /// The plan `limits_for` resolves for `account` with the token's
+    /// `claim` (the default plan when the account's is unknown).
+    pub fn plan_name<'a>(&'a self, account: &str, claim: Option<&'a str>) -> &'a str {
+        let plan = claim
+            .or_else(|| self.accounts.get(account).and_then(|e| e.plan.as_deref()))
+            .unwrap_or(&self.auth.default_plan);
+        if self.plans.contains_key(plan) {
+            plan
+        } else {
+            &self.auth.default_plan
+        }
+    }
+
     pub fn account_limits(&self, account: &str) -> Arc<Limits> {
         self.limits_for(account, None)
             .unwrap_or_else(|_| self.plans[&self.auth.default_plan].clone())

@@ -115,6 +115,13 @@ impl SampledBucket {
         now.saturating_duration_since(self.charged_at) >= self.keep_for()
     }
 
+    /// Gives back `units` of a charge that turned out cheaper (a GraphQL
+    /// refund, §12), never above capacity.
+    pub fn refund(&mut self, units: f64, now: Instant) {
+        self.refill(now);
+        self.tokens = (self.tokens + units).min(self.capacity);
+    }
+
     /// Tokens left at `now`.
     pub fn remaining(&mut self, now: Instant) -> f64 {
         self.refill(now);

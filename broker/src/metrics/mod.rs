@@ -34,6 +34,7 @@ pub enum Layer {
     Outbound,
     Http,
     Grpc,
+    Graphql,
 }
 
 impl Layer {
@@ -46,6 +47,7 @@ impl Layer {
             Layer::Outbound => "outbound",
             Layer::Http => "http",
             Layer::Grpc => "grpc",
+            Layer::Graphql => "graphql",
         }
     }
 }
@@ -93,6 +95,16 @@ fn script_buckets() -> Histogram {
     Histogram::new(exponential_buckets(5e-5, 3.0, 12))
 }
 
+/// 1 to ~1.6 million units: a GraphQL operation's estimated price.
+fn cost_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 4.0, 11))
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabels {
+    operation: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AdminLabels {
     action: &'static str,
@@ -123,6 +135,10 @@ pub struct Metrics {
     handshake_duration: Histograms<OutcomeLabels>,
     script_duration: Histograms<ScriptLabels>,
     process: ProcessMetrics,
+    /// GraphQL (§12): estimated price per operation, by operation type.
+    graphql_cost: Histograms<OperationLabels>,
+    /// GraphQL: from the request to the response, by operation type.
+    graphql_duration: Histograms<OperationLabels>,
     admin_actions: Family<AdminLabels, Counter>,
     /// Each rejection series seen so far, for the admin page's chart (the
     /// family cannot be listed); the counters are shared with it.
@@ -169,6 +185,8 @@ impl Metrics {
             handshake_duration: Family::new_with_constructor(handshake_buckets),
             script_duration: Family::new_with_constructor(script_buckets),
             process,
+            graphql_cost: Family::new_with_constructor(cost_buckets),
+            graphql_duration: Family::new_with_constructor(delivery_buckets),
             admin_actions: Family::default(),
             rejection_series: dashmap::DashMap::new(),
             webhooks: Default::default(),
@@ -265,6 +283,17 @@ impl Metrics {
             m.script_duration.clone(),
         );
         registry.register(
+            "graphql_cost",
+            "Estimated price of each GraphQL operation, in budget units, by operation type",
+            m.graphql_cost.clone(),
+        );
+        registry.register_with_unit(
+            "graphql_duration",
+            "GraphQL operations over HTTP, from the request to the response, by operation type",
+            Unit::Seconds,
+            m.graphql_duration.clone(),
+        );
+        registry.register(
             "admin_actions",
             "Operator actions on the admin routes, by action and outcome",
             m.admin_actions.clone(),
@@ -283,6 +312,20 @@ impl Metrics {
     pub fn handshake_done(&self, outcome: &'static str, started: Instant) {
         self.handshake_duration
             .get_or_create(&OutcomeLabels { outcome })
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    /// A GraphQL operation was priced (`query`, `mutation`, `subscription`).
+    pub fn graphql_cost(&self, operation: &'static str, cost: u64) {
+        self.graphql_cost
+            .get_or_create(&OperationLabels { operation })
+            .observe(cost as f64);
+    }
+
+    /// A GraphQL request was answered.
+    pub fn graphql_done(&self, operation: &'static str, started: Instant) {
+        self.graphql_duration
+            .get_or_create(&OperationLabels { operation })
             .observe(started.elapsed().as_secs_f64());
     }
 

@@ -86,6 +86,13 @@ fn bounded(name: &str, cases: u32, target: fn(&[u8])) {
 }
 
 #[test]
+fn graphql_documents() {
+    bounded("graphql_document", 20_000, |d| {
+        fuzzing::graphql_document(d);
+    });
+}
+
+#[test]
 fn client_frames() {
     bounded("client_frame", 40_000, |d| {
         fuzzing::client_frame(d);

@@ -23,6 +23,8 @@ mod faults_redis;
 mod faults_reload;
 mod faults_slowloris;
 mod fuzz_bounded;
+mod graphql;
+mod graphql_budget;
 mod grpc;
 mod grpc_cluster;
 mod grpc_operators;

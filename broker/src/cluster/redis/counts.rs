@@ -124,4 +124,16 @@ impl RedisBridge {
                 .copied()
                 .unwrap_or(0)
     }
+
+    /// Occupied channels by `prefix`: this node's and the other nodes'
+    /// last reported counts together.
+    pub(super) fn occupied_impl(&self, prefix: &str) -> Vec<(Arc<str>, u64)> {
+        let mut all: HashMap<Arc<str>, u64> = self.hub.occupied(prefix).into_iter().collect();
+        for (ch, n) in self.remote_subscribers.read().iter() {
+            if *n > 0 && ch.starts_with(prefix) {
+                *all.entry(ch.clone()).or_insert(0) += n;
+            }
+        }
+        all.into_iter().collect()
+    }
 }

@@ -7,8 +7,8 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::resharding::invoke_following;
-use super::{RedisBridge, SEQ_TTL_MS, SUBSCRIBE_WAIT, SubCmd};
-use crate::cluster::Pending;
+use super::{RedisBridge, SEQ_TTL_MS, SUBSCRIBE_WAIT, SubCmd, scripts};
+use crate::cluster::{ChannelRead, Pending};
 use crate::hub::{Joined, Subscriber, seq_floor};
 use crate::protocol::wire;
 
@@ -115,6 +115,51 @@ impl RedisBridge {
         };
         let cur: u64 = cur.parse().unwrap_or(0);
         Some((pos, Some(recovery(channel, since, cur, &held))))
+    }
+
+    /// The channel's `seq` and held history from Redis (this node's own
+    /// view while Redis is away or does not answer).
+    pub(super) fn read_channel_impl(&self, channel: &str) -> Pending<ChannelRead> {
+        let seq_key = self.key("seq", channel);
+        let local = |hub: &crate::hub::Hub, channel: &str| {
+            let (seq, held) = hub.held(channel);
+            ChannelRead { seq, held }
+        };
+        if !self.up_at(&seq_key) {
+            return Pending::Ready(local(&self.hub, channel));
+        }
+        let this = self.arc();
+        let channel = channel.to_owned();
+        Pending::later(async move {
+            let Some((mut conn, _in_flight)) = this.command(&seq_key) else {
+                return local(&this.hub, &channel);
+            };
+            let result: redis::RedisResult<(String, Vec<Vec<u8>>)> = this
+                .metrics
+                .time_script(
+                    "read_channel",
+                    invoke_following(
+                        scripts::READ_CHANNEL
+                            .key(&seq_key)
+                            .key(this.key("hist", &channel)),
+                        &mut conn,
+                    ),
+                )
+                .await;
+            match result {
+                Ok((seq, held)) => ChannelRead {
+                    seq: seq.parse().unwrap_or(0),
+                    held: held
+                        .iter()
+                        .filter_map(|m| Some((parse_seq(&channel, m)?, wire::text(m))))
+                        .collect(),
+                },
+                Err(e) => {
+                    this.failed_at(&seq_key, &e);
+                    local(&this.hub, &channel)
+                }
+            }
+        })
     }
 
     pub(super) fn publish_impl(&self, channel: &str, data: &str) -> Pending<u64> {

@@ -276,4 +276,81 @@ impl RedisBridge {
             }
         })
     }
+
+    /// Gives back `units` to the bucket at `key` (Redis when it answers,
+    /// else this node's share of it); the balance after it.
+    async fn refund_at(&self, key: String, units: f64, capacity: f64) -> Option<u64> {
+        let (mut conn, _in_flight) = self.command(&key)?;
+        let result: redis::RedisResult<i64> = self
+            .metrics
+            .time_script(
+                "refund",
+                invoke_following(
+                    scripts::REFUND.key(&key).arg(capacity).arg(units),
+                    &mut conn,
+                ),
+            )
+            .await;
+        match result {
+            Ok(n) => Some(n.max(0) as u64),
+            Err(e) => {
+                self.failed_at(&key, &e);
+                None
+            }
+        }
+    }
+
+    pub(super) fn refund_key_impl(&self, key: &str, units: f64, capacity: f64) -> Pending<u64> {
+        let share = self.share_at(&self.key("key", key));
+        if share < 1.0 {
+            return Pending::Ready(self.local.refund_key(
+                key,
+                units,
+                capacity,
+                share,
+                Instant::now(),
+            ));
+        }
+        let this = self.arc();
+        let key = key.to_owned();
+        Pending::later(async move {
+            match this.refund_at(this.key("key", &key), units, capacity).await {
+                Some(n) => n,
+                None => {
+                    let share = this.share_at(&this.key("key", &key));
+                    this.local
+                        .refund_key(&key, units, capacity, share, Instant::now())
+                }
+            }
+        })
+    }
+
+    pub(super) fn refund_account_impl(
+        &self,
+        account: &str,
+        units: u32,
+        limits: &Limits,
+    ) -> Pending<u64> {
+        let cap = f64::from(limits.account_burst);
+        let share = self.share_at(&self.key("acct", account));
+        let local = move |this: &RedisBridge, account: &str| {
+            this.local
+                .refund_account(account, f64::from(units), Instant::now())
+                .unwrap_or((cap * share) as u64)
+        };
+        if share < 1.0 {
+            return Pending::Ready(local(self, account));
+        }
+        let this = self.arc();
+        let account = account.to_owned();
+        Pending::later(async move {
+            match this
+                .refund_at(this.key("acct", &account), f64::from(units), cap)
+                .await
+            {
+                Some(n) => n,
+                None => local(&this, &account),
+            }
+        })
+    }
 }

@@ -49,7 +49,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 
 pub use admin::{ADMIN_MESSAGE, AdminStore};
 
-use super::{Bridge, CapReached, Charged, Events, KeyCharge, LocalLimits, Pending};
+use super::{Bridge, CapReached, ChannelRead, Charged, Events, KeyCharge, LocalLimits, Pending};
 use crate::config::{ClusterMode, Config, Limits};
 use crate::hub::{Hub, Joined, Subscriber};
 use crate::metrics::Metrics;
@@ -313,6 +313,22 @@ impl Bridge for RedisBridge {
 
     fn charge_key(&self, key: &str, cost: f64, capacity: f64, rate: f64) -> Pending<KeyCharge> {
         self.charge_key_impl(key, cost, capacity, rate)
+    }
+
+    fn refund_key(&self, key: &str, units: f64, capacity: f64, _rate: f64) -> Pending<u64> {
+        self.refund_key_impl(key, units, capacity)
+    }
+
+    fn refund_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<u64> {
+        self.refund_account_impl(account, units, limits)
+    }
+
+    fn read_channel(&self, channel: &str) -> Pending<ChannelRead> {
+        self.read_channel_impl(channel)
+    }
+
+    fn occupied(&self, prefix: &str) -> Vec<(Arc<str>, u64)> {
+        self.occupied_impl(prefix)
     }
 
     fn admin_store(&self) -> Option<AdminStore> {

@@ -96,6 +96,34 @@ return { allowed, math.floor(tokens), retry, math.ceil((cap - tokens) / rate * 1
     )
 });
 
+/// Gives back part of a charge that turned out cheaper (GraphQL's refund,
+/// §12), to a key's bucket or an account's budget alike: the tokens as of
+/// the bucket's last update, plus the units, capped at capacity (the next
+/// charge adds the refill since). A missing bucket is full: nothing to do.
+/// KEYS: bucket. ARGV: capacity, units. Returns the balance (floor).
+pub static REFUND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local cap = tonumber(ARGV[1])
+local tokens = tonumber(redis.call('HGET', KEYS[1], 'tokens'))
+if not tokens then return math.floor(cap) end
+tokens = math.min(cap, tokens + tonumber(ARGV[2]))
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens))
+return math.floor(tokens)
+"#,
+    )
+});
+
+/// A channel's last `seq` ('0': none) and its held history, read together
+/// without changing anything. KEYS: seq counter, history list.
+pub static READ_CHANNEL: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+return { redis.call('GET', KEYS[1]) or '0', redis.call('LRANGE', KEYS[2], 0, -1) }
+"#,
+    )
+});
+
 /// The account budget: [`crate::limiter::SampledBucket`] in Redis, timed by
 /// Redis's clock. A charge comes late, after its units were admitted; the
 /// refill the cap discarded is kept (`spill`) and a charge gets back the

@@ -1,0 +1,142 @@
+//! Consume (§12): the request's [`Ticket`] carries the caller and the
+//! price, and the [`Admission`] extension takes the price from the
+//! caller's bucket once the document has passed validation and before
+//! anything executes (so an invalid document is never charged, and a
+//! refusal runs nothing). A plan with `dry_run = ["graphql"]` is charged
+//! what its bucket holds and never refused: the ticket records that it
+//! would have been.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextValidation};
+use async_graphql::{ErrorExtensionValues, ServerError, ValidationResult};
+
+use super::caller::Caller;
+use super::charge::{self, Taken};
+use super::schema::Code;
+use crate::config::LimitName;
+use crate::exceeded::Exceeded;
+use crate::metrics::Layer;
+use crate::node::Node;
+
+/// One operation's way through the limiter, shared by the handler, the
+/// extension and the resolvers.
+pub struct Ticket {
+    pub node: Arc<Node>,
+    pub caller: Caller,
+    /// The estimated price.
+    pub estimate: u64,
+    /// Shadow mode: price and count, never refuse.
+    pub shadow: bool,
+    pub outcome: parking_lot::Mutex<Outcome>,
+}
+
+/// What happened at the charge.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Outcome {
+    /// The document passed validation (so the response is an execution
+    /// result, not a request error).
+    pub validated: bool,
+    /// The charge's answer (none before validation passed).
+    pub taken: Option<Taken>,
+    /// Units taken from the bucket.
+    pub charged: u64,
+    /// Refused for the bucket (429).
+    pub rate_limited: bool,
+    /// A shadowed refusal.
+    pub would_refuse: bool,
+}
+
+impl Ticket {
+    pub fn new(node: Arc<Node>, caller: Caller, estimate: u64) -> Ticket {
+        let shadow = caller.limits.is_dry_run(LimitName::Graphql);
+        Ticket {
+            node,
+            caller,
+            estimate,
+            shadow,
+            outcome: parking_lot::Mutex::new(Outcome::default()),
+        }
+    }
+
+    pub fn outcome(&self) -> Outcome {
+        *self.outcome.lock()
+    }
+
+    /// Takes the estimate from the caller's bucket; the refusal error when
+    /// it does not fit (and the plan enforces).
+    async fn admit(&self) -> Result<(), ServerError> {
+        let taken = charge::charge(&self.node, &self.caller, self.estimate).await;
+        let mut out = self.outcome.lock();
+        out.validated = true;
+        out.taken = Some(taken);
+        if taken.allowed {
+            out.charged = self.estimate;
+            return Ok(());
+        }
+        Exceeded::new(
+            Layer::Graphql,
+            Code::RateLimited.reason(),
+            &self.caller.account,
+        )
+        .reset(taken.retry_after)
+        .count(1)
+        .dry_run(self.shadow)
+        .emit(&self.node.metrics);
+        if self.shadow {
+            out.would_refuse = true;
+            return Ok(());
+        }
+        out.rate_limited = true;
+        Err(rate_limited(self.estimate, &taken))
+    }
+}
+
+/// `RATE_LIMITED` with the contract's extensions: `retryAfter` (seconds,
+/// rounded up) and `retryAfterMs`, the time until the bucket holds `cost`.
+pub fn rate_limited(cost: u64, taken: &Taken) -> ServerError {
+    let mut e = ServerError::new("rate limit exceeded", None);
+    let mut x = ErrorExtensionValues::default();
+    x.set("code", Code::RateLimited.as_str());
+    x.set("cost", cost);
+    x.set("remaining", taken.balance.remaining);
+    x.set("retryAfter", retry_secs(taken.retry_after));
+    x.set("retryAfterMs", retry_ms(taken.retry_after));
+    e.extensions = Some(x);
+    e
+}
+
+/// Whole seconds, rounded up, at least 1 for a wait.
+pub fn retry_secs(d: Duration) -> u64 {
+    d.as_millis().div_ceil(1000).max(1) as u64
+}
+
+/// Milliseconds, rounded up, at least 1.
+pub fn retry_ms(d: Duration) -> u64 {
+    (d.as_micros().div_ceil(1000) as u64).max(1)
+}
+
+/// The extension that charges between validation and execution.
+pub struct Admission;
+
+impl ExtensionFactory for Admission {
+    fn create(&self) -> Arc<dyn Extension> {
+        Arc::new(Admission)
+    }
+}
+
+#[async_graphql::async_trait::async_trait]
+impl Extension for Admission {
+    async fn validation(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        next: NextValidation<'_>,
+    ) -> Result<ValidationResult, Vec<ServerError>> {
+        let result = next.run(ctx).await?;
+        if let Some(ticket) = ctx.data_opt::<Arc<Ticket>>() {
+            ticket.admit().await.map_err(|e| vec![e])?;
+        }
+        Ok(result)
+    }
+}

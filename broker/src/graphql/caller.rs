@@ -1,0 +1,113 @@
+//! Who is asking (§12 identity): `Authorization: Bearer <api key>` (a
+//! backend, charged to the key's bucket that HTTP and gRPC publish share)
+//! or `Bearer <JWT>` (a browser, charged to its account's budget,
+//! cluster-wide, with the token's plan and globs).
+
+use std::sync::Arc;
+
+use crate::auth::Grants;
+use crate::charge::KeyState;
+use crate::config::Limits;
+use crate::node::Node;
+
+/// Whose bucket pays.
+#[derive(Debug, Clone)]
+pub enum Payer {
+    /// The API key's bucket (its account plan's burst and rate).
+    Key(Arc<KeyState>),
+    /// The account's message budget.
+    Account,
+}
+
+/// An identified caller.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub account: String,
+    pub plan: String,
+    pub limits: Arc<Limits>,
+    pub payer: Payer,
+    /// A token's globs (an API key's live in its [`KeyState`]).
+    grants: Option<Grants>,
+}
+
+/// Why no caller could be identified.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unidentified {
+    #[error("send `Authorization: Bearer <api key or token>`")]
+    Missing,
+    #[error("the credential is neither a configured API key nor a valid token: {0}")]
+    Invalid(String),
+    #[error("the token names a plan that does not exist: {0:?}")]
+    UnknownPlan(String),
+}
+
+impl Caller {
+    /// The caller named by an `Authorization` header value.
+    pub fn identify(node: &Node, authorization: Option<&str>) -> Result<Caller, Unidentified> {
+        let value = authorization.ok_or(Unidentified::Missing)?;
+        let credential = value
+            .strip_prefix("Bearer ")
+            .or_else(|| value.strip_prefix("bearer "))
+            .ok_or(Unidentified::Missing)?
+            .trim();
+        let config = node.config.load();
+        if let Some(key) = node.keys.load().get(credential) {
+            return Ok(Caller {
+                plan: config.plan_name(&key.account, None).to_owned(),
+                limits: config.account_limits(&key.account),
+                account: key.account.clone(),
+                payer: Payer::Key(key),
+                grants: None,
+            });
+        }
+        let claims = node
+            .auth
+            .load()
+            .verify(credential)
+            .map_err(|e| Unidentified::Invalid(e.to_string()))?;
+        let limits = config
+            .limits_for(&claims.sub, claims.plan.as_deref())
+            .map_err(|e| Unidentified::UnknownPlan(e.0))?;
+        Ok(Caller {
+            plan: config
+                .plan_name(&claims.sub, claims.plan.as_deref())
+                .to_owned(),
+            limits,
+            grants: Some(claims.grants()),
+            account: claims.sub,
+            payer: Payer::Account,
+        })
+    }
+
+    /// Whether the caller may read `channel` (its `sub_channels`).
+    pub fn may_read(&self, channel: &str) -> bool {
+        match (&self.payer, &self.grants) {
+            (_, Some(g)) => g.subscribe.matches(channel),
+            (Payer::Key(k), None) => k.subscribe.matches(channel),
+            (Payer::Account, None) => false,
+        }
+    }
+
+    /// Whether the caller may publish on `channel` (its `pub_channels`).
+    pub fn may_publish(&self, channel: &str) -> bool {
+        match (&self.payer, &self.grants) {
+            (_, Some(g)) => g.publish.matches(channel),
+            (Payer::Key(k), None) => k.publish.matches(channel),
+            (Payer::Account, None) => false,
+        }
+    }
+
+    /// The capacity of the bucket this caller is charged from.
+    pub fn capacity(&self, share: f64) -> u64 {
+        (f64::from(self.limits.account_burst) * share) as u64
+    }
+
+    /// The largest price of one operation (`graphql_max_single`, 0: the
+    /// capacity of the caller's bucket).
+    pub fn max_single(&self, share: f64) -> u64 {
+        match self.limits.costs.graphql_max_single {
+            0 => self.capacity(share),
+            n => u64::from(n).min(self.capacity(share).max(1)),
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! The §12 schema: its types and scalars here, one resolver file per root
+//! type (`query.rs`, `mutation.rs`, `subscription.rs`). Every name is
+//! contract. Resolvers reach the node and the caller through the request's
+//! [`Ticket`](super::admission::Ticket).
+
+mod mutation;
+mod query;
+mod subscription;
+
+use std::sync::LazyLock;
+
+use async_graphql::{
+    ErrorExtensions, InputObject, InputValueError, InputValueResult, Name, Scalar, ScalarType,
+    Schema, SimpleObject, Value,
+};
+
+pub use mutation::Mutation;
+pub use query::{Channel, Query};
+pub use subscription::Subscription;
+
+pub type ApiSchema = Schema<Query, Mutation, Subscription>;
+
+/// The schema, built once: it holds no node state (resolvers find the
+/// node and the caller in the request's data), so every node and worker
+/// shares it.
+pub static SCHEMA: LazyLock<ApiSchema> = LazyLock::new(|| {
+    Schema::build(Query, Mutation, Subscription)
+        .extension(super::admission::Admission)
+        // The parser stops at 64 nested selection sets; the cost table's
+        // depth limit (10 by default) refuses far less before this.
+        .limit_recursive_depth(64)
+        .limit_directives(16)
+        .finish()
+});
+
+/// `scalar JSON`: any JSON value. A stored message's `data` is delivered
+/// byte for byte as it was published; an input is kept as its value and
+/// published in compact form.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Json {
+    /// JSON text, answered as is.
+    Raw(String),
+    Value(Value),
+}
+
+impl Json {
+    /// The value as JSON text (compact for an input).
+    pub fn text(&self) -> String {
+        match self {
+            Json::Raw(s) => s.clone(),
+            Json::Value(v) => serde_json::to_string(v).unwrap_or_else(|_| "null".to_owned()),
+        }
+    }
+}
+
+#[Scalar(name = "JSON")]
+impl ScalarType for Json {
+    fn parse(value: Value) -> InputValueResult<Self> {
+        Ok(Json::Value(value))
+    }
+
+    fn to_value(&self) -> Value {
+        match self {
+            // Serialized as the raw text itself (async-graphql's
+            // `raw_value`).
+            Json::Raw(text) => Value::Object(
+                std::iter::once((
+                    Name::new(async_graphql_value::RAW_VALUE_TOKEN),
+                    Value::String(text.clone()),
+                ))
+                .collect(),
+            ),
+            Json::Value(v) => v.clone(),
+        }
+    }
+}
+
+/// `scalar Seq`: a channel sequence number, a JSON number (a safe integer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seq(pub u64);
+
+#[Scalar(name = "Seq")]
+impl ScalarType for Seq {
+    fn parse(value: Value) -> InputValueResult<Self> {
+        match &value {
+            Value::Number(n) => n
+                .as_u64()
+                .map(Seq)
+                .ok_or_else(|| InputValueError::custom("a Seq is a non-negative integer")),
+            _ => Err(InputValueError::expected_type(value)),
+        }
+    }
+
+    fn to_value(&self) -> Value {
+        Value::Number(self.0.into())
+    }
+}
+
+#[derive(Debug, Clone, SimpleObject)]
+pub struct Message {
+    pub channel: String,
+    pub seq: Seq,
+    pub data: Json,
+}
+
+/// A presence member (§13).
+#[derive(Debug, Clone, SimpleObject)]
+pub struct Member {
+    pub user: String,
+    pub conn_id: String,
+    pub info: Option<Json>,
+}
+
+#[derive(Debug, Clone, SimpleObject)]
+pub struct PresenceStats {
+    pub users: i32,
+    pub connections: i32,
+}
+
+#[derive(Debug, Clone, SimpleObject)]
+pub struct PresenceDiff {
+    pub channel: String,
+    pub joins: Vec<Member>,
+    pub leaves: Vec<Member>,
+}
+
+#[derive(Debug, Clone, SimpleObject)]
+pub struct Budget {
+    pub remaining: i64,
+    pub capacity: i64,
+    pub refill_per_sec: f64,
+    /// Seconds until full, rounded up.
+    pub reset_in: i64,
+}
+
+#[derive(Debug, Clone, SimpleObject)]
+pub struct Prices {
+    /// The same document as `GET /v1/prices`.
+    pub json: Json,
+}
+
+#[derive(Debug, Clone, InputObject)]
+pub struct PublishInput {
+    pub channel: String,
+    pub data: Json,
+}
+
+#[derive(Debug, Clone, SimpleObject)]
+pub struct Published {
+    pub channel: String,
+    pub seq: Seq,
+}
+
+/// The error codes GraphQL errors carry in `extensions.code` (§12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    BadRequest,
+    Forbidden,
+    PayloadTooLarge,
+    Unauthenticated,
+    RateLimited,
+    QueryTooExpensive,
+    QueryTooDeep,
+    Draining,
+    NotAcceptable,
+    UnsupportedMediaType,
+    MethodNotAllowed,
+    Banned,
+}
+
+impl Code {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Code::BadRequest => "BAD_REQUEST",
+            Code::Forbidden => "FORBIDDEN",
+            Code::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            Code::Unauthenticated => "UNAUTHENTICATED",
+            Code::RateLimited => "RATE_LIMITED",
+            Code::QueryTooExpensive => "QUERY_TOO_EXPENSIVE",
+            Code::QueryTooDeep => "QUERY_TOO_DEEP",
+            Code::Draining => "DRAINING",
+            Code::NotAcceptable => "NOT_ACCEPTABLE",
+            Code::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+            Code::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            Code::Banned => "BANNED",
+        }
+    }
+
+    /// The `tidegate_rejections_total` reason (the contract's lower-case
+    /// codes where one exists).
+    pub const fn reason(self) -> &'static str {
+        match self {
+            Code::BadRequest => "bad_request",
+            Code::Forbidden => "forbidden",
+            Code::PayloadTooLarge => "payload_too_large",
+            Code::Unauthenticated => "unauthorized",
+            Code::RateLimited => "rate_limited",
+            Code::QueryTooExpensive => "query_too_expensive",
+            Code::QueryTooDeep => "query_too_deep",
+            Code::Draining => "draining",
+            Code::NotAcceptable => "not_acceptable",
+            Code::UnsupportedMediaType => "unsupported_media_type",
+            Code::MethodNotAllowed => "method_not_allowed",
+            Code::Banned => "banned",
+        }
+    }
+
+    /// A resolver's error with this code.
+    pub fn error(self, message: impl Into<String>) -> async_graphql::Error {
+        async_graphql::Error::new(message.into()).extend_with(|_, e| e.set("code", self.as_str()))
+    }
+}

@@ -1,0 +1,171 @@
+//! `type Query`: reads of channels, the caller's balance and price list.
+
+use std::sync::Arc;
+
+use async_graphql::{Context, Object, Result};
+
+use super::{Budget, Code, Json, Member, Message, PresenceStats, Prices, Seq};
+use crate::graphql::admission::Ticket;
+use crate::protocol::{channel, wire};
+
+pub struct Query;
+
+pub(super) fn ticket<'a>(ctx: &Context<'a>) -> &'a Arc<Ticket> {
+    ctx.data_unchecked::<Arc<Ticket>>()
+}
+
+/// A `first`/`last` argument (`Int = default`: null is the default): 0
+/// or more.
+pub(super) fn count(name: &str, n: Option<i32>, default: i32) -> Result<usize> {
+    usize::try_from(n.unwrap_or(default))
+        .map_err(|_| Code::BadRequest.error(format!("{name} must be 0 or more")))
+}
+
+/// A channel the caller may read, or the refusal.
+fn readable(ticket: &Ticket, name: &str) -> Result<()> {
+    channel::validate(name).map_err(|why| Code::BadRequest.error(why))?;
+    if !ticket.caller.may_read(name) {
+        return Err(Code::Forbidden.error(format!(
+            "this credential may not read {name:?} (its sub_channels do not allow it)"
+        )));
+    }
+    Ok(())
+}
+
+#[Object]
+impl Query {
+    /// One channel; needs `sub_channels` permission.
+    async fn channel(&self, ctx: &Context<'_>, name: String) -> Result<Channel> {
+        readable(ticket(ctx), &name)?;
+        Ok(Channel { name })
+    }
+
+    /// Occupied channels (cluster-wide) starting with `prefix` that the
+    /// caller may read, in name order.
+    async fn channels(
+        &self,
+        ctx: &Context<'_>,
+        prefix: String,
+        #[graphql(default = 50)] first: Option<i32>,
+    ) -> Result<Vec<Channel>> {
+        let first = count("first", first, 50)?;
+        let t = ticket(ctx);
+        let mut names: Vec<_> = t
+            .node
+            .bridge
+            .occupied(&prefix)
+            .into_iter()
+            .filter(|(name, _)| t.caller.may_read(name))
+            .map(|(name, _)| name)
+            .collect();
+        names.sort_unstable();
+        Ok(names
+            .into_iter()
+            .take(first)
+            .map(|name| Channel {
+                name: name.to_string(),
+            })
+            .collect())
+    }
+
+    /// The caller's balance (costs 0).
+    async fn budget(&self, ctx: &Context<'_>) -> Budget {
+        let t = ticket(ctx);
+        let b = crate::graphql::charge::charge(&t.node, &t.caller, 0)
+            .await
+            .balance;
+        Budget {
+            remaining: b.remaining as i64,
+            capacity: b.limit as i64,
+            refill_per_sec: b.refill_per_sec,
+            reset_in: b.reset.as_millis().div_ceil(1000) as i64,
+        }
+    }
+
+    /// The caller's price list (costs 0): the document `GET /v1/prices`
+    /// answers.
+    async fn prices(&self, ctx: &Context<'_>) -> Prices {
+        let t = ticket(ctx);
+        let doc = crate::graphql::prices::document(&t.node, &t.caller);
+        Prices {
+            json: Json::Raw(doc.to_string()),
+        }
+    }
+}
+
+pub struct Channel {
+    pub name: String,
+}
+
+#[Object]
+impl Channel {
+    async fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The last `seq` (0: none yet), cluster-wide.
+    async fn seq(&self, ctx: &Context<'_>) -> Seq {
+        Seq(ticket(ctx)
+            .node
+            .bridge
+            .read_channel(&self.name)
+            .wait()
+            .await
+            .seq)
+    }
+
+    /// Subscribers, cluster-wide.
+    async fn subscribers(&self, ctx: &Context<'_>) -> i64 {
+        ticket(ctx).node.bridge.subscribers(&self.name) as i64
+    }
+
+    /// The last `last` held messages (after `since` when given), in `seq`
+    /// order.
+    async fn history(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(default = 50)] last: Option<i32>,
+        since: Option<Seq>,
+    ) -> Result<Vec<Message>> {
+        let last = count("last", last, 50)?;
+        let read = ticket(ctx)
+            .node
+            .bridge
+            .read_channel(&self.name)
+            .wait()
+            .await;
+        let after = since.map_or(0, |s| s.0);
+        let held: Vec<_> = read.held.iter().filter(|(seq, _)| *seq > after).collect();
+        let skip = held.len().saturating_sub(last);
+        Ok(held
+            .into_iter()
+            .skip(skip)
+            .map(|(seq, frame)| {
+                let data = wire::message_data(frame, &self.name, *seq);
+                Message {
+                    channel: self.name.clone(),
+                    seq: Seq(*seq),
+                    data: Json::Raw(String::from_utf8_lossy(&data).into_owned()),
+                }
+            })
+            .collect())
+    }
+
+    /// §13; answers as a namespace without presence does.
+    async fn presence(&self, #[graphql(default = 100)] first: Option<i32>) -> Result<Vec<Member>> {
+        count("first", first, 100)?;
+        Err(no_presence(&self.name))
+    }
+
+    /// §13; answers as a namespace without presence does.
+    async fn presence_stats(&self) -> Result<PresenceStats> {
+        Err(no_presence(&self.name))
+    }
+}
+
+pub(super) fn no_presence(channel: &str) -> async_graphql::Error {
+    let namespace = channel.split(':').next().unwrap_or(channel);
+    Code::BadRequest.error(format!(
+        "presence is not enabled for the namespace {namespace:?}"
+    ))
+}
