@@ -42,7 +42,11 @@
 //! - [`admin`]: the operators' routes and page (§10): overview, disconnect,
 //!   ban and unban, cluster-wide through the bridge.
 //! - [`webhook`]: outbound webhooks (§9), on their own thread.
-//! - [`auth`]: HS256 tokens. [`metrics`]: Prometheus counters and
+//! - [`auth`]: tokens, verified with every configured key (HS secrets with
+//!   key ids, public keys from PEM and JWKS files) for rotation without a
+//!   flag day; [`tls`]: rustls (ring) for the listeners, with certificates
+//!   swapped on SIGHUP, for https webhooks and `rediss://`.
+//!   [`metrics`]: Prometheus counters and
 //!   histograms; [`process_metrics`]: the process's memory, descriptors
 //!   and CPU from `/proc`; [`alive`]: tokio tasks and actix actors alive.
 //! - [`fuzzing`]: the parsers' entry points for the fuzz targets.
@@ -71,6 +75,7 @@ pub mod reload;
 pub mod rules;
 pub mod server;
 pub mod socket;
+pub mod tls;
 pub mod unfinished;
 pub mod webhook;
 

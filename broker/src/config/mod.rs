@@ -6,6 +6,8 @@
 //! bare `tidegate serve` cannot drift apart.
 
 mod admin;
+mod auth;
+mod cluster;
 mod env;
 mod flags;
 mod grpc;
@@ -22,11 +24,13 @@ use std::path::Path;
 use std::sync::{Arc, LazyLock};
 
 use dashmap::DashMap;
-use flags::retire_sample_key;
+use flags::{grpc_exposed, retire_sample_key};
 use serde::de::DeserializeOwned;
-use validate::{sample_secret_problems, validate_node};
+use validate::{exposed, sample_secret_problems, tls_pair_problems, validate_node};
 
 pub use admin::{AdminKeys, AdminSection, LogFormat, LogSection, MIN_ADMIN_KEY_BYTES};
+pub use auth::{KEY_ALGORITHMS, KeyEntry, KeySource, MIN_JWT_SECRET_BYTES, VerifyKey};
+pub use cluster::{ClusterSecrets, Secret};
 pub use env::{JWT_SECRET_ALIAS, Source, Sources, var_name};
 pub use grpc::GrpcSection;
 pub use limits::{Costs, LimitName, Limits, Op, Rule, TrackBy};
@@ -35,7 +39,9 @@ pub use sections::{
     ApiKey, AuthSection, ClusterMode, ClusterSection, HandshakeSection, HistorySection,
     HttpSection, NodeSection, ProxyRange, SAMPLE_API_KEY, SAMPLE_JWT_SECRET, SocketSection,
 };
-pub use webhooks::{EVENT_TYPES, MIN_SECRET_BYTES, Pacing, WebhookEndpoint, WebhookEntry};
+pub use webhooks::{
+    EVENT_TYPES, MIN_SECRET_BYTES, Pacing, WHSEC_PREFIX, WebhookEndpoint, WebhookEntry, webhook_key,
+};
 
 /// The shipped `config.toml`, also the embedded default. The crate keeps
 /// its own copy (`broker/config.toml`) so it can be packaged and installed
@@ -69,6 +75,14 @@ struct AccountEntry {
 pub struct Config {
     pub node: NodeSection,
     pub auth: AuthSection,
+    /// The keys tokens are verified with: `auth.jwt_secret` (when set),
+    /// then `[[auth.keys]]`; `auth.jwks_file`'s are read where the keys
+    /// are built (`auth.rs`).
+    pub jwt_keys: Vec<VerifyKey>,
+    /// Keys the API keys' bucket names (`http/keys.rs`).
+    pub fingerprint_key: Secret,
+    /// Sign and verify the nodes' control messages (`[cluster] secret`).
+    pub cluster_secrets: ClusterSecrets,
     pub api_keys: Vec<ResolvedApiKey>,
     pub socket: SocketSection,
     pub handshake: HandshakeSection,
@@ -328,7 +342,6 @@ impl Config {
         let admin = admin_section.resolve(env, &mut problems);
         validate_node(
             &node,
-            &auth,
             &socket,
             &handshake,
             &history,
@@ -336,14 +349,28 @@ impl Config {
             &http,
             &mut problems,
         );
+        let jwt_keys = auth::resolve_keys(&auth, env, &mut problems);
+        let cluster_secrets = cluster::secrets(&cluster, &mut problems);
+        let fingerprint_key = Secret(auth::fingerprint_key(
+            &auth,
+            cluster_secrets.sign.as_ref().map(|s| s.0.as_slice()),
+        ));
+        if !auth.fingerprint_secret.is_empty()
+            && auth.fingerprint_secret.len() < MIN_JWT_SECRET_BYTES
+        {
+            problems.push(format!(
+                "auth.fingerprint_secret: must be at least {MIN_JWT_SECRET_BYTES} bytes"
+            ));
+        }
         let mut warnings = Vec::new();
         if !from_file {
-            retire_sample_key(node.listen, &mut resolved_keys, &mut warnings);
-            retire_sample_key(grpc.listen, &mut resolved_keys, &mut warnings);
+            retire_sample_key(exposed(&node), &mut resolved_keys, &mut warnings);
+            retire_sample_key(grpc_exposed(grpc.listen), &mut resolved_keys, &mut warnings);
         }
-        problems.extend(sample_secret_problems(&node, &auth, &resolved_keys));
+        problems.extend(sample_secret_problems(&node, &jwt_keys, &resolved_keys));
         grpc.problems(&resolved_keys, &mut problems);
         redis_cluster::problems(&cluster, &mut problems);
+        cluster::redis_problems(&cluster, &mut problems);
 
         if !problems.is_empty() {
             return Err(ConfigError { problems });
@@ -351,6 +378,9 @@ impl Config {
         Ok(Config {
             node,
             auth,
+            jwt_keys,
+            fingerprint_key,
+            cluster_secrets,
             api_keys: resolved_keys,
             socket,
             handshake,
