@@ -8,7 +8,8 @@ import { realClock, type Clock, type TimerHandle } from "./clock.js";
 import { Emitter } from "./emitter.js";
 import { TidegateError } from "./errors.js";
 import { Pacer, type BucketView } from "./pacer.js";
-import { planReconnect, type ReconnectSettings } from "./reconnect.js";
+import { MAX_RETRY_AFTER_MS, planReconnect, type ReconnectSettings } from "./reconnect.js";
+import { refreshDelay, retryDelay } from "./refresh.js";
 import type { Request, RequestKind } from "./request.js";
 import { Subscriptions, type Subscription } from "./subscriptions.js";
 import { tokenExpired } from "./token.js";
@@ -16,6 +17,7 @@ import type { Transport, TransportClose, TransportFactory } from "./transport.js
 import { webSocketTransport } from "./transports/websocket.js";
 import { FrameHandler, byteLength, refusalError } from "./frames.js";
 import type {
+  AckFrame,
   ClientEvents,
   ClientOptions,
   ClientState,
@@ -60,6 +62,10 @@ export abstract class Connection extends Emitter<ClientEvents> {
   protected connectedAt = 0;
   protected reconnectTimer?: TimerHandle;
   protected welcomeTimer?: TimerHandle;
+  /** The next `refresh` of the token on the socket (`refresh.ts`). */
+  protected refreshTimer?: TimerHandle;
+  /** When the current token expires, on `clock` (not the wall clock). */
+  protected tokenDeadline?: number;
   protected waiters: Waiter[] = [];
   protected nextId = 1;
 
@@ -72,6 +78,7 @@ export abstract class Connection extends Emitter<ClientEvents> {
     this.maxQueue = options.maxQueue ?? 1000;
     this.maxRetries = options.maxRetries ?? 5;
     this.settings = {
+      maxRetryAfterMs: options.maxRetryAfterMs ?? MAX_RETRY_AFTER_MS,
       minDelayMs: options.minReconnectDelayMs ?? 1000,
       maxDelayMs: options.maxReconnectDelayMs ?? 30_000,
       accountLimitedDelayMs: options.accountLimitedDelayMs ?? 30_000,
@@ -281,6 +288,94 @@ export abstract class Connection extends Emitter<ClientEvents> {
     }
     this.emit("welcome", welcome);
     this.pacer.activate();
+    this.scheduleRefresh(welcome.tokenExpiresAt);
+  }
+
+  /** @internal A wait the server asked for, cut to `maxRetryAfterMs`. */
+  capRetry(ms: number): number {
+    return Math.min(ms, this.settings.maxRetryAfterMs ?? MAX_RETRY_AFTER_MS);
+  }
+
+  /**
+   * @internal The server ended a subscription (a refreshed token no longer
+   * allows it): forget it, rejecting a subscribe still on its way.
+   */
+  forget(channel: string): void {
+    const sub = this.subs.get(channel);
+    if (!sub) return;
+    this.subs.delete(channel);
+    const pending = sub.request;
+    if (pending && !pending.done) {
+      this.pacer.remove(pending);
+      this.inFlight.delete(pending.id);
+      pending.reject(
+        new TidegateError("forbidden", "the refreshed token does not allow this channel", { channel }),
+      );
+    }
+  }
+
+  /**
+   * With `getToken`, sends a fresh token before the current one expires at
+   * `expiresAtMs` (unix ms), so the socket is not closed with 4001.
+   */
+  protected scheduleRefresh(expiresAtMs: number | undefined): void {
+    if (!this.opts.getToken || typeof expiresAtMs !== "number") return;
+    // The wall clock is read once: from here on the injected clock counts.
+    const remaining = expiresAtMs - Date.now();
+    this.tokenDeadline = this.clock.now() + remaining;
+    this.armRefresh(refreshDelay(remaining, this.random));
+  }
+
+  /** After a failed refresh: again while the current token lasts. */
+  protected retryRefresh(): void {
+    if (this.tokenDeadline === undefined) return;
+    this.armRefresh(retryDelay(this.tokenDeadline - this.clock.now()));
+  }
+
+  private armRefresh(delay: number | undefined): void {
+    this.clock.clearTimeout(this.refreshTimer);
+    this.refreshTimer = undefined;
+    if (delay === undefined) return;
+    const gen = this.generation;
+    this.refreshTimer = this.clock.setTimeout(() => {
+      this.refreshTimer = undefined;
+      if (gen === this.generation) void this.refreshNow();
+    }, delay);
+  }
+
+  private async refreshNow(): Promise<void> {
+    const gen = this.generation;
+    let token: string;
+    try {
+      token = await this.opts.getToken!();
+      if (typeof token !== "string" || token.length === 0) throw new TypeError("getToken() returned no token");
+    } catch (cause) {
+      if (gen !== this.generation) return;
+      this.emit("error", tokenError(cause));
+      return this.retryRefresh();
+    }
+    if (gen !== this.generation || this._state !== "connected") return;
+    const req = this.makeRequest<AckFrame>(
+      "refresh",
+      { type: "refresh", token },
+      undefined,
+      undefined,
+      (ack) => {
+        this.token = token;
+        const next = typeof ack.tokenExpiresAt === "number" ? ack.tokenExpiresAt : undefined;
+        if (this._welcome && next !== undefined) this._welcome = { ...this._welcome, tokenExpiresAt: next };
+        if (next !== undefined) this.emit("tokenRefresh", { tokenExpiresAt: next });
+        this.scheduleRefresh(next);
+      },
+      (err) => {
+        // Gone with the socket: the next welcome schedules afresh.
+        if (err.code === "disconnected" || err.code === "closed" || gen !== this.generation) return;
+        this.emit("error", err);
+        this.retryRefresh();
+      },
+      true,
+    );
+    this.pacer.prepend([req]);
   }
 
   protected onTransportClose(gen: number, info: TransportClose): void {
@@ -288,6 +383,8 @@ export abstract class Connection extends Emitter<ClientEvents> {
     this.generation += 1;
     this.transport = undefined;
     this.clock.clearTimeout(this.welcomeTimer);
+    this.clock.clearTimeout(this.refreshTimer);
+    this.refreshTimer = undefined;
     const wasConnected = this._state === "connected";
     this.pacer.deactivate();
     this.failInFlight(info.code);
@@ -383,6 +480,7 @@ export abstract class Connection extends Emitter<ClientEvents> {
     this.generation += 1;
     this.clock.clearTimeout(this.reconnectTimer);
     this.clock.clearTimeout(this.welcomeTimer);
+    this.clock.clearTimeout(this.refreshTimer);
     this.transport?.close(1000, "client closed");
     this.transport = undefined;
     this.pacer.deactivate();
