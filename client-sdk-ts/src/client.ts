@@ -137,14 +137,8 @@ export class TidegateClient extends Connection {
       if (sub.handlers.size > 0) return Promise.resolve();
     }
     this.subs.delete(channel);
-    let serverKnows = sub.live;
-    const pending = sub.request;
-    if (pending && !pending.done) {
-      serverKnows ||= this.inFlight.has(pending.id);
-      this.pacer.remove(pending);
-      this.inFlight.delete(pending.id);
-      pending.reject(new TidegateError("closed", "unsubscribed before the ack", { channel }));
-    }
+    const unacked = new TidegateError("closed", "unsubscribed before the ack", { channel });
+    const serverKnows = this.abandon(sub.request, unacked) || sub.live;
     if (this._state !== "connected" || !serverKnows) return Promise.resolve();
     return new Promise<void>((resolve, reject) => {
       const frame = { type: "unsubscribe", channel };

@@ -304,14 +304,23 @@ export abstract class Connection extends Emitter<ClientEvents> {
     const sub = this.subs.get(channel);
     if (!sub) return;
     this.subs.delete(channel);
-    const pending = sub.request;
-    if (pending && !pending.done) {
-      this.pacer.remove(pending);
-      this.inFlight.delete(pending.id);
-      pending.reject(
-        new TidegateError("forbidden", "the refreshed token does not allow this channel", { channel }),
-      );
-    }
+    this.abandon(
+      sub.request,
+      new TidegateError("forbidden", "the refreshed token does not allow this channel", { channel }),
+    );
+  }
+
+  /**
+   * @internal Rejects a request still queued or in flight with `error`;
+   * returns whether it had been written to the socket.
+   */
+  abandon(req: Request | undefined, error: TidegateError): boolean {
+    if (!req || req.done) return false;
+    const sent = this.inFlight.has(req.id);
+    this.pacer.remove(req);
+    this.inFlight.delete(req.id);
+    req.reject(error);
+    return sent;
   }
 
   /**

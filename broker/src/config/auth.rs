@@ -210,31 +210,9 @@ fn secret(
     env: &dyn Fn(&str) -> Option<String>,
     problems: &mut Vec<String>,
 ) -> Option<Vec<u8>> {
-    let value = match (&entry.secret, &entry.secret_env) {
-        (Some(s), None) => s.clone(),
-        (None, Some(var)) => match env(var) {
-            Some(s) => s,
-            None => {
-                problems.push(format!(
-                    "{path}.secret_env: environment variable {var} is not set"
-                ));
-                return None;
-            }
-        },
-        _ => {
-            problems.push(format!(
-                "{path}: give exactly one of `secret` and `secret_env`"
-            ));
-            return None;
-        }
-    };
-    if value.len() < MIN_JWT_SECRET_BYTES {
-        problems.push(format!(
-            "{path}.secret: must be at least {MIN_JWT_SECRET_BYTES} bytes"
-        ));
-        return None;
-    }
-    Some(value.into_bytes())
+    let field = (path, "secret", true, MIN_JWT_SECRET_BYTES);
+    super::env::secret_field(field, &entry.secret, &entry.secret_env, env, problems)
+        .map(String::into_bytes)
 }
 
 /// Whether any configured HS key is the public sample secret.

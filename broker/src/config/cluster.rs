@@ -117,6 +117,14 @@ mod tests {
 
     const SECRET: &str = "secret = \"a-cluster-secret-0123\"\n";
 
+    /// Fails unless some problem contains `needle`.
+    fn assert_has(problems: &[String], needle: &str) {
+        assert!(
+            problems.iter().any(|p| p.contains(needle)),
+            "missing {needle:?} in {problems:?}"
+        );
+    }
+
     #[test]
     fn cluster_mode_needs_a_secret() {
         let missing = problems("mode = \"redis\"\n");
@@ -132,18 +140,8 @@ mod tests {
         );
         let short =
             problems("mode = \"redis\"\nsecret = \"short\"\naccept_secrets = [\"also-short\"]\n");
-        assert!(
-            short
-                .iter()
-                .any(|p| p.starts_with("cluster.secret: must be")),
-            "{short:?}"
-        );
-        assert!(
-            short
-                .iter()
-                .any(|p| p.starts_with("cluster.accept_secrets[0]")),
-            "{short:?}"
-        );
+        assert_has(&short, "cluster.secret: must be");
+        assert_has(&short, "cluster.accept_secrets[0]");
     }
 
     #[test]
@@ -164,18 +162,8 @@ mod tests {
         let plain = problems(&format!(
             "mode = \"redis\"\n{SECRET}redis_url = \"redis://:pw@db/\"\nredis_ca_file = \"/ca.pem\"\nredis_cert_file = \"/c.pem\"\n"
         ));
-        assert!(
-            plain
-                .iter()
-                .any(|p| p.starts_with("cluster.redis_ca_file: only used with a rediss://")),
-            "{plain:?}"
-        );
-        assert!(
-            plain
-                .iter()
-                .any(|p| p.contains("give both redis_cert_file and redis_key_file")),
-            "{plain:?}"
-        );
+        assert_has(&plain, "cluster.redis_ca_file: only used with a rediss://");
+        assert_has(&plain, "give both redis_cert_file and redis_key_file");
         assert!(
             plain.iter().all(|p| !p.contains(":pw@")),
             "the password is masked: {plain:?}"

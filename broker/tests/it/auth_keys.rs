@@ -23,22 +23,18 @@ fn claims() -> Value {
     json!({"sub": "acme", "exp": unix_now() + 600, "sub_channels": ["doc:*"]})
 }
 
-fn sign(alg: Algorithm, kid: &str, claims: &Value, key: &EncodingKey) -> String {
+/// `claims` signed under `alg` and `kid` with `key`: a fixture's private
+/// key (`"rs256"`, `"es256"`) or, for any other text, that HS secret.
+fn sign(alg: Algorithm, kid: &str, claims: &Value, key: &str) -> String {
+    let pem = |f: &str| std::fs::read(fixture(f)).unwrap();
+    let key = match key {
+        "rs256" => EncodingKey::from_rsa_pem(&pem("rs256-private.pem")).unwrap(),
+        "es256" => EncodingKey::from_ec_pem(&pem("es256-private.pem")).unwrap(),
+        secret => EncodingKey::from_secret(secret.as_bytes()).unwrap(),
+    };
     let mut header = Header::new(alg);
     header.kid = Some(kid.into());
-    jsonwebtoken::encode(&header, claims, key).unwrap()
-}
-
-fn hs(secret: &str) -> EncodingKey {
-    EncodingKey::from_secret(secret.as_bytes()).unwrap()
-}
-
-fn rsa() -> EncodingKey {
-    EncodingKey::from_rsa_pem(&std::fs::read(fixture("rs256-private.pem")).unwrap()).unwrap()
-}
-
-fn ec() -> EncodingKey {
-    EncodingKey::from_ec_pem(&std::fs::read(fixture("es256-private.pem")).unwrap()).unwrap()
+    jsonwebtoken::encode(&header, claims, &key).unwrap()
 }
 
 /// The welcome, or the refusal's status and message.
@@ -63,8 +59,8 @@ fn keys(list: &[(&str, &str)]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotated_keys_are_accepted_during_the_overlap_and_the_old_one_after_it_is_not() {
     let b = Broker::start(&keys(&[("k-new", NEW), ("k-old", OLD)]));
-    let old_token = sign(Algorithm::HS256, "k-old", &claims(), &hs(OLD));
-    let new_token = sign(Algorithm::HS256, "k-new", &claims(), &hs(NEW));
+    let old_token = sign(Algorithm::HS256, "k-old", &claims(), OLD);
+    let new_token = sign(Algorithm::HS256, "k-new", &claims(), NEW);
     let mut held = Client::connect(&b.ws_url(), &old_token).await.unwrap();
     assert_eq!(held.next_json().await["type"], "welcome");
     assert_eq!(handshake(&b, &new_token).await.unwrap()["type"], "welcome");
@@ -74,7 +70,7 @@ async fn rotated_keys_are_accepted_during_the_overlap_and_the_old_one_after_it_i
         jsonwebtoken::decode_header(&minted).unwrap().kid.as_deref(),
         Some("k-new")
     );
-    let (status, message) = handshake(&b, &sign(Algorithm::HS256, "k-gone", &claims(), &hs(OLD)))
+    let (status, message) = handshake(&b, &sign(Algorithm::HS256, "k-gone", &claims(), OLD))
         .await
         .unwrap_err();
     assert_eq!(status, 401);
@@ -101,16 +97,16 @@ async fn rs256_and_es256_tokens_verify_with_pem_and_jwks_keys() {
         fixture("es256-public.pem"),
     ));
     for (alg, kid, key) in [
-        (Algorithm::RS256, "idp-rsa", rsa()),
-        (Algorithm::ES256, "idp-ec", ec()),
-        (Algorithm::ES256, "pem-ec", ec()),
+        (Algorithm::RS256, "idp-rsa", "rs256"),
+        (Algorithm::ES256, "idp-ec", "es256"),
+        (Algorithm::ES256, "pem-ec", "es256"),
     ] {
-        let welcome = handshake(&b, &sign(alg, kid, &claims(), &key)).await;
+        let welcome = handshake(&b, &sign(alg, kid, &claims(), key)).await;
         assert_eq!(welcome.unwrap()["account"], "acme", "{kid}");
     }
     // The RSA public key as an HMAC secret (algorithm confusion): refused.
     let pem = std::fs::read_to_string(fixture("rs256-public.pem")).unwrap();
-    let (status, message) = handshake(&b, &sign(Algorithm::HS256, "idp-rsa", &claims(), &hs(&pem)))
+    let (status, message) = handshake(&b, &sign(Algorithm::HS256, "idp-rsa", &claims(), &pem))
         .await
         .unwrap_err();
     assert_eq!(status, 401);
@@ -134,7 +130,7 @@ async fn a_jwks_file_is_read_again_on_sighup() {
         ("jwks_file = \"\"", &format!("jwks_file = {jwks:?}")),
     ]);
     let p = crate::process::Proc::start(&config).await;
-    let rsa_token = sign(Algorithm::RS256, "idp-rsa", &claims(), &rsa());
+    let rsa_token = sign(Algorithm::RS256, "idp-rsa", &claims(), "rs256");
     let refused = crate::common::refusal(Client::connect(&p.ws(), &rsa_token).await);
     assert_eq!(refused.err().map(|r| r.0), Some(401));
     // The provider rotates in its RSA key; SIGHUP reads the file again.
@@ -161,12 +157,16 @@ async fn issuer_and_audience_are_enforced_at_the_handshake() {
     let b = Broker::start(&format!(
         "[auth]\njwt_secret = \"{secret}\"\nissuer = \"https://idp.example\"\naudience = [\"tidegate\"]\n"
     ));
+    // The usual claims with `extra`'s fields on top.
     let token = |extra: Value| {
-        let mut c = claims();
-        c.as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().unwrap().clone());
-        sign(Algorithm::HS256, "any", &c, &hs(secret))
+        let Value::Object(extra) = extra else {
+            unreachable!()
+        };
+        let mut all = claims();
+        for (k, v) in extra {
+            all[k] = v;
+        }
+        sign(Algorithm::HS256, "any", &all, secret)
     };
     let ok = handshake(
         &b,

@@ -5,14 +5,12 @@
 //! ignored and counted, while a real operator action still applies on
 //! every node.
 
-use std::time::{Duration, Instant};
-
 use serde_json::json;
 
 use crate::certs::{TempDir, TestCa};
 use crate::cluster::{bridge_up, node, prefix, subscribed};
-use crate::common::{Broker, PATIENCE};
 use crate::redis_server::RedisServer;
+use crate::webhooks::metric_at_least;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_share_a_tls_only_redis_over_rediss() {
@@ -75,14 +73,6 @@ fn publish_control(redis: &RedisServer, prefix: &str, message: &str) {
         .arg(message)
         .query(&mut conn)
         .unwrap();
-}
-
-async fn metric_at_least(b: &Broker, series: &str, n: f64) {
-    let deadline = Instant::now() + PATIENCE;
-    while b.metric(series).await < n {
-        assert!(Instant::now() < deadline, "{series} never reached {n}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

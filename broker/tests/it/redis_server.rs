@@ -24,23 +24,16 @@ fn free_port() -> u16 {
 
 impl RedisServer {
     pub fn start() -> RedisServer {
-        let port = free_port();
-        let dir =
-            std::env::temp_dir().join(format!("tidegate-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut r = RedisServer {
-            port,
-            child: None,
-            dir,
-            tls: None,
-        };
-        r.spawn();
-        r
+        RedisServer::launch(None)
     }
 
     /// A Redis that speaks TLS only, with this certificate and key; it
     /// asks clients for no certificate (`--tls-auth-clients no`).
     pub fn start_tls(cert: PathBuf, key: PathBuf, ca: PathBuf) -> RedisServer {
+        RedisServer::launch(Some((cert, key, ca)))
+    }
+
+    fn launch(tls: Option<(PathBuf, PathBuf, PathBuf)>) -> RedisServer {
         let port = free_port();
         let dir =
             std::env::temp_dir().join(format!("tidegate-redis-{}-{port}", std::process::id()));
@@ -49,7 +42,7 @@ impl RedisServer {
             port,
             child: None,
             dir,
-            tls: Some((cert, key, ca)),
+            tls,
         };
         r.spawn();
         r

@@ -36,6 +36,12 @@ async fn connect(b: &Broker, token: &str) -> (Client, Value) {
     (c, welcome)
 }
 
+/// Sockets closed with 4001 so far.
+async fn expired_closes(b: &Broker) -> f64 {
+    b.metric("tidegate_rejections_total{layer=\"connection\",reason=\"token_expired\"}")
+        .await
+}
+
 /// Waits until the wall clock passes `unix_ms` (the token's own clock:
 /// nothing else to wait on).
 async fn until_wall_clock(unix_ms: u64) {
@@ -59,11 +65,7 @@ async fn a_socket_whose_token_expires_is_closed_with_4001() {
         exp * 1000
     );
     b.wait_sockets(0).await;
-    assert_eq!(
-        b.metric("tidegate_rejections_total{layer=\"connection\",reason=\"token_expired\"}")
-            .await,
-        1.0
-    );
+    assert_eq!(expired_closes(&b).await, 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,11 +84,7 @@ async fn a_refreshed_socket_outlives_its_first_token() {
     until_wall_clock(exp * 1000 + 1500).await;
     let budget = c.call(json!({"type":"budget"}), 6).await;
     assert_eq!(budget["type"], "budget", "{budget}");
-    assert_eq!(
-        b.metric("tidegate_rejections_total{layer=\"connection\",reason=\"token_expired\"}")
-            .await,
-        0.0
-    );
+    assert_eq!(expired_closes(&b).await, 0.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,30 +4,20 @@
  * ones from `getToken()` on the socket (`refresh`), and when it cannot,
  * the broker closes with 4001 and the SDK reconnects with a fresh token.
  */
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { CloseEvent } from "../../src/types.js";
-import { brokerConfig, startBroker, TEST_BASE, type Broker, sdkClients } from "../helpers/broker.js";
+import { brokerConfig, brokerForFile, TEST_BASE } from "../helpers/broker.js";
 import { nextEvent, until } from "../helpers/events.js";
 
-let broker: Broker;
-const clients = sdkClients(() => broker.wsUrl);
-
-before(async () => {
-  broker = await startBroker(brokerConfig(TEST_BASE));
-});
-
-after(async () => {
-  clients.closeAll();
-  await broker?.stop();
-});
+const { broker, clients } = brokerForFile(() => brokerConfig(TEST_BASE));
 
 test("short-lived tokens are refreshed on the socket: no 4001, no reconnect", async () => {
   let calls = 0;
   const c = clients.make({
     getToken: () => {
       calls += 1;
-      return broker.token({ account: "refresher", ttl: 4 });
+      return broker().token({ account: "refresher", ttl: 4 });
     },
   });
   const closes: CloseEvent[] = [];
@@ -55,7 +45,7 @@ test("when a refresh cannot happen the broker closes with 4001 and the SDK recon
       calls += 1;
       // The first token lives 2 s; the refresh attempt fails; later ones last.
       if (calls === 2) throw new Error("the token service is down");
-      return broker.token({ account: "expirer", ttl: calls === 1 ? 2 : 600 });
+      return broker().token({ account: "expirer", ttl: calls === 1 ? 2 : 600 });
     },
   });
   const first = await c.connect();

@@ -9,205 +9,186 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import WebSocket from "ws";
 import { TidegateClient } from "../../src/client.js";
-import { MAX_RETRY_AFTER_MS, planReconnect } from "../../src/reconnect.js";
 import type { ClientOptions } from "../../src/types.js";
 import { FakeClock, FakeServer } from "../helpers/setup.js";
-import { nextEvent, settle } from "../helpers/events.js";
+import { nextEvent } from "../helpers/events.js";
 
-function clientFor(server: FakeServer, clock: FakeClock, options: Partial<ClientOptions> = {}) {
-  return new TidegateClient({
+interface Rig {
+  server: FakeServer;
+  clock: FakeClock;
+  client: TidegateClient;
+}
+
+/** A fake server set up by `prepare`, and a client on a fake clock. */
+async function run(
+  options: Partial<ClientOptions>,
+  prepare: (server: FakeServer) => void,
+  body: (rig: Rig) => Promise<void>,
+): Promise<void> {
+  const server = await FakeServer.start();
+  prepare(server);
+  const clock = new FakeClock();
+  const client = new TidegateClient({
     url: server.url,
     WebSocket,
     clock,
     random: () => 0,
     ...options,
   } as ClientOptions);
+  try {
+    await body({ server, clock, client });
+  } finally {
+    client.close();
+    await server.stop();
+  }
 }
 
-test("the token is refreshed on the socket before it expires, without reconnecting", async () => {
-  const server = await FakeServer.start();
+test("the token is refreshed on the socket before it expires, without reconnecting", () => {
   const expires = Date.now() + 100_000;
-  server.tokenExpiresAt = expires;
-  server.refreshedExpiresAt = expires + 3_600_000;
-  const clock = new FakeClock();
   let calls = 0;
-  const client = clientFor(server, clock, { getToken: async () => `token-${++calls}` });
-  try {
-    const welcome = await client.connect();
-    assert.equal(welcome.tokenExpiresAt, expires);
-    const conn = await server.connection(1);
-    // 100 s to live: refreshed 30 s before exp (earlier than 80 s).
-    clock.advance(69_000);
-    assert.equal(conn.frames.filter((f) => f.type === "refresh").length, 0, "not yet");
-    const refreshed = nextEvent(client, "tokenRefresh");
-    clock.advance(1_000);
-    const frame = await conn.waitFor((f) => f.type === "refresh");
-    assert.equal(frame.token, "token-2");
-    assert.equal(typeof frame.id, "number");
-    assert.deepEqual(await refreshed, { tokenExpiresAt: server.refreshedExpiresAt });
-    assert.equal(client.welcome?.tokenExpiresAt, server.refreshedExpiresAt);
-    assert.equal(server.conns.length, 1, "no reconnect");
-    // The next refresh follows the new expiry (~an hour: at 80% of it).
-    clock.advance(2_800_000);
-    assert.equal(conn.frames.filter((f) => f.type === "refresh").length, 1);
-    clock.advance(200_000);
-    await conn.waitFor((f) => f.type === "refresh" && f.id !== frame.id);
-  } finally {
-    client.close();
-    await server.stop();
-  }
-});
-
-test("a refused refresh is reported and tried again while the token lasts", async () => {
-  const server = await FakeServer.start();
-  server.tokenExpiresAt = Date.now() + 100_000;
-  server.script = (c, frame) => {
-    if (frame.type === "refresh" && c.frames.filter((f) => f.type === "refresh").length === 1) {
-      c.send({ type: "error", code: "bad_request", id: frame.id, message: "refresh refused" });
-    } else c.answer(frame);
-  };
-  const clock = new FakeClock();
-  const client = clientFor(server, clock, { getToken: async () => "t" });
-  try {
-    await client.connect();
-    const conn = await server.connection(1);
-    const error = nextEvent(client, "error");
-    clock.advance(70_000);
-    assert.equal((await error).code, "bad_request");
-    const first = await conn.waitFor((f) => f.type === "refresh");
-    // About 30 s are left: the next attempt is at half of that.
-    clock.advance(16_000);
-    const second = await conn.waitFor((f) => f.type === "refresh" && f.id !== first.id);
-    assert.equal(second.token, "t");
-  } finally {
-    client.close();
-    await server.stop();
-  }
-});
-
-test("without getToken nothing is refreshed, and 4001 stops the client", async () => {
-  const server = await FakeServer.start();
-  server.tokenExpiresAt = Date.now() + 100_000;
-  const clock = new FakeClock();
-  const client = clientFor(server, clock, { token: "fixed" });
-  try {
-    await client.connect();
-    const conn = await server.connection(1);
-    clock.advance(99_000);
-    assert.equal(conn.frames.filter((f) => f.type === "refresh").length, 0);
-    const close = nextEvent(client, "close");
-    const error = nextEvent(client, "error");
-    conn.close(4001, "token expired: reconnect with a new token");
-    assert.equal((await close).reconnect, null);
-    assert.equal((await error).code, "unauthorized");
-    assert.equal(client.state, "closed");
-  } finally {
-    client.close();
-    await server.stop();
-  }
-});
-
-test("after 4001 the client reconnects with a fresh token from getToken()", async () => {
-  const server = await FakeServer.start();
-  const clock = new FakeClock();
-  let calls = 0;
-  const client = clientFor(server, clock, { getToken: async () => `token-${++calls}` });
-  try {
-    await client.connect();
-    const conn = await server.connection(1);
-    const close = nextEvent(client, "close");
-    conn.close(4001, "token expired: reconnect with a new token");
-    const c = await close;
-    assert.equal(c.code, 4001);
-    clock.advance(c.reconnect!.delayMs);
-    await server.connection(2);
-    assert.deepEqual(
-      server.handshakes.map((h) => h.token),
-      ["token-1", "token-2"],
-    );
-  } finally {
-    client.close();
-    await server.stop();
-  }
-});
-
-test("a subscription the refreshed token no longer allows is forgotten", async () => {
-  const server = await FakeServer.start();
-  const clock = new FakeClock();
-  const client = clientFor(server, clock, { getToken: async () => "t" });
-  try {
-    await client.connect();
-    const conn = await server.connection(1);
-    await client.subscribe("chat:1", () => undefined);
-    await client.subscribe("doc:1", () => undefined);
-    const error = nextEvent(client, "error");
-    conn.send({ type: "error", code: "forbidden", channel: "chat:1", message: "the subscription ended" });
-    const e = await error;
-    assert.deepEqual([e.code, e.channel], ["forbidden", "chat:1"]);
-    // After a reconnect only doc:1 is subscribed again.
-    const close = nextEvent(client, "close");
-    conn.close(1012, "restart");
-    clock.advance((await close).reconnect!.delayMs);
-    const conn2 = await server.connection(2);
-    const sub = await conn2.waitFor((f) => f.type === "subscribe");
-    assert.equal(sub.channel, "doc:1");
-    await settle(conn2.waitFor((f) => f.type === "subscribe" && f.channel === "chat:1", 0, 300)).then((r) =>
-      assert.equal(r.ok, false, "chat:1 was subscribed again"),
-    );
-  } finally {
-    client.close();
-    await server.stop();
-  }
-});
-
-test("a server's Retry-After is capped at maxRetryAfterMs (60 s by default)", async () => {
-  const settings = {
-    minDelayMs: 1000,
-    maxDelayMs: 30_000,
-    accountLimitedDelayMs: 30_000,
-    connectionCapDelayMs: 5000,
-    stableAfterMs: 10_000,
-  };
-  const refused = (retryAfterMs: number) => ({
-    code: 1006,
-    wasOpen: false,
-    refusal: { status: 429, code: "too_many_connections", retryAfterMs },
-    step: 0,
-    hasGetToken: false,
-  });
-  const zero = () => 0;
-  assert.equal(MAX_RETRY_AFTER_MS, 60_000);
-  assert.equal(planReconnect(refused(86_400_000), settings, zero).floorMs, 60_000);
-  assert.equal(planReconnect(refused(2_000), settings, zero).floorMs, 2_000);
-  assert.equal(
-    planReconnect(refused(86_400_000), { ...settings, maxRetryAfterMs: 5_000 }, zero).floorMs,
-    5_000,
+  return run(
+    { getToken: async () => `token-${++calls}` },
+    (server) => {
+      server.tokenExpiresAt = expires;
+      server.refreshedExpiresAt = expires + 3_600_000;
+    },
+    async ({ server, clock, client }) => {
+      const welcome = await client.connect();
+      assert.equal(welcome.tokenExpiresAt, expires);
+      const conn = await server.connection(1);
+      // 100 s to live: refreshed 30 s before exp (earlier than 80 s).
+      clock.advance(69_000);
+      assert.equal(conn.frames.filter((f) => f.type === "refresh").length, 0, "not yet");
+      const refreshed = nextEvent(client, "tokenRefresh");
+      clock.advance(1_000);
+      const frame = await conn.waitFor((f) => f.type === "refresh");
+      assert.equal(frame.token, "token-2");
+      assert.equal(typeof frame.id, "number");
+      assert.deepEqual(await refreshed, { tokenExpiresAt: server.refreshedExpiresAt });
+      assert.equal(client.welcome?.tokenExpiresAt, server.refreshedExpiresAt);
+      assert.equal(server.conns.length, 1, "no reconnect");
+      // The next refresh follows the new expiry (~an hour: at 80% of it).
+      clock.advance(2_800_000);
+      assert.equal(conn.frames.filter((f) => f.type === "refresh").length, 1);
+      clock.advance(200_000);
+      await conn.waitFor((f) => f.type === "refresh" && f.id !== frame.id);
+    },
   );
-  const hinted = { code: 4029, wasOpen: true, retryAfterHintMs: 3_600_000, step: 0, hasGetToken: false };
-  assert.equal(planReconnect(hinted, settings, zero).floorMs, 60_000);
 });
 
-test("a rate_limited frame asking for an hour pauses the client for at most the cap", async () => {
-  const server = await FakeServer.start();
-  let limitedOnce = false;
-  server.script = (c, frame) => {
-    if (frame.type === "publish" && !limitedOnce) {
-      limitedOnce = true;
-      c.send({ type: "error", code: "rate_limited", retryAfterMs: 3_600_000, dropped: 1, ids: [frame.id] });
-    } else c.answer(frame);
-  };
-  const clock = new FakeClock();
-  const client = clientFor(server, clock, { token: "t", maxRetryAfterMs: 2_000 });
-  try {
-    await client.connect();
-    const limited = nextEvent(client, "rateLimited");
-    const published = client.publish("doc:1", "first");
-    assert.equal((await limited).retryAfterMs, 2_000);
-    clock.advance(2_000);
-    const { attempts } = await published;
-    assert.equal(attempts, 2, "resent after the capped wait");
-  } finally {
-    client.close();
-    await server.stop();
-  }
+test("a refused refresh is reported and tried again while the token lasts", () =>
+  run(
+    { getToken: async () => "t" },
+    (server) => {
+      server.tokenExpiresAt = Date.now() + 100_000;
+      server.script = (c, frame) => {
+        if (frame.type === "refresh" && c.frames.filter((f) => f.type === "refresh").length === 1) {
+          c.send({ type: "error", code: "bad_request", id: frame.id, message: "refresh refused" });
+        } else c.answer(frame);
+      };
+    },
+    async ({ server, clock, client }) => {
+      await client.connect();
+      const conn = await server.connection(1);
+      const error = nextEvent(client, "error");
+      clock.advance(70_000);
+      assert.equal((await error).code, "bad_request");
+      const first = await conn.waitFor((f) => f.type === "refresh");
+      // About 30 s are left: the next attempt is at half of that.
+      clock.advance(16_000);
+      const second = await conn.waitFor((f) => f.type === "refresh" && f.id !== first.id);
+      assert.equal(second.token, "t");
+    },
+  ));
+
+test("without getToken nothing is refreshed, and 4001 stops the client", () =>
+  run(
+    { token: "fixed" },
+    (server) => {
+      server.tokenExpiresAt = Date.now() + 100_000;
+    },
+    async ({ server, clock, client }) => {
+      await client.connect();
+      const conn = await server.connection(1);
+      clock.advance(99_000);
+      assert.equal(conn.frames.filter((f) => f.type === "refresh").length, 0);
+      const close = nextEvent(client, "close");
+      const error = nextEvent(client, "error");
+      conn.close(4001, "token expired: reconnect with a new token");
+      assert.equal((await close).reconnect, null);
+      assert.equal((await error).code, "unauthorized");
+      assert.equal(client.state, "closed");
+    },
+  ));
+
+test("after 4001 the client reconnects with a fresh token from getToken()", () => {
+  let calls = 0;
+  return run(
+    { getToken: async () => `token-${++calls}` },
+    () => undefined,
+    async ({ server, clock, client }) => {
+      await client.connect();
+      const conn = await server.connection(1);
+      const close = nextEvent(client, "close");
+      conn.close(4001, "token expired: reconnect with a new token");
+      const c = await close;
+      assert.equal(c.code, 4001);
+      clock.advance(c.reconnect!.delayMs);
+      await server.connection(2);
+      assert.deepEqual(
+        server.handshakes.map((h) => h.token),
+        ["token-1", "token-2"],
+      );
+    },
+  );
 });
+
+test("a subscription the refreshed token no longer allows is forgotten", () =>
+  run(
+    { getToken: async () => "t" },
+    () => undefined,
+    async ({ server, clock, client }) => {
+      await client.connect();
+      const conn = await server.connection(1);
+      await client.subscribe("chat:1", () => undefined);
+      await client.subscribe("doc:1", () => undefined);
+      const error = nextEvent(client, "error");
+      conn.send({ type: "error", code: "forbidden", channel: "chat:1", message: "the subscription ended" });
+      const e = await error;
+      assert.deepEqual([e.code, e.channel], ["forbidden", "chat:1"]);
+      // After a reconnect only doc:1 is subscribed again.
+      const close = nextEvent(client, "close");
+      conn.close(1012, "restart");
+      clock.advance((await close).reconnect!.delayMs);
+      const conn2 = await server.connection(2);
+      const sub = await conn2.waitFor((f) => f.type === "subscribe");
+      assert.equal(sub.channel, "doc:1");
+      // A round trip after the resubscribes: everything sent before it is in.
+      await client.requestBudget();
+      const again = conn2.frames.filter((f) => f.type === "subscribe").map((f) => f.channel);
+      assert.deepEqual(again, ["doc:1"], "chat:1 was not subscribed again");
+    },
+  ));
+
+test("a rate_limited frame asking for an hour pauses the client for at most the cap", () =>
+  run(
+    { token: "t", maxRetryAfterMs: 2_000 },
+    (server) => {
+      let limitedOnce = false;
+      server.script = (c, frame) => {
+        if (frame.type === "publish" && !limitedOnce) {
+          limitedOnce = true;
+          c.send({ type: "error", code: "rate_limited", retryAfterMs: 3_600_000, dropped: 1, ids: [frame.id] });
+        } else c.answer(frame);
+      };
+    },
+    async ({ server, clock, client }) => {
+      await client.connect();
+      const limited = nextEvent(client, "rateLimited");
+      const published = client.publish("doc:1", "first");
+      assert.equal((await limited).retryAfterMs, 2_000);
+      clock.advance(2_000);
+      const { attempts } = await published;
+      assert.equal(attempts, 2, "resent after the capped wait");
+    },
+  ));
