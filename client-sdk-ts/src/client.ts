@@ -160,6 +160,41 @@ export class TidegateClient extends Connection {
     });
   }
 
+  /**
+   * @internal The server ended a subscription (a refreshed token no longer
+   * allows it): forget it, rejecting a subscribe still on its way.
+   */
+  forget(channel: string): void {
+    const sub = this.subs.get(channel);
+    if (!sub) return;
+    this.subs.delete(channel);
+    this.abandon(
+      sub.request,
+      new TidegateError("forbidden", "the refreshed token does not allow this channel", { channel }),
+    );
+  }
+
+  /** A `refresh` frame with `token`: resolves with the ack's `tokenExpiresAt`. */
+  protected sendRefresh(token: string): Promise<number | undefined> {
+    return new Promise((resolve, reject) => {
+      const req = this.makeRequest<AckFrame>(
+        "refresh",
+        { type: "refresh", token },
+        undefined,
+        undefined,
+        (ack) => {
+          this.token = token;
+          const next = typeof ack.tokenExpiresAt === "number" ? ack.tokenExpiresAt : undefined;
+          if (this._welcome && next !== undefined) this._welcome = { ...this._welcome, tokenExpiresAt: next };
+          resolve(next);
+        },
+        reject,
+        true,
+      );
+      this.pacer.prepend([req]);
+    });
+  }
+
   /** A subscribe frame for `sub`; its answer updates the subscription. */
   protected subscribeRequest(
     sub: Subscription,

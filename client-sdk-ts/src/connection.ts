@@ -9,7 +9,7 @@ import { Emitter } from "./emitter.js";
 import { TidegateError } from "./errors.js";
 import { Pacer, type BucketView } from "./pacer.js";
 import { MAX_RETRY_AFTER_MS, planReconnect, type ReconnectSettings } from "./reconnect.js";
-import { refreshDelay, retryDelay } from "./refresh.js";
+import { TokenRefresher } from "./refresh.js";
 import type { Request, RequestKind } from "./request.js";
 import { Subscriptions, type Subscription } from "./subscriptions.js";
 import { tokenExpired } from "./token.js";
@@ -17,7 +17,6 @@ import type { Transport, TransportClose, TransportFactory } from "./transport.js
 import { webSocketTransport } from "./transports/websocket.js";
 import { FrameHandler, byteLength, refusalError } from "./frames.js";
 import type {
-  AckFrame,
   ClientEvents,
   ClientOptions,
   ClientState,
@@ -62,10 +61,8 @@ export abstract class Connection extends Emitter<ClientEvents> {
   protected connectedAt = 0;
   protected reconnectTimer?: TimerHandle;
   protected welcomeTimer?: TimerHandle;
-  /** The next `refresh` of the token on the socket (`refresh.ts`). */
-  protected refreshTimer?: TimerHandle;
-  /** When the current token expires, on `clock` (not the wall clock). */
-  protected tokenDeadline?: number;
+  /** Sends a fresh token on the socket before the current one expires. */
+  protected readonly refresher: TokenRefresher;
   protected waiters: Waiter[] = [];
   protected nextId = 1;
 
@@ -96,6 +93,22 @@ export abstract class Connection extends Emitter<ClientEvents> {
       send: (r) => this.sendRequest(r),
     });
     this.frames = new FrameHandler(this);
+    this.refresher = new TokenRefresher({
+      clock: this.clock,
+      random: this.random,
+      getToken: async () => {
+        const fresh = await this.opts.getToken!();
+        if (typeof fresh !== "string" || fresh.length === 0) {
+          throw new TypeError("getToken() returned no token");
+        }
+        return fresh;
+      },
+      send: (token) =>
+        this._state === "connected" ? this.sendRefresh(token) : Promise.reject(closedError()),
+      failed: (cause) =>
+        this.emit("error", cause instanceof TidegateError ? cause : tokenError(cause)),
+      refreshed: (tokenExpiresAt) => this.emit("tokenRefresh", { tokenExpiresAt }),
+    });
   }
 
   // ------------------------------------------------------------ accessors --
@@ -288,7 +301,7 @@ export abstract class Connection extends Emitter<ClientEvents> {
     }
     this.emit("welcome", welcome);
     this.pacer.activate();
-    this.scheduleRefresh(welcome.tokenExpiresAt);
+    if (this.opts.getToken) this.refresher.schedule(welcome.tokenExpiresAt);
   }
 
   /** @internal A wait the server asked for, cut to `maxRetryAfterMs`. */
@@ -296,19 +309,8 @@ export abstract class Connection extends Emitter<ClientEvents> {
     return Math.min(ms, this.settings.maxRetryAfterMs ?? MAX_RETRY_AFTER_MS);
   }
 
-  /**
-   * @internal The server ended a subscription (a refreshed token no longer
-   * allows it): forget it, rejecting a subscribe still on its way.
-   */
-  forget(channel: string): void {
-    const sub = this.subs.get(channel);
-    if (!sub) return;
-    this.subs.delete(channel);
-    this.abandon(
-      sub.request,
-      new TidegateError("forbidden", "the refreshed token does not allow this channel", { channel }),
-    );
-  }
+  /** @internal The server ended a subscription (made by the client half). */
+  abstract forget(channel: string): void;
 
   /**
    * @internal Rejects a request still queued or in flight with `error`;
@@ -323,77 +325,15 @@ export abstract class Connection extends Emitter<ClientEvents> {
     return sent;
   }
 
-  /**
-   * With `getToken`, sends a fresh token before the current one expires at
-   * `expiresAtMs` (unix ms), so the socket is not closed with 4001.
-   */
-  protected scheduleRefresh(expiresAtMs: number | undefined): void {
-    if (!this.opts.getToken || typeof expiresAtMs !== "number") return;
-    // The wall clock is read once: from here on the injected clock counts.
-    const remaining = expiresAtMs - Date.now();
-    this.tokenDeadline = this.clock.now() + remaining;
-    this.armRefresh(refreshDelay(remaining, this.random));
-  }
-
-  /** After a failed refresh: again while the current token lasts. */
-  protected retryRefresh(): void {
-    if (this.tokenDeadline === undefined) return;
-    this.armRefresh(retryDelay(this.tokenDeadline - this.clock.now()));
-  }
-
-  private armRefresh(delay: number | undefined): void {
-    this.clock.clearTimeout(this.refreshTimer);
-    this.refreshTimer = undefined;
-    if (delay === undefined) return;
-    const gen = this.generation;
-    this.refreshTimer = this.clock.setTimeout(() => {
-      this.refreshTimer = undefined;
-      if (gen === this.generation) void this.refreshNow();
-    }, delay);
-  }
-
-  private async refreshNow(): Promise<void> {
-    const gen = this.generation;
-    let token: string;
-    try {
-      token = await this.opts.getToken!();
-      if (typeof token !== "string" || token.length === 0) throw new TypeError("getToken() returned no token");
-    } catch (cause) {
-      if (gen !== this.generation) return;
-      this.emit("error", tokenError(cause));
-      return this.retryRefresh();
-    }
-    if (gen !== this.generation || this._state !== "connected") return;
-    const req = this.makeRequest<AckFrame>(
-      "refresh",
-      { type: "refresh", token },
-      undefined,
-      undefined,
-      (ack) => {
-        this.token = token;
-        const next = typeof ack.tokenExpiresAt === "number" ? ack.tokenExpiresAt : undefined;
-        if (this._welcome && next !== undefined) this._welcome = { ...this._welcome, tokenExpiresAt: next };
-        if (next !== undefined) this.emit("tokenRefresh", { tokenExpiresAt: next });
-        this.scheduleRefresh(next);
-      },
-      (err) => {
-        // Gone with the socket: the next welcome schedules afresh.
-        if (err.code === "disconnected" || err.code === "closed" || gen !== this.generation) return;
-        this.emit("error", err);
-        this.retryRefresh();
-      },
-      true,
-    );
-    this.pacer.prepend([req]);
-  }
+  /** A `refresh` frame (made by the client half): the ack's `tokenExpiresAt`. */
+  protected abstract sendRefresh(token: string): Promise<number | undefined>;
 
   protected onTransportClose(gen: number, info: TransportClose): void {
     if (gen !== this.generation || this._state === "closed") return;
     this.generation += 1;
     this.transport = undefined;
     this.clock.clearTimeout(this.welcomeTimer);
-    this.clock.clearTimeout(this.refreshTimer);
-    this.refreshTimer = undefined;
+    this.refresher.cancel();
     const wasConnected = this._state === "connected";
     this.pacer.deactivate();
     this.failInFlight(info.code);
@@ -489,7 +429,7 @@ export abstract class Connection extends Emitter<ClientEvents> {
     this.generation += 1;
     this.clock.clearTimeout(this.reconnectTimer);
     this.clock.clearTimeout(this.welcomeTimer);
-    this.clock.clearTimeout(this.refreshTimer);
+    this.refresher.cancel();
     this.transport?.close(1000, "client closed");
     this.transport = undefined;
     this.pacer.deactivate();

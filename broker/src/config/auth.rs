@@ -15,6 +15,7 @@ use jsonwebtoken::{Algorithm, AlgorithmFamily};
 use serde::{Deserialize, Deserializer, Serialize};
 use sha2::Sha256;
 
+use super::cluster::{ClusterSecrets, Secret};
 use super::{AuthSection, SAMPLE_JWT_SECRET};
 
 /// The shortest HS secret and fingerprint secret accepted.
@@ -227,7 +228,24 @@ pub(super) fn uses_sample_secret(keys: &[VerifyKey]) -> bool {
 /// has it); a single node without either uses a key of its own process
 /// (its buckets never leave it). Never the JWT secret, so rotating the
 /// JWT keys keeps every API key's bucket.
-pub(super) fn fingerprint_key(auth: &AuthSection, cluster_secret: Option<&[u8]>) -> Vec<u8> {
+pub(super) fn fingerprint_key(
+    auth: &AuthSection,
+    cluster: &ClusterSecrets,
+    problems: &mut Vec<String>,
+) -> Secret {
+    let own = &auth.fingerprint_secret;
+    if !own.is_empty() && own.len() < MIN_JWT_SECRET_BYTES {
+        problems.push(format!(
+            "auth.fingerprint_secret: must be at least {MIN_JWT_SECRET_BYTES} bytes"
+        ));
+    }
+    Secret(derive_fingerprint_key(
+        auth,
+        cluster.sign.as_ref().map(|s| s.0.as_slice()),
+    ))
+}
+
+fn derive_fingerprint_key(auth: &AuthSection, cluster_secret: Option<&[u8]>) -> Vec<u8> {
     if !auth.fingerprint_secret.is_empty() {
         return auth.fingerprint_secret.as_bytes().to_vec();
     }
@@ -345,16 +363,19 @@ mod tests {
         let b = auth("jwt_secret = \"fedcba9876543210\"");
         let cluster = b"a-cluster-secret-of-some-length".as_slice();
         assert_eq!(
-            fingerprint_key(&a, Some(cluster)),
-            fingerprint_key(&b, Some(cluster)),
+            derive_fingerprint_key(&a, Some(cluster)),
+            derive_fingerprint_key(&b, Some(cluster)),
             "rotating the JWT secret keeps the fingerprints"
         );
-        assert_ne!(fingerprint_key(&a, Some(cluster)), cluster);
+        assert_ne!(derive_fingerprint_key(&a, Some(cluster)), cluster);
         let own = auth("fingerprint_secret = \"fingerprints-0123456\"");
         assert_eq!(
-            fingerprint_key(&own, Some(cluster)),
+            derive_fingerprint_key(&own, Some(cluster)),
             b"fingerprints-0123456"
         );
-        assert_eq!(fingerprint_key(&a, None), fingerprint_key(&b, None));
+        assert_eq!(
+            derive_fingerprint_key(&a, None),
+            derive_fingerprint_key(&b, None)
+        );
     }
 }

@@ -351,17 +351,7 @@ impl Config {
         );
         let jwt_keys = auth::resolve_keys(&auth, env, &mut problems);
         let cluster_secrets = cluster::secrets(&cluster, &mut problems);
-        let fingerprint_key = Secret(auth::fingerprint_key(
-            &auth,
-            cluster_secrets.sign.as_ref().map(|s| s.0.as_slice()),
-        ));
-        if !auth.fingerprint_secret.is_empty()
-            && auth.fingerprint_secret.len() < MIN_JWT_SECRET_BYTES
-        {
-            problems.push(format!(
-                "auth.fingerprint_secret: must be at least {MIN_JWT_SECRET_BYTES} bytes"
-            ));
-        }
+        let fingerprint_key = auth::fingerprint_key(&auth, &cluster_secrets, &mut problems);
         let mut warnings = Vec::new();
         if !from_file {
             retire_sample_key(exposed(&node), &mut resolved_keys, &mut warnings);
