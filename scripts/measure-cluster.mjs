@@ -153,7 +153,8 @@ function config(dir, name, id, redisPort, mode = "redis") {
   if (redisPort) {
     text = text
       .replace('mode = "memory"', `mode = "${mode}"`)
-      .replace('redis_url = "redis://127.0.0.1:6379/"', `redis_url = "redis://127.0.0.1:${redisPort}/"`);
+      .replace('redis_url = "redis://127.0.0.1:6379/"', `redis_url = "redis://127.0.0.1:${redisPort}/"`)
+      .replace('\nsecret = ""', '\nsecret = "measure-cluster-secret-0123"');
   }
   // Only the publisher's own budget is raised.
   text += `

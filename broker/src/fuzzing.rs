@@ -49,6 +49,7 @@ pub fn client_frame(data: &[u8]) -> bool {
             serde_json::from_str::<serde::de::IgnoredAny>(data.get()).expect("data is JSON");
         }
         ClientFrame::Budget { .. } => {}
+        ClientFrame::Refresh { token, .. } => assert!(!token.is_empty(), "an empty token parsed"),
     }
     true
 }

@@ -17,7 +17,10 @@
 //!    [`config`] (`config.toml`, plans, validation that reports every
 //!    problem), [`clock`], [`limiter`] (token bucket, keyed buckets, the
 //!    account sampler, notice throttle), [`pricing`] (the cost function),
-//!    [`auth`] (HS256 tokens), [`alive`], [`process_metrics`], [`metrics`]
+//!    [`auth`] (tokens, verified with every configured key: HS secrets with
+//!    key ids, public keys from PEM and JWKS files, for rotation without a
+//!    flag day), [`tls`] (rustls with ring for the listeners, certificates
+//!    swapped on SIGHUP, https webhooks and `rediss://`), [`alive`], [`process_metrics`], [`metrics`]
 //!    (Prometheus families, the webhook metrics, the overview's history),
 //!    [`exceeded`] (one event and one count per refusal), [`refusal`] (the
 //!    HTTP refusal body), [`gate`] (handshake defences, the client
@@ -79,6 +82,7 @@ pub mod reload;
 pub mod rules;
 pub mod server;
 pub mod socket;
+pub mod tls;
 pub mod unfinished;
 pub mod webhook;
 

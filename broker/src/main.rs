@@ -193,7 +193,7 @@ fn main() -> Result<()> {
             {
                 bail!("plan {p:?} is not defined in the config");
             }
-            let auth = Authenticator::new(&config.auth.jwt_secret, 0)?;
+            let auth = Authenticator::from_config(&config.auth, &config.jwt_keys)?;
             let claims = Claims {
                 sub: account,
                 exp: unix_now() + ttl.unwrap_or(config.auth.dev_token_ttl_secs),
@@ -202,7 +202,7 @@ fn main() -> Result<()> {
                 sub_channels,
                 pub_channels,
             };
-            println!("{}", auth.mint(&claims));
+            println!("{}", auth.try_mint(&claims)?);
             Ok(())
         }
         Command::Healthcheck { addr } => healthcheck(addr),
@@ -218,7 +218,9 @@ fn main() -> Result<()> {
                 node_id,
                 grpc_listen,
             };
-            let result = load(file.as_ref()).and_then(|mut c| flags.apply(&mut c).map(|()| c));
+            let result = load(file.as_ref())
+                .and_then(|mut c| flags.apply(&mut c).map(|()| c))
+                .and_then(check_files);
             match result {
                 Ok(config) => {
                     println!("{name}: ok");
@@ -239,6 +241,28 @@ fn main() -> Result<()> {
                 }
             }
         }
+    }
+}
+
+/// The files a valid config names, read as `serve` would read them: key
+/// files (PEM, JWKS), the listeners' certificates, the Redis TLS files.
+fn check_files(config: Config) -> Result<Config, ConfigError> {
+    let mut problems = Vec::new();
+    if let Err(e) = Authenticator::from_config(&config.auth, &config.jwt_keys) {
+        problems.push(e.to_string());
+    }
+    if let Err(e) = tidegate::tls::Listeners::load(&config) {
+        problems.push(format!("TLS: {e}"));
+    }
+    if config.cluster.mode.uses_redis()
+        && let Err(e) = tidegate::cluster::redis::RedisTarget::open(&config.cluster)
+    {
+        problems.push(format!("cluster: {e}"));
+    }
+    if problems.is_empty() {
+        Ok(config)
+    } else {
+        Err(ConfigError { problems })
     }
 }
 
@@ -331,8 +355,18 @@ fn serve(
         // reader that stops after the first line must not end the node, so
         // a closed stdout is ignored.
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "tidegate listening on http://{addr}");
-        let _ = writeln!(out, "tidegate grpc on http://{grpc_addr}");
+        let http = if node.tls.http.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let grpc_scheme = if node.tls.grpc.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let _ = writeln!(out, "tidegate listening on {http}://{addr}");
+        let _ = writeln!(out, "tidegate grpc on {grpc_scheme}://{grpc_addr}");
         let _ = out.flush();
         drop(out);
         let shutdown = async move {

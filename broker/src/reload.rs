@@ -34,9 +34,7 @@ pub fn reload_file(node: &Node, path: &Path) -> Result<(), ConfigError> {
             tracing::warn!(old = %grpc, new = %config.grpc.listen, "grpc.listen needs a restart; keeping the old address");
             config.set_grpc_listen(grpc)?;
         }
-        node.reload(config).map_err(|e| ConfigError {
-            problems: vec![format!("auth.jwt_secret: {e}")],
-        })
+        node.reload(config).map_err(|problems| ConfigError { problems })
     });
     match &result {
         Ok(()) => node.metrics.reloaded("applied"),
@@ -66,21 +64,46 @@ pub fn hangups() -> Option<Signal> {
     }
 }
 
-/// Reloads `path` on SIGHUP and when it changes; without a file, logs and
-/// counts each SIGHUP as ignored. Runs until the task is dropped.
+/// Reloads `path` on SIGHUP and when it changes; without a file, SIGHUP
+/// reads the key and certificate files the config names again (a JWKS,
+/// PEM keys, the listeners' certificates) and is otherwise counted as
+/// ignored. Runs until the task is dropped.
 pub async fn watch(node: Arc<Node>, path: Option<PathBuf>, hangup: Option<Signal>) {
     match path {
         Some(path) => watch_file(node, path, hangup).await,
         None => {
             let Some(mut hangup) = hangup else { return };
             while hangup.recv().await.is_some() {
-                node.metrics.reloaded("ignored");
-                tracing::info!(
-                    "SIGHUP ignored: this node runs the embedded config (no --config file to reload)"
-                );
+                if !names_files(&node.config.load()) {
+                    node.metrics.reloaded("ignored");
+                    tracing::info!(
+                        "SIGHUP ignored: this node runs the embedded config (no --config file to reload)"
+                    );
+                    continue;
+                }
+                match node.reload_files() {
+                    Ok(()) => node.metrics.reloaded("applied"),
+                    Err(problems) => {
+                        node.metrics.reloaded("refused");
+                        for p in &problems {
+                            tracing::error!(problem = %p, "key or certificate reload refused; keeping the running ones");
+                        }
+                    }
+                }
             }
         }
     }
+}
+
+/// Whether the config names key or certificate files a SIGHUP re-reads.
+fn names_files(config: &Config) -> bool {
+    !config.auth.jwks_file.is_empty()
+        || config
+            .jwt_keys
+            .iter()
+            .any(|k| matches!(k.source, crate::config::KeySource::PublicKeyFile(_)))
+        || !config.node.tls_cert_file.is_empty()
+        || !config.grpc.tls_cert_file.is_empty()
 }
 
 async fn watch_file(node: Arc<Node>, path: PathBuf, mut hangup: Option<Signal>) {

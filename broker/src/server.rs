@@ -7,8 +7,9 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_http::{HttpService, Request, h1};
+use actix_http::{HttpService, Request, TlsAcceptorConfig, h1};
 use actix_service::{IntoServiceFactory, ServiceFactoryExt, fn_service, map_config};
+use actix_tls::accept::rustls_0_23::TlsStream;
 use actix_web::dev::{AppConfig, Service};
 use actix_web::rt::net::TcpStream;
 use actix_web::{App, web};
@@ -92,11 +93,10 @@ pub async fn serve_with_grpc(
     let request_timeout = Duration::from_millis(config.handshake.request_timeout_ms);
     let disconnect_timeout = Duration::from_millis(config.socket.close_timeout_ms);
     let local = listener.local_addr()?;
-    let server = actix_server::Server::build()
-        .workers(workers)
-        .disable_signals()
-        .shutdown_timeout(1)
-        .listen("tidegate", listener, move || {
+    // One worker's HTTP service over connections of type `$io` (plain TCP
+    // or TLS); a macro because the two differ only in that type.
+    macro_rules! http_service {
+        ($io:ty) => {{
             let node = workers_node.clone();
             node.metrics.alive.this_runtime("actix");
             let app = App::new()
@@ -129,7 +129,8 @@ pub async fn serve_with_grpc(
                 // on Linux).
                 .tcp_nodelay(true)
                 .local_addr(local)
-                .on_connect_ext(move |tcp: &TcpStream, ext| {
+                .on_connect_ext(move |io: &$io, ext| {
+                    let tcp = crate::tls::PeerStream::tcp(io);
                     if send_buffer > 0 {
                         // Best effort: the OS may round or cap the size.
                         let _ = socket2::SockRef::from(tcp).set_send_buffer_size(send_buffer);
@@ -140,7 +141,7 @@ pub async fn serve_with_grpc(
                 // takes the TCP stream out of the h1 dispatcher and its
                 // buffers (`socket/transport.rs`).
                 .upgrade(fn_service(
-                    move |(req, framed): (Request, actix_codec::Framed<TcpStream, h1::Codec>)| {
+                    move |(req, framed): (Request, actix_codec::Framed<$io, h1::Codec>)| {
                         let node = upgrades.clone();
                         async move {
                             // A peer gone mid-handshake is routine, not
@@ -153,9 +154,26 @@ pub async fn serve_with_grpc(
                     },
                 ))
                 .finish(map_config(app, |()| AppConfig::default()))
-                .tcp()
-        })?
-        .run();
+        }};
+    }
+    let builder = actix_server::Server::build()
+        .workers(workers)
+        .disable_signals()
+        .shutdown_timeout(1);
+    let server = match &node.tls.http {
+        None => builder.listen("tidegate", listener, move || http_service!(TcpStream).tcp())?,
+        // TLS (`[node] tls_cert_file`): the certificate comes from the
+        // node's store on every handshake, so SIGHUP swaps it.
+        Some(store) => {
+            let tls = crate::tls::server_config(store.clone(), &[]);
+            builder.listen("tidegate", listener, move || {
+                // The TLS handshake shares the request head's deadline.
+                let handshake = TlsAcceptorConfig::default().handshake_timeout(request_timeout);
+                http_service!(TlsStream<TcpStream>).rustls_0_23_with_config(tls.clone(), handshake)
+            })?
+        }
+    }
+    .run();
     let handle = server.handle();
     let sweeper = {
         let node = node.clone();

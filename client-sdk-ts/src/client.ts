@@ -137,14 +137,8 @@ export class TidegateClient extends Connection {
       if (sub.handlers.size > 0) return Promise.resolve();
     }
     this.subs.delete(channel);
-    let serverKnows = sub.live;
-    const pending = sub.request;
-    if (pending && !pending.done) {
-      serverKnows ||= this.inFlight.has(pending.id);
-      this.pacer.remove(pending);
-      this.inFlight.delete(pending.id);
-      pending.reject(new TidegateError("closed", "unsubscribed before the ack", { channel }));
-    }
+    const unacked = new TidegateError("closed", "unsubscribed before the ack", { channel });
+    const serverKnows = this.abandon(sub.request, unacked) || sub.live;
     if (this._state !== "connected" || !serverKnows) return Promise.resolve();
     return new Promise<void>((resolve, reject) => {
       const frame = { type: "unsubscribe", channel };
@@ -163,6 +157,41 @@ export class TidegateClient extends Connection {
       const frame = { type: "budget" };
       const req = this.makeRequest("budget", frame, undefined, options.timeoutMs, resolve, reject);
       this.sendRequest(req);
+    });
+  }
+
+  /**
+   * @internal The server ended a subscription (a refreshed token no longer
+   * allows it): forget it, rejecting a subscribe still on its way.
+   */
+  forget(channel: string): void {
+    const sub = this.subs.get(channel);
+    if (!sub) return;
+    this.subs.delete(channel);
+    this.abandon(
+      sub.request,
+      new TidegateError("forbidden", "the refreshed token does not allow this channel", { channel }),
+    );
+  }
+
+  /** A `refresh` frame with `token`: resolves with the ack's `tokenExpiresAt`. */
+  protected sendRefresh(token: string): Promise<number | undefined> {
+    return new Promise((resolve, reject) => {
+      const req = this.makeRequest<AckFrame>(
+        "refresh",
+        { type: "refresh", token },
+        undefined,
+        undefined,
+        (ack) => {
+          this.token = token;
+          const next = typeof ack.tokenExpiresAt === "number" ? ack.tokenExpiresAt : undefined;
+          if (this._welcome && next !== undefined) this._welcome = { ...this._welcome, tokenExpiresAt: next };
+          resolve(next);
+        },
+        reject,
+        true,
+      );
+      this.pacer.prepend([req]);
     });
   }
 

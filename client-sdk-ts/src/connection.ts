@@ -8,7 +8,8 @@ import { realClock, type Clock, type TimerHandle } from "./clock.js";
 import { Emitter } from "./emitter.js";
 import { TidegateError } from "./errors.js";
 import { Pacer, type BucketView } from "./pacer.js";
-import { planReconnect, type ReconnectSettings } from "./reconnect.js";
+import { MAX_RETRY_AFTER_MS, planReconnect, type ReconnectSettings } from "./reconnect.js";
+import { TokenRefresher } from "./refresh.js";
 import type { Request, RequestKind } from "./request.js";
 import { Subscriptions, type Subscription } from "./subscriptions.js";
 import { tokenExpired } from "./token.js";
@@ -60,6 +61,8 @@ export abstract class Connection extends Emitter<ClientEvents> {
   protected connectedAt = 0;
   protected reconnectTimer?: TimerHandle;
   protected welcomeTimer?: TimerHandle;
+  /** Sends a fresh token on the socket before the current one expires. */
+  protected readonly refresher: TokenRefresher;
   protected waiters: Waiter[] = [];
   protected nextId = 1;
 
@@ -72,6 +75,7 @@ export abstract class Connection extends Emitter<ClientEvents> {
     this.maxQueue = options.maxQueue ?? 1000;
     this.maxRetries = options.maxRetries ?? 5;
     this.settings = {
+      maxRetryAfterMs: options.maxRetryAfterMs ?? MAX_RETRY_AFTER_MS,
       minDelayMs: options.minReconnectDelayMs ?? 1000,
       maxDelayMs: options.maxReconnectDelayMs ?? 30_000,
       accountLimitedDelayMs: options.accountLimitedDelayMs ?? 30_000,
@@ -89,6 +93,22 @@ export abstract class Connection extends Emitter<ClientEvents> {
       send: (r) => this.sendRequest(r),
     });
     this.frames = new FrameHandler(this);
+    this.refresher = new TokenRefresher({
+      clock: this.clock,
+      random: this.random,
+      getToken: async () => {
+        const fresh = await this.opts.getToken!();
+        if (typeof fresh !== "string" || fresh.length === 0) {
+          throw new TypeError("getToken() returned no token");
+        }
+        return fresh;
+      },
+      send: (token) =>
+        this._state === "connected" ? this.sendRefresh(token) : Promise.reject(closedError()),
+      failed: (cause) =>
+        this.emit("error", cause instanceof TidegateError ? cause : tokenError(cause)),
+      refreshed: (tokenExpiresAt) => this.emit("tokenRefresh", { tokenExpiresAt }),
+    });
   }
 
   // ------------------------------------------------------------ accessors --
@@ -281,13 +301,39 @@ export abstract class Connection extends Emitter<ClientEvents> {
     }
     this.emit("welcome", welcome);
     this.pacer.activate();
+    if (this.opts.getToken) this.refresher.schedule(welcome.tokenExpiresAt);
   }
+
+  /** @internal A wait the server asked for, cut to `maxRetryAfterMs`. */
+  capRetry(ms: number): number {
+    return Math.min(ms, this.settings.maxRetryAfterMs ?? MAX_RETRY_AFTER_MS);
+  }
+
+  /** @internal The server ended a subscription (made by the client half). */
+  abstract forget(channel: string): void;
+
+  /**
+   * @internal Rejects a request still queued or in flight with `error`;
+   * returns whether it had been written to the socket.
+   */
+  abandon(req: Request | undefined, error: TidegateError): boolean {
+    if (!req || req.done) return false;
+    const sent = this.inFlight.has(req.id);
+    this.pacer.remove(req);
+    this.inFlight.delete(req.id);
+    req.reject(error);
+    return sent;
+  }
+
+  /** A `refresh` frame (made by the client half): the ack's `tokenExpiresAt`. */
+  protected abstract sendRefresh(token: string): Promise<number | undefined>;
 
   protected onTransportClose(gen: number, info: TransportClose): void {
     if (gen !== this.generation || this._state === "closed") return;
     this.generation += 1;
     this.transport = undefined;
     this.clock.clearTimeout(this.welcomeTimer);
+    this.refresher.cancel();
     const wasConnected = this._state === "connected";
     this.pacer.deactivate();
     this.failInFlight(info.code);
@@ -383,6 +429,7 @@ export abstract class Connection extends Emitter<ClientEvents> {
     this.generation += 1;
     this.clock.clearTimeout(this.reconnectTimer);
     this.clock.clearTimeout(this.welcomeTimer);
+    this.refresher.cancel();
     this.transport?.close(1000, "client closed");
     this.transport = undefined;
     this.pacer.deactivate();

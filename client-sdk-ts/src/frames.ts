@@ -56,7 +56,7 @@ export class FrameHandler {
     const req = this.take(f.id);
     if (!req) return;
     if (req.kind === "publish") req.resolve({ seq: f.seq, attempts: req.attempts });
-    else if (req.kind === "subscribe") req.resolve(f);
+    else if (req.kind === "subscribe" || req.kind === "refresh") req.resolve(f);
     else req.resolve(undefined);
   }
 
@@ -91,11 +91,19 @@ export class FrameHandler {
       client.recoverAll();
       return;
     }
-    if (typeof f.retryAfterMs === "number") client.retryAfterHintMs = f.retryAfterMs;
+    if (f.code === "forbidden" && typeof f.channel === "string") {
+      // A refreshed token no longer allows this subscription: the server
+      // ended it; forget it, so no reconnect subscribes to it again.
+      client.forget(f.channel);
+    }
+    if (typeof f.retryAfterMs === "number") client.retryAfterHintMs = client.capRetry(f.retryAfterMs);
     if (f.code === "account_rate_limited") client.accountLimitedSeen = true;
     client.fire(
       "error",
-      new TidegateError(f.code as ErrorCode, f.message ?? f.code, { retryAfterMs: f.retryAfterMs }),
+      new TidegateError(f.code as ErrorCode, f.message ?? f.code, {
+        retryAfterMs: f.retryAfterMs,
+        channel: f.channel,
+      }),
     );
   }
 
@@ -105,7 +113,7 @@ export class FrameHandler {
    */
   private onRateLimited(f: ErrorFrame): void {
     const client = this.client;
-    const retryAfterMs = f.retryAfterMs ?? DEFAULT_RETRY_AFTER_MS;
+    const retryAfterMs = client.capRetry(f.retryAfterMs ?? DEFAULT_RETRY_AFTER_MS);
     const ids = [...(f.ids ?? []), ...(f.id !== undefined ? [f.id] : [])];
     client.fire("rateLimited", { retryAfterMs, dropped: f.dropped ?? ids.length, ids });
     client.pacer.pause(retryAfterMs);

@@ -7,6 +7,7 @@
  * - `frames.ts`        server frames → requests, subscriptions, events
  * - `pacer.ts`         local queue drained through buckets mirroring `welcome` limits
  * - `reconnect.ts`     close code / refusal → delay (full jitter over a floor)
+ * - `refresh.ts`       when to send a fresh token on the socket (`refresh`)
  * - `backoff.ts`       backoff(step, min, max) with full jitter
  * - `codes.ts`         error and close codes (mirrors broker/src/protocol/codes.rs)
  * - `types.ts`         frames, options and the typed event map
@@ -17,7 +18,14 @@ export { TidegateError, type TidegateErrorDetails } from "./errors.js";
 export { backoff, backoffCeiling } from "./backoff.js";
 export { TokenBucket } from "./bucket.js";
 export { realClock, type Clock, type TimerHandle } from "./clock.js";
-export { planReconnect, type ReconnectDecision, type ReconnectInput, type ReconnectSettings } from "./reconnect.js";
+export {
+  MAX_RETRY_AFTER_MS,
+  planReconnect,
+  type ReconnectDecision,
+  type ReconnectInput,
+  type ReconnectSettings,
+} from "./reconnect.js";
+export { refreshDelay } from "./refresh.js";
 export { webSocketTransport, parseRetryAfter, type WebSocketLike } from "./transports/websocket.js";
 export type { Transport, TransportClose, TransportFactory, TransportHandlers } from "./transport.js";
 export type { BucketView } from "./pacer.js";

@@ -4,6 +4,8 @@
  *
  * delay = floor + backoff(step, min, max): full jitter on top of a floor that
  * the server asked for (`Retry-After`, 1008's long wait, 4029's cap wait).
+ * A wait the server asks for is capped at `maxRetryAfterMs` (default
+ * {@link MAX_RETRY_AFTER_MS}).
  */
 import { backoff } from "./backoff.js";
 import { CLOSE_CODES, closePolicy, TOKEN_ERROR_CODES, type ReconnectPolicy } from "./codes.js";
@@ -24,7 +26,12 @@ export interface ReconnectInput {
   hasGetToken: boolean;
 }
 
+/** The longest `Retry-After` / `retryAfterMs` the SDK obeys by default. */
+export const MAX_RETRY_AFTER_MS = 60_000;
+
 export interface ReconnectSettings {
+  /** Cap on any wait the server asks for (default {@link MAX_RETRY_AFTER_MS}). */
+  maxRetryAfterMs?: number;
   minDelayMs: number;
   maxDelayMs: number;
   accountLimitedDelayMs: number;
@@ -60,8 +67,9 @@ export function planReconnect(
   settings: ReconnectSettings,
   random: () => number,
 ): ReconnectDecision {
+  const cap = settings.maxRetryAfterMs ?? MAX_RETRY_AFTER_MS;
   let policy: ReconnectDecision["policy"] = "jittered";
-  let floorMs = input.retryAfterHintMs ?? 0;
+  let floorMs = Math.min(input.retryAfterHintMs ?? 0, cap);
   let refreshToken = false;
   let terminal: ReconnectDecision["terminal"];
   let accountRateLimited = false;
@@ -84,7 +92,7 @@ export function planReconnect(
       // backoff keeps a banned client's attempts rare.
       banned = true;
     } else if (status === 429 || status === 503) {
-      floorMs = Math.max(floorMs, input.refusal.retryAfterMs ?? DEFAULT_REFUSAL_FLOOR_MS);
+      floorMs = Math.max(floorMs, Math.min(input.refusal.retryAfterMs ?? DEFAULT_REFUSAL_FLOOR_MS, cap));
     }
   } else if (!input.wasOpen) {
     // Browsers see a refused upgrade as 1006 without open: it may have been a
@@ -98,8 +106,18 @@ export function planReconnect(
       accountRateLimited = true;
     }
     if (input.code === CLOSE_CODES.OPERATOR && input.reason === "banned") banned = true;
+    if (input.code === CLOSE_CODES.TOKEN_EXPIRED) {
+      // The token reached its `exp` on the socket: a new one is needed.
+      if (input.hasGetToken) refreshToken = true;
+      else {
+        terminal = {
+          code: "unauthorized",
+          message: "the token expired (close 4001) and there is no getToken() to ask for another",
+        };
+      }
+    }
     if (input.code === CLOSE_CODES.CONNECTION_CAP) {
-      floorMs = Math.max(floorMs, input.retryAfterHintMs ?? settings.connectionCapDelayMs);
+      floorMs = Math.max(floorMs, Math.min(input.retryAfterHintMs ?? settings.connectionCapDelayMs, cap));
     }
     const stable = (input.connectedForMs ?? 0) >= settings.stableAfterMs;
     if (stable && policy === "jittered") step = 0;

@@ -1,7 +1,7 @@
 import type { TimerHandle } from "./clock.js";
 import type { TidegateError } from "./errors.js";
 
-export type RequestKind = "publish" | "subscribe" | "unsubscribe" | "budget";
+export type RequestKind = "publish" | "subscribe" | "unsubscribe" | "budget" | "refresh";
 
 /**
  * One frame with an `id`, from the call that made it to its one answer.

@@ -29,6 +29,8 @@ export interface WelcomeFrame {
   account: string;
   node: string;
   limits: Limits;
+  /** The token's `exp` in unix ms (§2): the SDK refreshes before it. */
+  tokenExpiresAt?: number;
 }
 
 export interface AckFrame {
@@ -36,6 +38,8 @@ export interface AckFrame {
   id: number | string;
   seq?: number;
   recovered?: boolean;
+  /** The answer to a `refresh`: the new token's `exp` in unix ms. */
+  tokenExpiresAt?: number;
 }
 
 export interface MessageFrame {
@@ -55,6 +59,8 @@ export interface ErrorFrame {
   ids?: Array<number | string>;
   retryAfterMs?: number;
   dropped?: number;
+  /** The channel an error is about (`forbidden`, `too_many_subscriptions`). */
+  channel?: string;
 }
 
 export interface BucketState {
@@ -88,9 +94,13 @@ export interface ClientOptions {
   /** A fixed token. Use `getToken` instead when tokens expire. */
   token?: string;
   /**
-   * Called before the first connection, and again when the server refused
-   * the token (HTTP 401), when a refusal could not be read (browsers) or
-   * when the token's `exp` has passed.
+   * Called before the first connection; before the token expires (from
+   * `welcome.tokenExpiresAt`: at 80% of its remaining life or 30 s before
+   * `exp`, whichever is earlier, minus up to 10% jitter), to send the new
+   * token on the open socket (`refresh`) without reconnecting; and again
+   * when the server refused the token (HTTP 401), closed the socket because
+   * it expired (4001), when a refusal could not be read (browsers) or when
+   * the token's `exp` has passed.
    */
   getToken?: () => string | Promise<string>;
   /** WebSocket implementation; defaults to `globalThis.WebSocket`. In Node pass `ws`. */
@@ -121,6 +131,12 @@ export interface ClientOptions {
   headroom?: number;
   /** Pace sends with the local bucket. Default true; turn off only to test the server. */
   pacing?: boolean;
+  /**
+   * The longest wait the SDK accepts from the server (`Retry-After`,
+   * `retryAfterMs`): longer ones are cut to this, so a misconfigured or
+   * hostile server cannot park the client for hours. Default 60000 ms.
+   */
+  maxRetryAfterMs?: number;
   /** Injected time source (tests). */
   clock?: Clock;
   /** Injected random source in [0, 1) (tests). */
@@ -225,6 +241,8 @@ export interface ClientEvents {
   gap: GapEvent;
   /** A message arrived (after de-duplication), for any channel. */
   message: MessageFrame;
+  /** The token was replaced on the open socket (`refresh`, §2). */
+  tokenRefresh: { tokenExpiresAt: number };
 }
 
 export type { AnyErrorCode };

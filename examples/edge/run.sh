@@ -60,16 +60,24 @@ redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --d
 PIDS+=($!)
 wait_for "$DIR/redis.log" "Ready to accept connections" "redis-server"
 
+# Behind a proxy the public sample secret and API key are refused (a proxy
+# forwards other machines' requests): this run's own, shared by both nodes,
+# plus the secret that signs the nodes' control messages.
+JWT_SECRET="$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"
+CLUSTER_SECRET="$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"
+API_KEY="edge-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+
 UPSTREAMS=""
 NODE_PORTS=()
 for id in edge-a edge-b; do
   port="$(free_port)"
   cp "$ROOT/config.toml" "$DIR/$id.toml"
   # The shipped config plus what the edge deployment changes.
-  python3 - "$DIR/$id.toml" "$id" "$port" "$REDIS_PORT" "$IP_CAP" <<'PY'
+  python3 - "$DIR/$id.toml" "$id" "$port" "$REDIS_PORT" "$IP_CAP" "$JWT_SECRET" "$CLUSTER_SECRET" "$API_KEY" <<'PY'
 import re, sys
-path, node_id, port, redis_port, cap = sys.argv[1:]
+path, node_id, port, redis_port, cap, jwt_secret, cluster_secret, api_key = sys.argv[1:]
 text = open(path).read()
+text = text.replace('key = "tidegate-sample-publish-key"', 'key = "%s"' % api_key)
 def set_key(text, section, key, value):
     pattern = re.compile(r"(^\[%s\]\n(?:(?!^\[).*\n)*?)^%s\s*=.*$" % (re.escape(section), key), re.M)
     if pattern.search(text):
@@ -85,6 +93,8 @@ for section, key, value in [
     ("node", "trusted_proxies", '["127.0.0.1"]'),
     ("cluster", "mode", '"redis"'),
     ("cluster", "redis_url", '"redis://127.0.0.1:%s/"' % redis_port),
+    ("cluster", "secret", '"%s"' % cluster_secret),
+    ("auth", "jwt_secret", '"%s"' % jwt_secret),
     ("handshake", "ip_max_open", cap),
 ]:
     text = set_key(text, section, key, value)

@@ -85,9 +85,9 @@ impl Denied {
     }
 }
 
-/// The caller's role, or the refusal: 404 without an admin key, 429 after
-/// too many failed attempts from the address, 401 for a wrong key, 403
-/// for a viewer where an admin is needed.
+/// The caller's role, or the refusal: 404 without an admin key, 401 for a
+/// wrong key (429 once the address has spent its failures: the right key
+/// still works), 403 for a viewer where an admin is needed.
 fn authorize(
     req: &HttpRequest,
     node: &Node,
@@ -105,15 +105,8 @@ fn authorize(
     };
     let ip = request_ip(req.head(), &config.node.trusted_proxies);
     let now = Instant::now();
-    if node.admin.failures.remaining(&ip, FAILURE_BURST, now) < 1.0 {
-        node.metrics.admin_action(action, "rate_limited");
-        return Err(Denied {
-            status: StatusCode::TOO_MANY_REQUESTS,
-            code: ErrorCode::RateLimited,
-            message: "too many failed admin key attempts from this address",
-            retry: Some(Duration::from_secs_f64(1.0 / FAILURE_REFILL_PER_SEC)),
-        });
-    }
+    // The key is checked first: failures from an address (a shared NAT's)
+    // slow down wrong keys only, never lock the real key out.
     let given = req
         .headers()
         .get("authorization")
@@ -131,6 +124,15 @@ fn authorize(
     {
         Role::Viewer
     } else {
+        if node.admin.failures.remaining(&ip, FAILURE_BURST, now) < 1.0 {
+            node.metrics.admin_action(action, "rate_limited");
+            return Err(Denied {
+                status: StatusCode::TOO_MANY_REQUESTS,
+                code: ErrorCode::RateLimited,
+                message: "too many failed admin key attempts from this address",
+                retry: Some(Duration::from_secs_f64(1.0 / FAILURE_REFILL_PER_SEC)),
+            });
+        }
         let _ = node
             .admin
             .failures

@@ -100,6 +100,7 @@ impl Admission {
                 crate::pricing::publish(c, data.get().len(), subscribers(channel))
             }
             ClientFrame::Budget { .. } => c.budget,
+            ClientFrame::Refresh { .. } => c.refresh,
         }
     }
 
@@ -346,6 +347,8 @@ mod tests {
         assert_eq!(a.price(&sub, |_| 0), 4);
         let budget = frames::parse(r#"{"type":"budget"}"#, 32).unwrap();
         assert_eq!(a.price(&budget, |_| 0), 0);
+        let refresh = frames::parse(r#"{"type":"refresh","token":"t"}"#, 32).unwrap();
+        assert_eq!(a.price(&refresh, |_| 0), 1, "a refresh is not free");
     }
 
     #[test]

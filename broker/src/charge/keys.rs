@@ -3,10 +3,13 @@
 //! a fingerprint of the key, so it is shared by every node of a cluster
 //! without the key itself leaving this process.
 //!
-//! The fingerprint is HMAC-SHA256 keyed with `auth.jwt_secret`: the same on
-//! every node of a cluster (they share the secret), and neither reversible
-//! nor guessable offline by someone who can read Redis but not the config.
-//! Changing the secret renames the buckets (they start full again).
+//! The fingerprint is HMAC-SHA256 keyed with the config's fingerprint key
+//! (`auth.fingerprint_secret`, else derived from `cluster.secret`): the
+//! same on every node of a cluster, neither reversible nor guessable
+//! offline by someone who can read Redis but not the config, and
+//! independent of the JWT keys, so rotating those keeps every bucket.
+//! Changing the fingerprint key renames the buckets (they start full
+//! again).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,10 +29,10 @@ pub struct KeyState {
 
 /// The first 128 bits of HMAC-SHA256(secret, key), in hex: stable across
 /// builds and nodes, which a bucket name must be, and one-way.
-fn fingerprint(secret: &str, key: &str) -> String {
+fn fingerprint(secret: &[u8], key: &str) -> String {
     use hmac::{KeyInit, Mac};
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes())
-        .expect("HMAC takes a key of any length");
+    let mut mac =
+        hmac::Hmac::<sha2::Sha256>::new_from_slice(secret).expect("HMAC takes a key of any length");
     mac.update(key.as_bytes());
     let digest = mac.finalize().into_bytes();
     digest[..16].iter().map(|b| format!("{b:02x}")).collect()
@@ -49,7 +52,7 @@ impl ApiKeys {
                         account: k.account.clone(),
                         publish: GlobSet::new(&k.pub_channels),
                         subscribe: GlobSet::new(&k.sub_channels),
-                        id: fingerprint(&config.auth.jwt_secret, &k.key),
+                        id: fingerprint(&config.fingerprint_key.0, &k.key),
                     };
                     (k.key.clone(), Arc::new(state))
                 })
@@ -66,7 +69,7 @@ impl ApiKeys {
 mod tests {
     use super::fingerprint;
 
-    const SECRET: &str = "a-secret-of-sixteen-bytes";
+    const SECRET: &[u8] = b"a-secret-of-sixteen-bytes";
 
     #[test]
     fn fingerprints_are_stable_distinct_and_keyed() {
@@ -78,7 +81,7 @@ mod tests {
         );
         assert_ne!(
             fingerprint(SECRET, key),
-            fingerprint("another-secret-0123", key),
+            fingerprint(b"another-secret-0123", key),
             "without the secret the name cannot be recomputed from a guess"
         );
         let id = fingerprint(SECRET, "");
@@ -86,7 +89,7 @@ mod tests {
         assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
         // RFC 4231 test case 2 (key "Jefe"), truncated to 128 bits.
         assert_eq!(
-            fingerprint("Jefe", "what do ya want for nothing?"),
+            fingerprint(b"Jefe", "what do ya want for nothing?"),
             "5bdcc146bf60754e6a042426089575c7"
         );
     }

@@ -60,32 +60,8 @@ fn one_key(
     env: &dyn Fn(&str) -> Option<String>,
     problems: &mut Vec<String>,
 ) -> Option<String> {
-    let key = match (key, var) {
-        (None, None) => return None,
-        (Some(k), None) => k.clone(),
-        (None, Some(var)) => match env(var) {
-            Some(k) => k,
-            None => {
-                problems.push(format!(
-                    "admin.{path}_env: environment variable {var} is not set"
-                ));
-                return None;
-            }
-        },
-        (Some(_), Some(_)) => {
-            problems.push(format!(
-                "admin: give at most one of `{path}` and `{path}_env`"
-            ));
-            return None;
-        }
-    };
-    if key.len() < MIN_ADMIN_KEY_BYTES {
-        problems.push(format!(
-            "admin.{path}: must be at least {MIN_ADMIN_KEY_BYTES} bytes"
-        ));
-        return None;
-    }
-    Some(key)
+    let field = ("admin", path, false, MIN_ADMIN_KEY_BYTES);
+    super::env::secret_field(field, key, var, env, problems)
 }
 
 impl AdminSection {

@@ -114,6 +114,42 @@ impl Sources {
     }
 }
 
+/// A secret written as `<path>.<key>` or named as `<path>.<key>_env` (an
+/// environment variable), at least `min` bytes: the value, or `None` with
+/// a problem pushed (both given, the variable unset, too short, or neither
+/// given when `required`; neither given and not required: `None` alone).
+pub(super) fn secret_field(
+    (path, key, required, min): (&str, &str, bool, usize),
+    value: &Option<String>,
+    var: &Option<String>,
+    env: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Vec<String>,
+) -> Option<String> {
+    let found = match (value, var) {
+        (Some(v), None) => v.clone(),
+        (None, Some(var)) => match env(var) {
+            Some(v) => v,
+            None => {
+                problems.push(format!(
+                    "{path}.{key}_env: environment variable {var} is not set"
+                ));
+                return None;
+            }
+        },
+        (None, None) if !required => return None,
+        _ => {
+            let how = if required { "exactly" } else { "at most" };
+            problems.push(format!("{path}: give {how} one of `{key}` and `{key}_env`"));
+            return None;
+        }
+    };
+    if found.len() < min {
+        problems.push(format!("{path}.{key}: must be at least {min} bytes"));
+        return None;
+    }
+    Some(found)
+}
+
 /// The variable that sets `section.key`.
 pub fn var_name(section: &str, key: &str) -> String {
     format!("TIDEGATE_{}_{}", section, key).to_uppercase()

@@ -2,7 +2,7 @@
 //! (`--listen`, `--node-id`, `--grpc-listen`), and keeping those values
 //! across a reload, so a SIGHUP never undoes a flag.
 
-use super::validate::{NODE_ID_RULE, node_id_ok, sample_secret_problems};
+use super::validate::{NODE_ID_RULE, exposed, node_id_ok, sample_secret_problems};
 use super::{Config, ConfigError, ResolvedApiKey, SAMPLE_API_KEY, Source};
 
 impl Config {
@@ -59,7 +59,7 @@ impl Config {
     pub fn set_grpc_listen(&mut self, addr: std::net::SocketAddr) -> Result<(), ConfigError> {
         self.grpc.listen = addr;
         if self.embedded {
-            retire_sample_key(addr, &mut self.api_keys, &mut self.warnings);
+            retire_sample_key(grpc_exposed(addr), &mut self.api_keys, &mut self.warnings);
         }
         let mut problems = Vec::new();
         self.grpc.sample_key_problems(&self.api_keys, &mut problems);
@@ -75,9 +75,9 @@ impl Config {
     pub fn set_listen(&mut self, addr: std::net::SocketAddr) -> Result<(), ConfigError> {
         self.node.listen = addr;
         if self.embedded {
-            retire_sample_key(self.node.listen, &mut self.api_keys, &mut self.warnings);
+            retire_sample_key(exposed(&self.node), &mut self.api_keys, &mut self.warnings);
         }
-        let problems = sample_secret_problems(&self.node, &self.auth, &self.api_keys);
+        let problems = sample_secret_problems(&self.node, &self.jwt_keys, &self.api_keys);
         if problems.is_empty() {
             Ok(())
         } else {
@@ -86,20 +86,29 @@ impl Config {
     }
 }
 
-/// The embedded default's sample API key is public: off loopback it is
-/// dropped (HTTP publish then needs a key of the operator's) rather than
-/// refusing to start a node whose operator gave the JWT secret and meant to
-/// add keys later. An operator's own file with the sample key is refused.
+/// Why the gRPC listener is reachable from other machines, if it is.
+pub(super) fn grpc_exposed(listen: std::net::SocketAddr) -> Option<String> {
+    (!listen.ip().is_loopback()).then(|| format!("grpc.listen is {listen}"))
+}
+
+/// The embedded default's sample API key is public: where a listener is
+/// `exposed` it is dropped (HTTP publish then needs a key of the
+/// operator's) rather than refusing to start a node whose operator gave the
+/// JWT secret and meant to add keys later. An operator's own file with the
+/// sample key is refused.
 pub(super) fn retire_sample_key(
-    listen: std::net::SocketAddr,
+    exposed: Option<String>,
     keys: &mut Vec<ResolvedApiKey>,
     warnings: &mut Vec<String>,
 ) {
-    if listen.ip().is_loopback() || !keys.iter().any(|k| k.key == SAMPLE_API_KEY) {
+    let Some(why) = exposed else {
+        return;
+    };
+    if !keys.iter().any(|k| k.key == SAMPLE_API_KEY) {
         return;
     }
     keys.retain(|k| k.key != SAMPLE_API_KEY);
     warnings.push(format!(
-        "api_keys: the sample API key is not accepted on {listen}; HTTP and gRPC publish need a key of yours (TIDEGATE_API_KEYS_0_KEY and TIDEGATE_API_KEYS_0_ACCOUNT)"
+        "api_keys: the sample API key is not accepted where {why}; HTTP and gRPC publish need a key of yours (TIDEGATE_API_KEYS_0_KEY and TIDEGATE_API_KEYS_0_ACCOUNT)"
     ));
 }

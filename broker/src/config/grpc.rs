@@ -10,7 +10,8 @@ use super::{ResolvedApiKey, SAMPLE_API_KEY};
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct GrpcSection {
-    /// Plaintext HTTP/2 address of `tidegate.v1.Broker`; `--grpc-listen`
+    /// Address of `tidegate.v1.Broker` (plaintext HTTP/2 unless `tls_*`
+    /// are set); `--grpc-listen`
     /// overrides it.
     pub listen: SocketAddr,
     /// Threads of the gRPC server's own runtime (0 = one per core).
@@ -26,6 +27,10 @@ pub struct GrpcSection {
     /// Largest encoded request; the plan's `max_payload_bytes` still
     /// applies to `data_json` inside it.
     pub max_message_bytes: usize,
+    /// TLS on the gRPC listener: a PEM certificate chain and its private
+    /// key (both empty: plaintext HTTP/2). Read again on SIGHUP.
+    pub tls_cert_file: String,
+    pub tls_key_file: String,
 }
 
 impl Default for GrpcSection {
@@ -36,6 +41,8 @@ impl Default for GrpcSection {
             max_concurrent_streams: 100,
             reply_buffer: 64,
             max_message_bytes: 1024 * 1024,
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
         }
     }
 }
@@ -51,6 +58,7 @@ impl GrpcSection {
         if self.max_message_bytes < 1024 {
             problems.push("grpc.max_message_bytes: must be at least 1024".into());
         }
+        super::tls_pair_problems("grpc", &self.tls_cert_file, &self.tls_key_file, problems);
         self.sample_key_problems(keys, problems);
     }
 

@@ -109,6 +109,9 @@ pub struct Costs {
     pub recovery: u32,
     pub unsubscribe: u32,
     pub budget: u32,
+    /// A `refresh` frame (a new token on the socket): it costs a signature
+    /// check, so it is not free.
+    pub refresh: u32,
     /// Malformed and binary frames: garbage is not free.
     pub malformed: u32,
     /// The largest single charge; an operation priced above it is refused
@@ -139,6 +142,7 @@ impl Default for Costs {
             recovery: 0,
             unsubscribe: 1,
             budget: 0,
+            refresh: 1,
             malformed: 1,
             max_single: 20,
             graphql_field: 1,

@@ -6,11 +6,14 @@
 //! bare `tidegate serve` cannot drift apart.
 
 mod admin;
+mod auth;
+mod cluster;
 mod env;
 mod flags;
 mod grpc;
 mod limits;
 mod namespaces;
+mod plans;
 mod redis_cluster;
 mod report;
 mod sections;
@@ -22,11 +25,13 @@ use std::path::Path;
 use std::sync::{Arc, LazyLock};
 
 use dashmap::DashMap;
-use flags::retire_sample_key;
+use flags::{grpc_exposed, retire_sample_key};
 use serde::de::DeserializeOwned;
-use validate::{sample_secret_problems, validate_node};
+use validate::{exposed, sample_secret_problems, tls_pair_problems, validate_node};
 
 pub use admin::{AdminKeys, AdminSection, LogFormat, LogSection, MIN_ADMIN_KEY_BYTES};
+pub use auth::{KEY_ALGORITHMS, KeyEntry, KeySource, MIN_JWT_SECRET_BYTES, VerifyKey};
+pub use cluster::{ClusterSecrets, Secret};
 pub use env::{JWT_SECRET_ALIAS, Source, Sources, var_name};
 pub use grpc::GrpcSection;
 pub use limits::{Costs, LimitName, Limits, Op, Rule, TrackBy};
@@ -35,7 +40,9 @@ pub use sections::{
     ApiKey, AuthSection, ClusterMode, ClusterSection, HandshakeSection, HistorySection,
     HttpSection, NodeSection, ProxyRange, SAMPLE_API_KEY, SAMPLE_JWT_SECRET, SocketSection,
 };
-pub use webhooks::{EVENT_TYPES, MIN_SECRET_BYTES, Pacing, WebhookEndpoint, WebhookEntry};
+pub use webhooks::{
+    EVENT_TYPES, MIN_SECRET_BYTES, Pacing, WHSEC_PREFIX, WebhookEndpoint, WebhookEntry, webhook_key,
+};
 
 /// The shipped `config.toml`, also the embedded default. The crate keeps
 /// its own copy (`broker/config.toml`) so it can be packaged and installed
@@ -69,6 +76,14 @@ struct AccountEntry {
 pub struct Config {
     pub node: NodeSection,
     pub auth: AuthSection,
+    /// The keys tokens are verified with: `auth.jwt_secret` (when set),
+    /// then `[[auth.keys]]`; `auth.jwks_file`'s are read where the keys
+    /// are built (`auth.rs`).
+    pub jwt_keys: Vec<VerifyKey>,
+    /// Keys the API keys' bucket names (`http/keys.rs`).
+    pub fingerprint_key: Secret,
+    /// Sign and verify the nodes' control messages (`[cluster] secret`).
+    pub cluster_secrets: ClusterSecrets,
     pub api_keys: Vec<ResolvedApiKey>,
     pub socket: SocketSection,
     pub handshake: HandshakeSection,
@@ -328,7 +343,6 @@ impl Config {
         let admin = admin_section.resolve(env, &mut problems);
         validate_node(
             &node,
-            &auth,
             &socket,
             &handshake,
             &history,
@@ -336,14 +350,18 @@ impl Config {
             &http,
             &mut problems,
         );
+        let jwt_keys = auth::resolve_keys(&auth, env, &mut problems);
+        let cluster_secrets = cluster::secrets(&cluster, &mut problems);
+        let fingerprint_key = auth::fingerprint_key(&auth, &cluster_secrets, &mut problems);
         let mut warnings = Vec::new();
         if !from_file {
-            retire_sample_key(node.listen, &mut resolved_keys, &mut warnings);
-            retire_sample_key(grpc.listen, &mut resolved_keys, &mut warnings);
+            retire_sample_key(exposed(&node), &mut resolved_keys, &mut warnings);
+            retire_sample_key(grpc_exposed(grpc.listen), &mut resolved_keys, &mut warnings);
         }
-        problems.extend(sample_secret_problems(&node, &auth, &resolved_keys));
+        problems.extend(sample_secret_problems(&node, &jwt_keys, &resolved_keys));
         grpc.problems(&resolved_keys, &mut problems);
         redis_cluster::problems(&cluster, &mut problems);
+        cluster::redis_problems(&cluster, &mut problems);
 
         if !problems.is_empty() {
             return Err(ConfigError { problems });
@@ -351,6 +369,9 @@ impl Config {
         Ok(Config {
             node,
             auth,
+            jwt_keys,
+            fingerprint_key,
+            cluster_secrets,
             api_keys: resolved_keys,
             socket,
             handshake,
@@ -370,63 +391,6 @@ impl Config {
             embedded: !from_file,
             warnings,
         })
-    }
-
-    /// The limits in force for `account` with the token's `plan` claim:
-    /// plan = claim, else the account's plan, else `auth.default_plan`;
-    /// then the account's overrides on top.
-    pub fn limits_for(
-        &self,
-        account: &str,
-        claim: Option<&str>,
-    ) -> Result<Arc<Limits>, UnknownPlan> {
-        let entry = self.accounts.get(account);
-        let plan = claim
-            .or_else(|| entry.and_then(|e| e.plan.as_deref()))
-            .unwrap_or(&self.auth.default_plan);
-        let base = self
-            .plans
-            .get(plan)
-            .ok_or_else(|| UnknownPlan(plan.to_owned()))?;
-        let Some(entry) = entry.filter(|e| !e.overrides.is_empty()) else {
-            return Ok(base.clone());
-        };
-        let key = (account.to_owned(), plan.to_owned());
-        if let Some(hit) = self.resolved.get(&key) {
-            return Ok(hit.clone());
-        }
-        let merged = merge(self.plan_tables[plan].clone(), &entry.overrides);
-        // Validated at load for every plan, so this cannot fail; fall back to
-        // the plan rather than panic if it somehow does.
-        let limits = limits_from(&merged, "", &mut Vec::new())
-            .map(Arc::new)
-            .unwrap_or_else(|| base.clone());
-        self.resolved.insert(key, limits.clone());
-        Ok(limits)
-    }
-
-    /// Limits of an account's own plan (no token claim): what HTTP publish
-    /// keys of that account get.
-    /// The plan `limits_for` resolves for `account` with the token's
-    /// `claim` (the default plan when the account's is unknown).
-    pub fn plan_name<'a>(&'a self, account: &str, claim: Option<&'a str>) -> &'a str {
-        let plan = claim
-            .or_else(|| self.accounts.get(account).and_then(|e| e.plan.as_deref()))
-            .unwrap_or(&self.auth.default_plan);
-        if self.plans.contains_key(plan) {
-            plan
-        } else {
-            &self.auth.default_plan
-        }
-    }
-
-    pub fn account_limits(&self, account: &str) -> Arc<Limits> {
-        self.limits_for(account, None)
-            .unwrap_or_else(|_| self.plans[&self.auth.default_plan].clone())
-    }
-
-    pub fn plan_names(&self) -> impl Iterator<Item = &str> {
-        self.plans.keys().map(String::as_str)
     }
 }
 

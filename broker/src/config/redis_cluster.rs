@@ -21,7 +21,8 @@ pub(super) fn problems(cluster: &ClusterSection, problems: &mut Vec<String>) {
 mod tests {
     use crate::config::{ClusterMode, Config};
 
-    const BASE: &str = "[plans.free]\n[cluster]\nmode = \"redis-cluster\"\n";
+    const BASE: &str =
+        "[plans.free]\n[cluster]\nmode = \"redis-cluster\"\nsecret = \"a-cluster-secret-0123\"\n";
 
     fn problems(extra: &str) -> Vec<String> {
         let text = format!("{BASE}{extra}");

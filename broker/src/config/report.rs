@@ -4,8 +4,15 @@
 
 use super::{Config, SAMPLE_API_KEY, SAMPLE_JWT_SECRET, Source};
 
-/// Values printed as `********`: they sign tokens or let a caller publish.
-const SECRETS: [&str; 1] = ["auth.jwt_secret"];
+/// Values printed as `********`: they sign tokens or control messages,
+/// name buckets, or let a caller publish.
+const SECRETS: [&str; 3] = [
+    "auth.jwt_secret",
+    "auth.fingerprint_secret",
+    "cluster.secret",
+];
+/// Lists of secrets, printed as one `********` per entry.
+const SECRET_LISTS: [&str; 1] = ["cluster.accept_secrets"];
 
 impl Config {
     /// Each node-wide section as a table (the names the environment uses).
@@ -37,7 +44,13 @@ impl Config {
             for (key, value) in table {
                 let path = format!("{name}.{key}");
                 let shown = if SECRETS.contains(&path.as_str()) {
-                    masked(value.as_str().unwrap_or_default())
+                    match value.as_str().unwrap_or_default() {
+                        "" => "\"\" (none)".to_owned(),
+                        secret => masked(secret),
+                    }
+                } else if SECRET_LISTS.contains(&path.as_str()) {
+                    let n = value.as_array().map_or(0, Vec::len);
+                    format!("[{}]", vec!["\"********\""; n].join(", "))
                 } else if path == "cluster.redis_url" {
                     format!(
                         "{:?}",
@@ -47,6 +60,9 @@ impl Config {
                     value.to_string()
                 };
                 lines.push(line(&path, &shown, &self.sources.get(&path)));
+            }
+            if name == "auth" {
+                lines.extend(self.key_lines());
             }
         }
         for (i, k) in self.api_keys.iter().enumerate() {
@@ -77,6 +93,25 @@ impl Config {
             ));
         }
         lines
+    }
+
+    /// One line per `[[auth.keys]]` entry, its secret masked.
+    fn key_lines(&self) -> Vec<String> {
+        self.auth
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let material = match (&k.secret, &k.secret_env, &k.public_key_file) {
+                    (Some(s), _, _) => format!("secret = {}", masked(s)),
+                    (None, Some(var), _) => format!("secret_env = {var:?}"),
+                    (None, None, Some(file)) => format!("public_key_file = {:?}", file.display()),
+                    (None, None, None) => "no key".to_owned(),
+                };
+                let shown = format!("{{ kid = {:?}, alg = {:?}, {material} }}", k.kid, k.alg);
+                line(&format!("auth.keys[{i}]"), &shown, &Source::File)
+            })
+            .collect()
     }
 }
 

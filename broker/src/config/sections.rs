@@ -7,6 +7,8 @@ use std::str::FromStr;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use super::auth::{KeyEntry, one_or_many};
+
 /// The HS256 secret shipped in the sample `config.toml`. The broker refuses
 /// to serve with it on anything but loopback.
 pub const SAMPLE_JWT_SECRET: &str = "tidegate-sample-secret-do-not-use-in-production";
@@ -24,6 +26,10 @@ pub struct NodeSection {
     /// Peers whose `X-Forwarded-For` is trusted: addresses or CIDR ranges
     /// (load balancers and ingress pods come from a subnet).
     pub trusted_proxies: Vec<ProxyRange>,
+    /// TLS on the HTTP/WebSocket listener: a PEM certificate chain and its
+    /// private key (both empty: plaintext). Read again on SIGHUP.
+    pub tls_cert_file: String,
+    pub tls_key_file: String,
 }
 
 impl Default for NodeSection {
@@ -33,6 +39,8 @@ impl Default for NodeSection {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             workers: 0,
             trusted_proxies: Vec::new(),
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
         }
     }
 }
@@ -85,14 +93,37 @@ impl std::fmt::Display for ProxyRange {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct AuthSection {
-    /// HS256 secret; `TIDEGATE_JWT_SECRET` overrides it.
+    /// HS256 secret for tokens without a key id (empty: none);
+    /// `TIDEGATE_JWT_SECRET` overrides it.
     pub jwt_secret: String,
     /// Plan for tokens without a `plan` claim and accounts without a plan.
     pub default_plan: String,
     /// Lifetime of tokens minted by `tidegate token`.
     pub dev_token_ttl_secs: u64,
-    /// Clock skew tolerated when checking `exp`.
+    /// Clock skew tolerated when checking `exp` (an open socket is closed
+    /// with 4001 this long after its token's `exp`).
     pub leeway_secs: u64,
+    /// Clock skew tolerated when checking `nbf`: a token used the moment
+    /// it is issued by a clock slightly ahead of this node's.
+    pub nbf_leeway_secs: u64,
+    /// `[[auth.keys]]`: verification keys with a `kid` (HS secrets, or
+    /// public keys in PEM files), for rotation and identity providers.
+    /// From the file only (a list of tables has no variable); `check-config`
+    /// lists them with their secrets masked.
+    #[serde(skip_serializing)]
+    pub keys: Vec<KeyEntry>,
+    /// A JWKS file (an identity provider's public keys), read at start
+    /// and again on every reload (SIGHUP). Empty: none.
+    pub jwks_file: String,
+    /// When set, a token's `iss` must be this.
+    pub issuer: String,
+    /// When set, a token's `aud` must name one of these; when empty, a
+    /// token that carries `aud` is refused (RFC 7519 §4.1.3).
+    #[serde(deserialize_with = "one_or_many")]
+    pub audience: Vec<String>,
+    /// Keys the fingerprints that name API keys' buckets in Redis (empty:
+    /// derived from the cluster secret; never the JWT secret).
+    pub fingerprint_secret: String,
 }
 
 impl Default for AuthSection {
@@ -102,6 +133,12 @@ impl Default for AuthSection {
             default_plan: "free".into(),
             dev_token_ttl_secs: 3600,
             leeway_secs: 0,
+            nbf_leeway_secs: 5,
+            keys: Vec::new(),
+            jwks_file: String::new(),
+            issuer: String::new(),
+            audience: Vec::new(),
+            fingerprint_secret: String::new(),
         }
     }
 }
@@ -269,6 +306,19 @@ pub struct ClusterSection {
     pub drain_ms: u64,
     /// Most messages queued toward Redis; past it publishes are refused.
     pub max_pending: usize,
+    /// Signs (HMAC-SHA256) the control messages nodes send each other
+    /// through Redis (bans, disconnects, account breaches); the same on
+    /// every node, required in cluster mode. `TIDEGATE_CLUSTER_SECRET`.
+    pub secret: String,
+    /// More secrets a control message may be signed with (a rotation:
+    /// accepted, never used to sign).
+    pub accept_secrets: Vec<String>,
+    /// `rediss://`: PEM roots that verify the Redis server (empty: the
+    /// system's), and a client certificate and key for a Redis that asks
+    /// for one.
+    pub redis_ca_file: String,
+    pub redis_cert_file: String,
+    pub redis_key_file: String,
 }
 
 impl Default for ClusterSection {
@@ -280,6 +330,11 @@ impl Default for ClusterSection {
             lease_ms: 10_000,
             drain_ms: 10_000,
             max_pending: 10_000,
+            secret: String::new(),
+            accept_secrets: Vec::new(),
+            redis_ca_file: String::new(),
+            redis_cert_file: String::new(),
+            redis_key_file: String::new(),
         }
     }
 }

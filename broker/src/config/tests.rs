@@ -267,3 +267,63 @@ fn the_embedded_default_retires_the_sample_key_off_loopback() {
         .unwrap_err();
     assert!(err.problems[0].contains("sample API key"), "{err}");
 }
+
+#[test]
+fn the_sample_secret_and_key_are_refused_behind_a_proxy_even_on_loopback() {
+    let text = "[node]\ntrusted_proxies = [\"127.0.0.1\"]\n[plans.free]\n";
+    let err = parse(text).unwrap_err();
+    assert!(
+        err.problems
+            .iter()
+            .any(|p| p.starts_with("auth.jwt_secret") && p.contains("trusted_proxies")),
+        "{:?}",
+        err.problems
+    );
+    // The same sample secret as an [[auth.keys]] entry is refused too.
+    let listed = "[node]\nlisten = \"0.0.0.0:8080\"\n[auth]\njwt_secret = \"\"\n[[auth.keys]]\nkid = \"k\"\nalg = \"HS256\"\nsecret = \"tidegate-sample-secret-do-not-use-in-production\"\n[plans.free]\n";
+    assert!(
+        parse(listed)
+            .unwrap_err()
+            .problems
+            .iter()
+            .any(|p| p.starts_with("auth.jwt_secret: the sample secret"))
+    );
+    // The embedded default behind a proxy: the sample API key is retired.
+    let env = env_of(&[
+        ("TIDEGATE_NODE_TRUSTED_PROXIES", "127.0.0.1"),
+        ("TIDEGATE_JWT_SECRET", "a-real-secret-of-enough-length"),
+    ]);
+    let config = Config::parse(DEFAULT_TOML, &env, false).unwrap();
+    assert!(config.api_keys.is_empty());
+    assert!(
+        config.warnings[0].contains("trusted_proxies"),
+        "{:?}",
+        config.warnings
+    );
+}
+
+#[test]
+fn check_config_masks_every_new_secret() {
+    let text = "[auth]\nfingerprint_secret = \"fingerprints-of-keys-0123\"\n\
+        [[auth.keys]]\nkid = \"k1\"\nalg = \"HS256\"\nsecret = \"an-hs-key-secret-0123\"\n\
+        [[auth.keys]]\nkid = \"k2\"\nalg = \"RS256\"\npublic_key_file = \"/idp.pem\"\n\
+        [cluster]\nsecret = \"cluster-secret-0123456\"\naccept_secrets = [\"old-cluster-secret-0123\"]\n[plans.free]\n";
+    let report = parse(text).unwrap().report().join("\n");
+    for secret in [
+        "fingerprints-of-keys-0123",
+        "an-hs-key-secret-0123",
+        "cluster-secret-0123456",
+        "old-cluster-secret-0123",
+    ] {
+        assert!(!report.contains(secret), "{secret} shown in:\n{report}");
+    }
+    for line in [
+        "auth.keys[0] = { kid = \"k1\", alg = \"HS256\", secret = \"********\" (21 bytes) }",
+        "auth.keys[1] = { kid = \"k2\", alg = \"RS256\", public_key_file = \"/idp.pem\" }",
+        "cluster.accept_secrets = [\"********\"]",
+        "cluster.secret = \"********\" (22 bytes)",
+        "auth.issuer = \"\"",
+    ] {
+        assert!(report.contains(line), "missing {line:?} in:\n{report}");
+    }
+}

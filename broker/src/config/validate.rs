@@ -1,32 +1,55 @@
 //! Checks across a section's values that serde cannot express.
 
+use super::auth::{VerifyKey, uses_sample_secret};
 use super::{
-    AuthSection, ClusterSection, HandshakeSection, HistorySection, HttpSection, NodeSection,
-    ResolvedApiKey, SAMPLE_API_KEY, SAMPLE_JWT_SECRET, SocketSection,
+    ClusterSection, HandshakeSection, HistorySection, HttpSection, NodeSection, ResolvedApiKey,
+    SAMPLE_API_KEY, SocketSection,
 };
 
-/// The shipped secret and key are public; they may only guard loopback.
+/// Why the node's HTTP listener is reachable from more than this machine's
+/// own processes, if it is: bound off loopback, or behind a proxy (a
+/// trusted proxy on loopback still forwards the world).
+pub(super) fn exposed(node: &NodeSection) -> Option<String> {
+    if !node.listen.ip().is_loopback() {
+        Some(format!("node.listen is {}", node.listen))
+    } else if !node.trusted_proxies.is_empty() {
+        Some("node.trusted_proxies is set (a proxy forwards other machines' requests)".into())
+    } else {
+        None
+    }
+}
+
+/// The shipped secret and key are public; they may only guard a plain
+/// loopback listener.
 pub(super) fn sample_secret_problems(
     node: &NodeSection,
-    auth: &AuthSection,
+    jwt_keys: &[VerifyKey],
     keys: &[ResolvedApiKey],
 ) -> Vec<String> {
     let mut problems = Vec::new();
-    if node.listen.ip().is_loopback() {
+    let Some(why) = exposed(node) else {
         return problems;
-    }
-    if auth.jwt_secret == SAMPLE_JWT_SECRET {
+    };
+    if uses_sample_secret(jwt_keys) {
         problems.push(format!(
-            "auth.jwt_secret: the sample secret may only be used on loopback, but node.listen is {}; set TIDEGATE_JWT_SECRET",
-            node.listen
+            "auth.jwt_secret: the sample secret may only be used on a plain loopback listener, but {why}; set TIDEGATE_JWT_SECRET (or jwt_secret = \"\" when [[auth.keys]] holds your keys)"
         ));
     }
     if keys.iter().any(|k| k.key == SAMPLE_API_KEY) {
-        problems.push(
-            "api_keys: the sample API key may only be used on loopback; set your own with TIDEGATE_API_KEYS_0_KEY (or key_env in a file)".into(),
-        );
+        problems.push(format!(
+            "api_keys: the sample API key may only be used on a plain loopback listener, but {why}; set your own with TIDEGATE_API_KEYS_0_KEY (or key_env in a file)"
+        ));
     }
     problems
+}
+
+/// A listener's TLS files: both or neither.
+pub(super) fn tls_pair_problems(section: &str, cert: &str, key: &str, problems: &mut Vec<String>) {
+    if cert.is_empty() != key.is_empty() {
+        problems.push(format!(
+            "{section}.tls_cert_file: give both tls_cert_file and tls_key_file (a PEM certificate chain and its private key), or neither"
+        ));
+    }
 }
 
 pub(super) const NODE_ID_RULE: &str = "node.id: 1-32 characters of [A-Za-z0-9_-]";
@@ -40,10 +63,8 @@ pub(super) fn node_id_ok(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-#[allow(clippy::too_many_arguments)]
 pub(super) fn validate_node(
     node: &NodeSection,
-    auth: &AuthSection,
     socket: &SocketSection,
     handshake: &HandshakeSection,
     history: &HistorySection,
@@ -57,10 +78,6 @@ pub(super) fn validate_node(
         }
     };
     need(node_id_ok(&node.id), NODE_ID_RULE.into());
-    need(
-        auth.jwt_secret.len() >= 16,
-        "auth.jwt_secret: must be at least 16 bytes".into(),
-    );
     need(
         socket.heartbeat_interval_ms >= 10,
         "socket.heartbeat_interval_ms: must be at least 10".into(),
@@ -126,13 +143,5 @@ pub(super) fn validate_node(
         cluster.max_pending >= 1,
         "cluster.max_pending: must be at least 1".into(),
     );
-    if cluster.mode.uses_redis() {
-        need(
-            cluster.redis_url.starts_with("redis://") || cluster.redis_url.starts_with("unix://"),
-            format!(
-                "cluster.redis_url: {:?} is not a redis:// URL",
-                cluster.redis_url
-            ),
-        );
-    }
+    tls_pair_problems("node", &node.tls_cert_file, &node.tls_key_file, problems);
 }

@@ -2,10 +2,19 @@
 //!
 //! Each entry is validated on its own so `check-config` reports every
 //! broken endpoint at once, and resolved into a [`WebhookEndpoint`] with its
-//! secrets read (from the file or the environment) and its globs compiled.
+//! secrets read (from the file or the environment) and decoded, its globs
+//! compiled, and its `ca_file` read.
+//!
+//! A secret is text as Standard Webhooks libraries take it: `whsec_`
+//! followed by base64, whose decoded bytes are the HMAC key (what a
+//! receiver's `new Webhook("whsec_...")` verifies with), or any other text,
+//! whose UTF-8 bytes are the key (the libraries' "raw" format; earlier
+//! releases took every secret this way).
 
 use std::time::Duration;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use serde::Deserialize;
 
 use crate::protocol::glob::Glob;
@@ -18,8 +27,24 @@ pub const EVENT_TYPES: [&str; 4] = [
     "limit.exceeded",
 ];
 
-/// The shortest secret accepted: HMAC-SHA256 with less is guessable.
+/// The shortest secret accepted, in key bytes (a `whsec_` secret's decoded
+/// bytes): HMAC-SHA256 with less is guessable. Standard Webhooks asks for
+/// 24 to 64.
 pub const MIN_SECRET_BYTES: usize = 24;
+
+/// The prefix of a Standard Webhooks secret.
+pub const WHSEC_PREFIX: &str = "whsec_";
+
+/// The HMAC key a secret's text stands for: the base64-decoded bytes after
+/// `whsec_`, or the text's own bytes.
+pub fn webhook_key(secret: &str) -> Result<Vec<u8>, String> {
+    match secret.strip_prefix(WHSEC_PREFIX) {
+        Some(b64) => STANDARD
+            .decode(b64)
+            .map_err(|e| format!("is not `whsec_` and base64 ({e})")),
+        None => Ok(secret.as_bytes().to_vec()),
+    }
+}
 
 /// One `[[webhooks]]` entry as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -31,6 +56,9 @@ pub struct WebhookEntry {
     pub secret_env: Option<String>,
     /// `[new, old]` during a rotation: every request is signed with each.
     pub secrets: Option<Vec<String>>,
+    /// https: a PEM bundle of the only roots that verify the receiver
+    /// (default: the system's).
+    pub ca_file: Option<String>,
     pub events: Vec<String>,
     pub channels: Vec<String>,
     pub rate_per_sec: f64,
@@ -58,6 +86,7 @@ impl Default for WebhookEntry {
             secret: None,
             secret_env: None,
             secrets: None,
+            ca_file: None,
             events: EVENT_TYPES.iter().map(|s| (*s).to_owned()).collect(),
             channels: vec!["*".into()],
             rate_per_sec: 20.0,
@@ -95,8 +124,11 @@ pub struct Pacing {
 pub struct WebhookEndpoint {
     pub id: String,
     pub url: reqwest::Url,
-    /// Raw secret bytes, newest first.
+    /// HMAC keys (decoded secrets), newest first.
     pub secrets: Vec<Vec<u8>>,
+    /// The roots an https receiver is verified with, as PEM (`ca_file`);
+    /// `None`: the system's.
+    pub ca_pem: Option<Vec<u8>>,
     pub events: Vec<String>,
     pub channels: Vec<String>,
     globs: Vec<Glob>,
@@ -119,6 +151,7 @@ impl WebhookEndpoint {
         self.id == other.id
             && self.url == other.url
             && self.secrets == other.secrets
+            && self.ca_pem == other.ca_pem
             && self.events == other.events
             && self.channels == other.channels
     }
@@ -187,16 +220,12 @@ fn endpoint(
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
     need(id_ok, "id: 1-64 characters of [A-Za-z0-9_.-]".into());
     let url = match reqwest::Url::parse(&entry.url) {
-        Ok(u) if u.scheme() == "http" && u.host().is_some() => Some(u),
-        Ok(u) if u.scheme() == "https" => {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Some(u),
+        Ok(_) => {
             need(
                 false,
-                "url: https is not built into this broker yet; terminate TLS in a local proxy and give its http:// address".into(),
+                "url: must be an http:// URL or an https:// one, with a host".into(),
             );
-            Some(u)
-        }
-        Ok(_) => {
-            need(false, "url: must be an http:// URL with a host".into());
             None
         }
         Err(e) => {
@@ -205,6 +234,16 @@ fn endpoint(
         }
     };
     let secrets = secrets(&entry, env, &mut need);
+    let ca_pem = entry
+        .ca_file
+        .as_deref()
+        .and_then(|path| match ca(path, url.as_ref()) {
+            Ok(pem) => Some(pem),
+            Err(why) => {
+                need(false, format!("ca_file: {why}"));
+                None
+            }
+        });
     for e in &entry.events {
         need(
             EVENT_TYPES.contains(&e.as_str()),
@@ -265,13 +304,27 @@ fn endpoint(
         id: entry.id,
         url: url?,
         secrets,
+        ca_pem,
         events: entry.events,
         channels: entry.channels,
     })
 }
 
-/// Exactly one of `secret`, `secret_env`, `secrets`; each at least
-/// [`MIN_SECRET_BYTES`] long.
+/// `ca_file`'s PEM text, checked to hold certificates, for an https URL.
+fn ca(path: &str, url: Option<&reqwest::Url>) -> Result<Vec<u8>, String> {
+    if url.is_some_and(|u| u.scheme() != "https") {
+        return Err("only used with an https:// URL".into());
+    }
+    let pem = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+    match reqwest::Certificate::from_pem_bundle(&pem) {
+        Ok(certs) if !certs.is_empty() => Ok(pem),
+        Ok(_) => Err(format!("{path}: no PEM certificate in it")),
+        Err(e) => Err(format!("{path}: {e}")),
+    }
+}
+
+/// Exactly one of `secret`, `secret_env`, `secrets`; each decoded
+/// ([`webhook_key`]) and at least [`MIN_SECRET_BYTES`] long.
 fn secrets(
     entry: &WebhookEntry,
     env: &dyn Fn(&str) -> Option<String>,
@@ -304,14 +357,26 @@ fn secrets(
             Vec::new()
         }
     };
+    let mut keys = Vec::new();
     for s in &list {
-        need(
-            s.len() >= MIN_SECRET_BYTES,
-            format!(
-                "secret: must be at least {MIN_SECRET_BYTES} bytes (this one has {})",
-                s.len()
-            ),
-        );
+        match webhook_key(s) {
+            Ok(key) => {
+                need(
+                    key.len() >= MIN_SECRET_BYTES,
+                    format!(
+                        "secret: must be at least {MIN_SECRET_BYTES} bytes (this one has {}{})",
+                        key.len(),
+                        if s.starts_with(WHSEC_PREFIX) {
+                            " after decoding"
+                        } else {
+                            ""
+                        }
+                    ),
+                );
+                keys.push(key);
+            }
+            Err(why) => need(false, format!("secret: {why}")),
+        }
     }
-    list.into_iter().map(String::into_bytes).collect()
+    keys
 }

@@ -70,20 +70,34 @@ pub fn start(node: Arc<Node>, listener: TcpListener) -> io::Result<GrpcServer> {
                         return;
                     }
                 };
-                // Replies are small and latency matters (see server.rs).
-                let incoming = TcpListenerStream::new(listener).map(|s| {
-                    s.and_then(|s| {
-                        s.set_nodelay(true)?;
-                        Ok(s)
-                    })
-                });
+                let tls = node.tls.grpc.clone();
                 let service = BrokerServer::new(BrokerService::new(node, drain_rx, service_open))
                     .max_decoding_message_size(grpc.max_message_bytes);
-                let serve = Server::builder()
+                let router = Server::builder()
                     .max_concurrent_streams(grpc.max_concurrent_streams)
                     .layer(TrailersLayer)
-                    .add_service(service)
-                    .serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone()));
+                    .add_service(service);
+                let shutdown = stopped(stop_rx.clone());
+                let serve: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> =
+                    match tls {
+                        None => {
+                            // Replies are small and latency matters (see server.rs).
+                            let incoming = TcpListenerStream::new(listener).map(|s| {
+                                s.and_then(|s| {
+                                    s.set_nodelay(true)?;
+                                    Ok(s)
+                                })
+                            });
+                            Box::pin(router.serve_with_incoming_shutdown(incoming, shutdown))
+                        }
+                        // `[grpc] tls_cert_file`: HTTP/2 over TLS, the
+                        // certificate from the store SIGHUP swaps.
+                        Some(store) => {
+                            let config = crate::tls::server_config(store, &[b"h2"]);
+                            let incoming = crate::tls::tls_incoming(listener, Arc::new(config));
+                            Box::pin(router.serve_with_incoming_shutdown(incoming, shutdown))
+                        }
+                    };
                 tracing::info!(%addr, workers, "gRPC serving");
                 tokio::select! {
                     r = serve => if let Err(e) = r {

@@ -69,6 +69,11 @@ struct OutcomeLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ScriptLabels {
     script: &'static str,
 }
@@ -140,6 +145,9 @@ pub struct Metrics {
     /// GraphQL: from the request to the response, by operation type.
     graphql_duration: Histograms<OperationLabels>,
     admin_actions: Family<AdminLabels, Counter>,
+    /// Control messages from Redis that were not a node's (unsigned, badly
+    /// signed, stale or replayed), ignored.
+    control_rejected: Family<ReasonLabels, Counter>,
     /// Each rejection series seen so far, for the admin page's chart (the
     /// family cannot be listed); the counters are shared with it.
     rejection_series: dashmap::DashMap<(&'static str, &'static str), Counter>,
@@ -188,6 +196,7 @@ impl Metrics {
             graphql_cost: Family::new_with_constructor(cost_buckets),
             graphql_duration: Family::new_with_constructor(delivery_buckets),
             admin_actions: Family::default(),
+            control_rejected: Family::default(),
             rejection_series: dashmap::DashMap::new(),
             webhooks: Default::default(),
             alive: Default::default(),
@@ -298,6 +307,11 @@ impl Metrics {
             "Operator actions on the admin routes, by action and outcome",
             m.admin_actions.clone(),
         );
+        registry.register(
+            "cluster_control_rejected",
+            "Control messages from Redis ignored because no node signed them, by reason",
+            m.control_rejected.clone(),
+        );
         let build_info: Family<VersionLabels, Gauge> = Family::default();
         build_info
             .get_or_create(&VersionLabels {
@@ -372,6 +386,14 @@ impl Metrics {
     pub fn admin_action(&self, action: &'static str, outcome: &'static str) {
         self.admin_actions
             .get_or_create(&AdminLabels { action, outcome })
+            .inc();
+    }
+
+    /// Counts one ignored control message (`unsigned`, `bad_signature`,
+    /// `stale`, `replayed`).
+    pub fn control_rejected(&self, reason: &'static str) {
+        self.control_rejected
+            .get_or_create(&ReasonLabels { reason })
             .inc();
     }
 

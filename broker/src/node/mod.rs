@@ -18,8 +18,9 @@ use dashmap::DashMap;
 pub use operator::Admin;
 
 use crate::account::{Accounts, CloseWith, Reconfigure};
-use crate::auth::{AuthError, Authenticator};
+use crate::auth::{Authenticator, KeyError};
 use crate::charge::{ApiKeys, Ledger};
+use crate::cluster::redis::RedisTarget;
 use crate::cluster::{self, Envelope, MemoryBridge, RedisBridge, SharedBridge};
 use crate::config::{ClusterMode, Config, DeliveryClasses};
 use crate::gate::HandshakeGate;
@@ -42,6 +43,8 @@ pub struct Node {
     pub admin: Admin,
     /// Outbound webhooks (§9).
     pub webhooks: Arc<Webhooks>,
+    /// The listeners' certificates (swapped on SIGHUP).
+    pub tls: crate::tls::Listeners,
     /// Live sockets, for config reloads, draining and metrics.
     pub sockets: DashMap<u64, SocketHandle>,
     /// Open gRPC `Subscribe` and `PublishStream` streams, so an operator's
@@ -65,9 +68,14 @@ impl std::fmt::Debug for Node {
 /// Why a node could not be built from a config.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
-    #[error("auth: {0}")]
-    Auth(#[from] AuthError),
-    #[error("cluster.redis_url: {0}")]
+    /// A verification key's file (`[auth]`).
+    #[error("{0}")]
+    Keys(#[from] KeyError),
+    /// A listener's certificate or key.
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
+    /// The Redis URL or its TLS files (never quoting the URL).
+    #[error("cluster: {0}")]
     Redis(#[from] redis::RedisError),
 }
 
@@ -108,10 +116,13 @@ pub fn history_limits(config: &Config) -> HistoryLimits {
 
 impl Node {
     pub fn new(config: Config) -> Result<Arc<Node>, NodeError> {
+        // One TLS provider for the process, before any client is built.
+        crate::tls::provider();
         let metrics = Arc::new(Metrics::new());
         let hub = Arc::new(Hub::new(history_limits(&config), metrics.clone()));
         hub.set_delivery(DeliveryClasses::new(&config.namespaces));
-        let auth = Authenticator::new(&config.auth.jwt_secret, config.auth.leeway_secs)?;
+        let auth = Authenticator::from_config(&config.auth, &config.jwt_keys)?;
+        let tls = crate::tls::Listeners::load(&config)?;
         let keys = ApiKeys::new(&config);
         let gate = HandshakeGate::new(&config.handshake);
         let webhooks = Webhooks::new(&config, metrics.webhooks.clone());
@@ -124,7 +135,7 @@ impl Node {
         let redis = match config.cluster.mode {
             ClusterMode::Memory => None,
             ClusterMode::Redis | ClusterMode::RedisCluster => {
-                Some(redis::Client::open(config.cluster.redis_url.as_str())?)
+                Some(RedisTarget::open(&config.cluster)?)
             }
         };
         Ok(Arc::new_cyclic(|node: &std::sync::Weak<Node>| {
@@ -146,6 +157,7 @@ impl Node {
                 rules: RuleBuckets::default(),
                 admin: Admin::default(),
                 webhooks,
+                tls,
                 config: ArcSwap::from_pointee(config),
                 auth: ArcSwap::from_pointee(auth),
                 keys: ArcSwap::from_pointee(keys),
@@ -196,9 +208,13 @@ impl Node {
 
     /// Applies a new, already validated config to the running node: open
     /// sockets get their new limits (balances kept), API keys keep their
-    /// buckets, node-level limits change on their next use.
-    pub fn reload(&self, config: Config) -> Result<(), AuthError> {
-        let auth = Authenticator::new(&config.auth.jwt_secret, config.auth.leeway_secs)?;
+    /// buckets, node-level limits change on their next use, the key and
+    /// certificate files are read again. Nothing changes when a file is
+    /// unusable; the problems say which.
+    pub fn reload(&self, config: Config) -> Result<(), Vec<String>> {
+        let auth = Authenticator::from_config(&config.auth, &config.jwt_keys)
+            .map_err(|e| vec![e.to_string()])?;
+        self.tls.reload(&config)?;
         let keys = ApiKeys::new(&config);
         self.hub.set_history_limits(history_limits(&config));
         self.webhooks.apply(&config.webhooks);
@@ -222,6 +238,19 @@ impl Node {
             kept_old_limits = kept,
             "config reloaded"
         );
+        Ok(())
+    }
+
+    /// Reads the key and certificate files of the running config again
+    /// (SIGHUP on a node without a config file): a rotated JWKS, a new
+    /// public key, a renewed certificate.
+    pub fn reload_files(&self) -> Result<(), Vec<String>> {
+        let config = self.config.load_full();
+        let auth = Authenticator::from_config(&config.auth, &config.jwt_keys)
+            .map_err(|e| vec![e.to_string()])?;
+        self.tls.reload(&config)?;
+        self.auth.store(Arc::new(auth));
+        tracing::info!("key and certificate files reloaded");
         Ok(())
     }
 

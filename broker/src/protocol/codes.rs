@@ -127,13 +127,14 @@ pub enum CloseCode {
     InternalError,
     ServiceRestart,
     TryAgainLater,
+    TokenExpired,
     Operator,
     SlowConsumer,
     ConnectionCap,
 }
 
 impl CloseCode {
-    pub const ALL: [CloseCode; 11] = [
+    pub const ALL: [CloseCode; 12] = [
         CloseCode::GoingAway,
         CloseCode::ProtocolError,
         CloseCode::InvalidUtf8,
@@ -142,6 +143,7 @@ impl CloseCode {
         CloseCode::InternalError,
         CloseCode::ServiceRestart,
         CloseCode::TryAgainLater,
+        CloseCode::TokenExpired,
         CloseCode::Operator,
         CloseCode::SlowConsumer,
         CloseCode::ConnectionCap,
@@ -158,6 +160,7 @@ impl CloseCode {
             CloseCode::InternalError => 1011,
             CloseCode::ServiceRestart => 1012,
             CloseCode::TryAgainLater => 1013,
+            CloseCode::TokenExpired => 4001,
             CloseCode::Operator => 4003,
             CloseCode::SlowConsumer => 4008,
             CloseCode::ConnectionCap => 4029,
@@ -175,6 +178,7 @@ impl CloseCode {
             CloseCode::InternalError => "INTERNAL_ERROR",
             CloseCode::ServiceRestart => "SERVICE_RESTART",
             CloseCode::TryAgainLater => "TRY_AGAIN_LATER",
+            CloseCode::TokenExpired => "TOKEN_EXPIRED",
             CloseCode::Operator => "OPERATOR",
             CloseCode::SlowConsumer => "SLOW_CONSUMER",
             CloseCode::ConnectionCap => "CONNECTION_CAP",
@@ -192,6 +196,7 @@ impl CloseCode {
             CloseCode::InternalError => "internal error",
             CloseCode::ServiceRestart => "service restart: reconnect with jittered backoff",
             CloseCode::TryAgainLater => "node overloaded: try again later",
+            CloseCode::TokenExpired => "token expired: reconnect with a new token",
             // The generic one; operator closes send `disconnected` or
             // `banned` instead (§4: the reason says which).
             CloseCode::Operator => "disconnected",

@@ -42,6 +42,11 @@ pub enum ClientFrame<'a> {
     Budget {
         id: Option<&'a RawValue>,
     },
+    /// A new token for this connection (§2), before the old one expires.
+    Refresh {
+        id: Option<&'a RawValue>,
+        token: Cow<'a, str>,
+    },
 }
 
 impl<'a> ClientFrame<'a> {
@@ -50,17 +55,19 @@ impl<'a> ClientFrame<'a> {
             ClientFrame::Subscribe { id, .. }
             | ClientFrame::Unsubscribe { id, .. }
             | ClientFrame::Publish { id, .. }
+            | ClientFrame::Refresh { id, .. }
             | ClientFrame::Budget { id } => *id,
         }
     }
 
-    /// The operation, for rules (a `budget` request is not one).
+    /// The operation, for rules (a `budget` request or a `refresh` is not
+    /// one).
     pub fn op(&self) -> Option<Op> {
         match self {
             ClientFrame::Subscribe { .. } => Some(Op::Subscribe),
             ClientFrame::Unsubscribe { .. } => Some(Op::Unsubscribe),
             ClientFrame::Publish { .. } => Some(Op::Publish),
-            ClientFrame::Budget { .. } => None,
+            ClientFrame::Budget { .. } | ClientFrame::Refresh { .. } => None,
         }
     }
 
@@ -69,7 +76,7 @@ impl<'a> ClientFrame<'a> {
             ClientFrame::Subscribe { channel, .. }
             | ClientFrame::Unsubscribe { channel, .. }
             | ClientFrame::Publish { channel, .. } => Some(channel),
-            ClientFrame::Budget { .. } => None,
+            ClientFrame::Budget { .. } | ClientFrame::Refresh { .. } => None,
         }
     }
 }
@@ -103,6 +110,8 @@ struct Envelope<'a> {
     data: Option<&'a RawValue>,
     #[serde(borrow, default)]
     since: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    token: Option<&'a RawValue>,
 }
 
 /// `data: null` is a value (publish `null`), not an absent field.
@@ -190,6 +199,14 @@ pub fn parse(text: &str, max_depth: u32) -> Result<ClientFrame<'_>, FrameError> 
             Ok(ClientFrame::Publish { id, channel, data })
         }
         "budget" => Ok(ClientFrame::Budget { id }),
+        "refresh" => {
+            let token = env
+                .token
+                .and_then(string)
+                .filter(|t| !t.is_empty())
+                .ok_or_else(|| FrameError::new(id, "refresh needs a \"token\" (a JWT string)"))?;
+            Ok(ClientFrame::Refresh { id, token })
+        }
         other => {
             let shown: String = other.chars().take(32).collect();
             Err(FrameError::new(id, format!("unknown frame type {shown:?}")))
@@ -245,6 +262,25 @@ mod tests {
             parse(r#"{"type":"unsubscribe","channel":"a"}"#, 32).unwrap(),
             ClientFrame::Unsubscribe { id: None, .. }
         ));
+        match parse(r#"{"type":"refresh","token":"a.b.c","id":5}"#, 32).unwrap() {
+            ClientFrame::Refresh { id, token } => {
+                assert_eq!((id.unwrap().get(), &*token), ("5", "a.b.c"));
+            }
+            f => panic!("{f:?}"),
+        }
+    }
+
+    #[test]
+    fn a_refresh_without_a_token_string_is_refused() {
+        for text in [
+            r#"{"type":"refresh","id":5}"#,
+            r#"{"type":"refresh","token":42,"id":5}"#,
+            r#"{"type":"refresh","token":"","id":5}"#,
+        ] {
+            let e = err(text);
+            assert_eq!(e.id.unwrap().get(), "5", "{text}");
+            assert!(e.message.contains("token"), "{text}: {}", e.message);
+        }
     }
 
     #[test]

@@ -193,15 +193,42 @@ struct Welcome<'a> {
     account: &'a str,
     node: &'a str,
     limits: &'a WelcomeLimits,
+    /// The token's `exp` in unix ms (§2): refresh before it.
+    token_expires_at: u64,
 }
 
-pub fn welcome(conn_id: &str, account: &str, node: &str, limits: &WelcomeLimits) -> Bytes {
+pub fn welcome(
+    conn_id: &str,
+    account: &str,
+    node: &str,
+    limits: &WelcomeLimits,
+    token_expires_at: u64,
+) -> Bytes {
     json_frame(&Welcome {
         kind: "welcome",
         conn_id,
         account,
         node,
         limits,
+        token_expires_at,
+    })
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RefreshAck<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    id: &'a RawValue,
+    token_expires_at: u64,
+}
+
+/// The answer to a `refresh` (§2): the new token's `exp` in unix ms.
+pub fn refresh_ack(id: &RawValue, token_expires_at: u64) -> Bytes {
+    json_frame(&RefreshAck {
+        kind: "ack",
+        id,
+        token_expires_at,
     })
 }
 

@@ -189,6 +189,20 @@ impl Outbox {
         Some(name)
     }
 
+    /// Leaves every channel `keep` refuses; returns their names.
+    pub(super) fn leave_unless(&self, keep: impl Fn(&str) -> bool) -> Vec<Arc<str>> {
+        let gone: Vec<Arc<str>> = self
+            .lock()
+            .subs
+            .keys()
+            .filter(|name| !keep(name))
+            .cloned()
+            .collect();
+        gone.into_iter()
+            .filter_map(|name| self.leave(&name))
+            .collect()
+    }
+
     /// Leaves every channel; returns their names.
     pub(super) fn leave_all(&self) -> Vec<Arc<str>> {
         let subs = std::mem::take(&mut self.lock().subs);

@@ -277,6 +277,7 @@ impl Socket {
             ClientFrame::Unsubscribe { id, channel } => self.unsubscribe(id, &channel),
             ClientFrame::Publish { id, channel, data } => self.publish(id, &channel, data, ctx),
             ClientFrame::Budget { id } => self.request_budget(id, ctx),
+            ClientFrame::Refresh { id, token } => self.refresh(id, &token, ctx),
         }
     }
 

@@ -285,6 +285,8 @@ async fn admit(req: &RequestHead, node: &Arc<Node>, config: &Config) -> Result<A
             role: claims.role.clone(),
             plan: claims.plan.clone(),
             grants: claims.grants(),
+            token_expires_at: claims.expires_at_ms(),
+            deadline: node.auth.load().deadline(&claims),
         },
         limits,
         slots: Slots {

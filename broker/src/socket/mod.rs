@@ -10,6 +10,7 @@ pub mod handshake;
 pub(crate) mod inbound;
 mod outbox;
 mod queue;
+mod refresh;
 mod transport;
 
 use std::rc::Rc;
@@ -56,6 +57,11 @@ pub struct Identity {
     pub role: Option<String>,
     pub plan: Option<String>,
     pub grants: Grants,
+    /// The token's `exp`, unix ms (`welcome.tokenExpiresAt`).
+    pub token_expires_at: u64,
+    /// When the socket is closed with 4001 unless refreshed first: the
+    /// token's `exp` plus `auth.leeway_secs`, unix seconds.
+    pub deadline: u64,
 }
 
 /// Places this socket holds in node-wide counts; dropping them (with the
@@ -93,6 +99,8 @@ pub struct Socket {
     last_heard: Instant,
     closing: bool,
     congested_since: Option<Instant>,
+    /// The close at the token's deadline (`socket/refresh.rs`).
+    expiry: Option<SpawnHandle>,
     span: tracing::Span,
     /// Counts this actor in `tidegate_actors{kind="socket"}` until dropped.
     _alive: crate::alive::ActorGuard,
@@ -209,9 +217,11 @@ impl Actor for Socket {
             &self.id.account,
             &config.node.id,
             &welcome_limits(&limits, node.bridge.account_share(&self.id.account)),
+            self.id.token_expires_at,
         ));
         let every = Duration::from_millis(config.socket.heartbeat_interval_ms);
         ctx.run_interval(every, Self::heartbeat);
+        self.arm_expiry(ctx);
         let _e = self.span.enter();
         tracing::debug!("socket open");
     }
@@ -365,6 +375,7 @@ impl Socket {
                 last_heard: now,
                 closing: false,
                 congested_since: None,
+                expiry: None,
                 span,
                 _alive: node.metrics.alive.actor(crate::alive::ActorKind::Socket),
                 id,

@@ -28,13 +28,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use tokio::sync::OnceCell;
 
 use super::event::{Event, kind_of};
 use super::scripts;
-use crate::cluster::redis::Conn;
+use crate::cluster::redis::{Conn, RedisTarget};
 use crate::config::{ClusterMode, Config};
 
 const GROUP: &str = "tidegate";
@@ -46,7 +46,9 @@ const OCCUPANCY_TTL_MS: u64 = 24 * 3600 * 1000;
 /// What the webhooks need of the config to reach Redis.
 #[derive(Debug, Clone)]
 pub struct Params {
-    redis_url: String,
+    /// Where Redis is (and its TLS settings); the error is the node's own
+    /// (`Node::new` opens it first and stops on it).
+    redis: Result<RedisTarget, String>,
     key_prefix: String,
     node_id: String,
     lease_ms: u64,
@@ -57,7 +59,7 @@ pub struct Params {
 impl From<&Config> for Params {
     fn from(config: &Config) -> Params {
         Params {
-            redis_url: config.cluster.redis_url.clone(),
+            redis: RedisTarget::open(&config.cluster).map_err(|e| e.to_string()),
             key_prefix: config.cluster.key_prefix.clone(),
             node_id: config.node.id.clone(),
             lease_ms: config.cluster.lease_ms,
@@ -96,9 +98,12 @@ impl Cluster {
     /// Must run inside the webhook runtime (the connection's tasks live
     /// there).
     pub fn new(config: &Params) -> Result<Arc<Cluster>, redis::RedisError> {
-        let client = redis::Client::open(config.redis_url.as_str())?;
+        let target = config.redis.clone().map_err(|e| {
+            redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "cluster", e))
+        })?;
         let link = if config.sharded {
-            let client = ClusterClientBuilder::new(vec![client.get_connection_info().clone()])
+            let client = target
+                .cluster_builder()
                 .connection_timeout(COMMAND_TIMEOUT)
                 .response_timeout(COMMAND_TIMEOUT)
                 .retries(1)
@@ -113,7 +118,7 @@ impl Cluster {
                 .set_response_timeout(Some(COMMAND_TIMEOUT))
                 .set_number_of_retries(1)
                 .set_max_delay(COMMAND_TIMEOUT);
-            Link::Single(ConnectionManager::new_lazy_with_config(client, cm)?)
+            Link::Single(ConnectionManager::new_lazy_with_config(target.client, cm)?)
         };
         Ok(Arc::new(Cluster {
             link,

@@ -149,7 +149,7 @@ impl Webhooks {
                         self.cluster.get().cloned(),
                     );
                     handle.spawn(ep.clone().run());
-                    tracing::info!(target: "tidegate::webhook", endpoint = %cfg.id, url = %cfg.url, "endpoint started");
+                    tracing::info!(target: "tidegate::webhook", endpoint = %cfg.id, url = %send::redacted(&cfg.url), "endpoint started");
                     next.push(ep);
                 }
             }

@@ -1,7 +1,9 @@
 //! One HTTP attempt and what the answer means for the endpoint (§9).
 //!
 //! Redirects are never followed (a 3xx is a failure: following one could
-//! send signed events to a host nobody configured). The answer's body is
+//! send signed events to a host nobody configured). https receivers are
+//! verified with the system's roots or the endpoint's `ca_file`, over
+//! rustls with the process's provider (`tls.rs`). The answer's body is
 //! read up to [`BODY_LIMIT`] and then dropped with its connection, so a
 //! receiver answering with 50 MB costs 64 KiB, not 50 MB of memory.
 
@@ -38,15 +40,35 @@ pub enum Outcome {
     Gone,
 }
 
-/// The HTTP client of one endpoint: its own connection pool, no redirects.
-pub fn client(timeout: Duration) -> reqwest::Client {
-    reqwest::Client::builder()
+/// The HTTP client of one endpoint: its own connection pool, no
+/// redirects; for https, only `ca_pem`'s roots when given.
+pub fn client(timeout: Duration, ca_pem: Option<&[u8]>) -> reqwest::Client {
+    crate::tls::provider();
+    let mut builder = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(timeout)
-        .user_agent(concat!("tidegate-webhooks/", env!("CARGO_PKG_VERSION")))
+        .user_agent(concat!("tidegate-webhooks/", env!("CARGO_PKG_VERSION")));
+    if let Some(pem) = ca_pem {
+        // The config checked that the bundle parses.
+        builder =
+            builder.tls_certs_only(reqwest::Certificate::from_pem_bundle(pem).unwrap_or_default());
+    }
+    builder
         .build()
-        // Only TLS backend setup can fail, and none is configured.
-        .expect("a plain HTTP client builds")
+        // Only TLS setup can fail: the provider is installed above and the
+        // roots were checked by the config.
+        .expect("the webhook client builds")
+}
+
+/// A receiver's URL as logs may show it: no user, password, query or
+/// fragment (they can carry credentials), only where requests go.
+pub fn redacted(url: &reqwest::Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.set_query(None);
+    shown.set_fragment(None);
+    shown.to_string()
 }
 
 pub fn unix_secs() -> u64 {
@@ -157,6 +179,15 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(RETRY_AFTER, HeaderValue::from_str(v).unwrap());
         h
+    }
+
+    #[test]
+    fn urls_lose_their_credentials_in_logs() {
+        let url =
+            reqwest::Url::parse("https://hook:s3cret@backend.example:8443/in?token=abc#x").unwrap();
+        assert_eq!(redacted(&url), "https://backend.example:8443/in");
+        let plain = reqwest::Url::parse("http://127.0.0.1:9000/tidegate-events").unwrap();
+        assert_eq!(redacted(&plain), "http://127.0.0.1:9000/tidegate-events");
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! The Standard Webhooks signature (§9): `webhook-signature` is
-//! `v1,<base64 of HMAC-SHA256(secret, "<id>.<timestamp>.<body>")>`, one
+//! `v1,<base64 of HMAC-SHA256(key, "<id>.<timestamp>.<body>")>`, one
 //! space-separated entry per secret during a rotation, so a receiver that
-//! still knows only the old secret keeps verifying.
+//! still knows only the old secret keeps verifying. The key of a
+//! `whsec_<base64>` secret is its decoded bytes, as the Standard Webhooks
+//! libraries take it (`config::webhook_key`); a test in the SDK's tree has
+//! the `standardwebhooks` npm package verify a real delivery.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -52,6 +55,22 @@ mod tests {
             br#"{"test": 2432232314}"#,
         );
         assert_eq!(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+    }
+
+    #[test]
+    fn a_whsec_secret_signs_with_its_decoded_bytes() {
+        // The example above's secret as its specification writes it.
+        let key = crate::config::webhook_key("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        assert_eq!(
+            key,
+            STANDARD.decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap()
+        );
+        // Any other text is its own bytes (the libraries' "raw" format).
+        assert_eq!(
+            crate::config::webhook_key("a-raw-secret-of-24-bytes!").unwrap(),
+            b"a-raw-secret-of-24-bytes!"
+        );
+        assert!(crate::config::webhook_key("whsec_not*base64").is_err());
     }
 
     #[test]

@@ -98,7 +98,7 @@ impl Endpoint {
         });
         Arc::new(Endpoint {
             cluster,
-            client: send::client(p.timeout),
+            client: send::client(p.timeout, config.ca_pem.as_deref()),
             config: ArcSwap::from_pointee(config),
             state: Mutex::new(State {
                 queue: Queue::default(),

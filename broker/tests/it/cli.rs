@@ -115,6 +115,7 @@ async fn serve_announces_its_port_and_answers() {
         .strip_prefix("tidegate listening on ")
         .expect(&line)
         .to_owned();
+    tidegate::tls::provider();
     let resp = reqwest::get(format!("{url}/healthz")).await.unwrap();
     assert_eq!(resp.status(), 200);
     child.kill().await.unwrap();

@@ -18,6 +18,8 @@ async fn serve(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> (Child, String, Lines<BufReader<ChildStderr>>) {
+    // This process's HTTP clients need the TLS provider installed.
+    tidegate::tls::provider();
     let mut cmd = tokio::process::Command::new(BIN);
     cmd.arg("serve")
         .args(args)

@@ -23,8 +23,12 @@ pub const PATIENCE: Duration = Duration::from_secs(10);
 pub const API_KEY: &str = "tidegate-sample-publish-key";
 
 /// What every test broker changes from the shipped config: a short drain
-/// window, so a broker dropped with sockets open stops quickly.
-const TEST_BASE: &str = "[cluster]\ndrain_ms = 300\n";
+/// window, so a broker dropped with sockets open stops quickly, and the
+/// secret cluster mode requires (unused by a single node).
+const TEST_BASE: &str = "[cluster]\ndrain_ms = 300\nsecret = \"test-cluster-secret-0123456789\"\n";
+
+/// The cluster secret of every test broker (for nodes run as processes).
+pub const CLUSTER_SECRET: &str = "test-cluster-secret-0123456789";
 
 /// The shipped config with `overrides` (TOML) merged over it.
 pub fn config(overrides: &str) -> Config {

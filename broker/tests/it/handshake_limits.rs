@@ -72,8 +72,11 @@ async fn open_sockets_per_ip_are_capped_and_forwarded_for_is_trusted_only_from_p
 
     // A single address and a CIDR range (load balancers come from a subnet).
     for proxies in ["\"127.0.0.1\"", "\"127.0.0.0/8\", \"10.0.0.0/8\""] {
+        // Behind a proxy the public sample secret and key are refused.
         let broker = Broker::start(&format!(
-            "[node]\ntrusted_proxies = [{proxies}]\n[handshake]\nip_max_open = 1\n"
+            "[node]\ntrusted_proxies = [{proxies}]\n[handshake]\nip_max_open = 1\n\
+             [auth]\njwt_secret = \"a-secret-behind-the-proxy-0123\"\n\
+             [[api_keys]]\nkey = \"a-key-behind-the-proxy-0123\"\naccount = \"acme\"\n"
         ));
         let t = |n: u32| broker.token(&format!("u{n}"));
         let _c = via_proxy(&broker, &t(1), "203.0.113.1").await.unwrap();

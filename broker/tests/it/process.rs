@@ -45,7 +45,10 @@ impl Proc {
             }
             None => Command::new(BIN),
         };
+        // This process's HTTP clients need the TLS provider installed.
+        tidegate::tls::provider();
         let mut child = cmd
+            .env("TIDEGATE_CLUSTER_SECRET", crate::common::CLUSTER_SECRET)
             .args([
                 "serve",
                 "--listen",
@@ -73,7 +76,7 @@ impl Proc {
         Proc { child, url, config }
     }
 
-    fn signal(&self, sig: &str) {
+    pub(crate) fn signal(&self, sig: &str) {
         let pid = self.child.id().unwrap().to_string();
         let ok = std::process::Command::new("kill")
             .args([sig, &pid])
@@ -81,6 +84,17 @@ impl Proc {
             .unwrap()
             .success();
         assert!(ok);
+    }
+
+    /// `http://…` or, with `[node] tls_cert_file`, `https://…`.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The HTTP listener's address.
+    pub(crate) fn addr(&self) -> std::net::SocketAddr {
+        let hostport = self.url.split("://").nth(1).unwrap().trim_end_matches('/');
+        hostport.parse().unwrap()
     }
 
     pub(crate) fn ws(&self) -> String {

@@ -129,8 +129,27 @@ async fn handle(
 
 impl Receiver {
     pub fn start(script: impl FnMut(&Got) -> Reply + Send + 'static) -> Receiver {
+        Receiver::serve(script, None)
+    }
+
+    /// An https receiver presenting `tls`'s certificate (for `localhost`).
+    pub fn start_tls(
+        script: impl FnMut(&Got) -> Reply + Send + 'static,
+        tls: rustls::ServerConfig,
+    ) -> Receiver {
+        Receiver::serve(script, Some(tls))
+    }
+
+    fn serve(
+        script: impl FnMut(&Got) -> Reply + Send + 'static,
+        tls: Option<rustls::ServerConfig>,
+    ) -> Receiver {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let port = listener.local_addr().unwrap().port();
+        let url = match tls {
+            None => format!("http://127.0.0.1:{port}/hook"),
+            Some(_) => format!("https://localhost:{port}/hook"),
+        };
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             script: Mutex::new(Box::new(script)),
@@ -150,8 +169,11 @@ impl Receiver {
                 })
                 .workers(1)
                 .disable_signals()
-                .shutdown_timeout(0)
-                .listen(listener)
+                .shutdown_timeout(0);
+                let server = match tls {
+                    None => server.listen(listener),
+                    Some(tls) => server.listen_rustls_0_23(listener, tls),
+                }
                 .unwrap()
                 .run();
                 handle_tx.send(server.handle()).unwrap();

@@ -10,6 +10,8 @@ pub struct RedisServer {
     pub port: u16,
     child: Option<Child>,
     dir: PathBuf,
+    /// TLS only (`--tls-port`, no plaintext port): (certificate, key, CA).
+    tls: Option<(PathBuf, PathBuf, PathBuf)>,
 }
 
 fn free_port() -> u16 {
@@ -22,6 +24,16 @@ fn free_port() -> u16 {
 
 impl RedisServer {
     pub fn start() -> RedisServer {
+        RedisServer::launch(None)
+    }
+
+    /// A Redis that speaks TLS only, with this certificate and key; it
+    /// asks clients for no certificate (`--tls-auth-clients no`).
+    pub fn start_tls(cert: PathBuf, key: PathBuf, ca: PathBuf) -> RedisServer {
+        RedisServer::launch(Some((cert, key, ca)))
+    }
+
+    fn launch(tls: Option<(PathBuf, PathBuf, PathBuf)>) -> RedisServer {
         let port = free_port();
         let dir =
             std::env::temp_dir().join(format!("tidegate-redis-{}-{port}", std::process::id()));
@@ -30,14 +42,28 @@ impl RedisServer {
             port,
             child: None,
             dir,
+            tls,
         };
         r.spawn();
         r
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        let mut cmd = Command::new("redis-server");
+        match &self.tls {
+            None => cmd.args(["--port", &self.port.to_string()]),
+            Some((cert, key, ca)) => cmd
+                .args(["--port", "0", "--tls-port", &self.port.to_string()])
+                .arg("--tls-cert-file")
+                .arg(cert)
+                .arg("--tls-key-file")
+                .arg(key)
+                .arg("--tls-ca-cert-file")
+                .arg(ca)
+                .args(["--tls-auth-clients", "no"]),
+        };
+        let child = cmd
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&self.dir)
             .args(["--logfile", ""])
@@ -69,7 +95,12 @@ impl RedisServer {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
     }
 
     /// SIGKILL: the abrupt outage.

@@ -29,7 +29,13 @@ function nodeConfig(id: string): string {
   return brokerConfig(
     merge(TEST_BASE, {
       node: { id },
-      cluster: { mode: "redis", redis_url: redis.url, key_prefix: `adminpage${process.pid}:`, lease_ms: 1000 },
+      cluster: {
+        mode: "redis",
+        redis_url: redis.url,
+        key_prefix: `adminpage${process.pid}:`,
+        lease_ms: 1000,
+        secret: "sdk-test-cluster-secret-0123",
+      },
       admin: { key: ADMIN_KEY },
     }),
   );

@@ -4,6 +4,7 @@
  * `tidegate token`. Only the child started here is ever killed, by its PID.
  */
 import { spawn, execFile, type ChildProcess } from "node:child_process";
+import { after, before } from "node:test";
 import { existsSync, mkdtempSync, readFileSync, writeFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -205,4 +206,21 @@ export function sdkClients(url: () => string) {
       for (const c of made) c.close();
     },
   };
+}
+
+/**
+ * One broker for a test file (started `before`, stopped `after`, with the
+ * file's SDK clients closed first): `broker()` is it once started.
+ */
+export function brokerForFile(config: () => string) {
+  let broker: Broker | undefined;
+  const clients = sdkClients(() => broker!.wsUrl);
+  before(async () => {
+    broker = await startBroker(config());
+  });
+  after(async () => {
+    clients.closeAll();
+    await broker?.stop();
+  });
+  return { broker: () => broker!, clients };
 }

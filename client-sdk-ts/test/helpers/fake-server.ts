@@ -105,6 +105,8 @@ export class FakeConn {
       this.send(ack);
     } else if (frame.type === "unsubscribe") {
       this.send({ type: "ack", id: frame.id });
+    } else if (frame.type === "refresh") {
+      this.send({ type: "ack", id: frame.id, tokenExpiresAt: this.server.refreshedExpiresAt });
     } else if (frame.type === "budget") {
       const l = this.server.limits;
       this.send({
@@ -129,6 +131,10 @@ export class FakeServer {
   limits: Limits = { ...DEFAULT_LIMITS };
   /** Send `welcome` on connect (turn off to test the welcome timeout). */
   welcome = true;
+  /** `welcome.tokenExpiresAt` (unix ms), when set. */
+  tokenExpiresAt?: number;
+  /** `tokenExpiresAt` of the ack to a `refresh`. */
+  refreshedExpiresAt?: number;
   script: FrameScript = (conn, frame) => conn.answer(frame);
   readonly seqs = new Map<string, number>();
   private connWaiters: Array<{ n: number; resolve: (c: FakeConn) => void }> = [];
@@ -195,6 +201,7 @@ export class FakeServer {
           account: "acme",
           node: "fake",
           limits: this.limits,
+          ...(this.tokenExpiresAt !== undefined ? { tokenExpiresAt: this.tokenExpiresAt } : {}),
         });
       }
       this.connWaiters = this.connWaiters.filter((w) => {

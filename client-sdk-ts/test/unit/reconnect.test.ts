@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { planReconnect, type ReconnectInput } from "../../src/reconnect.js";
+import { MAX_RETRY_AFTER_MS, planReconnect, type ReconnectInput } from "../../src/reconnect.js";
 import { CLOSE_CODES } from "../../src/codes.js";
 import { backoffCeiling } from "../../src/backoff.js";
 
@@ -117,4 +117,31 @@ test("a 403 banned handshake is surfaced and retried with a growing backoff, not
   const later = plan({ wasOpen: false, refusal, step: 6 });
   assert.ok(later.delayMs > first.delayMs);
   assert.ok(later.delayMs <= settings.maxDelayMs);
+});
+
+test("a wait the server asks for is capped at maxRetryAfterMs (60 s by default)", () => {
+  const refused = (retryAfterMs: number): Partial<ReconnectInput> => ({
+    wasOpen: false,
+    refusal: { status: 429, code: "too_many_connections", retryAfterMs },
+  });
+  assert.equal(MAX_RETRY_AFTER_MS, 60_000);
+  assert.equal(plan(refused(86_400_000), bottom).floorMs, 60_000);
+  assert.equal(plan(refused(2_000), bottom).floorMs, 2_000);
+  const tight = planReconnect(
+    { code: 1006, step: 0, hasGetToken: false, ...refused(86_400_000) } as ReconnectInput,
+    { ...settings, maxRetryAfterMs: 5_000 },
+    bottom,
+  );
+  assert.equal(tight.floorMs, 5_000);
+  const hinted = plan({ code: CLOSE_CODES.CONNECTION_CAP, retryAfterHintMs: 3_600_000 }, bottom);
+  assert.equal(hinted.floorMs, 60_000);
+});
+
+test("4001 asks getToken() for a new token, or stops without one", () => {
+  const expired = { code: CLOSE_CODES.TOKEN_EXPIRED, reason: "token expired" };
+  const renewable = plan({ ...expired, hasGetToken: true });
+  assert.equal(renewable.refreshToken, true);
+  assert.equal(renewable.terminal, undefined);
+  const fixed = plan(expired);
+  assert.equal(fixed.terminal?.code, "unauthorized");
 });

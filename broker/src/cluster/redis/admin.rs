@@ -92,6 +92,7 @@ pub struct AdminStore {
     conn: Conn,
     prefix: String,
     control: String,
+    signer: std::sync::Arc<super::ControlSigner>,
 }
 
 impl std::fmt::Debug for AdminStore {
@@ -126,7 +127,15 @@ impl AdminStore {
     /// Sends an operator action to every node (this one receives it too).
     pub async fn broadcast(&self, payload: &str) -> redis::RedisResult<()> {
         let mut conn = self.conn.clone();
-        let message = format!("{ADMIN_MESSAGE}{payload}");
+        let Some(message) = self.signer.seal(
+            &format!("{ADMIN_MESSAGE}{payload}"),
+            super::control::now_ms(),
+        ) else {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "cluster.secret is not set: control messages cannot be signed",
+            )));
+        };
         self.timed(conn.publish::<_, _, i64>(&self.control, message))
             .await
             .map(drop)
@@ -195,6 +204,7 @@ impl RedisBridge {
             conn: self.conn.get()?.clone(),
             prefix: self.prefix.clone(),
             control,
+            signer: self.control.clone(),
         })
     }
 

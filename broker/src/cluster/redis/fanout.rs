@@ -24,7 +24,7 @@ impl RedisBridge {
     /// A message from the cluster, as delivered by Redis.
     pub(super) fn on_message(&self, topic: &str, payload: &[u8]) {
         if topic == self.control_topic() {
-            let text = std::str::from_utf8(payload).ok();
+            let text = self.open_control(payload);
             if let Some(events) = self.events.upgrade() {
                 if let Some(account) = text.and_then(|p| p.strip_prefix("breach:")) {
                     events.breach(account);
@@ -48,6 +48,30 @@ impl RedisBridge {
                 self.hub.deliver(channel, seq, wire::text(payload));
             }
             None => tracing::warn!(%channel, "unparseable message from Redis ignored"),
+        }
+    }
+
+    /// A control message's body when a node signed it (`control.rs`);
+    /// anything else is counted, logged at most every ten seconds, and
+    /// ignored.
+    fn open_control<'a>(&self, payload: &'a [u8]) -> Option<&'a str> {
+        let now = super::control::now_ms();
+        let opened = std::str::from_utf8(payload)
+            .map_err(|_| super::Forged::Unsigned)
+            .and_then(|text| self.control.open(text, now));
+        match opened {
+            Ok(body) => Some(body),
+            Err(why) => {
+                self.metrics.control_rejected(why.as_str());
+                if let Some(ignored) = self.control.log_due(now) {
+                    tracing::warn!(
+                        reason = why.as_str(),
+                        ignored,
+                        "control message from Redis not signed by a node of this cluster; ignored (check cluster.secret, the nodes' clocks, and who may PUBLISH on this Redis)"
+                    );
+                }
+                None
+            }
         }
     }
 

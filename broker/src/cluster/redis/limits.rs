@@ -133,7 +133,12 @@ impl RedisBridge {
         let Some((mut conn, in_flight)) = self.command(&topic) else {
             return;
         };
-        let message = format!("breach:{account}");
+        let Some(message) = self
+            .control
+            .seal(&format!("breach:{account}"), super::control::now_ms())
+        else {
+            return;
+        };
         actix_rt::spawn(async move {
             let r: redis::RedisResult<i64> = redis::cmd("PUBLISH")
                 .arg(&topic)

@@ -22,11 +22,13 @@
 
 mod admin;
 mod conn;
+mod control;
 mod counts;
 mod fanout;
 mod fence;
 mod lease;
 mod limits;
+mod open;
 mod resharding;
 mod scripts;
 mod sharded;
@@ -43,6 +45,8 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 pub use conn::Conn;
+pub use control::{ControlSigner, Forged};
+pub use open::RedisTarget;
 use parking_lot::Mutex;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -86,7 +90,10 @@ struct Interest {
 pub struct RedisBridge {
     /// This bridge, for futures that outlive a call.
     me: Weak<RedisBridge>,
-    client: redis::Client,
+    target: RedisTarget,
+    /// Signs this node's control messages and checks the others'
+    /// (`control.rs`).
+    control: Arc<ControlSigner>,
     /// Commands (scripts); on Redis Cluster never subscribed, so no
     /// unsolicited push can be taken for one of its replies.
     conn: OnceLock<Conn>,
@@ -133,7 +140,7 @@ impl std::fmt::Debug for RedisBridge {
 
 impl RedisBridge {
     pub fn new(
-        client: redis::Client,
+        target: RedisTarget,
         config: &Config,
         hub: Arc<Hub>,
         metrics: Arc<Metrics>,
@@ -141,9 +148,14 @@ impl RedisBridge {
     ) -> Arc<RedisBridge> {
         let (tx, rx) = mpsc::unbounded_channel();
         metrics.bridge_up.set(0);
+        let control = Arc::new(ControlSigner::new(
+            format!("{}ctl", config.cluster.key_prefix),
+            config.cluster_secrets.clone(),
+        ));
         Arc::new_cyclic(|me| RedisBridge {
             me: me.clone(),
-            client,
+            target,
+            control,
             conn: OnceLock::new(),
             pubsub: OnceLock::new(),
             sharded: config.cluster.mode == ClusterMode::RedisCluster,
@@ -362,7 +374,7 @@ impl Bridge for RedisBridge {
             .set_response_timeout(Some(COMMAND_TIMEOUT))
             .set_number_of_retries(1)
             .set_max_delay(COMMAND_TIMEOUT);
-        match ConnectionManager::new_lazy_with_config(self.client.clone(), config) {
+        match ConnectionManager::new_lazy_with_config(self.target.client.clone(), config) {
             Ok(conn) => {
                 let _ = self.conn.set(Conn::Single(conn));
             }

@@ -16,7 +16,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
@@ -33,7 +32,9 @@ const RETRY_WAIT_MS: (u64, u64) = (10, 100);
 pub(super) fn start(bridge: Arc<RedisBridge>) -> Pin<Box<dyn Future<Output = ()>>> {
     let (push_tx, push_rx) = mpsc::unbounded_channel::<PushInfo>();
     let builder = || {
-        ClusterClientBuilder::new(vec![bridge.client.get_connection_info().clone()])
+        bridge
+            .target
+            .cluster_builder()
             .use_protocol(ProtocolVersion::RESP3)
             .connection_timeout(COMMAND_TIMEOUT)
             .response_timeout(COMMAND_TIMEOUT)

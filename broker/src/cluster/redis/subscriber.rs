@@ -83,8 +83,11 @@ async fn apply(
 pub(super) async fn run(bridge: Arc<RedisBridge>, mut cmds: mpsc::UnboundedReceiver<SubCmd>) {
     let mut attempt = 0u32;
     loop {
-        let connected =
-            tokio::time::timeout(Duration::from_secs(2), bridge.client.get_async_pubsub()).await;
+        let connected = tokio::time::timeout(
+            Duration::from_secs(2),
+            bridge.target.client.get_async_pubsub(),
+        )
+        .await;
         if let Ok(Ok(pubsub)) = connected {
             let (mut sink, mut stream) = pubsub.split();
             let all: Vec<Arc<str>> = bridge.interest.lock().keys().cloned().collect();
