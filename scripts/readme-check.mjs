@@ -209,7 +209,7 @@ const EXPECTATIONS = [
         "embedded config.toml: ok",
         'node.listen = "0.0.0.0:8080"  (flag --listen)',
         "(env TIDEGATE_JWT_SECRET)",
-        "warning: api_keys: the sample API key is not accepted on 0.0.0.0:8080",
+        "warning: api_keys: the sample API key is not accepted where node.listen is 0.0.0.0:8080",
       ]) {
         expect(out.includes(line), `check-config did not print ${JSON.stringify(line)}:\n${out}`);
       }
