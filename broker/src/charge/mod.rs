@@ -31,15 +31,16 @@
 //!   front's [`Layer`]) is charged the units, all or nothing for a batch.
 //!   [`Ledger::balance`] reads the bucket without charging (trailers on a
 //!   refusal).
-//! - **A GraphQL operation**: price the parsed document (and variables);
-//!   refuse a price over `graphql_max_single` by putting it in
-//!   [`Price::max_single`]; the payer is [`Payer::Key`] for an API key or
-//!   [`Payer::Account`] for a JWT's account, with `Layer::Graphql`; one
-//!   atomic take; after execution give back what the real cost did not
-//!   use (a refund capped at what was charged: the bridge's buckets need a
-//!   `refund` beside `charge_key` for that, which does not exist yet); show
-//!   [`Admitted::balance`] in `extensions.rateLimit` and `X-RateLimit-*`,
-//!   and [`Admitted::shadow`] as `"mode":"shadow","wouldRefuse"`.
+//! - **A GraphQL operation** (`graphql/charge.rs`): the front prices the
+//!   parsed document (and variables) and refuses a price over
+//!   `graphql_max_single` itself (`QUERY_TOO_EXPENSIVE`, with its own
+//!   words), then charges [`Payer::Key`] for an API key or
+//!   [`Payer::Account`] for a JWT's account, with `Layer::Graphql`, in one
+//!   atomic take; after execution [`Ledger::refund_to`] gives back what the
+//!   real cost did not use (capped at what was charged). A plan's
+//!   `dry_run = ["graphql"]` shadows that layer's refusals on either
+//!   bucket. [`Admitted::balance`] goes to `extensions.rateLimit` and
+//!   `X-RateLimit-*`, [`Admitted::shadow`] to `"mode":"shadow","wouldRefuse"`.
 //! - **A presence read**: a fixed small price ([`Price::units`] from the
 //!   plan's cost table, no bytes), the reader's payer, the same translation.
 
@@ -262,6 +263,18 @@ pub struct Refused {
 /// The outcome of one charge.
 pub type Outcome = Result<Admitted, Refused>;
 
+/// Whether a refusal by a key's or an account's bucket is only counted
+/// (dry run): under GraphQL's layer, its own name shadows it on either
+/// bucket (§12: `dry_run = ["graphql"]`); elsewhere `name`, the bucket's
+/// own (an API key's bucket has none: §0 lists the socket's and the
+/// account's limits, so it always enforces).
+fn dry_run(layer: Layer, limits: &Limits, name: Option<LimitName>) -> bool {
+    match layer {
+        Layer::Graphql => limits.is_dry_run(LimitName::Graphql),
+        _ => name.is_some_and(|n| limits.is_dry_run(n)),
+    }
+}
+
 /// The charge layer over a node's state: what [`Ledger::charge`] reads and
 /// counts into. Three references, copied freely
 /// ([`crate::node::Node::ledger`]).
@@ -301,8 +314,17 @@ impl<'a> Ledger<'a> {
                     limits.account_messages_per_sec,
                 );
                 let settle = move |c: KeyCharge| {
-                    self.settle_key(layer, &key.account, &price, c)
-                        .map(|a| a.shadowed(shadowed))
+                    let dry = dry_run(layer, limits, None);
+                    self.settle(
+                        layer,
+                        &key.account,
+                        &price,
+                        c.allowed,
+                        c.retry_after,
+                        Some(Balance::from(&c)),
+                        dry,
+                    )
+                    .map(|a| a.shadowed(shadowed))
                 };
                 then(taken, settle)
             }
@@ -319,7 +341,7 @@ impl<'a> Ledger<'a> {
                     .bridge
                     .charge_account(account, price.units, now, limits);
                 let settle = move |c: cluster::Charged| {
-                    let dry = limits.is_dry_run(LimitName::AccountMessages);
+                    let dry = dry_run(layer, limits, Some(LimitName::AccountMessages));
                     let balance = Balance {
                         limit: c.view.capacity,
                         remaining: c.view.remaining,
@@ -350,6 +372,30 @@ impl<'a> Ledger<'a> {
     /// one charge's units at most).
     pub fn refund(self, admission: &mut Admission, price: &Price<'_>) {
         admission.refund(price.units, price.bytes);
+    }
+
+    /// Gives `units` back to a key's or an account's bucket after an
+    /// operation cost less than it was charged (GraphQL's refund, §12);
+    /// resolves to the whole tokens left. The caller gives back at most
+    /// what one charge took. A connection's units go back through
+    /// [`Ledger::refund`].
+    pub fn refund_to(self, payer: Payer<'a>, units: u32) -> Pending<'a, u64> {
+        let given = match payer {
+            Payer::Connection(c) => {
+                c.admission.refund(units, 0);
+                return Pending::Ready(0);
+            }
+            Payer::Key { key, limits, .. } => self.bridge.refund_key(
+                &key.id,
+                f64::from(units),
+                f64::from(limits.account_burst),
+                limits.account_messages_per_sec,
+            ),
+            Payer::Account {
+                account, limits, ..
+            } => self.bridge.refund_account(account, units, limits),
+        };
+        then(given, |remaining| remaining)
     }
 
     /// An API key's balance, read without charging (a refusal's trailers).
@@ -393,20 +439,6 @@ impl<'a> Ledger<'a> {
             retry_after: Duration::ZERO,
             balance: None,
         })
-    }
-
-    fn settle_key(self, layer: Layer, account: &str, price: &Price<'_>, c: KeyCharge) -> Outcome {
-        // An API key's bucket has no dry-run name (§0 lists the socket's
-        // and the account's limits): it always enforces.
-        self.settle(
-            layer,
-            account,
-            price,
-            c.allowed,
-            c.retry_after,
-            Some(Balance::from(&c)),
-            false,
-        )
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -150,3 +150,73 @@ fn a_connection_is_charged_synchronously_and_samples_for_its_account() {
     assert_eq!(third.reason, Reason::RateLimited);
     assert_eq!(p.rejections("connection", "rate_limited"), 1);
 }
+
+#[test]
+fn graphql_refunds_to_either_bucket_and_its_dry_run_shadows_both() {
+    let p = parts();
+    let limits = Limits {
+        dry_run: vec![crate::config::LimitName::Graphql],
+        ..small_plan()
+    };
+    let key = KeyState {
+        account: "acme".into(),
+        publish: GlobSet::new(&["*"]),
+        subscribe: GlobSet::new::<&str>(&[]),
+        id: "k1".into(),
+    };
+    let payer_of = |by_key: bool| {
+        if by_key {
+            Payer::Key {
+                layer: Layer::Graphql,
+                key: &key,
+                limits: &limits,
+            }
+        } else {
+            Payer::Account {
+                layer: Layer::Graphql,
+                account: "acme",
+                limits: &limits,
+            }
+        }
+    };
+    let now = Instant::now();
+    for by_key in [true, false] {
+        let payer = || payer_of(by_key);
+        let taken = ready(p.ledger().charge(payer(), Price::units(3, None), now)).unwrap();
+        assert_eq!(taken.balance.map(|b| b.remaining), Some(0));
+        assert!(!taken.shadow);
+        // Empty: shadowed, not refused; nothing was taken.
+        let shadowed = ready(p.ledger().charge(payer(), Price::units(2, None), now)).unwrap();
+        assert!(
+            shadowed.shadow,
+            "dry_run = [\"graphql\"] shadows this bucket"
+        );
+        assert_eq!(shadowed.balance.map(|b| b.remaining), Some(0));
+        let Pending::Ready(left) = p.ledger().refund_to(payer(), 2) else {
+            panic!("single-node refunds answer at once")
+        };
+        assert_eq!(left, 2, "the refund is in the bucket");
+    }
+    let text = p.metrics.encode();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("tidegate_dry_run_rejections_total{")
+                && l.contains("layer=\"graphql\"")
+                && l.contains("reason=\"rate_limited\"")
+                && l.ends_with(" 2")),
+        "{text}"
+    );
+    assert_eq!(
+        p.rejections("graphql", "rate_limited"),
+        0,
+        "shadowed, not refused"
+    );
+    // Another layer's refusal of the same key is not shadowed by GraphQL's name.
+    let http = Payer::Key {
+        layer: Layer::Http,
+        key: &key,
+        limits: &limits,
+    };
+    let refused = ready(p.ledger().charge(http, Price::units(3, None), now)).unwrap_err();
+    assert_eq!(refused.reason, Reason::RateLimited);
+}

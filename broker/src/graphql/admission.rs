@@ -16,8 +16,6 @@ use super::caller::Caller;
 use super::charge::{self, Taken};
 use super::schema::Code;
 use crate::config::LimitName;
-use crate::exceeded::Exceeded;
-use crate::metrics::Layer;
 use crate::node::Node;
 
 /// One operation's way through the limiter, shared by the handler, the
@@ -65,7 +63,8 @@ impl Ticket {
     }
 
     /// Takes the estimate from the caller's bucket; the refusal error when
-    /// it does not fit (and the plan enforces).
+    /// it does not fit (and the plan enforces). The ledger counts the
+    /// refusal (or the shadowed one) under `layer="graphql"`.
     async fn admit(&self) -> Result<(), ServerError> {
         let taken = charge::charge(&self.node, &self.caller, self.estimate).await;
         let mut out = self.outcome.lock();
@@ -75,16 +74,7 @@ impl Ticket {
             out.charged = self.estimate;
             return Ok(());
         }
-        Exceeded::new(
-            Layer::Graphql,
-            Code::RateLimited.reason(),
-            &self.caller.account,
-        )
-        .reset(taken.retry_after)
-        .count(1)
-        .dry_run(self.shadow)
-        .emit(&self.node.metrics);
-        if self.shadow {
+        if taken.shadowed {
             out.would_refuse = true;
             return Ok(());
         }

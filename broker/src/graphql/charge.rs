@@ -1,12 +1,15 @@
-//! The one place GraphQL takes from and gives back to a caller's bucket:
-//! an API key's (the bucket HTTP and gRPC
-//! publish spend) or the account's budget (through the bridge, as the
-//! sockets' sampled charges). When the broker gains one charge primitive
-//! (issue 23) this file is what changes.
+//! GraphQL's side of the one charge primitive ([`crate::charge::Ledger`]):
+//! the caller's payer (an API key's bucket, the one HTTP and gRPC publish
+//! spend, or the account's budget for a JWT), under `Layer::Graphql`, and
+//! the answer in the words `extensions.rateLimit` and `X-RateLimit-*`
+//! use. Dry run, the exceeded event and the rejection count happen in the
+//! ledger, as for every front.
 
 use std::time::{Duration, Instant};
 
-use super::caller::{Caller, Payer};
+use super::caller::{Caller, Payer as CallerPayer};
+use crate::charge::{self, Payer, Price};
+use crate::metrics::Layer;
 use crate::node::Node;
 
 /// A bucket's balance, as `X-RateLimit-*` and `extensions.rateLimit` show it.
@@ -22,7 +25,10 @@ pub struct Balance {
 /// One take of `cost` units.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Taken {
+    /// Taken from the bucket.
     pub allowed: bool,
+    /// Not taken, but a dry-run plan lets it run (counted already).
+    pub shadowed: bool,
     pub balance: Balance,
     /// When refused: until the bucket holds `cost`.
     pub retry_after: Duration,
@@ -33,81 +39,73 @@ fn until_full(limit: u64, remaining: u64, rate: f64) -> Duration {
         .unwrap_or_default()
 }
 
-/// Takes `cost` from the caller's bucket in one atomic step (cluster-wide
-/// through the bridge). A cost of 0 only reads the balance.
-pub async fn charge(node: &Node, caller: &Caller, cost: u64) -> Taken {
-    let limits = &caller.limits;
+/// The ledger's payer for `caller`.
+fn payer(caller: &Caller) -> Payer<'_> {
     match &caller.payer {
-        Payer::Key(key) => {
-            let c = node
-                .bridge
-                .charge_key(
-                    &key.id,
-                    cost as f64,
-                    f64::from(limits.account_burst),
-                    limits.account_messages_per_sec,
-                )
-                .wait()
-                .await;
-            Taken {
-                allowed: c.allowed,
-                balance: Balance {
-                    limit: c.limit,
-                    remaining: c.remaining,
-                    refill_per_sec: limits.account_messages_per_sec
-                        * node.bridge.account_share(&caller.account),
-                    reset: c.reset,
-                },
-                retry_after: c.retry_after,
-            }
+        CallerPayer::Key(key) => Payer::Key {
+            layer: Layer::Graphql,
+            key,
+            limits: &caller.limits,
+        },
+        CallerPayer::Account => Payer::Account {
+            layer: Layer::Graphql,
+            account: &caller.account,
+            limits: &caller.limits,
+        },
+    }
+}
+
+fn refill(node: &Node, caller: &Caller) -> f64 {
+    caller.limits.account_messages_per_sec * node.bridge.account_share(&caller.account)
+}
+
+/// Takes `cost` from the caller's bucket in one atomic step (cluster-wide
+/// through the bridge). A cost of 0 only reads the balance. The price
+/// was checked against `graphql_max_single` already (`QUERY_TOO_EXPENSIVE`
+/// is the front's refusal, with its own words).
+pub async fn charge(node: &Node, caller: &Caller, cost: u64) -> Taken {
+    let units = u32::try_from(cost).unwrap_or(u32::MAX);
+    let outcome = node
+        .ledger()
+        .charge(payer(caller), Price::units(units, None), Instant::now())
+        .wait()
+        .await;
+    let rate = refill(node, caller);
+    let balance = |b: Option<charge::Balance>| {
+        let b = b.unwrap_or_default();
+        Balance {
+            limit: b.limit,
+            remaining: b.remaining,
+            refill_per_sec: rate,
+            reset: b.reset,
         }
-        Payer::Account => {
-            let units = u32::try_from(cost).unwrap_or(u32::MAX);
-            let c = node
-                .bridge
-                .charge_account(&caller.account, units, Instant::now(), limits)
-                .wait()
-                .await;
-            let v = c.view;
-            Taken {
-                allowed: c.allowed,
-                balance: Balance {
-                    limit: v.capacity,
-                    remaining: v.remaining,
-                    refill_per_sec: v.refill_per_sec,
-                    reset: until_full(v.capacity, v.remaining, v.refill_per_sec),
-                },
-                retry_after: c.retry_after,
-            }
-        }
+    };
+    match outcome {
+        Ok(a) => Taken {
+            allowed: !a.shadow,
+            shadowed: a.shadow,
+            balance: balance(a.balance),
+            retry_after: Duration::ZERO,
+        },
+        Err(r) => Taken {
+            allowed: false,
+            shadowed: false,
+            balance: balance(r.balance),
+            retry_after: r.retry_after,
+        },
     }
 }
 
 /// Gives `units` back after an operation cost less than it was charged;
 /// the balance after it.
 pub async fn refund(node: &Node, caller: &Caller, units: u64, before: Balance) -> Balance {
-    let limits = &caller.limits;
-    let remaining = match &caller.payer {
-        Payer::Key(key) => {
-            node.bridge
-                .refund_key(
-                    &key.id,
-                    units as f64,
-                    f64::from(limits.account_burst),
-                    limits.account_messages_per_sec,
-                )
-                .wait()
-                .await
-        }
-        Payer::Account => {
-            let units = u32::try_from(units).unwrap_or(u32::MAX);
-            node.bridge
-                .refund_account(&caller.account, units, limits)
-                .wait()
-                .await
-        }
-    };
-    let remaining = remaining.min(before.limit);
+    let units = u32::try_from(units).unwrap_or(u32::MAX);
+    let remaining = node
+        .ledger()
+        .refund_to(payer(caller), units)
+        .wait()
+        .await
+        .min(before.limit);
     Balance {
         remaining,
         reset: until_full(before.limit, remaining, before.refill_per_sec),
