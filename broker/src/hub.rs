@@ -280,9 +280,13 @@ impl Hub {
                 }
                 Reserve::FirstDrop => {
                     dropped += 1;
+                    sub.sink.dropped(&ch.name, seq);
                     sub.sink.congested();
                 }
-                Reserve::Dropped => dropped += 1,
+                Reserve::Dropped => {
+                    dropped += 1;
+                    sub.sink.dropped(&ch.name, seq);
+                }
             }
         }
         self.metrics.messages_out.inc_by(delivered);
@@ -448,11 +452,13 @@ impl Hub {
                     Reserve::Queued => {}
                     Reserve::FirstDrop => {
                         dropped += 1;
+                        sub.sink.dropped(&ch.name, seq);
                         sub.sink.congested();
                         continue;
                     }
                     Reserve::Dropped => {
                         dropped += 1;
+                        sub.sink.dropped(&ch.name, seq);
                         continue;
                     }
                 }

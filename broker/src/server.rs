@@ -146,7 +146,10 @@ pub async fn serve_with_grpc(
                         async move {
                             // A peer gone mid-handshake is routine, not
                             // an error worth actix's error log.
-                            if let Err(e) = socket::handshake::upgrade(node, req, framed).await {
+                            let routes = &[crate::graphql::ws::ROUTE];
+                            if let Err(e) =
+                                socket::handshake::upgrade(node, req, framed, routes).await
+                            {
                                 tracing::debug!(error = %e, "upgrade connection ended");
                             }
                             Ok::<(), actix_web::Error>(())

@@ -28,6 +28,9 @@ pub struct Ticket {
     /// Shadow mode: price and count, never refuse.
     pub shadow: bool,
     pub outcome: parking_lot::Mutex<Outcome>,
+    /// A subscription's resolver ran (over the socket): where to
+    /// subscribe, `channel` and `since`.
+    pub subscribe: parking_lot::Mutex<Option<(String, Option<u64>)>>,
 }
 
 /// What happened at the charge.
@@ -55,6 +58,7 @@ impl Ticket {
             estimate,
             shadow,
             outcome: parking_lot::Mutex::new(Outcome::default()),
+            subscribe: parking_lot::Mutex::new(None),
         }
     }
 

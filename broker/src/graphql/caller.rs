@@ -9,6 +9,8 @@ use crate::auth::Grants;
 use crate::charge::KeyState;
 use crate::config::Limits;
 use crate::node::Node;
+use crate::node::dialect::{TokenTimes, Who};
+use crate::protocol::glob::GlobSet;
 
 /// Whose bucket pays.
 #[derive(Debug, Clone)]
@@ -28,6 +30,16 @@ pub struct Caller {
     pub payer: Payer,
     /// A token's globs (an API key's live in its [`KeyState`]).
     grants: Option<Grants>,
+    /// A token's claims the socket keeps (`None` for an API key).
+    token: Option<Token>,
+}
+
+/// What a WebSocket keeps of a caller's token.
+#[derive(Debug, Clone)]
+struct Token {
+    plan: Option<String>,
+    role: Option<String>,
+    times: TokenTimes,
 }
 
 /// Why no caller could be identified.
@@ -58,11 +70,11 @@ impl Caller {
                 account: key.account.clone(),
                 payer: Payer::Key(key),
                 grants: None,
+                token: None,
             });
         }
-        let claims = node
-            .auth
-            .load()
+        let auth = node.auth.load();
+        let claims = auth
             .verify(credential)
             .map_err(|e| Unidentified::Invalid(e.to_string()))?;
         let limits = config
@@ -74,9 +86,41 @@ impl Caller {
                 .to_owned(),
             limits,
             grants: Some(claims.grants()),
+            token: Some(Token {
+                plan: claims.plan.clone(),
+                role: claims.role.clone(),
+                times: TokenTimes {
+                    expires_at_ms: claims.expires_at_ms(),
+                    deadline: auth.deadline(&claims),
+                },
+            }),
             account: claims.sub,
             payer: Payer::Account,
         })
+    }
+
+    /// Whom a WebSocket of this caller belongs to, for the §1 layers after
+    /// the credential (`node::dialect`).
+    pub fn who(&self) -> Who {
+        let grants = match (&self.payer, &self.grants) {
+            (_, Some(g)) => g.clone(),
+            (Payer::Key(k), None) => Grants {
+                subscribe: k.subscribe.clone(),
+                publish: k.publish.clone(),
+            },
+            (Payer::Account, None) => Grants {
+                subscribe: GlobSet::new::<&str>(&[]),
+                publish: GlobSet::new::<&str>(&[]),
+            },
+        };
+        Who {
+            account: self.account.clone(),
+            plan: self.token.as_ref().and_then(|t| t.plan.clone()),
+            role: self.token.as_ref().and_then(|t| t.role.clone()),
+            limits: self.limits.clone(),
+            grants,
+            token: self.token.as_ref().map(|t| t.times),
+        }
     }
 
     /// Whether the caller may read `channel` (its `sub_channels`).

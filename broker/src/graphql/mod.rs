@@ -21,8 +21,9 @@
 //!   [`reply`]: media types, statuses and the runtime signal.
 //! - [`sdl`]: `GET /v1/graphql/schema.graphql` with cost directives;
 //!   [`prices`]: `GET /v1/prices`.
-//! - [`transport_ws`]: `graphql-transport-ws` as a pure state machine (the
-//!   socket wiring is issue 24's second stage).
+//! - [`transport_ws`]: `graphql-transport-ws` as a pure state machine;
+//!   [`ws`]: that protocol on the socket machinery (subscriptions, and
+//!   queries and mutations over the socket).
 
 pub mod admission;
 pub mod caller;
@@ -36,6 +37,7 @@ mod request;
 pub mod schema;
 pub mod sdl;
 pub mod transport_ws;
+pub mod ws;
 
 use std::sync::Arc;
 

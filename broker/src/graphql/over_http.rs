@@ -83,7 +83,11 @@ async fn serve(req: HttpRequest, payload: Option<web::Payload>, node: Arc<Node>)
         let r = Refused::status(StatusCode::FORBIDDEN, Code::Banned, ban.message());
         return refuse(&node, Some(&caller), media, r, Some(ban.remaining)).await;
     }
-    let is_get = payload.is_none();
+    let via = if payload.is_none() {
+        Via::Get
+    } else {
+        Via::Post
+    };
     let params = match payload {
         Some(p) => read_post(&req, p, &node, &caller).await,
         None => read_get(&req),
@@ -92,9 +96,9 @@ async fn serve(req: HttpRequest, payload: Option<web::Payload>, node: Arc<Node>)
         Ok(p) => p,
         Err(r) => return refuse(&node, Some(&caller), media, r, None).await,
     };
-    let (reply, operation) = run(&node, caller, media, params, is_get).await;
-    node.metrics.graphql_done(operation, started);
-    reply.into_response()
+    let ran = run(&node, caller, media, params, via).await;
+    node.metrics.graphql_done(ran.operation, started);
+    ran.reply.into_response()
 }
 
 /// A refusal before any charge, with the caller's balance when known.
@@ -152,17 +156,37 @@ fn operation_label(op: Option<OperationType>) -> &'static str {
     }
 }
 
-/// Prices, charges, executes and refunds one operation; the reply and
-/// the operation's type (for the latency histogram).
-async fn run(
+/// How an operation arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Via {
+    /// `GET`: queries only.
+    Get,
+    /// `POST`: queries and mutations.
+    Post,
+    /// A `subscribe` message on the WebSocket: subscriptions too.
+    Socket,
+}
+
+/// One operation's outcome.
+pub(super) struct Ran {
+    pub reply: Reply,
+    /// The operation's type (for the latency histogram).
+    pub operation: &'static str,
+    /// A subscription that started: its channel and `since` (over the
+    /// socket only; the socket subscribes).
+    pub subscribe: Option<(String, Option<u64>)>,
+}
+
+/// Prices, charges, executes and refunds one operation.
+pub(super) async fn run(
     node: &Arc<Node>,
     caller: Caller,
     media: Media,
     params: Params,
-    is_get: bool,
-) -> (Reply, &'static str) {
+    via: Via,
+) -> Ran {
     let max = max(node, &caller);
-    let (r, estimated) = match price(node, &caller, &params, is_get) {
+    let (r, estimated) = match price(node, &caller, &params, via) {
         Ok(priced) => {
             let label = operation_label(priced.estimate.operation);
             node.metrics.graphql_cost(label, priced.estimate.cost);
@@ -192,10 +216,13 @@ async fn run(
                     cost,
                 )
             } else {
-                return (
-                    execute(node, caller, media, params, priced, max, over).await,
-                    label,
-                );
+                let (reply, subscribe) =
+                    execute(node, caller, media, params, priced, max, over).await;
+                return Ran {
+                    reply,
+                    operation: label,
+                    subscribe,
+                };
             }
         }
         Err(r) => (r, 0),
@@ -214,7 +241,11 @@ async fn run(
         rate: Some(RateLimit::uncharged(estimated, balance, max)),
         retry_after: None,
     };
-    (reply, "refused")
+    Ran {
+        reply,
+        operation: "refused",
+        subscribe: None,
+    }
 }
 
 /// A parsed and priced document.
@@ -224,7 +255,7 @@ struct Priced {
 }
 
 /// Parses, checks the method, prices: everything before a charge.
-fn price(node: &Node, caller: &Caller, params: &Params, is_get: bool) -> Result<Priced, Refused> {
+fn price(node: &Node, caller: &Caller, params: &Params, via: Via) -> Result<Priced, Refused> {
     if params.query.len() > MAX_DOCUMENT_BYTES {
         return Err(Refused::status(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -246,14 +277,14 @@ fn price(node: &Node, caller: &Caller, params: &Params, is_get: bool) -> Result<
         Refused::request(Code::BadRequest, e.message)
     })?;
     match pricing::operation(&doc, params.operation_name.as_deref()).map(|o| o.node.ty) {
-        Some(OperationType::Mutation) if is_get => {
+        Some(OperationType::Mutation) if via == Via::Get => {
             return Err(Refused::status(
                 StatusCode::METHOD_NOT_ALLOWED,
                 Code::MethodNotAllowed,
                 "GET runs queries only: send mutations with POST",
             ));
         }
-        Some(OperationType::Subscription) => {
+        Some(OperationType::Subscription) if via != Via::Socket => {
             return Err(Refused::request(
                 Code::BadRequest,
                 "subscriptions are served over a WebSocket with the graphql-transport-ws \
@@ -288,7 +319,8 @@ fn price(node: &Node, caller: &Caller, params: &Params, is_get: bool) -> Result<
 }
 
 /// Executes a priced operation under its ticket, then refunds what the
-/// lists did not return.
+/// lists did not return. A subscription (over the socket) runs only up to
+/// its resolver, which records where to subscribe.
 async fn execute(
     node: &Arc<Node>,
     caller: Caller,
@@ -297,7 +329,7 @@ async fn execute(
     priced: Priced,
     max: u64,
     over_max: bool,
-) -> Reply {
+) -> (Reply, Option<(String, Option<u64>)>) {
     let Priced { doc, estimate } = priced;
     // Kept only when the actual cost can be lower: a query with lists.
     let kept =
@@ -316,7 +348,19 @@ async fn execute(
         request = request.operation_name(name.clone());
     }
     request.set_parsed_query(doc);
-    let response = SCHEMA.execute(request).await;
+    let response = if estimate.operation == Some(OperationType::Subscription) {
+        // The stream's first item is an error; a subscription that started
+        // yields nothing here (the socket delivers its messages).
+        use futures_util::StreamExt;
+        let mut stream = SCHEMA.execute_stream(request);
+        stream
+            .next()
+            .await
+            .unwrap_or_else(|| async_graphql::Response::new(ConstValue::Null))
+    } else {
+        SCHEMA.execute(request).await
+    };
+    let subscribe = ticket.subscribe.lock().take();
     let outcome = ticket.outcome();
     let caller = &ticket.caller;
     let Some(taken) = outcome.taken else {
@@ -328,7 +372,7 @@ async fn execute(
             Media::Json => StatusCode::OK,
         };
         let balance = read_balance(node, caller).await;
-        return Reply {
+        let reply = Reply {
             status,
             media,
             data: None,
@@ -336,6 +380,7 @@ async fn execute(
             rate: Some(RateLimit::uncharged(estimate.cost, balance, max)),
             retry_after: None,
         };
+        return (reply, None);
     };
     let mut rate = RateLimit {
         cost: outcome.charged,
@@ -346,7 +391,7 @@ async fn execute(
         shadow: ticket.shadow.then_some(outcome.would_refuse || over_max),
     };
     if outcome.rate_limited {
-        return Reply {
+        let reply = Reply {
             status: StatusCode::TOO_MANY_REQUESTS,
             media,
             data: None,
@@ -354,6 +399,7 @@ async fn execute(
             rate: Some(rate),
             retry_after: Some(taken.retry_after),
         };
+        return (reply, None);
     }
     if let Some((doc, variables, name)) = kept
         && outcome.charged > 0
@@ -378,7 +424,8 @@ async fn execute(
         Exceeded::new(Layer::Graphql, Code::Forbidden.reason(), &caller.account)
             .emit(&node.metrics);
     }
-    Reply {
+    let subscribe = subscribe.filter(|_| response.errors.is_empty());
+    let reply = Reply {
         status: if forbidden {
             StatusCode::FORBIDDEN
         } else {
@@ -389,7 +436,8 @@ async fn execute(
         errors: response.errors,
         rate: Some(rate),
         retry_after: None,
-    }
+    };
+    (reply, subscribe)
 }
 
 /// Bytes of `v` as compact JSON, without building the text.

@@ -151,7 +151,18 @@ impl Reply {
         if self.status == StatusCode::METHOD_NOT_ALLOWED {
             b.insert_header(("Allow", "POST"));
         }
-        let extensions = self.rate.map(|r| Extensions {
+        let body = self.body();
+        match body {
+            Ok(bytes) => b.body(bytes),
+            Err(e) => {
+                tracing::error!(error = %e, "a GraphQL response could not be serialized");
+                HttpResponse::InternalServerError().finish()
+            }
+        }
+    }
+
+    fn extensions(&self) -> Option<Extensions> {
+        self.rate.map(|r| Extensions {
             rate_limit: RateLimitJson {
                 cost: r.cost,
                 estimated: r.estimated,
@@ -162,18 +173,26 @@ impl Reply {
                 mode: r.shadow.map(|_| "shadow"),
                 would_refuse: r.shadow,
             },
-        });
-        let body = Body {
+        })
+    }
+
+    /// The response's JSON (an HTTP body, a `next` message's payload).
+    pub fn body(&self) -> serde_json::Result<Vec<u8>> {
+        serde_json::to_vec(&Body {
             data: self.data.as_ref(),
             errors: &self.errors,
-            extensions,
-        };
-        match serde_json::to_vec(&body) {
-            Ok(bytes) => b.body(bytes),
-            Err(e) => {
-                tracing::error!(error = %e, "a GraphQL response could not be serialized");
-                HttpResponse::InternalServerError().finish()
-            }
-        }
+            extensions: self.extensions(),
+        })
+    }
+
+    /// `{"rateLimit":{..}}` alone (the first `next` of a subscription).
+    pub fn extensions_json(&self) -> Option<String> {
+        self.extensions()
+            .and_then(|x| serde_json::to_string(&x).ok())
+    }
+
+    /// The errors as a JSON array (an `error` message's payload).
+    pub fn errors_json(&self) -> String {
+        serde_json::to_string(&self.errors).unwrap_or_else(|_| "[]".to_owned())
     }
 }

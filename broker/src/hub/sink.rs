@@ -29,6 +29,13 @@ pub trait DirectSink: Send + Sync {
     /// The subscriber crossed its high-water mark and messages are being
     /// dropped (called once per episode).
     fn congested(&self);
+
+    /// The hub dropped message `seq` of `channel` for this subscriber (at
+    /// its mark, or while its drop episode is not reported yet). A sink
+    /// that reports losses per subscription counts them here (a GraphQL
+    /// subscription's `SLOW_CONSUMER`); a socket reports its episode's
+    /// total and needs nothing.
+    fn dropped(&self, _channel: &Arc<str>, _seq: u64) {}
 }
 
 /// Where the hub hands a subscriber's messages.
@@ -81,6 +88,14 @@ impl Sink {
         match self {
             Sink::Socket(s) => s.congested(),
             Sink::Stream(s) => s.congested.notify_one(),
+        }
+    }
+
+    /// Tells the subscriber the hub dropped one of its messages.
+    #[inline]
+    pub fn dropped(&self, channel: &Arc<str>, seq: u64) {
+        if let Sink::Socket(s) = self {
+            s.dropped(channel, seq);
         }
     }
 

@@ -110,21 +110,41 @@ pub fn payload(frame: &[u8]) -> &[u8] {
 
 /// A message frame marked `"conflated":true` (§11: it replaced unsent
 /// messages with the same key, so a `seq` gap before it is expected).
-/// Built per socket, only when a replacement happens.
+/// Built per socket, only when a replacement happens. A GraphQL `next`
+/// message (`{"type":"next","id":..,"payload":{..}}`) is marked in its
+/// payload's `extensions` instead, where a GraphQL client reads it.
 pub fn conflated(message: &[u8]) -> Bytes {
     const TYPE: &[u8] = br#"{"type":"message","#;
+    const NEXT: &[u8] = br#"{"type":"next","#;
+    const PAYLOAD: &[u8] = br#""payload":{"#;
+    const EXTENSIONS: &[u8] = br#""extensions":{"#;
     let json = payload(message);
-    let at = if json.starts_with(TYPE) {
-        TYPE.len()
+    let (at, flag): (usize, &[u8]) = if json.starts_with(TYPE) {
+        (TYPE.len(), br#""conflated":true,"#)
+    } else if json.starts_with(NEXT)
+        && let Some(p) = find(json, PAYLOAD)
+    {
+        // The id before it is a JSON string: its quotes are escaped, so
+        // the first `"payload":{` is the payload's.
+        let inside = p + PAYLOAD.len();
+        if json[inside..].starts_with(EXTENSIONS) {
+            (inside + EXTENSIONS.len(), br#""conflated":true,"#)
+        } else {
+            (inside, br#""extensions":{"conflated":true},"#)
+        }
     } else {
-        1
+        (1, br#""conflated":true,"#)
     };
-    let flag = br#""conflated":true,"#;
+    let at = at.min(json.len());
     frame(OP_TEXT, json.len() + flag.len(), |buf| {
-        buf.put_slice(&json[..at.min(json.len())]);
+        buf.put_slice(&json[..at]);
         buf.put_slice(flag);
-        buf.put_slice(&json[at.min(json.len())..]);
+        buf.put_slice(&json[at..]);
     })
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 pub fn close(code: CloseCode) -> Bytes {
@@ -134,10 +154,33 @@ pub fn close(code: CloseCode) -> Bytes {
 /// A close frame with its own reason (≤ 123 bytes), for codes whose reason
 /// varies (4003: `disconnected` or `banned`).
 pub fn close_because(code: CloseCode, reason: &str) -> Bytes {
+    close_with(code.code(), reason)
+}
+
+/// A close frame with any code (another protocol's, such as
+/// `graphql-transport-ws`'s 4400–4429) and a reason of at most 123 bytes.
+pub fn close_with(code: u16, reason: &str) -> Bytes {
+    let reason = &reason[..reason.floor_char_boundary(123)];
     frame(OP_CLOSE, 2 + reason.len(), |buf| {
-        buf.put_u16(code.code());
+        buf.put_u16(code);
         buf.put_slice(reason.as_bytes());
     })
+}
+
+/// Writes the header of an unmasked, final text frame whose payload is
+/// `len` bytes, for a frame sent in parts (the header, then the payload's
+/// pieces as separate buffers: a message's shared bytes are not copied).
+pub fn put_text_header(buf: &mut BytesMut, len: usize) {
+    buf.put_u8(0x80 | OP_TEXT);
+    if len < 126 {
+        buf.put_u8(len as u8);
+    } else if len <= usize::from(u16::MAX) {
+        buf.put_u8(126);
+        buf.put_u16(len as u16);
+    } else {
+        buf.put_u8(127);
+        buf.put_u64(len as u64);
+    }
 }
 
 /// Echo of a client's close frame (code only, as RFC 6455 §5.5.1 allows).

@@ -31,6 +31,10 @@ impl StreamHandler<Result<InFrame, InError>> for Socket {
                 ctx.stop();
             }
             _ if self.closing => {}
+            Ok(InFrame::Text(bytes)) if self.dialect.is_some() => self.on_dialect_text(&bytes, ctx),
+            Ok(InFrame::Binary(len)) if self.dialect.is_some() => {
+                self.with_dialect(ctx, |d, link| d.binary(link, len));
+            }
             Ok(InFrame::Text(bytes)) => self.on_text(bytes, ctx),
             Ok(InFrame::Binary(_)) => {
                 self.on_bad_frame(None, "binary frames are not accepted; send JSON text", ctx)

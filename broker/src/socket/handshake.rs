@@ -8,6 +8,7 @@
 //! written as an HTTP response on that stream, which then closes.
 
 use std::io;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,13 +21,17 @@ use actix_web::http::header::{self, HeaderValue};
 use futures_util::SinkExt;
 
 use super::{Identity, Slots, Socket};
-use crate::auth::AuthError;
+use crate::account::AccountSlot;
+use crate::auth::{AuthError, Grants};
 use crate::cluster::scale_cap;
 use crate::config::{Config, LimitName, Limits};
 use crate::exceeded::Exceeded;
+use crate::gate::IpSlot;
 use crate::metrics::Layer;
 use crate::node::Node;
+use crate::node::dialect::{Refusal, Route, TokenTimes, Who};
 use crate::protocol::ErrorCode;
+use crate::protocol::glob::GlobSet;
 use crate::refusal::refusal;
 
 /// The subprotocol Tidegate speaks.
@@ -88,20 +93,28 @@ struct Admitted {
     slots: Slots,
 }
 
-/// Runs the §1 checks in order. Emits one exceeded event per refusal.
-async fn admit(req: &RequestHead, node: &Arc<Node>, config: &Config) -> Result<Admitted, Refused> {
+/// The peer's place, from the §1 layers before the credential.
+struct Peer {
+    ip: IpAddr,
+    slot: IpSlot,
+}
+
+/// The §1 layers before the credential, in order: draining, the node's
+/// descriptor headroom and accept budget, the address's handshake rate and
+/// open-socket cap. Emits one exceeded event per refusal.
+fn admit_peer(req: &RequestHead, node: &Node, config: &Config) -> Result<Peer, Refused> {
     let now = Instant::now();
     let hs = &config.handshake;
     let ip = crate::gate::request_ip(req, &config.node.trusted_proxies);
     let ip_text = ip.to_string();
-    let event = |reason: ErrorCode, account: &str, reset: Duration| {
-        Exceeded::new(Layer::Handshake, reason.as_str(), account)
+    let event = |reason: ErrorCode, reset: Duration| {
+        Exceeded::new(Layer::Handshake, reason.as_str(), "")
             .reset(reset)
             .emit(&node.metrics);
     };
 
     if node.is_draining() {
-        event(ErrorCode::Draining, "", DRAINING_RETRY);
+        event(ErrorCode::Draining, DRAINING_RETRY);
         return Err(refused(
             StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Draining,
@@ -113,7 +126,7 @@ async fn admit(req: &RequestHead, node: &Arc<Node>, config: &Config) -> Result<A
     // to answer with (a cap frees up when a socket closes).
     if node.sockets.len() >= node.fd_socket_cap {
         let wait = Duration::from_millis(hs.cap_retry_after_ms);
-        event(ErrorCode::NodeOverloaded, "", wait);
+        event(ErrorCode::NodeOverloaded, wait);
         return Err(refused(
             StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::NodeOverloaded,
@@ -125,7 +138,7 @@ async fn admit(req: &RequestHead, node: &Arc<Node>, config: &Config) -> Result<A
         ));
     }
     if let Err(wait) = node.gate.node_accept(hs, now) {
-        event(ErrorCode::NodeOverloaded, "", wait);
+        event(ErrorCode::NodeOverloaded, wait);
         return Err(refused(
             StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::NodeOverloaded,
@@ -149,7 +162,7 @@ async fn admit(req: &RequestHead, node: &Arc<Node>, config: &Config) -> Result<A
         ));
     }
     let cap_retry = Duration::from_millis(hs.cap_retry_after_ms);
-    let Some(ip_slot) = node.gate.ip_open(ip, hs) else {
+    let Some(slot) = node.gate.ip_open(ip, hs) else {
         Exceeded::new(
             Layer::Handshake,
             ErrorCode::IpTooManyConnections.as_str(),
@@ -164,9 +177,17 @@ async fn admit(req: &RequestHead, node: &Arc<Node>, config: &Config) -> Result<A
             Some(cap_retry),
         ));
     };
+    Ok(Peer { ip, slot })
+}
 
+/// Runs the §1 checks in order. Emits one exceeded event per refusal.
+async fn admit(req: &RequestHead, node: &Arc<Node>, config: &Config) -> Result<Admitted, Refused> {
+    let Peer { ip, slot: ip_slot } = admit_peer(req, node, config)?;
+    let event = |reason: ErrorCode, account: &str| {
+        Exceeded::new(Layer::Handshake, reason.as_str(), account).emit(&node.metrics);
+    };
     let token = bearer_token(req).ok_or_else(|| {
-        event(ErrorCode::Unauthorized, "", Duration::ZERO);
+        event(ErrorCode::Unauthorized, "");
         refused(
             StatusCode::UNAUTHORIZED,
             ErrorCode::Unauthorized,
@@ -174,8 +195,9 @@ async fn admit(req: &RequestHead, node: &Arc<Node>, config: &Config) -> Result<A
             None,
         )
     })?;
-    let claims = node.auth.load().verify(token).map_err(|e| {
-        event(ErrorCode::Unauthorized, "", Duration::ZERO);
+    let auth = node.auth.load();
+    let claims = auth.verify(token).map_err(|e| {
+        event(ErrorCode::Unauthorized, "");
         refused(
             StatusCode::UNAUTHORIZED,
             ErrorCode::Unauthorized,
@@ -186,7 +208,7 @@ async fn admit(req: &RequestHead, node: &Arc<Node>, config: &Config) -> Result<A
     let limits = config
         .limits_for(&claims.sub, claims.plan.as_deref())
         .map_err(|e| {
-            event(ErrorCode::UnknownPlan, &claims.sub, Duration::ZERO);
+            event(ErrorCode::UnknownPlan, &claims.sub);
             refused(
                 StatusCode::UNAUTHORIZED,
                 ErrorCode::UnknownPlan,
@@ -194,15 +216,70 @@ async fn admit(req: &RequestHead, node: &Arc<Node>, config: &Config) -> Result<A
                 None,
             )
         })?;
+    let who = Who {
+        account: claims.sub.clone(),
+        plan: claims.plan.clone(),
+        role: claims.role.clone(),
+        limits,
+        grants: claims.grants(),
+        token: Some(TokenTimes {
+            expires_at_ms: claims.expires_at_ms(),
+            deadline: auth.deadline(&claims),
+        }),
+    };
+    let conn = node.next_conn();
+    let account = admit_who(node, config, ip, &who, conn).await?;
+    Ok(Admitted {
+        limits: who.limits.clone(),
+        identity: identity(config, conn, ip, who),
+        slots: Slots {
+            ip: Some(ip_slot),
+            account,
+        },
+    })
+}
 
-    // After the token, before any session state: the per-identity bucket
-    // (cluster-wide through the bridge).
-    if let Err(wait) = node.bridge.handshake(&claims.sub, &limits).wait().await {
+/// What the socket knows of `who` on connection `conn`.
+pub(super) fn identity(config: &Config, conn: u64, ip: IpAddr, who: Who) -> Identity {
+    let (token_expires_at, deadline) = who
+        .token
+        .map_or((0, NO_DEADLINE), |t| (t.expires_at_ms, t.deadline));
+    Identity {
+        conn,
+        label: format!("{}-{conn:x}", config.node.id).into(),
+        account: who.account.as_str().into(),
+        ip,
+        role: who.role,
+        plan: who.plan,
+        grants: who.grants,
+        token_expires_at,
+        deadline,
+    }
+}
+
+/// The §1 layers after the credential, in order: the identity's handshake
+/// bucket (cluster-wide), for a token the account's connection cap, then
+/// an operator's ban. A token's connection joins its account's supervisor
+/// (the returned slot gives both back). Emits one exceeded event per
+/// refusal.
+async fn admit_who(
+    node: &Arc<Node>,
+    config: &Config,
+    ip: IpAddr,
+    who: &Who,
+    conn: u64,
+) -> Result<Option<AccountSlot>, Refused> {
+    let (account, limits) = (who.account.as_str(), &who.limits);
+    let ip_text = ip.to_string();
+    let cap_retry = Duration::from_millis(config.handshake.cap_retry_after_ms);
+    // After the credential, before any session state: the per-identity
+    // bucket (cluster-wide through the bridge).
+    if let Err(wait) = node.bridge.handshake(account, limits).wait().await {
         let dry = limits.is_dry_run(LimitName::Handshake);
         Exceeded::new(
             Layer::Handshake,
             ErrorCode::HandshakeRateLimited.as_str(),
-            &claims.sub,
+            account,
         )
         .reset(wait)
         .dry_run(dry)
@@ -212,31 +289,34 @@ async fn admit(req: &RequestHead, node: &Arc<Node>, config: &Config) -> Result<A
                 StatusCode::TOO_MANY_REQUESTS,
                 ErrorCode::HandshakeRateLimited,
                 format!(
-                    "too many handshakes for account {:?}: burst {}, then {} per second",
-                    claims.sub, limits.handshake_burst, limits.handshake_refill_per_sec
+                    "too many handshakes for account {account:?}: burst {}, then {} per second",
+                    limits.handshake_burst, limits.handshake_refill_per_sec
                 ),
                 Some(wait),
             ));
         }
     }
-
+    // An API key's connection is not the account's: no cap, no supervisor.
+    if who.token.is_none() {
+        return match node.admin.bans.check(Some(account), Some(ip)) {
+            Some(ban) => Err(banned(node, account, &ip_text, &ban)),
+            None => Ok(None),
+        };
+    }
     // The account's connection cap (cluster-wide; a share of it while the
     // cluster is unreachable).
-    let max = scale_cap(
-        limits.max_connections,
-        node.bridge.account_share(&claims.sub),
-    );
+    let max = scale_cap(limits.max_connections, node.bridge.account_share(account));
     let dry = limits.is_dry_run(LimitName::MaxConnections);
     let reserved = node
         .bridge
-        .reserve_connection(&claims.sub, if dry { u32::MAX } else { max })
+        .reserve_connection(account, if dry { u32::MAX } else { max })
         .wait()
         .await;
     if reserved.map_or(true, |open| dry && open > max) {
         Exceeded::new(
             Layer::Handshake,
             ErrorCode::TooManyConnections.as_str(),
-            &claims.sub,
+            account,
         )
         .reset(cap_retry)
         .dry_run(dry)
@@ -244,67 +324,60 @@ async fn admit(req: &RequestHead, node: &Arc<Node>, config: &Config) -> Result<A
     }
     if let Err(cap) = reserved {
         node.webhooks
-            .limit_exceeded(&claims.sub, ErrorCode::TooManyConnections.as_str(), None);
+            .limit_exceeded(account, ErrorCode::TooManyConnections.as_str(), None);
         return Err(refused(
             StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::TooManyConnections,
             format!(
-                "account {:?} has {} of {} connections open",
-                claims.sub, cap.open, cap.max
+                "account {account:?} has {} of {} connections open",
+                cap.open, cap.max
             ),
             Some(cap_retry),
         ));
     }
     // Last in §1's order: an operator's ban of the account or the address
     // (cluster-wide, checked in this node's copy of the ban list).
-    if let Some(ban) = node.admin.bans.check(Some(&claims.sub), Some(ip)) {
-        node.bridge.release_connection(&claims.sub);
-        Exceeded::new(Layer::Handshake, ErrorCode::Banned.as_str(), &claims.sub)
-            .conn(&ip_text)
-            .reset(ban.remaining)
-            .emit(&node.metrics);
-        return Err(refused(
-            StatusCode::FORBIDDEN,
-            ErrorCode::Banned,
-            ban.message(),
-            Some(ban.remaining),
-        ));
+    if let Some(ban) = node.admin.bans.check(Some(account), Some(ip)) {
+        node.bridge.release_connection(account);
+        return Err(banned(node, account, &ip_text, &ban));
     }
-    let conn = node.next_conn();
-    let account = node
-        .accounts
-        .register(&claims.sub, conn, &node.bridge)
-        .await;
+    Ok(Some(
+        node.accounts.register(account, conn, &node.bridge).await,
+    ))
+}
 
-    Ok(Admitted {
-        identity: Identity {
-            conn,
-            label: format!("{}-{conn:x}", config.node.id).into(),
-            account: claims.sub.as_str().into(),
-            ip,
-            role: claims.role.clone(),
-            plan: claims.plan.clone(),
-            grants: claims.grants(),
-            token_expires_at: claims.expires_at_ms(),
-            deadline: node.auth.load().deadline(&claims),
-        },
-        limits,
-        slots: Slots {
-            ip: Some(ip_slot),
-            account: Some(account),
-        },
-    })
+fn banned(node: &Node, account: &str, ip: &str, ban: &crate::bans::Ban) -> Refused {
+    Exceeded::new(Layer::Handshake, ErrorCode::Banned.as_str(), account)
+        .conn(ip)
+        .reset(ban.remaining)
+        .emit(&node.metrics);
+    refused(
+        StatusCode::FORBIDDEN,
+        ErrorCode::Banned,
+        ban.message(),
+        Some(ban.remaining),
+    )
 }
 
 /// The path WebSockets are served on.
 pub const PATH: &str = "/v1/ws";
 
+/// `Identity::deadline` of a connection no token limits (yet).
+const NO_DEADLINE: u64 = u64::MAX;
+
+/// A dialect route's refusal as its route words it.
+type RefusalBody = fn(StatusCode, ErrorCode, &str, Option<Duration>) -> HttpResponse;
+
 /// An upgrade request, with its connection: the handshake, then, once
 /// accepted, the socket, started on this worker with the connection.
+/// `/v1/ws` speaks `tidegate.v1`; each of `routes` its own
+/// [`Dialect`](crate::node::dialect::Dialect), whose credential the socket
+/// checks later ([`Link::admit`](crate::node::dialect::Link::admit)).
 pub async fn upgrade<T>(
     node: Arc<Node>,
     req: Request,
     mut framed: Framed<T, h1::Codec>,
+    routes: &[Route],
 ) -> io::Result<()>
 where
     T: AsyncRead + AsyncWrite + Unpin + 'static,
@@ -313,7 +386,8 @@ where
     if let Some(u) = req.conn_data::<crate::unfinished::Unfinished>() {
         u.finish();
     }
-    if req.path() != PATH {
+    let route = routes.iter().find(|r| r.path == req.path()).copied();
+    if req.path() != PATH && route.is_none() {
         return refuse(framed, crate::refusal::not_found()).await;
     }
     if req.method() != Method::GET {
@@ -326,20 +400,37 @@ where
         Ok(r) => r,
         Err(e) => return refuse(framed, not_websocket(&node, &e, started)).await,
     };
-    let admitted = match admit(req.head(), &node, &config).await {
+    let (admitted, words, dialect): (_, RefusalBody, _) = match route {
+        None => (admit(req.head(), &node, &config).await, refusal, None),
+        Some(r) => (
+            admit_dialect(req.head(), &node, &config, r.subprotocol),
+            r.refusal,
+            Some(r),
+        ),
+    };
+    let admitted = match admitted {
         Ok(a) => a,
         Err(r) => {
             node.metrics.handshake_done("refused", started);
-            return refuse(framed, refusal(r.status, r.code, &r.message, r.retry)).await;
+            return refuse(framed, words(r.status, r.code, &r.message, r.retry)).await;
         }
     };
     node.metrics.handshake_done("accepted", started);
-    if offered(req.head()).any(|p| p == SUBPROTOCOL) {
+    let subprotocol = dialect.map_or(SUBPROTOCOL, |r| r.subprotocol);
+    if offered(req.head()).any(|p| p == subprotocol) {
         response.insert_header((
             header::SEC_WEBSOCKET_PROTOCOL,
-            HeaderValue::from_static(SUBPROTOCOL),
+            HeaderValue::from_static(subprotocol),
         ));
     }
+    let dialect = dialect.map(|r| {
+        let authorization = req
+            .head()
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        (r.open)(&node, authorization)
+    });
     let head = response.finish().drop_body();
     if let Err(e) = framed.send(h1::Message::Item((head, BodySize::None))).await {
         // Gone before the answer: the places the checks took go back with
@@ -354,11 +445,72 @@ where
         admitted.limits,
         admitted.slots,
         node,
+        dialect,
         io,
         &read_buf,
     );
     actix_rt::spawn(transport);
     Ok(())
+}
+
+/// A dialect's upgrade: its subprotocol, then the §1 layers before the
+/// credential; the socket starts unidentified, with the default plan's
+/// limits, until the dialect names a credential.
+fn admit_dialect(
+    req: &RequestHead,
+    node: &Arc<Node>,
+    config: &Config,
+    subprotocol: &str,
+) -> Result<Admitted, Refused> {
+    if !offered(req).any(|p| p == subprotocol) {
+        Exceeded::new(Layer::Handshake, ErrorCode::BadRequest.as_str(), "").emit(&node.metrics);
+        return Err(refused(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::BadRequest,
+            format!("offer the {subprotocol} subprotocol (Sec-WebSocket-Protocol)"),
+            None,
+        ));
+    }
+    let Peer { ip, slot } = admit_peer(req, node, config)?;
+    let limits = config
+        .limits_for("", None)
+        .unwrap_or_else(|_| Arc::new(Limits::default()));
+    let who = Who {
+        account: String::new(),
+        plan: None,
+        role: None,
+        limits: limits.clone(),
+        grants: Grants {
+            subscribe: GlobSet::new::<&str>(&[]),
+            publish: GlobSet::new::<&str>(&[]),
+        },
+        token: None,
+    };
+    Ok(Admitted {
+        identity: identity(config, node.next_conn(), ip, who),
+        limits,
+        slots: Slots {
+            ip: Some(slot),
+            account: None,
+        },
+    })
+}
+
+/// [`admit_who`] for a dialect's socket, as the dialect hears it.
+pub(super) async fn admit_later(
+    node: &Arc<Node>,
+    ip: IpAddr,
+    who: &Who,
+    conn: u64,
+) -> Result<Option<AccountSlot>, Refusal> {
+    let config = node.config.load_full();
+    admit_who(node, &config, ip, who, conn)
+        .await
+        .map_err(|r| Refusal {
+            code: r.code,
+            message: r.message,
+            retry: r.retry,
+        })
 }
 
 /// `GET /v1/ws` without the upgrade headers, through the router.

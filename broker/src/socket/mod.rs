@@ -8,7 +8,9 @@ mod delivery;
 mod handle;
 pub mod handshake;
 pub(crate) mod inbound;
+mod link;
 mod outbox;
+mod outlet;
 mod queue;
 mod refresh;
 mod transport;
@@ -35,6 +37,7 @@ use crate::limiter::DropNotice;
 use crate::limiter::Sampler;
 use crate::metrics::Layer;
 use crate::node::Node;
+use crate::node::dialect::Dialect;
 use crate::protocol::CloseCode;
 use crate::protocol::wire;
 use crate::protocol::wire::BudgetView;
@@ -104,6 +107,9 @@ pub struct Socket {
     span: tracing::Span,
     /// Counts this actor in `tidegate_actors{kind="socket"}` until dropped.
     _alive: crate::alive::ActorGuard,
+    /// The protocol spoken instead of `tidegate.v1` (`None`: tidegate.v1),
+    /// driven through `socket/link.rs`.
+    dialect: Option<Box<dyn Dialect>>,
 }
 
 impl Socket {
@@ -129,10 +135,6 @@ impl Socket {
         if self.closing {
             return;
         }
-        self.closing = true;
-        let _e = self.span.enter();
-        tracing::info!(code = code.code(), reason, "closing socket");
-        self.outbox.stop_deliveries(code == CloseCode::SlowConsumer);
         // The account-level closes are `limit.exceeded` webhooks (§9).
         let event = match code {
             CloseCode::PolicyViolation => {
@@ -146,7 +148,22 @@ impl Socket {
                 .webhooks
                 .limit_exceeded(&self.id.account, event, Some(code.code()));
         }
-        self.send(wire::close_because(code, reason));
+        self.close_with(ctx, code.code(), reason, code == CloseCode::SlowConsumer);
+    }
+
+    /// Queues a close frame with any code (a dialect's own too) after what
+    /// is queued (or instead of it, with `discard`), stops taking client
+    /// frames, and drops the TCP connection if the close frame is not
+    /// delivered within `close_timeout_ms`.
+    fn close_with(&mut self, ctx: &mut Context<Self>, code: u16, reason: &str, discard: bool) {
+        if self.closing {
+            return;
+        }
+        self.closing = true;
+        let _e = self.span.enter();
+        tracing::info!(code, reason, "closing socket");
+        self.outbox.stop_deliveries(discard);
+        self.send(wire::close_with(code, reason));
         let timeout = Duration::from_millis(self.node.config.load().socket.close_timeout_ms);
         ctx.run_later(timeout, |act, ctx| {
             act.outbox.abort();
@@ -211,6 +228,11 @@ impl Actor for Socket {
         if let Some(slot) = &self.slots.account {
             slot.attach(ctx.address().recipient());
         }
+        let every = Duration::from_millis(config.socket.heartbeat_interval_ms);
+        ctx.run_interval(every, Self::heartbeat);
+        if self.with_dialect(ctx, |d, link| d.opened(link)) {
+            return;
+        }
         let limits = self.limits().clone();
         self.send(wire::welcome(
             &self.id.label,
@@ -219,14 +241,15 @@ impl Actor for Socket {
             &welcome_limits(&limits, node.bridge.account_share(&self.id.account)),
             self.id.token_expires_at,
         ));
-        let every = Duration::from_millis(config.socket.heartbeat_interval_ms);
-        ctx.run_interval(every, Self::heartbeat);
         self.arm_expiry(ctx);
         let _e = self.span.enter();
         tracing::debug!("socket open");
     }
 
     fn stopping(&mut self, _: &mut Context<Self>) -> Running {
+        if let Some(d) = &mut self.dialect {
+            d.stopping(&self.node);
+        }
         for channel in self.outbox.leave_all() {
             self.node.bridge.unsubscribe(&channel, self.id.conn);
         }
@@ -286,11 +309,14 @@ impl Socket {
 impl Handler<Drained> for Socket {
     type Result = ();
 
-    fn handle(&mut self, _: Drained, _: &mut Context<Self>) {
+    fn handle(&mut self, _: Drained, ctx: &mut Context<Self>) {
         if self.congested_since.take().is_none() {
             return;
         }
         let dropped = self.gauge.clear_congestion();
+        if !self.closing && self.with_dialect(ctx, |d, link| d.drained(link, dropped)) {
+            return;
+        }
         crate::exceeded::Exceeded::new(Layer::Outbound, "slow_consumer", &self.id.account)
             .conn(&self.id.label)
             .count(dropped)
@@ -314,6 +340,7 @@ impl Handler<CloseWith> for Socket {
     fn handle(&mut self, msg: CloseWith, ctx: &mut Context<Self>) {
         if let Some(code) = msg.notice
             && !self.closing
+            && self.dialect.is_none()
         {
             self.send(wire::ErrorFrame::new(code).encode());
         }
@@ -331,6 +358,7 @@ impl Socket {
         limits: Arc<Limits>,
         slots: Slots,
         node: Arc<Node>,
+        dialect: Option<Box<dyn Dialect>>,
         io: T,
         early: &[u8],
     ) -> Transport<T>
@@ -378,6 +406,7 @@ impl Socket {
                 expiry: None,
                 span,
                 _alive: node.metrics.alive.actor(crate::alive::ActorKind::Socket),
+                dialect,
                 id,
                 node,
             }

@@ -121,6 +121,16 @@ impl Outbox {
         s.queue.push(frame);
     }
 
+    /// [`Outbox::push_reserved`] for one frame sent in parts (a dialect's
+    /// message around shared bytes, `socket/outlet.rs`).
+    pub(super) fn push_parts_reserved(&self, s: &mut Shared, parts: &[Bytes]) {
+        if s.state != State::Open {
+            self.gauge.release(parts.iter().map(Bytes::len).sum());
+            return;
+        }
+        s.queue.push_parts(parts);
+    }
+
     /// Queues a message of a conflating channel whose bytes the hub already
     /// counted, replacing the unsent one with the same key (§11) and
     /// keeping the gauge exact. A new key is refused (and released) while

@@ -27,6 +27,9 @@ struct Entry {
     /// Empty: a tombstone.
     frame: Bytes,
     slot: Option<Slot>,
+    /// A later part of the frame the entry before began (a message sent in
+    /// parts, [`OutQueue::push_parts`]): never separated from it.
+    cont: bool,
 }
 
 /// What pushing a keyed frame did.
@@ -57,7 +60,25 @@ impl OutQueue {
     /// Queues a frame of a queueing channel (or one the socket made).
     #[inline]
     pub fn push(&mut self, frame: Bytes) {
-        self.entries.push_back(Entry { frame, slot: None });
+        self.entries.push_back(Entry {
+            frame,
+            slot: None,
+            cont: false,
+        });
+    }
+
+    /// Queues one frame sent in `parts` (its header in the first), so a
+    /// message's shared bytes need not be copied into each socket's frame.
+    /// [`OutQueue::clear`] never cuts such a frame once its first part has
+    /// been taken.
+    pub fn push_parts(&mut self, parts: &[Bytes]) {
+        for (i, part) in parts.iter().enumerate() {
+            self.entries.push_back(Entry {
+                frame: part.clone(),
+                slot: None,
+                cont: i > 0,
+            });
+        }
     }
 
     /// Queues a frame of a conflating channel, replacing the unsent one
@@ -88,6 +109,7 @@ impl OutQueue {
             self.entries.push_back(Entry {
                 frame,
                 slot: Some(slot),
+                cont: false,
             });
             return Keyed::Queued(len);
         };
@@ -101,6 +123,7 @@ impl OutQueue {
         self.entries.push_back(Entry {
             frame,
             slot: Some(slot),
+            cont: false,
         });
         self.maybe_compact();
         Keyed::Replaced { old, new }
@@ -133,13 +156,17 @@ impl OutQueue {
         }
     }
 
-    /// Empties the queue; returns the bytes thrown away.
+    /// Empties the queue but for the rest of a frame whose first part was
+    /// taken already (so the connection stays a valid WebSocket stream);
+    /// returns the bytes thrown away.
     pub fn clear(&mut self) -> usize {
-        self.popped += self.entries.len() as u64;
+        let rest = self.entries.iter().take_while(|e| e.cont).count();
+        let gone = self.entries.len() - rest;
+        self.popped += gone as u64;
         self.slots.clear();
         self.tombstones = 0;
         self.keyed_bytes = 0;
-        self.entries.drain(..).map(|e| e.frame.len()).sum()
+        self.entries.drain(rest..).map(|e| e.frame.len()).sum()
     }
 
     /// Live frames plus tombstones: what the queue holds in memory.
@@ -255,6 +282,23 @@ mod tests {
             q.push_keyed(&ch, a, msg(3, "3"), one),
             Keyed::Replaced { .. }
         ));
+    }
+
+    #[test]
+    fn a_frame_in_parts_is_never_cut_by_a_clear() {
+        let mut q = OutQueue::default();
+        let parts = [
+            Bytes::from_static(b"head"),
+            Bytes::from_static(b"data"),
+            Bytes::from_static(b"tail"),
+        ];
+        q.push_parts(&parts);
+        q.push_parts(&parts);
+        assert_eq!(q.pop().unwrap(), parts[0], "the first frame began");
+        assert_eq!(q.clear(), 12, "the second frame is thrown away whole");
+        let rest: Vec<Bytes> = std::iter::from_fn(|| q.pop()).collect();
+        assert_eq!(rest, vec![parts[1].clone(), parts[2].clone()]);
+        assert_eq!(q.clear(), 0);
     }
 
     #[test]

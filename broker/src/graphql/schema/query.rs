@@ -22,7 +22,7 @@ pub(super) fn count(name: &str, n: Option<i32>, default: i32) -> Result<usize> {
 }
 
 /// A channel the caller may read, or the refusal.
-fn readable(ticket: &Ticket, name: &str) -> Result<()> {
+pub(super) fn readable(ticket: &Ticket, name: &str) -> Result<()> {
     channel::validate(name).map_err(|why| Code::BadRequest.error(why))?;
     if !ticket.caller.may_read(name) {
         return Err(Code::Forbidden.error(format!(

@@ -1,30 +1,33 @@
 //! `type Subscription`: served over `graphql-transport-ws` on this same
-//! path (§12). Over HTTP a subscription is refused before it is priced
-//! or executed (`graphql::over_http`), so these resolvers answer only an
-//! executor that reaches them without the socket: with an error naming
-//! the transport.
+//! path (§12). The executor runs a subscription once, when it starts: the
+//! resolver checks the channel and the caller's globs and records where
+//! to subscribe in the request's ticket; the socket then subscribes, and
+//! each message becomes a `next` message without the executor
+//! (`graphql/ws/shape.rs`). Over HTTP a subscription is refused before it
+//! is priced or executed (`graphql::over_http`).
 
-use async_graphql::{Result, Subscription as SubscriptionRoot};
-use futures_util::stream::Empty;
+use async_graphql::{Context, Result, Subscription as SubscriptionRoot};
+use futures_util::stream::{Empty, empty};
 
-use super::query::no_presence;
-use super::{Code, Message, PresenceDiff, Seq};
+use super::query::{no_presence, readable, ticket};
+use super::{Message, PresenceDiff, Seq};
 
 pub struct Subscription;
-
-fn needs_socket() -> async_graphql::Error {
-    Code::BadRequest.error(
-        "subscriptions are served over a WebSocket with the graphql-transport-ws subprotocol at /v1/graphql",
-    )
-}
 
 #[SubscriptionRoot]
 impl Subscription {
     /// A channel's messages, §2/§3 semantics: recovery after `since`, `seq`
     /// order, no gap, no duplicate.
-    async fn messages(&self, channel: String, since: Option<Seq>) -> Result<Empty<Message>> {
-        let _ = (channel, since);
-        Err(needs_socket())
+    async fn messages(
+        &self,
+        ctx: &Context<'_>,
+        channel: String,
+        since: Option<Seq>,
+    ) -> Result<Empty<Message>> {
+        let t = ticket(ctx);
+        readable(t, &channel)?;
+        *t.subscribe.lock() = Some((channel, since.map(|s| s.0)));
+        Ok(empty())
     }
 
     /// §13 diffs; answers as a namespace without presence does.

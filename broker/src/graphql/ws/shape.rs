@@ -1,0 +1,324 @@
+//! A `messages` subscription's selection set, compiled once when it
+//! starts into the JSON its every `next` message carries, with two holes:
+//! the message's `seq` and its `data`. A delivery then fills the holes: no
+//! executor, no JSON parsing, and the message's `data` is not copied: the
+//! `next` frame is queued in parts around the hub's own bytes (the
+//! frame's header and everything up to `data` in one small buffer, `data`
+//! as a slice of the hub's frame, shared by every subscriber, and the
+//! constant rest, built once per subscription).
+//!
+//! The selection is collected as GraphQL's CollectFields does (aliases,
+//! fields selected twice merged under one response key in first-seen
+//! order, fragments and inline fragments on `Message`, `@skip` and
+//! `@include` with literals or variables); validation has already
+//! refused anything else.
+
+use std::fmt::Write as _;
+
+use async_graphql::parser::Positioned;
+use async_graphql::parser::types::{
+    Directive, ExecutableDocument, OperationDefinition, Selection, SelectionSet,
+};
+use async_graphql_value::{ConstValue, Value, Variables};
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::protocol::wire;
+
+/// One piece of the `data` object's JSON.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Lit(String),
+    Seq,
+    Data,
+}
+
+/// What every `next` message of one subscription carries.
+#[derive(Debug, Clone)]
+pub struct Shape {
+    /// `{"type":"next","id":..,"payload":{`.
+    head: String,
+    /// The `data` object, holes included.
+    parts: Vec<Part>,
+    /// Everything after the last `data` hole when it holds no `seq`, the
+    /// message's closing braces included: built once, shared by every
+    /// message (`None`: rendered each time).
+    tail: Option<Bytes>,
+}
+
+/// The closing of `data`, `payload` and the message.
+const CLOSE: &str = "}}}";
+
+impl Shape {
+    /// The shape of operation `op` of `doc` for subscription `id` on
+    /// `channel`, with `variables` deciding `@skip`/`@include`.
+    pub fn compile(
+        doc: &ExecutableDocument,
+        op: &OperationDefinition,
+        variables: &Variables,
+        id: &str,
+        channel: &str,
+    ) -> Shape {
+        let ctx = Ctx {
+            doc,
+            op,
+            variables,
+            channel,
+        };
+        let mut parts = vec![Part::Lit(String::new())];
+        let roots = ctx.collect(&[&op.selection_set.node]);
+        for (i, (key, name, sets)) in roots.iter().enumerate() {
+            lit(&mut parts, if i == 0 { "" } else { "," });
+            lit(&mut parts, &json_string(key));
+            lit(&mut parts, ":");
+            match name.as_str() {
+                "__typename" => lit(&mut parts, "\"Subscription\""),
+                _ => ctx.message(&mut parts, sets),
+            }
+        }
+        let head = format!(r#"{{"type":"next","id":{},"payload":{{"#, json_string(id));
+        let last_data = parts.iter().rposition(|p| *p == Part::Data);
+        let tail = match last_data {
+            Some(at) if !parts[at..].contains(&Part::Seq) => {
+                let mut t = String::new();
+                for p in &parts[at + 1..] {
+                    if let Part::Lit(s) = p {
+                        t.push_str(s);
+                    }
+                }
+                t.push_str(CLOSE);
+                Some(Bytes::from(t))
+            }
+            _ => None,
+        };
+        Shape { head, parts, tail }
+    }
+
+    /// The `next` message for `seq` with `data` (the JSON text of the
+    /// message's `data`, a slice of the hub's frame), in parts: header and
+    /// head first. `extensions` (a JSON object's text) goes in the payload
+    /// before `data`, where `wire::conflated` finds it.
+    pub fn render(&self, extensions: Option<&str>, seq: u64, data: &Bytes) -> Vec<Bytes> {
+        let mut digits = itoa::Buffer::new();
+        let seq_text = digits.format(seq);
+        let len = self.len(extensions, seq_text.len(), data.len());
+        let mut out = Vec::with_capacity(3);
+        let mut buf = BytesMut::with_capacity(self.first_len(extensions, seq_text.len()) + 10);
+        wire::put_text_header(&mut buf, len);
+        self.put_head(&mut buf, extensions);
+        let last = if self.tail.is_some() {
+            self.parts.iter().rposition(|p| *p == Part::Data)
+        } else {
+            None
+        };
+        for (i, p) in self.parts.iter().enumerate() {
+            match p {
+                Part::Lit(s) => buf.put_slice(s.as_bytes()),
+                Part::Seq => buf.put_slice(seq_text.as_bytes()),
+                Part::Data => {
+                    out.push(std::mem::take(&mut buf).freeze());
+                    out.push(data.clone());
+                    if Some(i) == last {
+                        out.extend(self.tail.clone());
+                        return out;
+                    }
+                }
+            }
+        }
+        buf.put_slice(CLOSE.as_bytes());
+        out.push(buf.freeze());
+        out.retain(|b| !b.is_empty());
+        out
+    }
+
+    /// [`Shape::render`] as one frame (a conflating channel replaces whole
+    /// frames in the queue).
+    pub fn render_whole(&self, extensions: Option<&str>, seq: u64, data: &Bytes) -> Bytes {
+        let parts = self.render(extensions, seq, data);
+        let mut buf = BytesMut::with_capacity(parts.iter().map(Bytes::len).sum());
+        for p in &parts {
+            buf.put_slice(p);
+        }
+        buf.freeze()
+    }
+
+    fn put_head(&self, buf: &mut BytesMut, extensions: Option<&str>) {
+        buf.put_slice(self.head.as_bytes());
+        if let Some(x) = extensions {
+            buf.put_slice(br#""extensions":"#);
+            buf.put_slice(x.as_bytes());
+            buf.put_u8(b',');
+        }
+        buf.put_slice(br#""data":{"#);
+    }
+
+    /// The payload's length.
+    fn len(&self, extensions: Option<&str>, seq: usize, data: usize) -> usize {
+        let parts: usize = self
+            .parts
+            .iter()
+            .map(|p| match p {
+                Part::Lit(s) => s.len(),
+                Part::Seq => seq,
+                Part::Data => data,
+            })
+            .sum();
+        self.head_len(extensions) + parts + CLOSE.len()
+    }
+
+    fn head_len(&self, extensions: Option<&str>) -> usize {
+        self.head.len()
+            + extensions.map_or(0, |x| r#""extensions":,"#.len() + x.len())
+            + r#""data":{"#.len()
+    }
+
+    /// The first part's length (the buffer allocated per message).
+    fn first_len(&self, extensions: Option<&str>, seq: usize) -> usize {
+        let upto: usize = self
+            .parts
+            .iter()
+            .take_while(|p| **p != Part::Data)
+            .map(|p| match p {
+                Part::Lit(s) => s.len(),
+                _ => seq,
+            })
+            .sum();
+        self.head_len(extensions) + upto + CLOSE.len()
+    }
+}
+
+/// Appends literal text, joining it to a literal before it.
+fn lit(parts: &mut Vec<Part>, s: &str) {
+    match parts.last_mut() {
+        Some(Part::Lit(l)) => l.push_str(s),
+        _ => parts.push(Part::Lit(s.to_owned())),
+    }
+}
+
+fn json_string(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
+}
+
+/// A response key, its field's name and every selection set merged under
+/// it.
+type Collected<'a> = (String, String, Vec<&'a SelectionSet>);
+
+struct Ctx<'a> {
+    doc: &'a ExecutableDocument,
+    op: &'a OperationDefinition,
+    variables: &'a Variables,
+    channel: &'a str,
+}
+
+impl<'a> Ctx<'a> {
+    /// The fields of `sets` by response key, in first-seen order.
+    fn collect(&self, sets: &[&'a SelectionSet]) -> Vec<Collected<'a>> {
+        let mut out: Vec<Collected<'a>> = Vec::new();
+        for set in sets {
+            self.collect_into(set, &mut out, 0);
+        }
+        out
+    }
+
+    fn collect_into(&self, set: &'a SelectionSet, out: &mut Vec<Collected<'a>>, depth: u32) {
+        // Fragments nest at most as deep as validation lets them (no
+        // cycles); this bounds a hostile document all the same.
+        if depth > 64 {
+            return;
+        }
+        for sel in &set.items {
+            match &sel.node {
+                Selection::Field(f) => {
+                    let f = &f.node;
+                    if !self.included(&f.directives) {
+                        continue;
+                    }
+                    let key = f.response_key().node.as_str();
+                    match out.iter_mut().find(|(k, _, _)| k == key) {
+                        Some((_, _, sets)) => sets.push(&f.selection_set.node),
+                        None => out.push((
+                            key.to_owned(),
+                            f.name.node.to_string(),
+                            vec![&f.selection_set.node],
+                        )),
+                    }
+                }
+                Selection::InlineFragment(i) => {
+                    let i = &i.node;
+                    if self.included(&i.directives) {
+                        self.collect_into(&i.selection_set.node, out, depth + 1);
+                    }
+                }
+                Selection::FragmentSpread(s) => {
+                    let s = &s.node;
+                    if !self.included(&s.directives) {
+                        continue;
+                    }
+                    if let Some(f) = self.doc.fragments.get(&s.fragment_name.node)
+                        && self.included(&f.node.directives)
+                    {
+                        self.collect_into(&f.node.selection_set.node, out, depth + 1);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A `Message` object: `{"k":..,..}` with its holes.
+    fn message(&self, parts: &mut Vec<Part>, sets: &[&'a SelectionSet]) {
+        lit(parts, "{");
+        for (i, (key, name, _)) in self.collect(sets).iter().enumerate() {
+            let mut s = String::new();
+            if i > 0 {
+                s.push(',');
+            }
+            let _ = write!(s, "{}:", json_string(key));
+            lit(parts, &s);
+            match name.as_str() {
+                "channel" => lit(parts, &json_string(self.channel)),
+                "seq" => parts.push(Part::Seq),
+                "data" => parts.push(Part::Data),
+                "__typename" => lit(parts, "\"Message\""),
+                // Not a field of Message: validation refused the document.
+                _ => lit(parts, "null"),
+            }
+        }
+        lit(parts, "}");
+    }
+
+    /// `@skip(if:)` and `@include(if:)`.
+    fn included(&self, directives: &[Positioned<Directive>]) -> bool {
+        directives.iter().all(|d| {
+            let d = &d.node;
+            let flag = |name: &str| {
+                d.get_argument("if")
+                    .map(|v| self.boolean(&v.node))
+                    .unwrap_or(name == "include")
+            };
+            match d.name.node.as_str() {
+                "skip" => !flag("skip"),
+                "include" => flag("include"),
+                _ => true,
+            }
+        })
+    }
+
+    fn boolean(&self, v: &Value) -> bool {
+        match v {
+            Value::Boolean(b) => *b,
+            Value::Variable(name) => match self.variables.get(name) {
+                Some(ConstValue::Boolean(b)) => *b,
+                _ => self
+                    .op
+                    .variable_definitions
+                    .iter()
+                    .find(|d| d.node.name.node == *name)
+                    .and_then(|d| d.node.default_value.as_ref())
+                    .is_some_and(|v| matches!(v.node, ConstValue::Boolean(true))),
+            },
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,241 @@
+//! One `messages` subscription as the hub sees it: a subscriber of its own
+//! (its own number, so one connection may hold several on a channel) whose
+//! sink renders each message into the subscription's `next` message
+//! ([`Shape`]) and queues it in the socket's outbox ([`Outlet`]), bounded
+//! by the socket's gauge like every subscription of the socket.
+//!
+//! Its position sits under its own lock, as a socket's do beside its
+//! queue: `Joining` holds live messages until the recovered history is
+//! queued, `Live` queues each `seq` once and in order. A message the hub
+//! drops for it (the socket over its mark) breaks it at that `seq`:
+//! nothing newer is queued, and once the socket drains the dialect ends it
+//! with `SLOW_CONSUMER` naming the last `seq` sent, so a resume with
+//! `since` loses nothing and sees nothing twice.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use super::shape::Shape;
+use crate::hub::{DirectSink, Joined};
+use crate::node::dialect::Outlet;
+use crate::protocol::wire;
+
+/// A delivery held while joining: its bytes stay counted in the gauge.
+struct Held {
+    seq: u64,
+    frame: Bytes,
+    key: Option<Arc<str>>,
+}
+
+enum Pos {
+    /// Waiting for the bridge (recovery, cluster-wide delivery).
+    Joining(Vec<Held>),
+    /// The highest `seq` handled (sent or lost).
+    Live(u64),
+    /// Ended: nothing more is queued.
+    Ended,
+}
+
+struct State {
+    pos: Pos,
+    /// The last `seq` queued (`lastSeq` of a `SLOW_CONSUMER`).
+    sent: u64,
+    /// The first `seq` lost, and how many were.
+    broken_at: Option<u64>,
+    dropped: u64,
+    /// `extensions` for the first `next` (the charge, the recovery).
+    first: Option<String>,
+}
+
+pub struct OpSink {
+    /// The hub subscriber's number (unique on the node).
+    pub conn: u64,
+    pub channel: Arc<str>,
+    shape: Shape,
+    /// The conflation slot of this subscription in the socket's queue.
+    slot: Arc<str>,
+    outlet: Arc<dyn Outlet>,
+    state: Mutex<State>,
+}
+
+/// How a subscription ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ended {
+    /// Messages lost (0: none).
+    pub dropped: u64,
+    pub last_seq: u64,
+}
+
+impl OpSink {
+    pub fn new(
+        conn: u64,
+        channel: &str,
+        shape: Shape,
+        outlet: Arc<dyn Outlet>,
+        first: Option<String>,
+    ) -> Arc<OpSink> {
+        Arc::new(OpSink {
+            conn,
+            channel: channel.into(),
+            shape,
+            slot: format!("{channel}\u{0}{conn}").into(),
+            outlet,
+            state: Mutex::new(State {
+                pos: Pos::Joining(Vec::new()),
+                sent: 0,
+                broken_at: None,
+                dropped: 0,
+                first,
+            }),
+        })
+    }
+
+    /// Renders and queues `seq`; `reserved` is what the gauge already
+    /// counts for it (the hub's frame, or nothing for recovered history).
+    fn queue(
+        &self,
+        st: &mut State,
+        seq: u64,
+        frame: &Bytes,
+        key: Option<Arc<str>>,
+        reserved: usize,
+    ) {
+        let gauge = self.outlet.gauge();
+        let data = wire::message_data(frame, &self.channel, seq);
+        let ext = st.first.take();
+        match key {
+            None => {
+                let parts = self.shape.render(ext.as_deref(), seq, &data);
+                gauge.add(parts.iter().map(Bytes::len).sum());
+                gauge.release(reserved);
+                self.outlet.push(&parts);
+                st.sent = seq;
+            }
+            Some(key) => {
+                let whole = self.shape.render_whole(ext.as_deref(), seq, &data);
+                gauge.add(whole.len());
+                gauge.release(reserved);
+                if self.outlet.push_keyed(&self.slot, key, whole) {
+                    st.sent = seq;
+                } else {
+                    st.first = ext;
+                    st.broken_at.get_or_insert(seq);
+                    st.dropped += 1;
+                }
+            }
+        }
+    }
+
+    /// The bridge answered: the recovered history, then what arrived
+    /// meanwhile, each `seq` once and in order, stopping at a loss.
+    pub fn joined(&self, joined: Joined) {
+        let mut st = self.state.lock();
+        let held = match std::mem::replace(&mut st.pos, Pos::Ended) {
+            Pos::Joining(held) => held,
+            other => {
+                st.pos = other;
+                return;
+            }
+        };
+        if let Some(recovered) = joined.recovered {
+            let x = st.first.take().unwrap_or_else(|| "{}".to_owned());
+            st.first = Some(with_recovered(&x, recovered));
+        }
+        let mut last = joined.position();
+        // Before anything is queued the client holds everything up to the
+        // first recovered `seq`, or up to where the subscription went live.
+        st.sent = joined
+            .backlog
+            .first()
+            .map_or(last, |(seq, _)| seq.saturating_sub(1));
+        for (seq, frame) in joined.backlog {
+            self.queue(&mut st, seq, &frame, None, 0);
+        }
+        for h in held {
+            if h.seq > last && st.broken_at.is_none_or(|b| h.seq < b) {
+                last = h.seq;
+                self.queue(&mut st, h.seq, &h.frame, h.key, h.frame.len());
+            } else {
+                if h.seq > last {
+                    st.dropped += 1;
+                }
+                self.outlet.gauge().release(h.frame.len());
+            }
+        }
+        st.pos = Pos::Live(last);
+    }
+
+    /// Whether the hub lost a message of this subscription.
+    pub fn broken(&self) -> bool {
+        self.state.lock().broken_at.is_some()
+    }
+
+    /// Ends the subscription: nothing more is queued for it after this.
+    pub fn end(&self) -> Ended {
+        let mut st = self.state.lock();
+        if let Pos::Joining(held) = std::mem::replace(&mut st.pos, Pos::Ended) {
+            self.outlet
+                .gauge()
+                .release(held.iter().map(|h| h.frame.len()).sum());
+        }
+        Ended {
+            dropped: st.dropped,
+            last_seq: st.sent,
+        }
+    }
+}
+
+impl DirectSink for OpSink {
+    fn message(&self, _channel: &Arc<str>, seq: u64, frame: Bytes, key: Option<&Arc<str>>) {
+        let mut st = self.state.lock();
+        match &mut st.pos {
+            Pos::Live(last) if seq > *last => {
+                *last = seq;
+                if st.broken_at.is_some() {
+                    st.dropped += 1;
+                    drop(st);
+                    self.outlet.gauge().release(frame.len());
+                    return;
+                }
+                self.queue(&mut st, seq, &frame, key.cloned(), frame.len());
+            }
+            Pos::Joining(held) => held.push(Held {
+                seq,
+                frame,
+                key: key.cloned(),
+            }),
+            _ => {
+                drop(st);
+                self.outlet.gauge().release(frame.len());
+            }
+        }
+    }
+
+    fn congested(&self) {
+        self.outlet.congested();
+    }
+
+    fn dropped(&self, _channel: &Arc<str>, seq: u64) {
+        let mut st = self.state.lock();
+        match st.pos {
+            Pos::Live(last) if seq <= last => {}
+            Pos::Ended => {}
+            _ => {
+                st.broken_at.get_or_insert(seq);
+                st.dropped += 1;
+                if let Pos::Live(last) = &mut st.pos {
+                    *last = seq;
+                }
+            }
+        }
+    }
+}
+
+/// `extensions` with `"recovered"` first (§2's answer to `since`).
+fn with_recovered(extensions: &str, recovered: bool) -> String {
+    let rest = extensions.strip_prefix('{').unwrap_or("}");
+    let sep = if rest.starts_with('}') { "" } else { "," };
+    format!("{{\"recovered\":{recovered}{sep}{rest}")
+}

@@ -1,0 +1,152 @@
+//! The boundary between the socket machinery (the `socket` front's actor:
+//! the handshake layers, the transport, the outbox and its high-water
+//! mark, heartbeats, drain, operator closes, token expiry) and a protocol
+//! spoken over it other than `tidegate.v1`, such as GraphQL's
+//! `graphql-transport-ws` (the `graphql` front). Fronts never import each
+//! other, so the socket drives a [`Dialect`] it does not know, through
+//! these traits, and the dialect reaches the socket's services through a
+//! [`Link`]; `server` hands the socket the [`Route`]s to serve.
+//!
+//! What stays the socket's, whatever the dialect: the §1 layers in their
+//! order (the peer's at the upgrade; the credential's when the dialect
+//! names one, [`Link::admit`]), the connection's frame and ping buckets,
+//! the outbound gauge with its grace and 4008, conflation, the drain's
+//! 1012, an operator's 4003, the account budget's 1008 (for a token's
+//! connection) and the token's 4001.
+
+use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::HttpResponse;
+use actix_web::http::StatusCode;
+use bytes::Bytes;
+
+use super::Node;
+use crate::auth::Grants;
+use crate::config::Limits;
+use crate::hub::OutboundGauge;
+use crate::protocol::ErrorCode;
+
+/// Work a dialect runs on its connection's worker; what it resolves to
+/// comes back through [`Dialect::done`].
+pub type Work = Pin<Box<dyn Future<Output = Box<dyn Any>>>>;
+
+/// A dialect served on a path of its own, upgraded with its subprotocol.
+#[derive(Clone, Copy)]
+pub struct Route {
+    pub path: &'static str,
+    /// Required in `Sec-WebSocket-Protocol`, and answered.
+    pub subprotocol: &'static str,
+    /// A new connection's protocol state, with the upgrade's
+    /// `Authorization` header (a credential the dialect may use).
+    pub open: fn(&Arc<Node>, Option<&str>) -> Box<dyn Dialect>,
+    /// A refusal at the upgrade (a §1 layer before the credential), as
+    /// this route's HTTP answers word it.
+    pub refusal: fn(StatusCode, ErrorCode, &str, Option<Duration>) -> HttpResponse,
+}
+
+/// A protocol the socket speaks instead of `tidegate.v1`. Every method
+/// runs on the socket's actor, with the socket's services in `link`.
+pub trait Dialect {
+    /// The socket is open (after the upgrade): start the protocol's clock.
+    fn opened(&mut self, link: &mut dyn Link);
+    /// One complete UTF-8 text message from the client.
+    fn text(&mut self, link: &mut dyn Link, text: &str);
+    /// A binary message (its size).
+    fn binary(&mut self, link: &mut dyn Link, len: usize);
+    /// [`Link::spawn`]ed work finished.
+    fn done(&mut self, link: &mut dyn Link, output: Box<dyn Any>);
+    /// [`Link::admit`] answered: `Ok` once the socket is the credential's
+    /// (limits, account, expiry), or the §1 layer that refused it.
+    fn admitted(&mut self, link: &mut dyn Link, verdict: Result<(), Refusal>);
+    /// The outbound queue drained below its mark after a drop episode
+    /// that lost `dropped` messages (the dialect says so in its words).
+    fn drained(&mut self, link: &mut dyn Link, dropped: u64);
+    /// The socket is stopping: leave every channel.
+    fn stopping(&mut self, node: &Node);
+}
+
+/// What the socket does for its dialect.
+pub trait Link {
+    fn node(&self) -> &Arc<Node>;
+    /// The connection's number (unique on this node).
+    fn conn(&self) -> u64;
+    /// The connection's label shown to clients (`n1-8f3a`).
+    fn label(&self) -> &str;
+    /// The limits in force (the default plan's until [`Link::admit`]).
+    fn limits(&self) -> Arc<Limits>;
+    /// Where the dialect's own hub sinks queue frames.
+    fn outlet(&self) -> Arc<dyn Outlet>;
+    fn gauge(&self) -> Arc<OutboundGauge>;
+    /// Queues a text message.
+    fn send(&mut self, text: &str);
+    /// Closes with the dialect's code and reason; nothing more is read.
+    fn close(&mut self, code: u16, reason: &str);
+    /// Charges `units` to the connection's frame bucket (§0): `Err` with
+    /// the wait until a token when it is empty (counted under
+    /// `layer="connection"`).
+    fn charge_frame(&mut self, units: u32) -> Result<(), Duration>;
+    /// Takes one token of the connection's ping bucket (a dialect's own
+    /// pings are bounded like WebSocket pings: the excess is ignored).
+    fn ping(&mut self) -> bool;
+    /// Runs the credential's layers of §1 in their order (the identity's
+    /// handshake bucket, then for a token the account's connection cap,
+    /// then bans) and makes the socket the credential's; answers through
+    /// [`Dialect::admitted`].
+    fn admit(&mut self, who: Who);
+    /// Runs `work` on this connection's worker, tied to its life.
+    fn spawn(&mut self, work: Work);
+}
+
+/// A connection's outbound queue, as a dialect's own hub sinks write into
+/// it (the socket's outbox), bounded by the same gauge.
+pub trait Outlet: Send + Sync {
+    /// Queues one message sent in `parts` (a text frame's header first),
+    /// their bytes already counted in the gauge; the parts are never
+    /// separated (a close that discards the queue keeps a message whose
+    /// first part is on the wire whole).
+    fn push(&self, parts: &[Bytes]);
+    /// Queues a conflating channel's message (one whole frame) in place of
+    /// the unsent one with `key` in `slot` (§11). `false`: refused, a new
+    /// key past the mark; its bytes are released and the drop is counted
+    /// (and starts a drop episode).
+    fn push_keyed(&self, slot: &Arc<str>, key: Arc<str>, frame: Bytes) -> bool;
+    fn gauge(&self) -> &OutboundGauge;
+    /// A drop episode began: the socket starts its grace timer.
+    fn congested(&self);
+}
+
+/// Whom a dialect's credential names, once verified (a token's signature
+/// and plan, or an API key).
+#[derive(Debug, Clone)]
+pub struct Who {
+    pub account: String,
+    /// The plan claim (`None`: the account's plan).
+    pub plan: Option<String>,
+    pub role: Option<String>,
+    pub limits: Arc<Limits>,
+    pub grants: Grants,
+    /// A token's times; `None` for an API key, whose connection neither
+    /// counts toward the account's connection cap nor takes part in its
+    /// message budget (its operations are charged to the key's bucket).
+    pub token: Option<TokenTimes>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct TokenTimes {
+    /// `exp`, unix ms.
+    pub expires_at_ms: u64,
+    /// When the socket closes with 4001 unless refreshed: unix seconds.
+    pub deadline: u64,
+}
+
+/// A §1 layer's refusal.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub code: ErrorCode,
+    pub message: String,
+    pub retry: Option<Duration>,
+}

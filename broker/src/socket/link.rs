@@ -1,0 +1,186 @@
+//! How the socket drives a [`Dialect`] (`node/dialect.rs`): it hands the
+//! dialect each text message, its spawned work's results, the outcome of
+//! the credential's layers and the end of a drop episode, and serves the
+//! dialect's requests through [`Link`] with its own machinery (frame and
+//! ping buckets, outbox, close, the §1 layers after the credential).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::fut::{ActorFutureExt, wrap_future};
+use actix::prelude::*;
+
+use super::{Reconfigure, Socket, handshake};
+use crate::charge::{self, Connection, Payer, Price};
+use crate::config::Limits;
+use crate::hub::OutboundGauge;
+use crate::metrics::Layer;
+use crate::node::Node;
+use crate::node::dialect::{Dialect, Link, Outlet, Refusal, Who, Work};
+use crate::protocol::wire;
+
+/// The socket's services for its dialect during one call.
+struct SocketLink<'a> {
+    socket: &'a mut Socket,
+    ctx: &'a mut Context<Socket>,
+}
+
+impl Socket {
+    /// Calls the dialect, if the socket speaks one, with a [`Link`] to
+    /// itself; `false` for a `tidegate.v1` socket.
+    pub(super) fn with_dialect(
+        &mut self,
+        ctx: &mut Context<Self>,
+        f: impl FnOnce(&mut dyn Dialect, &mut dyn Link),
+    ) -> bool {
+        let Some(mut dialect) = self.dialect.take() else {
+            return false;
+        };
+        f(&mut *dialect, &mut SocketLink { socket: self, ctx });
+        self.dialect = Some(dialect);
+        true
+    }
+
+    /// A dialect's text message: UTF-8 (1007, as on `tidegate.v1`), then
+    /// the dialect's.
+    pub(super) fn on_dialect_text(&mut self, bytes: &[u8], ctx: &mut Context<Self>) {
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            self.exceeded(
+                Layer::Connection,
+                "invalid_utf8",
+                None,
+                Duration::ZERO,
+                false,
+            );
+            self.close(ctx, crate::protocol::CloseCode::InvalidUtf8);
+            return;
+        };
+        self.with_dialect(ctx, |d, link| d.text(link, text));
+    }
+
+    /// The credential was admitted: the socket is now its (limits, account
+    /// supervisor for a token, the node's registry, the token's deadline).
+    fn become_who(
+        &mut self,
+        ctx: &mut Context<Self>,
+        who: Who,
+        slot: Option<crate::account::AccountSlot>,
+    ) {
+        let config = self.node.config.load_full();
+        let limits = who.limits.clone();
+        let expires = who.token.is_some();
+        self.id = handshake::identity(&config, self.id.conn, self.id.ip, who);
+        if let Some(slot) = &slot {
+            slot.attach(ctx.address().recipient());
+        }
+        self.slots.account = slot;
+        if let Some(mut handle) = self.node.sockets.get_mut(&self.id.conn) {
+            handle.account = self.id.account.clone();
+            handle.plan = self.id.plan.clone();
+        }
+        self.span =
+            tracing::info_span!("socket", conn = %self.id.label, account = %self.id.account);
+        <Self as Handler<Reconfigure>>::handle(self, Reconfigure { limits }, ctx);
+        if expires {
+            self.arm_expiry(ctx);
+        }
+    }
+}
+
+impl Link for SocketLink<'_> {
+    fn node(&self) -> &Arc<Node> {
+        &self.socket.node
+    }
+
+    fn conn(&self) -> u64 {
+        self.socket.id.conn
+    }
+
+    fn label(&self) -> &str {
+        &self.socket.id.label
+    }
+
+    fn limits(&self) -> Arc<Limits> {
+        self.socket.limits().clone()
+    }
+
+    fn outlet(&self) -> Arc<dyn Outlet> {
+        super::outlet::of(&self.socket.outbox)
+    }
+
+    fn gauge(&self) -> Arc<OutboundGauge> {
+        self.socket.gauge.clone()
+    }
+
+    fn send(&mut self, text: &str) {
+        self.socket.send(wire::text(text.as_bytes()));
+    }
+
+    fn close(&mut self, code: u16, reason: &str) {
+        self.socket.close_with(self.ctx, code, reason, false);
+    }
+
+    fn charge_frame(&mut self, units: u32) -> Result<(), Duration> {
+        let s = &mut *self.socket;
+        let price = Price::frame(units, 0, s.admission.limits(), None);
+        let payer = Payer::Connection(Connection {
+            admission: &mut s.admission,
+            // The operation's own price goes to the account (or the key):
+            // the frame's unit is the connection's alone.
+            sampler: None,
+            rules: None,
+            account: &s.id.account,
+            conn: &s.id.label,
+        });
+        let charge::Pending::Ready(outcome) = s.node.ledger().charge(payer, price, Instant::now())
+        else {
+            unreachable!("a connection's own buckets answer at once")
+        };
+        if outcome.is_ok() {
+            s.node.metrics.messages_in.inc();
+        }
+        outcome.map(|_| ()).map_err(|r| r.retry_after)
+    }
+
+    fn ping(&mut self) -> bool {
+        let s = &mut *self.socket;
+        if s.pings.try_take(1.0, Instant::now()).is_ok() {
+            return true;
+        }
+        s.exceeded(Layer::Connection, "ping_flood", None, Duration::ZERO, false);
+        false
+    }
+
+    fn admit(&mut self, who: Who) {
+        let s = &*self.socket;
+        let (node, ip, conn) = (s.node.clone(), s.id.ip, s.id.conn);
+        let work = async move {
+            let verdict = handshake::admit_later(&node, ip, &who, conn).await;
+            (who, verdict)
+        };
+        self.ctx.spawn(
+            wrap_future(work).map(|(who, verdict), act: &mut Socket, ctx| {
+                if act.closing {
+                    return;
+                }
+                let verdict: Result<(), Refusal> = match verdict {
+                    Ok(slot) => {
+                        act.become_who(ctx, who, slot);
+                        Ok(())
+                    }
+                    Err(r) => Err(r),
+                };
+                act.with_dialect(ctx, |d, link| d.admitted(link, verdict));
+            }),
+        );
+    }
+
+    fn spawn(&mut self, work: Work) {
+        self.ctx
+            .spawn(wrap_future(work).map(|output, act: &mut Socket, ctx| {
+                if !act.closing {
+                    act.with_dialect(ctx, |d, link| d.done(link, output));
+                }
+            }));
+    }
+}

@@ -1,0 +1,66 @@
+//! The socket's outbox as a dialect's hub sinks write into it
+//! ([`Outlet`]): the same queue, gauge and conflation as the socket's own
+//! subscriptions (`socket/delivery.rs`), without the positions, which such
+//! a dialect keeps per operation itself.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::delivery::Congested;
+use super::outbox::Outbox;
+use super::queue::Keyed;
+use crate::hub::{OutboundGauge, Reserve};
+use crate::metrics::Layer;
+use crate::node::dialect::Outlet;
+
+impl Outlet for Outbox {
+    fn push(&self, parts: &[Bytes]) {
+        let mut s = self.lock();
+        if s.closing {
+            drop(s);
+            self.gauge.release(parts.iter().map(Bytes::len).sum());
+            return;
+        }
+        self.push_parts_reserved(&mut s, parts);
+        Outbox::unlock_and_wake(s);
+    }
+
+    fn push_keyed(&self, slot: &Arc<str>, key: Arc<str>, frame: Bytes) -> bool {
+        let mut s = self.lock();
+        if s.closing {
+            drop(s);
+            self.gauge.release(frame.len());
+            return true;
+        }
+        let done = self.push_conflated(&mut s, slot, key, frame);
+        Outbox::unlock_and_wake(s);
+        match done {
+            Keyed::Queued(_) => true,
+            Keyed::Replaced { .. } => {
+                self.metrics.messages_superseded.inc();
+                true
+            }
+            Keyed::Refused => {
+                self.metrics.reject(Layer::Outbound, "slow_consumer");
+                if self.gauge.record_drop() == Reserve::FirstDrop {
+                    self.control.do_send(Congested);
+                }
+                false
+            }
+        }
+    }
+
+    fn gauge(&self) -> &OutboundGauge {
+        &self.gauge
+    }
+
+    fn congested(&self) {
+        self.control.do_send(Congested);
+    }
+}
+
+/// A dialect's view of the socket's outbox.
+pub(super) fn of(outbox: &Arc<Outbox>) -> Arc<dyn Outlet> {
+    outbox.clone()
+}
