@@ -28,6 +28,7 @@ mod faults_slowloris;
 mod fuzz_bounded;
 mod graphql;
 mod graphql_budget;
+mod graphql_ws;
 mod grpc;
 mod grpc_cluster;
 mod grpc_operators;

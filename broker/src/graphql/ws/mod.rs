@@ -304,7 +304,9 @@ impl GraphqlWs {
         }
         match ran.subscribe.clone() {
             Some((channel, since)) => self.subscribe(link, id, &channel, since, &ran, params),
-            None if reply.data.is_some() => {
+            // A subscription that did not start: its errors came before the
+            // stream (the resolver refused), an `error` message.
+            None if reply.data.is_some() && ran.operation != "subscription" => {
                 let body = reply.body().unwrap_or_default();
                 link.send(&message(
                     "next",
