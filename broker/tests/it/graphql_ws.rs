@@ -424,3 +424,94 @@ async fn an_upgrade_without_the_subprotocol_is_refused_before_the_socket() {
         other => panic!("expected a 400, got {:?}", other.map(|_| ())),
     }
 }
+
+/// A raw upgrade to `/v1/graphql` on `s` (a small receive window: a
+/// reader that stops reading pushes back at once).
+async fn raw_graphql(
+    mut s: tokio::net::TcpStream,
+    addr: std::net::SocketAddr,
+) -> tokio::net::TcpStream {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let req = format!(
+        "GET /v1/graphql HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+         Sec-WebSocket-Protocol: graphql-transport-ws\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_reader_ends_with_slow_consumer_and_resumes_from_last_seq_losing_nothing() {
+    use tokio::io::AsyncWriteExt;
+    use tokio_tungstenite::tungstenite::protocol::Role;
+    let b = Broker::start(
+        "[plans.free]\naccount_burst = 100000\naccount_messages_per_sec = 100000\n\
+         outbound_high_water_bytes = 65536\noutbound_grace_ms = 60000\n\
+         [socket]\nsend_buffer_bytes = 4096\n[history]\nsize = 4000\n",
+    );
+    let mut s = raw_graphql(crate::common::small_window(b.addr).await, b.addr).await;
+    let init =
+        json!({"type":"connection_init","payload":{"authorization": format!("Bearer {API_KEY}")}});
+    let sub =
+        json!({"type":"subscribe","id":"s","payload":{"query": SUB, "variables":{"c":"doc:slow"}}});
+    for m in [init, sub] {
+        s.write_all(&crate::common::masked_text(m.to_string().as_bytes()))
+            .await
+            .unwrap();
+    }
+    live(&b, "doc:slow", 1).await;
+    // Not reading: 2,000 messages of 1 KiB are far past the 64 KiB mark.
+    let data = format!("\"{}\"", "x".repeat(1024));
+    let mut published = Vec::new();
+    for _ in 0..2000 {
+        published.push(b.node.publish("doc:slow", &data, "test").await);
+    }
+    let dropped = b
+        .metric("tidegate_rejections_total{layer=\"outbound\",reason=\"slow_consumer\"}")
+        .await;
+    assert!(dropped > 0.0, "the mark held: messages were dropped");
+    // Now read: every next in order, then the subscription's end.
+    let s = tokio_tungstenite::MaybeTlsStream::Plain(s);
+    let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(s, Role::Client, None).await;
+    let mut c = Client::new(ws, None);
+    let mut got = Vec::new();
+    let end = loop {
+        let m = c.next_json().await;
+        match m["type"].as_str() {
+            Some("connection_ack") => continue,
+            Some("next") => got.push(m["payload"]["data"]["messages"]["seq"].as_u64().unwrap()),
+            _ => break m,
+        }
+    };
+    let x = &end["payload"][0]["extensions"];
+    assert_eq!(
+        (end["type"].clone(), end["id"].clone()),
+        (json!("error"), json!("s")),
+        "{end}"
+    );
+    assert_eq!(x["code"], "SLOW_CONSUMER", "{end}");
+    let last = x["lastSeq"].as_u64().unwrap();
+    assert!(x["dropped"].as_u64().unwrap() > 0, "{end}");
+    assert_eq!(
+        got,
+        published[..got.len()].to_vec(),
+        "in order, no gap before the hole"
+    );
+    assert_eq!(got.last().copied().unwrap_or(published[0] - 1), last);
+    // Resume with since: lastSeq: the rest, each once, in order.
+    subscribe(&mut c, "again", SUB, json!({"c":"doc:slow","s": last})).await;
+    let rest = seqs(&mut c, "again", published.len() - got.len()).await;
+    assert_eq!(rest, published[got.len()..].to_vec());
+}
