@@ -29,6 +29,7 @@ mod fuzz_bounded;
 mod graphql;
 mod graphql_budget;
 mod graphql_ws;
+mod graphql_ws_cluster;
 mod grpc;
 mod grpc_cluster;
 mod grpc_operators;
