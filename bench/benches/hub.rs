@@ -96,6 +96,7 @@ fn fleet(n: usize, extra: &str) -> Fleet {
                     node.clone(),
                     req,
                     framed,
+                    &[],
                 ));
                 let (mut rd, mut wr) = tokio::io::split(client);
                 let frames = frames.clone();

@@ -194,3 +194,76 @@ pub(super) fn read_get(req: &HttpRequest) -> Result<Params, Refused> {
 pub(super) fn bad_params(message: impl Into<String>) -> Refused {
     Refused::status(StatusCode::BAD_REQUEST, Code::BadRequest, message)
 }
+
+/// Bytes of `v` as compact JSON, without building the text.
+pub(super) fn json_len(v: &ConstValue) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
+}
+
+/// The deepest nesting of `{`, `[` and `(` outside strings and comments.
+pub(crate) fn text_nesting(text: &str) -> usize {
+    let b = text.as_bytes();
+    let (mut depth, mut deepest, mut i) = (0usize, 0usize, 0usize);
+    while i < b.len() {
+        match b[i] {
+            b'#' => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'"' if b[i..].starts_with(b"\"\"\"") => {
+                i += 3;
+                while i < b.len() && !b[i..].starts_with(b"\"\"\"") {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 2;
+            }
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' && b[i] != b'\n' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'{' | b'[' | b'(' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b'}' | b']' | b')' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    deepest
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nesting_is_counted_outside_strings_and_comments() {
+        assert_eq!(text_nesting("{ a { b(x: [1]) } }"), 4);
+        assert_eq!(text_nesting(r#"{ a(s: "{{{{") }"#), 2);
+        assert_eq!(text_nesting("{ a # {{{{\n }"), 1);
+        assert_eq!(text_nesting(r#"{ a(s: """ {{{ \""" {{ """) }"#), 2);
+        assert_eq!(text_nesting(&"{".repeat(1000)), 1000);
+    }
+
+    #[test]
+    fn json_is_measured_compact() {
+        let v = ConstValue::from_json(serde_json::json!({"a": [1, 2], "b": "x"})).unwrap();
+        assert_eq!(json_len(&v), r#"{"a":[1,2],"b":"x"}"#.len());
+    }
+}

@@ -160,7 +160,11 @@ pub fn close_because(code: CloseCode, reason: &str) -> Bytes {
 /// A close frame with any code (another protocol's, such as
 /// `graphql-transport-ws`'s 4400–4429) and a reason of at most 123 bytes.
 pub fn close_with(code: u16, reason: &str) -> Bytes {
-    let reason = &reason[..reason.floor_char_boundary(123)];
+    let mut end = reason.len().min(123);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    let reason = &reason[..end];
     frame(OP_CLOSE, 2 + reason.len(), |buf| {
         buf.put_u16(code);
         buf.put_slice(reason.as_bytes());

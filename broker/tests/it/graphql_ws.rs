@@ -228,7 +228,10 @@ async fn each_protocol_error_closes_with_its_code() {
         .await;
     assert_eq!(close_code(&mut c).await, Some(4400), "binary");
     // 4401: subscribe before the ack.
-    assert_eq!(closed_after(&b, &[sub.clone()]).await, Some(4401));
+    assert_eq!(
+        closed_after(&b, std::slice::from_ref(&sub)).await,
+        Some(4401)
+    );
     // 4403: a refused credential, or none.
     let bad = json!({"type":"connection_init","payload":{"authorization":"Bearer nope"}});
     assert_eq!(closed_after(&b, &[bad]).await, Some(4403));
