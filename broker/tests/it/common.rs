@@ -390,12 +390,23 @@ pub async fn small_window(addr: SocketAddr) -> TcpStream {
     socket.connect(addr).await.unwrap()
 }
 
-pub async fn upgrade_on(mut s: TcpStream, addr: SocketAddr, token: &str) -> TcpStream {
+pub async fn upgrade_on(s: TcpStream, addr: SocketAddr, token: &str) -> TcpStream {
+    upgrade_path(s, addr, "/v1/ws", &format!("tidegate.v1, bearer.{token}")).await
+}
+
+/// A raw WebSocket upgrade of `path` offering `protocols`; the stream
+/// after the 101 response.
+pub async fn upgrade_path(
+    mut s: TcpStream,
+    addr: SocketAddr,
+    path: &str,
+    protocols: &str,
+) -> TcpStream {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let req = format!(
-        "GET /v1/ws HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
-         Sec-WebSocket-Protocol: tidegate.v1, bearer.{token}\r\n\r\n"
+         Sec-WebSocket-Protocol: {protocols}\r\n\r\n"
     );
     s.write_all(req.as_bytes()).await.unwrap();
     let mut head = Vec::new();

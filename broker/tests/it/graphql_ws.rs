@@ -428,33 +428,6 @@ async fn an_upgrade_without_the_subprotocol_is_refused_before_the_socket() {
     }
 }
 
-/// A raw upgrade to `/v1/graphql` on `s` (a small receive window: a
-/// reader that stops reading pushes back at once).
-async fn raw_graphql(
-    mut s: tokio::net::TcpStream,
-    addr: std::net::SocketAddr,
-) -> tokio::net::TcpStream {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let req = format!(
-        "GET /v1/graphql HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
-         Sec-WebSocket-Protocol: graphql-transport-ws\r\n\r\n"
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        s.read_exact(&mut byte).await.unwrap();
-        head.push(byte[0]);
-    }
-    assert!(
-        head.starts_with(b"HTTP/1.1 101"),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
-    s
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_reader_ends_with_slow_consumer_and_resumes_from_last_seq_losing_nothing() {
     use tokio::io::AsyncWriteExt;
@@ -464,7 +437,9 @@ async fn a_slow_reader_ends_with_slow_consumer_and_resumes_from_last_seq_losing_
          outbound_high_water_bytes = 65536\noutbound_grace_ms = 60000\n\
          [socket]\nsend_buffer_bytes = 4096\n[history]\nsize = 4000\n",
     );
-    let mut s = raw_graphql(crate::common::small_window(b.addr).await, b.addr).await;
+    let window = crate::common::small_window(b.addr).await;
+    let mut s =
+        crate::common::upgrade_path(window, b.addr, "/v1/graphql", "graphql-transport-ws").await;
     let init =
         json!({"type":"connection_init","payload":{"authorization": format!("Bearer {API_KEY}")}});
     let sub =
