@@ -109,6 +109,9 @@ pub trait Outlet: Send + Sync {
     /// separated (a close that discards the queue keeps a message whose
     /// first part is on the wire whole).
     fn push(&self, parts: &[Bytes]);
+    /// Queues one whole frame (its bytes already counted in the gauge),
+    /// handing it over without another reference count.
+    fn push_frame(&self, frame: Bytes);
     /// Queues a conflating channel's message (one whole frame) in place of
     /// the unsent one with `key` in `slot` (§11). `false`: refused, a new
     /// key past the mark; its bytes are released and the drop is counted

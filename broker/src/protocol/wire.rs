@@ -71,11 +71,21 @@ pub fn message(channel: &str, seq: u64, data: &str) -> Bytes {
 /// after `"data":` up to the closing brace, without copying. Empty if the
 /// frame is not one of those (never the case for what the hub delivers).
 pub fn message_data(frame: &Bytes, channel: &str, seq: u64) -> Bytes {
+    let data = message_data_slice(frame, channel, seq);
+    if data.is_empty() {
+        return Bytes::new();
+    }
+    frame.slice_ref(data)
+}
+
+/// [`message_data`] borrowed (no reference count taken): for a reader that
+/// copies the data anyway.
+pub fn message_data_slice<'a>(frame: &'a [u8], channel: &str, seq: u64) -> &'a [u8] {
     let header = match frame.get(1).map(|b| b & 0x7f) {
         Some(126) => 4,
         Some(127) => 10,
         Some(_) => 2,
-        None => return Bytes::new(),
+        None => return &[],
     };
     let digits = itoa::Buffer::new().format(seq).len();
     let head = r#"{"type":"message","channel":""#.len()
@@ -85,9 +95,9 @@ pub fn message_data(frame: &Bytes, channel: &str, seq: u64) -> Bytes {
         + r#","data":"#.len();
     let start = header + head;
     if frame.len() < start + 1 {
-        return Bytes::new();
+        return &[];
     }
-    frame.slice(start..frame.len() - 1)
+    &frame[start..frame.len() - 1]
 }
 
 /// A text frame around an already-encoded JSON payload (a message that

@@ -26,6 +26,17 @@ impl Outlet for Outbox {
         Outbox::unlock_and_wake(s);
     }
 
+    fn push_frame(&self, frame: Bytes) {
+        let mut s = self.lock();
+        if s.closing {
+            drop(s);
+            self.gauge.release(frame.len());
+            return;
+        }
+        self.push_reserved(&mut s, frame);
+        Outbox::unlock_and_wake(s);
+    }
+
     fn push_keyed(&self, slot: &Arc<str>, key: Arc<str>, frame: Bytes) -> bool {
         let mut s = self.lock();
         if s.closing {

@@ -22,6 +22,11 @@ use crate::hub::{DirectSink, Joined};
 use crate::node::dialect::Outlet;
 use crate::protocol::wire;
 
+/// Messages whose `data` is at most this many bytes are rendered as one
+/// frame (copying `data` costs less than sharing it in parts); larger
+/// ones are queued in parts around the hub's bytes.
+const WHOLE_MAX: usize = 1024;
+
 /// A delivery held while joining: its bytes stay counted in the gauge.
 struct Held {
     seq: u64,
@@ -103,10 +108,18 @@ impl OpSink {
         reserved: usize,
     ) {
         let gauge = self.outlet.gauge();
-        let data = wire::message_data(frame, &self.channel, seq);
+        let data = wire::message_data_slice(frame, &self.channel, seq);
         let ext = st.first.take();
         match key {
+            None if data.len() <= WHOLE_MAX => {
+                let whole = self.shape.render_whole(ext.as_deref(), seq, data);
+                gauge.add(whole.len());
+                gauge.release(reserved);
+                self.outlet.push_frame(whole);
+                st.sent = seq;
+            }
             None => {
+                let data = wire::message_data(frame, &self.channel, seq);
                 let parts = self.shape.render(ext.as_deref(), seq, &data);
                 gauge.add(parts.iter().map(Bytes::len).sum());
                 gauge.release(reserved);
@@ -114,7 +127,7 @@ impl OpSink {
                 st.sent = seq;
             }
             Some(key) => {
-                let whole = self.shape.render_whole(ext.as_deref(), seq, &data);
+                let whole = self.shape.render_whole(ext.as_deref(), seq, data);
                 gauge.add(whole.len());
                 gauge.release(reserved);
                 if self.outlet.push_keyed(&self.slot, key, whole) {
