@@ -222,6 +222,11 @@ pub struct HandshakeSection {
     /// handshakes it never finishes. (The peer address: a trusted proxy's
     /// own connections count together.)
     pub ip_max_unfinished: u32,
+    /// IPv6 clients count (per-IP limits, bans, admin lockout) by their
+    /// network of this many leading bits: one host is handed a whole /64
+    /// and could otherwise rotate around every per-IP limit. 128: by
+    /// address. IPv4 (and IPv4-mapped) addresses count one by one.
+    pub ipv6_prefix_len: u8,
 }
 
 impl Default for HandshakeSection {
@@ -235,6 +240,7 @@ impl Default for HandshakeSection {
             cap_retry_after_ms: 5_000,
             request_timeout_ms: 5_000,
             ip_max_unfinished: 100,
+            ipv6_prefix_len: 64,
         }
     }
 }

@@ -91,3 +91,78 @@ async fn one_address_flooding_upgrades_cannot_spend_the_node_accept_budget() {
         0.0
     );
 }
+
+/// A WebSocket handshake through a proxy that appended its own
+/// `X-Forwarded-For` line after the client's.
+async fn via_proxy_lines(
+    b: &Broker,
+    token: &str,
+    lines: &[&str],
+) -> Result<Client, (u16, serde_json::Value, Option<u64>)> {
+    let mut req = b.ws_url().into_client_request().unwrap();
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        format!("tidegate.v1, bearer.{token}").parse().unwrap(),
+    );
+    for line in lines {
+        req.headers_mut()
+            .append("X-Forwarded-For", line.parse().unwrap());
+    }
+    refusal(
+        tokio_tungstenite::connect_async(req)
+            .await
+            .map(|(ws, _)| Client::new(ws, None)),
+    )
+}
+
+#[tokio::test]
+async fn a_forged_first_forwarded_for_line_does_not_choose_the_address() {
+    let b = Broker::start(
+        "[node]\ntrusted_proxies = [\"127.0.0.1\"]\n\
+         [handshake]\nip_handshake_burst = 2\nip_handshakes_per_sec = 0.001\n\
+         [auth]\njwt_secret = \"a-secret-behind-the-proxy-0123\"\n\
+         [[api_keys]]\nkey = \"a-key-behind-the-proxy-0123\"\naccount = \"acme\"\n",
+    );
+    let mut outcomes = Vec::new();
+    for i in 0..4 {
+        // The client forges a new first line each time; the proxy appends
+        // the client's real address as the last line.
+        let forged = format!("198.51.100.{i}");
+        let r = via_proxy_lines(&b, &b.token(&format!("u{i}")), &[&forged, "203.0.113.9"]).await;
+        outcomes.push(r.map(|_| 101).unwrap_or_else(|(s, body, _)| {
+            assert_eq!(body["error"], "ip_rate_limited", "{body}");
+            s
+        }));
+    }
+    assert_eq!(outcomes, [101, 101, 429, 429], "one address, burst 2");
+    // Another client behind the same proxy is its own address.
+    let other = via_proxy_lines(&b, &b.token("v"), &["203.0.113.10"]).await;
+    assert!(other.is_ok(), "{:?}", other.err());
+}
+
+#[tokio::test]
+async fn a_ban_of_an_ipv4_address_refuses_it_on_a_dual_stack_listener() {
+    let listener = std::net::TcpListener::bind("[::]:0").expect("a dual-stack listener");
+    let port = listener.local_addr().unwrap().port();
+    let mut b = Broker::on(listener, crate::common::config(""));
+    // Clients reach it over IPv4: the broker sees ::ffff:127.0.0.1.
+    b.addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let until = tidegate::clock::unix_ms() + 60_000;
+    b.node.admin.bans.insert(
+        &tidegate::bans::BanTarget::Ip("127.0.0.1".parse().unwrap()),
+        until,
+    );
+    let (status, body, retry) = b
+        .try_connect(&b.token("acme"))
+        .await
+        .map(|_| ())
+        .expect_err("the banned address is refused");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (403, Some("banned")),
+        "{body}"
+    );
+    assert!(retry.is_some());
+    let resp = b.publish_http("doc:1", serde_json::json!(1)).await;
+    assert_eq!(resp.status(), 403, "HTTP publish from the banned address");
+}
