@@ -285,9 +285,10 @@ pub async fn upgrade<T>(
 where
     T: AsyncRead + AsyncWrite + Unpin + 'static,
 {
-    // The head is whole: no longer an unfinished connection.
+    // The head is whole: no longer an unfinished connection, and never
+    // one again (it becomes a socket, or closes with the refusal).
     if let Some(u) = req.conn_data::<crate::unfinished::Unfinished>() {
-        u.finish();
+        u.off();
     }
     let route = routes.iter().find(|r| r.path == req.path()).copied();
     if req.path() != PATH && route.is_none() {

@@ -10,6 +10,7 @@ mod admin_cluster;
 mod auth_keys;
 mod bad_input;
 mod bounds_handshake;
+mod bounds_keepalive;
 mod certs;
 mod channels;
 mod cli;
