@@ -48,6 +48,9 @@ pub struct GrpcSection {
     /// calls get `socket.close_timeout_ms` to end), so none is held for
     /// ever. 0: no limit.
     pub max_connection_age_ms: u64,
+    /// A connection with no call open for this long is closed (answered
+    /// keepalive PINGs do not count as use). 0: never.
+    pub idle_timeout_ms: u64,
 }
 
 impl Default for GrpcSection {
@@ -66,6 +69,7 @@ impl Default for GrpcSection {
             keepalive_interval_ms: 30_000,
             keepalive_timeout_ms: 10_000,
             max_connection_age_ms: 3_600_000,
+            idle_timeout_ms: 300_000,
         }
     }
 }

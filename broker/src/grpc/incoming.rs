@@ -7,13 +7,14 @@
 //! or it is closed. A silent connection holds one place for that long and
 //! never the accept loop.
 
+use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
@@ -24,6 +25,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
+use super::idle::{Activity, Registry};
 use crate::exceeded::Exceeded;
 use crate::gate::ip_key;
 use crate::metrics::Layer;
@@ -96,7 +98,55 @@ pub struct Conn {
     preface: [u8; PREFACE_LEN],
     replayed: usize,
     info: TcpConnectInfo,
+    idle: Idleness,
     _place: Place,
+}
+
+/// A connection's calls and its idle deadline (`grpc.idle_timeout_ms`).
+struct Idleness {
+    activity: Arc<Activity>,
+    registry: Registry,
+    peer: std::net::SocketAddr,
+    /// `None`: no idle timeout.
+    after: Option<Duration>,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    node: Arc<Node>,
+}
+
+impl Drop for Idleness {
+    fn drop(&mut self) {
+        self.registry
+            .remove_if(&self.peer, |_, a| Arc::ptr_eq(a, &self.activity));
+    }
+}
+
+impl Idleness {
+    /// Whether the connection has been idle too long; arms the timer for
+    /// its deadline otherwise.
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(after) = self.after else {
+            return false;
+        };
+        let Some(deadline) = self.activity.idle_deadline(after) else {
+            self.timer = None;
+            return false;
+        };
+        if Instant::now() >= deadline {
+            Exceeded::new(Layer::Grpc, "idle_timeout", "")
+                .conn(&self.peer.ip().to_string())
+                .emit(&self.node.metrics);
+            return true;
+        }
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline.into())));
+        if timer.deadline() != deadline.into() {
+            timer.as_mut().reset(deadline.into());
+        }
+        // Registers the wake-up; at the deadline the next read looks again.
+        let _ = timer.as_mut().poll(cx);
+        false
+    }
 }
 
 impl Connected for Conn {
@@ -114,6 +164,7 @@ pub fn incoming(
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
     node: Arc<Node>,
+    registry: Registry,
 ) -> ReceiverStream<io::Result<Conn>> {
     let (tx, rx) = mpsc::channel(READY);
     let acceptor = tls.map(TlsAcceptor::from);
@@ -151,7 +202,10 @@ pub fn incoming(
             // Replies are small and latency matters (see server.rs).
             let _ = tcp.set_nodelay(true);
             let deadline = Duration::from_millis(config.grpc.handshake_timeout_ms);
+            let after = (config.grpc.idle_timeout_ms > 0)
+                .then(|| Duration::from_millis(config.grpc.idle_timeout_ms));
             let (acceptor, tx, node) = (acceptor.clone(), tx.clone(), node.clone());
+            let registry = registry.clone();
             tokio::spawn(async move {
                 let info = TcpConnectInfo {
                     local_addr: tcp.local_addr().ok(),
@@ -159,11 +213,21 @@ pub fn incoming(
                 };
                 match tokio::time::timeout(deadline, handshake(tcp, acceptor)).await {
                     Ok(Ok((io, preface))) => {
+                        let activity = Arc::new(Activity::default());
+                        registry.insert(peer, activity.clone());
                         let conn = Conn {
                             io,
                             preface,
                             replayed: 0,
                             info,
+                            idle: Idleness {
+                                activity,
+                                registry,
+                                peer,
+                                after,
+                                timer: None,
+                                node,
+                            },
                             _place: place,
                         };
                         let _ = tx.send(Ok(conn)).await;
@@ -216,9 +280,15 @@ impl AsyncRead for Conn {
             this.replayed += n;
             return Poll::Ready(Ok(()));
         }
-        match &mut this.io {
+        let read = match &mut this.io {
             Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        };
+        match read {
+            // Nothing to read and no call for too long: end of stream, and
+            // the server closes the connection.
+            Poll::Pending if this.idle.expired(cx) => Poll::Ready(Ok(())),
+            other => other,
         }
     }
 }

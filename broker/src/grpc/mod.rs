@@ -17,6 +17,7 @@
 //!   connection caps and handshake deadline; `drain.rs`: the staggered drain.
 
 mod drain;
+mod idle;
 mod incoming;
 mod operator;
 mod publish_stream;

@@ -70,6 +70,7 @@ pub fn start(node: Arc<Node>, listener: TcpListener) -> io::Result<GrpcServer> {
                 };
                 let tls = node.tls.grpc.clone();
                 let incoming_node = node.clone();
+                let registry = super::idle::Registry::default();
                 let service = BrokerServer::new(BrokerService::new(node, drain_rx, service_open))
                     .max_decoding_message_size(grpc.max_message_bytes);
                 let mut builder = Server::builder()
@@ -86,13 +87,16 @@ pub fn start(node: Arc<Node>, listener: TcpListener) -> io::Result<GrpcServer> {
                         .max_connection_age(Duration::from_millis(grpc.max_connection_age_ms))
                         .max_connection_age_grace(close_grace);
                 }
-                let router = builder.layer(TrailersLayer).add_service(service);
+                let router = builder
+                    .layer(TrailersLayer)
+                    .layer(super::idle::IdleLayer(registry.clone()))
+                    .add_service(service);
                 let shutdown = stopped(stop_rx.clone());
                 // Connection caps, handshake and preface deadline
                 // (`incoming`); `[grpc] tls_cert_file`: HTTP/2 over TLS,
                 // the certificate from the store SIGHUP swaps.
                 let tls = tls.map(|store| Arc::new(crate::tls::server_config(store, &[b"h2"])));
-                let incoming = super::incoming::incoming(listener, tls, incoming_node);
+                let incoming = super::incoming::incoming(listener, tls, incoming_node, registry);
                 let serve = router.serve_with_incoming_shutdown(incoming, shutdown);
                 tracing::info!(%addr, workers, "gRPC serving");
                 tokio::select! {

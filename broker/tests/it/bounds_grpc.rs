@@ -108,3 +108,52 @@ async fn refused_grpc_messages_are_charged_to_the_key() {
         "{limited:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_connection_with_no_call_open_is_closed_when_idle() {
+    use tidegate::grpc::proto::subscribe_event::Event;
+    let b = Broker::start("[grpc]\nidle_timeout_ms = 300\n");
+    // A: a Subscribe stream stays open, with nothing flowing.
+    let mut a = connect(&b).await;
+    let mut events = a
+        .subscribe(authed(
+            crate::grpc::subscribe_req(&[("doc:idle", None)]),
+            API_KEY,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    match crate::grpc_subscribe::next(&mut events).await.unwrap() {
+        Some(Event::Ack(_)) => {}
+        other => panic!("{other:?}"),
+    }
+    // B: one call, then nothing: its connection is closed as idle.
+    let mut idle = connect(&b).await;
+    idle.publish(authed(msg("doc:1", "1", "x"), API_KEY))
+        .await
+        .unwrap();
+    let series = "tidegate_rejections_total{layer=\"grpc\",reason=\"idle_timeout\"}";
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while b.metric(series).await < 1.0 {
+        assert!(std::time::Instant::now() < deadline, "never closed as idle");
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        b.metric(series).await,
+        1.0,
+        "only the connection with no call"
+    );
+    // A's stream, open all along, still delivers.
+    b.publish_http("doc:idle", serde_json::json!(7)).await;
+    let m = crate::grpc_subscribe::next_message(&mut events).await;
+    assert_eq!(m.data_json, "7");
+    // B's client connects again for its next call.
+    let again = idle.publish(authed(msg("doc:1", "2", "y"), API_KEY)).await;
+    let again = match again {
+        Err(s) if s.code() == tonic::Code::Unavailable => {
+            idle.publish(authed(msg("doc:1", "2", "y"), API_KEY)).await
+        }
+        other => other,
+    };
+    assert!(again.is_ok(), "{again:?}");
+}
