@@ -5,12 +5,14 @@
 //! call; the cluster bridge keeps the copies in step.
 
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::unix_ms;
+use crate::gate::ip_key;
 
 /// What a ban names: `{"account":"acme"}` or `{"ip":"203.0.113.7"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -77,16 +79,49 @@ pub struct BanEntry {
 }
 
 /// This node's copy of the cluster's ban list.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Bans {
     accounts: DashMap<String, u64>,
-    ips: DashMap<IpAddr, u64>,
+    /// Keyed by [`ip_key`]: a ban of `a.b.c.d` also refuses
+    /// `::ffff:a.b.c.d`, and one of an IPv6 address its whole network
+    /// (`handshake.ipv6_prefix_len`); the value holds the address as
+    /// banned. Bounded by what operators ban (each entry expires).
+    ips: DashMap<IpAddr, (IpAddr, u64)>,
+    /// `handshake.ipv6_prefix_len` of the running config.
+    v6_prefix: AtomicU8,
     /// When this copy last changed by an action (not by a sync), so a sync
     /// does not undo an action whose Redis write is still on its way.
     changed: parking_lot::Mutex<Option<std::time::Instant>>,
 }
 
+impl Default for Bans {
+    fn default() -> Self {
+        Bans {
+            accounts: DashMap::new(),
+            ips: DashMap::new(),
+            v6_prefix: AtomicU8::new(crate::config::HandshakeSection::default().ipv6_prefix_len),
+            changed: parking_lot::Mutex::default(),
+        }
+    }
+}
+
 impl Bans {
+    /// Sets the IPv6 network size addresses are banned by (on start and
+    /// reload); the bans held are keyed again.
+    pub fn set_v6_prefix(&self, prefix: u8) {
+        if self.v6_prefix.swap(prefix, Ordering::Relaxed) != prefix {
+            let held: Vec<(IpAddr, u64)> = self.ips.iter().map(|e| *e.value()).collect();
+            self.ips.clear();
+            for (ip, until) in held {
+                self.ips.insert(self.key(ip), (ip, until));
+            }
+        }
+    }
+
+    fn key(&self, ip: IpAddr) -> IpAddr {
+        ip_key(ip, self.v6_prefix.load(Ordering::Relaxed))
+    }
+
     /// The ban that refuses `account` or `ip` right now, if any (the longer
     /// one when both are banned). This is the hook every transport calls:
     /// HTTP answers 403 `banned`, gRPC `PERMISSION_DENIED`, both with the
@@ -101,8 +136,8 @@ impl Bans {
             (until > now).then(|| (BanTarget::Account(a.to_owned()), until))
         });
         let by_ip = ip.and_then(|ip| {
-            let until = *self.ips.get(&ip)?;
-            (until > now).then_some((BanTarget::Ip(ip), until))
+            let (banned, until) = *self.ips.get(&self.key(ip))?;
+            (until > now).then_some((BanTarget::Ip(banned), until))
         });
         let (target, until) = match (by_account, by_ip) {
             (Some(a), Some(i)) => {
@@ -133,7 +168,7 @@ impl Bans {
                 self.accounts.insert(a.clone(), expires_at);
             }
             BanTarget::Ip(ip) => {
-                self.ips.insert(*ip, expires_at);
+                self.ips.insert(self.key(*ip), (*ip, expires_at));
             }
         }
     }
@@ -144,7 +179,7 @@ impl Bans {
         let now = unix_ms();
         let removed = match target {
             BanTarget::Account(a) => self.accounts.remove(a).map(|(_, u)| u),
-            BanTarget::Ip(ip) => self.ips.remove(ip).map(|(_, u)| u),
+            BanTarget::Ip(ip) => self.ips.remove(&self.key(*ip)).map(|(_, (_, u))| u),
         };
         removed.is_some_and(|until| until > now)
     }
@@ -165,8 +200,8 @@ impl Bans {
             .chain(
                 self.ips
                     .iter()
-                    .filter(|e| *e.value() > now)
-                    .map(|e| entry(BanTarget::Ip(*e.key()), *e.value())),
+                    .filter(|e| e.value().1 > now)
+                    .map(|e| entry(BanTarget::Ip(e.value().0), e.value().1)),
             )
             .collect();
         all.sort_by_key(|b| b.expires_at);
@@ -189,7 +224,10 @@ impl Bans {
         let has = |t: &BanTarget| live.iter().any(|(b, _)| b == t);
         self.accounts
             .retain(|a, _| has(&BanTarget::Account(a.clone())));
-        self.ips.retain(|ip, _| has(&BanTarget::Ip(*ip)));
+        self.ips.retain(|ip, _| {
+            live.iter()
+                .any(|(b, _)| matches!(b, BanTarget::Ip(i) if self.key(*i) == *ip))
+        });
         true
     }
 
@@ -197,7 +235,7 @@ impl Bans {
     pub fn sweep(&self) {
         let now = unix_ms();
         self.accounts.retain(|_, until| *until > now);
-        self.ips.retain(|_, until| *until > now);
+        self.ips.retain(|_, (_, until)| *until > now);
     }
 }
 
@@ -228,6 +266,35 @@ mod tests {
         // An expiry in the past is no ban.
         bans.insert(&BanTarget::Account("acme".into()), unix_ms() - 1);
         assert_eq!(bans.check(Some("acme"), None), None);
+        assert!(bans.list().is_empty());
+    }
+
+    #[test]
+    fn an_ip_ban_applies_to_the_mapped_address_and_to_the_ipv6_network() {
+        let bans = Bans::default();
+        let until = unix_ms() + 60_000;
+        bans.insert(&BanTarget::Ip("203.0.113.7".parse().unwrap()), until);
+        let mapped: IpAddr = "::ffff:203.0.113.7".parse().unwrap();
+        assert!(bans.check(None, Some(mapped)).is_some());
+        bans.insert(&BanTarget::Ip("2001:db8:1:2::7".parse().unwrap()), until);
+        let same_net: IpAddr = "2001:db8:1:2:ffff::1".parse().unwrap();
+        let other_net: IpAddr = "2001:db8:1:3::7".parse().unwrap();
+        assert!(bans.check(None, Some(same_net)).is_some(), "same /64");
+        assert!(bans.check(None, Some(other_net)).is_none());
+        bans.set_v6_prefix(128);
+        assert!(bans.check(None, Some(same_net)).is_none(), "by address");
+        let banned: IpAddr = "2001:db8:1:2::7".parse().unwrap();
+        assert_eq!(
+            bans.check(None, Some(banned)).unwrap().target,
+            BanTarget::Ip(banned)
+        );
+        // A sync that still lists the bans keeps them.
+        assert!(bans.replace_all(&[(BanTarget::Ip(mapped), until)], Duration::ZERO));
+        assert!(
+            bans.check(None, Some("203.0.113.7".parse().unwrap()))
+                .is_some()
+        );
+        assert!(bans.remove(&BanTarget::Ip(mapped)));
         assert!(bans.list().is_empty());
     }
 

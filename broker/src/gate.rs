@@ -103,7 +103,7 @@ impl HandshakeGate {
         now: Instant,
     ) -> Result<(), Duration> {
         self.ip_rate.try_take(
-            &ip,
+            &ip_key(ip, cfg.ipv6_prefix_len),
             1.0,
             f64::from(cfg.ip_handshake_burst),
             cfg.ip_handshakes_per_sec,
@@ -113,18 +113,27 @@ impl HandshakeGate {
 
     /// Counts one more open socket for `ip`, unless it is at its cap.
     pub fn ip_open(self: &Arc<Self>, ip: IpAddr, cfg: &HandshakeSection) -> Option<IpSlot> {
-        self.count(Counted::Open, ip, cfg.ip_max_open)
+        self.count(
+            Counted::Open,
+            ip_key(ip, cfg.ipv6_prefix_len),
+            cfg.ip_max_open,
+        )
     }
 
     /// Counts one more connection from `ip` still sending its request
     /// head, unless it is at its cap.
     pub fn ip_unfinished(self: &Arc<Self>, ip: IpAddr, cfg: &HandshakeSection) -> Option<IpSlot> {
-        self.count(Counted::Unfinished, ip, cfg.ip_max_unfinished)
+        self.count(
+            Counted::Unfinished,
+            ip_key(ip, cfg.ipv6_prefix_len),
+            cfg.ip_max_unfinished,
+        )
     }
 
-    /// Connections from `ip` still sending their request head.
+    /// Connections from `ip` (its [`ip_key`]) still sending their request
+    /// head.
     pub fn unfinished(&self, ip: IpAddr) -> u32 {
-        self.ip_unfinished.get(&ip).map_or(0, |n| *n)
+        self.ip_unfinished.get(&ip.to_canonical()).map_or(0, |n| *n)
     }
 
     /// Forgets buckets that refilled (bounded memory under IP churn).
@@ -134,20 +143,31 @@ impl HandshakeGate {
 }
 
 /// The client address of a request: the peer, or the right-most untrusted
-/// `X-Forwarded-For` entry when the peer is a trusted proxy (§1). Every
-/// front that checks a ban or a per-IP limit reads the address here.
+/// `X-Forwarded-For` hop when the peer is a trusted proxy (§1), read over
+/// every `X-Forwarded-For` line in order (a proxy that appends its own
+/// line must not leave the client's forged first line in charge: issue
+/// 26). Canonical: an IPv4 client seen on a dual-stack socket
+/// (`::ffff:a.b.c.d`) is `a.b.c.d`. Every front that checks a ban or a
+/// per-IP limit reads the address here.
 pub fn request_ip(req: &actix_http::RequestHead, trusted: &[ProxyRange]) -> IpAddr {
     let peer = req.peer_addr.map_or([127, 0, 0, 1].into(), |a| a.ip());
-    let xff = req
+    let lines: Vec<&str> = req
         .headers()
-        .get("x-forwarded-for")
-        .and_then(|v| v.to_str().ok());
-    client_ip(peer, xff, trusted)
+        .get_all("x-forwarded-for")
+        .map(|v| v.to_str().unwrap_or(UNREADABLE_HOP))
+        .collect();
+    let xff = (!lines.is_empty()).then(|| lines.join(","));
+    client_ip(peer, xff.as_deref(), trusted)
 }
 
+/// Stands for a header line that is not text: a hop nobody can trust.
+const UNREADABLE_HOP: &str = "unreadable";
+
 /// The client's address: the peer, or — when the peer is a trusted proxy —
-/// the right-most address of `X-Forwarded-For` that is not one.
+/// the right-most address of `X-Forwarded-For` that is not one; canonical
+/// (IPv4-mapped addresses as IPv4).
 pub fn client_ip(peer: IpAddr, forwarded_for: Option<&str>, trusted: &[ProxyRange]) -> IpAddr {
+    let peer = peer.to_canonical();
     let trusted_ip = |ip: IpAddr| trusted.iter().any(|range| range.contains(ip));
     if !trusted_ip(peer) {
         return peer;
@@ -161,12 +181,28 @@ pub fn client_ip(peer: IpAddr, forwarded_for: Option<&str>, trusted: &[ProxyRang
             // A malformed hop cannot be trusted further left.
             return last;
         };
+        let ip = ip.to_canonical();
         if !trusted_ip(ip) {
             return ip;
         }
         last = ip;
     }
     last
+}
+
+/// The address per-IP limits and bans count `ip` under: canonical, and
+/// for IPv6 its `/v6_prefix` network (`handshake.ipv6_prefix_len`): one
+/// IPv6 host is handed a whole /64 and could otherwise rotate through it
+/// around every per-IP limit.
+pub fn ip_key(ip: IpAddr, v6_prefix: u8) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let bits = u32::from(v6_prefix.min(128));
+            let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
+            IpAddr::V6((u128::from(v6) & mask).into())
+        }
+        v4 => v4,
+    }
 }
 
 #[cfg(test)]
@@ -228,6 +264,71 @@ mod tests {
         assert_eq!(client_ip(ip("11.0.0.1"), xff, &trusted), ip("11.0.0.1"));
         let err = "10.0.0.0/33".parse::<ProxyRange>().unwrap_err();
         assert!(err.contains("10.0.0.0/33"), "{err}");
+    }
+
+    #[test]
+    fn every_forwarded_for_line_is_read_and_mapped_addresses_are_canonical() {
+        let trusted = [range("10.0.0.1")];
+        let proxy = ip("10.0.0.1");
+        // The client forged a first line; the proxy appended the real one.
+        let head = head_with(proxy, &["6.6.6.6", "1.2.3.4"]);
+        assert_eq!(request_ip(&head, &trusted), ip("1.2.3.4"));
+        let head = head_with(proxy, &["6.6.6.6, 7.7.7.7", "1.2.3.4, 10.0.0.1"]);
+        assert_eq!(request_ip(&head, &trusted), ip("1.2.3.4"));
+        assert_eq!(
+            request_ip(&head_with(ip("::ffff:1.2.3.4"), &[]), &trusted),
+            ip("1.2.3.4"),
+            "a v4 client on a dual-stack socket"
+        );
+        assert_eq!(
+            client_ip(proxy, Some("::ffff:5.6.7.8"), &trusted),
+            ip("5.6.7.8")
+        );
+        assert_eq!(
+            client_ip(ip("::ffff:10.0.0.1"), Some("5.6.7.8"), &trusted),
+            ip("5.6.7.8")
+        );
+    }
+
+    fn head_with(peer: IpAddr, xff: &[&str]) -> actix_http::RequestHead {
+        let mut head = actix_http::RequestHead::default();
+        head.peer_addr = Some(std::net::SocketAddr::new(peer, 40000));
+        for line in xff {
+            head.headers.append(
+                actix_http::header::HeaderName::from_static("x-forwarded-for"),
+                actix_http::header::HeaderValue::from_str(line).unwrap(),
+            );
+        }
+        head
+    }
+
+    #[test]
+    fn per_ip_keys_are_canonical_and_ipv6_counts_by_prefix() {
+        assert_eq!(ip_key(ip("::ffff:1.2.3.4"), 64), ip("1.2.3.4"));
+        assert_eq!(ip_key(ip("1.2.3.4"), 64), ip("1.2.3.4"));
+        assert_eq!(
+            ip_key(ip("2001:db8:1:2:aa:bb:cc:dd"), 64),
+            ip("2001:db8:1:2::")
+        );
+        assert_eq!(
+            ip_key(ip("2001:db8:1:2:aa:bb:cc:dd"), 48),
+            ip("2001:db8:1::")
+        );
+        assert_eq!(ip_key(ip("2001:db8::1"), 128), ip("2001:db8::1"));
+        assert_eq!(ip_key(ip("2001:db8::1"), 0), ip("::"));
+        let cfg = HandshakeSection {
+            ip_max_open: 1,
+            ..HandshakeSection::default()
+        };
+        let gate = HandshakeGate::new(&cfg);
+        let _a = gate.ip_open(ip("2001:db8:1:2::1"), &cfg).unwrap();
+        assert!(
+            gate.ip_open(ip("2001:db8:1:2::ffff"), &cfg).is_none(),
+            "another address of the same /64"
+        );
+        assert!(gate.ip_open(ip("2001:db8:1:3::1"), &cfg).is_some());
+        let _b = gate.ip_open(ip("::ffff:9.9.9.9"), &cfg).unwrap();
+        assert!(gate.ip_open(ip("9.9.9.9"), &cfg).is_none(), "mapped is v4");
     }
 
     #[test]

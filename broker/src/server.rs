@@ -7,9 +7,11 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_http::{HttpService, Request, TlsAcceptorConfig, h1};
+use actix_http::error::DispatchError;
+use actix_http::{HttpService, Protocol, Request, h1};
 use actix_service::{IntoServiceFactory, ServiceFactoryExt, fn_service, map_config};
-use actix_tls::accept::rustls_0_23::TlsStream;
+use actix_tls::accept::TlsError;
+use actix_tls::accept::rustls_0_23::{Acceptor, TlsStream};
 use actix_web::dev::{AppConfig, Service};
 use actix_web::rt::net::TcpStream;
 use actix_web::{App, web};
@@ -18,7 +20,7 @@ use crate::config::Config;
 use crate::http;
 use crate::node::Node;
 use crate::socket;
-use crate::unfinished::Unfinished;
+use crate::unfinished::{Unfinished, Watched, WatchedStream};
 
 /// How often idle channels are forgotten.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
@@ -102,12 +104,21 @@ pub async fn serve_with_grpc(
             let app = App::new()
                 .app_data(data.clone())
                 // A request head arrived whole: its connection is no longer
-                // an unfinished one (see `unfinished`).
+                // an unfinished one until it is answered and the next head
+                // starts (see `unfinished`).
                 .wrap_fn(|req, srv| {
-                    if let Some(u) = req.conn_data::<Unfinished>() {
+                    let unfinished = req.conn_data::<Unfinished>().cloned();
+                    if let Some(u) = &unfinished {
                         u.finish();
                     }
-                    srv.call(req)
+                    let response = srv.call(req);
+                    async move {
+                        let response = response.await;
+                        if let Some(u) = unfinished {
+                            u.answered();
+                        }
+                        response
+                    }
                 })
                 .configure(routes)
                 .into_factory()
@@ -130,12 +141,12 @@ pub async fn serve_with_grpc(
                 .tcp_nodelay(true)
                 .local_addr(local)
                 .on_connect_ext(move |io: &$io, ext| {
-                    let tcp = crate::tls::PeerStream::tcp(io);
+                    let tcp = WatchedStream::tcp(io);
                     if send_buffer > 0 {
                         // Best effort: the OS may round or cap the size.
                         let _ = socket2::SockRef::from(tcp).set_send_buffer_size(send_buffer);
                     }
-                    crate::unfinished::on_connect(&accepted, tcp, ext);
+                    crate::unfinished::on_connect(&accepted, io.watch(), tcp, ext);
                 })
                 // Every upgrade request, with its connection: the socket
                 // takes the TCP stream out of the h1 dispatcher and its
@@ -163,16 +174,43 @@ pub async fn serve_with_grpc(
         .workers(workers)
         .disable_signals()
         .shutdown_timeout(1);
+    // Each connection's stream is `Watched`: request heads after the first
+    // have a deadline too (`unfinished`).
     let server = match &node.tls.http {
-        None => builder.listen("tidegate", listener, move || http_service!(TcpStream).tcp())?,
+        None => builder.listen("tidegate", listener, move || {
+            fn_service(|io: TcpStream| async move {
+                let _ = io.set_nodelay(true);
+                let peer = io.peer_addr().ok();
+                Ok::<_, DispatchError>((Watched::new(io), Protocol::Http1, peer))
+            })
+            .and_then(http_service!(Watched<TcpStream>))
+        })?,
         // TLS (`[node] tls_cert_file`): the certificate comes from the
         // node's store on every handshake, so SIGHUP swaps it.
         Some(store) => {
-            let tls = crate::tls::server_config(store.clone(), &[]);
+            let tls = crate::tls::server_config(store.clone(), &[b"http/1.1"]);
             builder.listen("tidegate", listener, move || {
+                let mut acceptor = Acceptor::new(tls.clone());
                 // The TLS handshake shares the request head's deadline.
-                let handshake = TlsAcceptorConfig::default().handshake_timeout(request_timeout);
-                http_service!(TlsStream<TcpStream>).rustls_0_23_with_config(tls.clone(), handshake)
+                acceptor.set_handshake_timeout(request_timeout);
+                fn_service(|io: TcpStream| async move {
+                    let _ = io.set_nodelay(true);
+                    Ok::<_, TlsError<io::Error, DispatchError>>(Watched::new(io))
+                })
+                .and_then(
+                    acceptor
+                        .map_init_err(|_| ())
+                        .map_err(TlsError::into_service_error),
+                )
+                .and_then(|io: TlsStream<Watched<TcpStream>>| async move {
+                    let peer = io.tcp().peer_addr().ok();
+                    Ok((io, Protocol::Http1, peer))
+                })
+                .and_then(
+                    http_service!(TlsStream<Watched<TcpStream>>)
+                        .map_err(TlsError::Service)
+                        .map_init_err(|_| ()),
+                )
             })?
         }
     }

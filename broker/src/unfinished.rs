@@ -1,15 +1,20 @@
 //! Connections that have not sent their whole request head yet (slowloris
-//! defence, issue 15). Each TCP connection is counted against its peer IP
-//! from the accept until its first request head is complete; past
-//! `handshake.ip_max_unfinished` a new one is shut at once. The deadline
-//! itself is actix's request timeout (`handshake.request_timeout_ms`): the
-//! head must be complete that long after the accept, however slowly it
-//! trickles in; the connection is then answered 408 and dropped, and
-//! counted here as `tidegate_rejections_total{layer="handshake",
-//! reason="request_timeout"}`.
+//! defence, issues 15 and 26). Each TCP connection is counted against its
+//! peer IP while a request head is arriving, for its first request and for
+//! every later one on a keep-alive connection; past
+//! `handshake.ip_max_unfinished` a new connection is shut at once, and a
+//! keep-alive connection that starts another head is dropped. Every head
+//! must be whole within `handshake.request_timeout_ms` of its start (the
+//! accept for the first, however slowly it trickles in): actix's request
+//! timeout bounds the first (408 and dropped), [`Watched`] every later one
+//! (dropped). Both are counted as `tidegate_rejections_total{layer=
+//! "handshake", reason="request_timeout"}`.
 
-use std::cell::Cell;
-use std::net::Shutdown;
+mod watched;
+
+use std::cell::{Cell, OnceCell};
+use std::net::{IpAddr, Shutdown};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,22 +22,99 @@ use actix_web::dev::Extensions;
 
 use crate::exceeded::Exceeded;
 use crate::gate::IpSlot;
-use crate::metrics::{Layer, Metrics};
 use crate::node::Node;
 
-/// Stored in the connection's data until it closes; holds the IP's count
-/// until the first request head is complete.
-pub struct Unfinished {
+pub use watched::{Watched, WatchedStream};
+
+/// Where a connection is in its request/response cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Phase {
+    /// The first head is arriving (actix's request timeout bounds it).
+    #[default]
+    First,
+    /// A head is whole; its request is being handled.
+    Handling,
+    /// The request is answered: the next byte starts a new head.
+    Answered,
+    /// A later head is arriving ([`Watched`] bounds it).
+    Later,
+    /// Not an HTTP/1 request stream any more (a WebSocket, HTTP/2), or
+    /// refused at the accept: nothing to watch.
+    Off,
+}
+
+/// A connection's request-head state, shared by its stream ([`Watched`])
+/// and its connection data (this, cloned from the stream at the accept).
+#[derive(Clone, Default)]
+pub struct Unfinished(Rc<Watch>);
+
+#[derive(Default)]
+struct Watch {
+    phase: Cell<Phase>,
+    /// When the head now arriving started.
+    since: Cell<Option<Instant>>,
+    /// The IP's count, held while a head is arriving.
     slot: Cell<Option<IpSlot>>,
-    accepted: Instant,
+    /// Set at the accept.
+    peer: OnceCell<Peer>,
+}
+
+struct Peer {
+    node: Arc<Node>,
+    ip: IpAddr,
     deadline: Duration,
-    metrics: Arc<Metrics>,
 }
 
 impl Unfinished {
     /// The request head is complete: the connection no longer counts.
     pub fn finish(&self) {
-        self.slot.take();
+        self.0.slot.take();
+        if self.0.phase.get() != Phase::Off {
+            self.0.phase.set(Phase::Handling);
+        }
+    }
+
+    /// The request has its response: what arrives next is a new head.
+    pub fn answered(&self) {
+        if self.0.phase.get() == Phase::Handling {
+            self.0.phase.set(Phase::Answered);
+        }
+    }
+
+    /// The connection is no longer an HTTP/1 request stream (upgraded to
+    /// a WebSocket, or HTTP/2): nothing to watch.
+    pub fn off(&self) {
+        self.0.slot.take();
+        self.0.phase.set(Phase::Off);
+    }
+
+    fn phase(&self) -> Phase {
+        self.0.phase.get()
+    }
+
+    /// Bytes arrived. When they start a new head, counts it against the
+    /// IP and returns its deadline; an IP holding too many unfinished
+    /// heads gets the connection dropped.
+    fn bytes_arrived(&self) -> std::io::Result<Option<Instant>> {
+        if self.phase() != Phase::Answered {
+            return Ok(None);
+        }
+        let Some(peer) = self.0.peer.get() else {
+            return Ok(None);
+        };
+        let config = peer.node.config.load();
+        let Some(slot) = peer.node.gate.ip_unfinished(peer.ip, &config.handshake) else {
+            too_many(&peer.node, peer.ip);
+            self.off();
+            return Err(std::io::Error::other(
+                "too many connections from this address are sending a request head",
+            ));
+        };
+        let now = Instant::now();
+        self.0.slot.set(Some(slot));
+        self.0.since.set(Some(now));
+        self.0.phase.set(Phase::Later);
+        Ok(Some(now + peer.deadline))
     }
 }
 
@@ -40,38 +122,62 @@ impl Unfinished {
 /// a connection may be cut off up to this much before the full timeout.
 const ACTIX_CLOCK_STEP: Duration = Duration::from_millis(500);
 
-impl Drop for Unfinished {
+impl Drop for Watch {
     fn drop(&mut self) {
         // Still counted when it closes: it never sent a whole head. Only
         // the ones that ran out of time are the broker's doing.
-        let timed_out = self.accepted.elapsed() + ACTIX_CLOCK_STEP >= self.deadline;
+        let (Some(peer), Some(since)) = (self.peer.get(), self.since.get()) else {
+            return;
+        };
+        let timed_out = since.elapsed() + ACTIX_CLOCK_STEP >= peer.deadline;
         if self.slot.get_mut().is_some() && timed_out {
-            Exceeded::new(Layer::Handshake, "request_timeout", "").emit(&self.metrics);
+            Exceeded::new(crate::metrics::Layer::Handshake, "request_timeout", "")
+                .emit(&peer.node.metrics);
         }
     }
 }
 
+fn too_many(node: &Node, ip: IpAddr) {
+    Exceeded::new(
+        crate::metrics::Layer::Handshake,
+        "ip_too_many_unfinished",
+        "",
+    )
+    .conn(&ip.to_string())
+    .emit(&node.metrics);
+}
+
 /// Called for every accepted TCP connection: count it against its IP, or
 /// shut it at once when the IP holds too many unfinished ones already.
-pub fn on_connect(node: &Arc<Node>, tcp: &actix_web::rt::net::TcpStream, data: &mut Extensions) {
+/// `watch` is the connection's stream's state; it goes into the
+/// connection's data for the request handlers to update.
+pub fn on_connect(
+    node: &Arc<Node>,
+    watch: &Unfinished,
+    tcp: &actix_web::rt::net::TcpStream,
+    data: &mut Extensions,
+) {
     let Ok(peer) = tcp.peer_addr() else {
+        watch.off();
         return;
     };
     let ip = peer.ip().to_canonical();
     let config = node.config.load();
     match node.gate.ip_unfinished(ip, &config.handshake) {
         Some(slot) => {
-            data.insert(Unfinished {
-                slot: Cell::new(Some(slot)),
-                accepted: Instant::now(),
+            let w = &watch.0;
+            w.slot.set(Some(slot));
+            w.since.set(Some(Instant::now()));
+            let _ = w.peer.set(Peer {
+                node: node.clone(),
+                ip,
                 deadline: Duration::from_millis(config.handshake.request_timeout_ms),
-                metrics: node.metrics.clone(),
             });
+            data.insert(watch.clone());
         }
         None => {
-            Exceeded::new(Layer::Handshake, "ip_too_many_unfinished", "")
-                .conn(&ip.to_string())
-                .emit(&node.metrics);
+            too_many(node, ip);
+            watch.off();
             // Reading end-of-file, the server drops the connection.
             let _ = socket2::SockRef::from(tcp).shutdown(Shutdown::Both);
         }

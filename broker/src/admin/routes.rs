@@ -104,6 +104,8 @@ fn authorize(
         });
     };
     let ip = request_ip(req.head(), &config.node.trusted_proxies);
+    // Failures count per address (an IPv6 client's network).
+    let key = crate::gate::ip_key(ip, config.handshake.ipv6_prefix_len);
     let now = Instant::now();
     // The key is checked first: failures from an address (a shared NAT's)
     // slow down wrong keys only, never lock the real key out.
@@ -124,7 +126,7 @@ fn authorize(
     {
         Role::Viewer
     } else {
-        if node.admin.failures.remaining(&ip, FAILURE_BURST, now) < 1.0 {
+        if node.admin.failures.remaining(&key, FAILURE_BURST, now) < 1.0 {
             node.metrics.admin_action(action, "rate_limited");
             return Err(Denied {
                 status: StatusCode::TOO_MANY_REQUESTS,
@@ -136,7 +138,7 @@ fn authorize(
         let _ = node
             .admin
             .failures
-            .try_take(&ip, 1.0, FAILURE_BURST, FAILURE_REFILL_PER_SEC, now);
+            .try_take(&key, 1.0, FAILURE_BURST, FAILURE_REFILL_PER_SEC, now);
         node.metrics.admin_action(action, "unauthorized");
         tracing::warn!(target: "tidegate::admin", action, %ip, "admin request with a wrong key");
         return Err(Denied {

@@ -31,6 +31,26 @@ pub struct GrpcSection {
     /// key (both empty: plaintext HTTP/2). Read again on SIGHUP.
     pub tls_cert_file: String,
     pub tls_key_file: String,
+    /// Connections open at once on the listener, handshaking or not; one
+    /// past it is closed at accept (issue 26).
+    pub max_connections: usize,
+    /// Connections open at once from one client address (an IPv6
+    /// client's `handshake.ipv6_prefix_len` network).
+    pub ip_max_connections: u32,
+    /// The TLS handshake (when on) and the HTTP/2 connection preface must
+    /// arrive within this time of the accept, or the connection is closed.
+    pub handshake_timeout_ms: u64,
+    /// HTTP/2 PING sent after this long without a frame; a peer that does
+    /// not answer within `keepalive_timeout_ms` is dropped.
+    pub keepalive_interval_ms: u64,
+    pub keepalive_timeout_ms: u64,
+    /// A connection older than this is asked to go away (GOAWAY; open
+    /// calls get `socket.close_timeout_ms` to end), so none is held for
+    /// ever. 0: no limit.
+    pub max_connection_age_ms: u64,
+    /// A connection with no call open for this long is closed (answered
+    /// keepalive PINGs do not count as use). 0: never.
+    pub idle_timeout_ms: u64,
 }
 
 impl Default for GrpcSection {
@@ -43,6 +63,13 @@ impl Default for GrpcSection {
             max_message_bytes: 1024 * 1024,
             tls_cert_file: String::new(),
             tls_key_file: String::new(),
+            max_connections: 10_000,
+            ip_max_connections: 100,
+            handshake_timeout_ms: 5_000,
+            keepalive_interval_ms: 30_000,
+            keepalive_timeout_ms: 10_000,
+            max_connection_age_ms: 3_600_000,
+            idle_timeout_ms: 300_000,
         }
     }
 }
@@ -54,6 +81,18 @@ impl GrpcSection {
         }
         if self.reply_buffer == 0 {
             problems.push("grpc.reply_buffer: must be at least 1".into());
+        }
+        if self.max_connections == 0 || self.ip_max_connections == 0 {
+            problems
+                .push("grpc.max_connections, grpc.ip_max_connections: must be at least 1".into());
+        }
+        if self.handshake_timeout_ms == 0
+            || self.keepalive_interval_ms == 0
+            || self.keepalive_timeout_ms == 0
+        {
+            problems.push(
+                "grpc.handshake_timeout_ms, keepalive_interval_ms, keepalive_timeout_ms: must be at least 1".into(),
+            );
         }
         if self.max_message_bytes < 1024 {
             problems.push("grpc.max_message_bytes: must be at least 1024".into());

@@ -214,14 +214,22 @@ pub struct HandshakeSection {
     pub cap_retry_after_ms: u64,
     /// The whole request head (the upgrade) must arrive within this time
     /// of the TCP accept, however it trickles in (slowloris); slower
-    /// connections get 408 and are dropped. Read at startup only.
+    /// connections get 408 and are dropped. Every later head on a
+    /// keep-alive connection has as long from its first byte. Read at
+    /// startup only.
     pub request_timeout_ms: u64,
     /// TCP connections per client IP that have not sent their whole
-    /// request head yet. Past it a new connection from that IP is shut at
+    /// request head yet (the first, or a later one on a keep-alive
+    /// connection). Past it a new connection from that IP is shut at
     /// once: one address cannot hold the node's descriptors with
     /// handshakes it never finishes. (The peer address: a trusted proxy's
     /// own connections count together.)
     pub ip_max_unfinished: u32,
+    /// IPv6 clients count (per-IP limits, bans, admin lockout) by their
+    /// network of this many leading bits: one host is handed a whole /64
+    /// and could otherwise rotate around every per-IP limit. 128: by
+    /// address. IPv4 (and IPv4-mapped) addresses count one by one.
+    pub ipv6_prefix_len: u8,
 }
 
 impl Default for HandshakeSection {
@@ -235,6 +243,7 @@ impl Default for HandshakeSection {
             cap_retry_after_ms: 5_000,
             request_timeout_ms: 5_000,
             ip_max_unfinished: 100,
+            ipv6_prefix_len: 64,
         }
     }
 }

@@ -120,6 +120,10 @@ pub(super) fn validate_node(
         "handshake.ip_max_unfinished: must be at least 1".into(),
     );
     need(
+        handshake.ipv6_prefix_len <= 128,
+        "handshake.ipv6_prefix_len: must be at most 128".into(),
+    );
+    need(
         handshake.node_max_sockets >= 1,
         "handshake.node_max_sockets: must be at least 1".into(),
     );

@@ -13,9 +13,12 @@
 //!   operator's ban or disconnect (§10) ends them.
 //! - `status.rs`: codes, trailers, `RetryInfo`; `trailers.rs`: the unary
 //!   reply's balance moved into its trailers.
-//! - `server.rs`: the runtime thread; `drain.rs`: the staggered drain.
+//! - `server.rs`: the runtime thread; `incoming.rs`: the listener's
+//!   connection caps and handshake deadline; `drain.rs`: the staggered drain.
 
 mod drain;
+mod idle;
+mod incoming;
 mod operator;
 mod publish_stream;
 mod server;

@@ -100,6 +100,10 @@ async fn run(
         let reply = match svc.price(&caller, &msg) {
             Err(r) => {
                 svc.count(r.code.as_str(), &caller.key.account, Some(&msg.channel));
+                if let Err(refused) = svc.charge_refused(&caller).await {
+                    break status::rate_limited(&refused, spent.units);
+                }
+                spent.units += u64::from(caller.limits.costs.malformed);
                 PublishReply {
                     id: msg.id,
                     seq: 0,

@@ -11,8 +11,6 @@ use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::Server;
 
 use super::proto::broker_server::BrokerServer;
@@ -71,33 +69,35 @@ pub fn start(node: Arc<Node>, listener: TcpListener) -> io::Result<GrpcServer> {
                     }
                 };
                 let tls = node.tls.grpc.clone();
+                let incoming_node = node.clone();
+                let registry = super::idle::Registry::default();
                 let service = BrokerServer::new(BrokerService::new(node, drain_rx, service_open))
                     .max_decoding_message_size(grpc.max_message_bytes);
-                let router = Server::builder()
+                let mut builder = Server::builder()
                     .max_concurrent_streams(grpc.max_concurrent_streams)
+                    // A peer that stops answering PINGs is dropped.
+                    .http2_keepalive_interval(Some(Duration::from_millis(
+                        grpc.keepalive_interval_ms,
+                    )))
+                    .http2_keepalive_timeout(Some(Duration::from_millis(
+                        grpc.keepalive_timeout_ms,
+                    )));
+                if grpc.max_connection_age_ms > 0 {
+                    builder = builder
+                        .max_connection_age(Duration::from_millis(grpc.max_connection_age_ms))
+                        .max_connection_age_grace(close_grace);
+                }
+                let router = builder
                     .layer(TrailersLayer)
+                    .layer(super::idle::IdleLayer(registry.clone()))
                     .add_service(service);
                 let shutdown = stopped(stop_rx.clone());
-                let serve: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> =
-                    match tls {
-                        None => {
-                            // Replies are small and latency matters (see server.rs).
-                            let incoming = TcpListenerStream::new(listener).map(|s| {
-                                s.and_then(|s| {
-                                    s.set_nodelay(true)?;
-                                    Ok(s)
-                                })
-                            });
-                            Box::pin(router.serve_with_incoming_shutdown(incoming, shutdown))
-                        }
-                        // `[grpc] tls_cert_file`: HTTP/2 over TLS, the
-                        // certificate from the store SIGHUP swaps.
-                        Some(store) => {
-                            let config = crate::tls::server_config(store, &[b"h2"]);
-                            let incoming = crate::tls::tls_incoming(listener, Arc::new(config));
-                            Box::pin(router.serve_with_incoming_shutdown(incoming, shutdown))
-                        }
-                    };
+                // Connection caps, handshake and preface deadline
+                // (`incoming`); `[grpc] tls_cert_file`: HTTP/2 over TLS,
+                // the certificate from the store SIGHUP swaps.
+                let tls = tls.map(|store| Arc::new(crate::tls::server_config(store, &[b"h2"])));
+                let incoming = super::incoming::incoming(listener, tls, incoming_node, registry);
+                let serve = router.serve_with_incoming_shutdown(incoming, shutdown);
                 tracing::info!(%addr, workers, "gRPC serving");
                 tokio::select! {
                     r = serve => if let Err(e) = r {

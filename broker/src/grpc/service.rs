@@ -69,13 +69,30 @@ impl BrokerService {
     }
 
     /// Counts a refusal under `tidegate_rejections_total{layer="grpc"}` and
-    /// logs it with the account.
+    /// logs it with the account (sampled, see `exceeded`). The channel, a
+    /// name the caller chose, only at DEBUG.
     pub(super) fn count(&self, reason: &'static str, account: &str, channel: Option<&str>) {
-        let mut e = Exceeded::new(Layer::Grpc, reason, account);
-        if let Some(c) = channel {
-            e = e.channel(c);
+        Exceeded::new(Layer::Grpc, reason, account).emit(&self.node.metrics);
+        if let Some(channel) = channel {
+            tracing::debug!(target: "tidegate::exceeded", reason, account, channel, "gRPC message refused");
         }
-        e.emit(&self.node.metrics);
+    }
+
+    /// Charges a refused message (bad JSON, bad channel, forbidden) the
+    /// plan's malformed price to the caller's key, so refusals are not
+    /// free (issue 26); the charge's own refusal when the bucket is empty.
+    pub(super) async fn charge_refused(&self, caller: &Caller) -> Result<(), charge::Refused> {
+        let payer = Payer::Key {
+            layer: Layer::Grpc,
+            key: &caller.key,
+            limits: &caller.limits,
+        };
+        self.node
+            .ledger()
+            .charge(payer, Price::malformed(&caller.limits), Instant::now())
+            .wait()
+            .await
+            .map(|_| ())
     }
 
     /// Draining first (§7: `UNAVAILABLE`, another node answers), then the
@@ -157,8 +174,12 @@ impl BrokerService {
     /// balance (read without charging) in its trailers.
     pub(super) async fn refuse_call(&self, caller: &Caller, r: &Refusal, channel: &str) -> Status {
         self.count(r.code.as_str(), &caller.key.account, Some(channel));
+        if let Err(refused) = self.charge_refused(caller).await {
+            return status::rate_limited(&refused, 0);
+        }
         let balance = self.balance(caller).await;
-        status::refused(r.code, &r.message, Some((&balance, 0)))
+        let cost = u64::from(caller.limits.costs.malformed);
+        status::refused(r.code, &r.message, Some((&balance, cost)))
     }
 }
 

@@ -126,6 +126,8 @@ impl Node {
         let tls = crate::tls::Listeners::load(&config)?;
         let keys = ApiKeys::new(&config);
         let gate = HandshakeGate::new(&config.handshake);
+        let admin = Admin::default();
+        admin.bans.set_v6_prefix(config.handshake.ipv6_prefix_len);
         let webhooks = Webhooks::new(&config, metrics.webhooks.clone());
         let hook = Arc::downgrade(&webhooks);
         hub.on_occupancy(Box::new(move |channel, occupied| {
@@ -156,7 +158,7 @@ impl Node {
                 accounts: Accounts::new(metrics.clone()),
                 gate,
                 rules: RuleBuckets::default(),
-                admin: Admin::default(),
+                admin,
                 webhooks,
                 tls,
                 config: ArcSwap::from_pointee(config),
@@ -218,6 +220,9 @@ impl Node {
         self.tls.reload(&config)?;
         let keys = ApiKeys::new(&config);
         self.hub.set_history_limits(history_limits(&config));
+        self.admin
+            .bans
+            .set_v6_prefix(config.handshake.ipv6_prefix_len);
         self.webhooks.apply(&config.webhooks);
         self.hub
             .set_delivery(DeliveryClasses::new(&config.namespaces));

@@ -102,8 +102,9 @@ struct Peer {
 }
 
 /// The §1 layers before the credential, in order: draining, the node's
-/// descriptor headroom and accept budget, the address's handshake rate and
-/// open-socket cap. Emits one exceeded event per refusal.
+/// descriptor headroom, the address's handshake rate and open-socket cap,
+/// then the node's accept budget (most specific first: issue 26). Emits
+/// one exceeded event per refusal.
 fn admit_peer(req: &RequestHead, node: &Node, config: &Config) -> Result<Peer, Refused> {
     let now = Instant::now();
     let hs = &config.handshake;
@@ -139,18 +140,6 @@ fn admit_peer(req: &RequestHead, node: &Node, config: &Config) -> Result<Peer, R
             Some(wait),
         ));
     }
-    if let Err(wait) = node.gate.node_accept(hs, now) {
-        event(ErrorCode::NodeOverloaded, wait);
-        return Err(refused(
-            StatusCode::SERVICE_UNAVAILABLE,
-            ErrorCode::NodeOverloaded,
-            format!(
-                "this node takes {} handshakes per second",
-                hs.node_accepts_per_sec
-            ),
-            Some(wait),
-        ));
-    }
     if let Err(wait) = node.gate.ip_rate(ip, hs, now) {
         Exceeded::new(Layer::Handshake, ErrorCode::IpRateLimited.as_str(), "")
             .conn(&ip_text)
@@ -179,6 +168,20 @@ fn admit_peer(req: &RequestHead, node: &Node, config: &Config) -> Result<Peer, R
             Some(cap_retry),
         ));
     };
+    // The shared budget last: an address past its own limits never
+    // spends it, so one address cannot get every other one refused.
+    if let Err(wait) = node.gate.node_accept(hs, now) {
+        event(ErrorCode::NodeOverloaded, wait);
+        return Err(refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::NodeOverloaded,
+            format!(
+                "this node takes {} handshakes per second",
+                hs.node_accepts_per_sec
+            ),
+            Some(wait),
+        ));
+    }
     Ok(Peer { ip, slot })
 }
 
@@ -282,9 +285,10 @@ pub async fn upgrade<T>(
 where
     T: AsyncRead + AsyncWrite + Unpin + 'static,
 {
-    // The head is whole: no longer an unfinished connection.
+    // The head is whole: no longer an unfinished connection, and never
+    // one again (it becomes a socket, or closes with the refusal).
     if let Some(u) = req.conn_data::<crate::unfinished::Unfinished>() {
-        u.finish();
+        u.off();
     }
     let route = routes.iter().find(|r| r.path == req.path()).copied();
     if req.path() != PATH && route.is_none() {

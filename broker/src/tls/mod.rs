@@ -1,7 +1,7 @@
 //! TLS with rustls and one crypto provider (ring) for the whole process:
 //! the HTTP/WebSocket and gRPC listeners (a certificate and key from PEM
 //! files, swapped on SIGHUP without dropping a connection: `certs.rs`;
-//! the gRPC handshakes off the accept loop: `incoming.rs`), https
+//! the gRPC listener's handshakes run in `grpc/incoming.rs`), https
 //! webhooks and `rediss://`.
 //!
 //! Why one provider, installed as the process default: reqwest and redis
@@ -10,7 +10,6 @@
 //! (aws-lc-rs needs cmake).
 
 mod certs;
-mod incoming;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -20,7 +19,6 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
 pub use certs::{CertStore, TlsError};
-pub use incoming::tls_incoming;
 
 use crate::config::Config;
 

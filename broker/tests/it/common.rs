@@ -66,7 +66,11 @@ impl Broker {
     }
 
     pub fn with_config(config: Config) -> Broker {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Broker::on(TcpListener::bind("127.0.0.1:0").unwrap(), config)
+    }
+
+    /// A broker serving HTTP on `listener` (a dual-stack one, say).
+    pub fn on(listener: TcpListener, config: Config) -> Broker {
         let addr = listener.local_addr().unwrap();
         let grpc = TcpListener::bind("127.0.0.1:0").unwrap();
         let grpc_addr = grpc.local_addr().unwrap();

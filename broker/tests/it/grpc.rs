@@ -191,9 +191,10 @@ async fn every_refusal_has_its_status_code_and_is_counted() {
         assert_eq!(reason(&s), why, "{s:?}");
         assert!(!s.message().is_empty());
         if code != Code::Unauthenticated {
-            // A recognised key sees its balance, charged nothing.
-            assert_eq!(md(s.metadata(), "tidegate-cost"), 0, "{s:?}");
-            assert_eq!(md(s.metadata(), "ratelimit-remaining"), 200);
+            // A recognised key sees its balance, charged the malformed
+            // price (issue 26: refusals are not free).
+            assert_eq!(md(s.metadata(), "tidegate-cost"), 1, "{s:?}");
+            assert!(md(s.metadata(), "ratelimit-remaining") < 200);
         }
     }
     for (reason, n) in [

@@ -137,8 +137,9 @@ async fn a_subscribe_is_charged_and_checked_like_a_socket() {
         assert_eq!(s.code(), code, "{s:?}");
         assert_eq!(reason(&s), why);
     }
-    // Refusals cost nothing; subscribe (1) plus subscribe with since
-    // (1 + 2) cost 4, from the budget HTTP publish spends too.
+    // Each refusal costs the malformed price (1, issue 26); subscribe (1)
+    // plus subscribe with since (1 + 2) cost 4, from the budget HTTP
+    // publish spends too.
     let s = c
         .subscribe(authed(
             subscribe_req(&[("doc:1", None), ("doc:2", Some(5))]),
@@ -147,7 +148,7 @@ async fn a_subscribe_is_charged_and_checked_like_a_socket() {
         .await
         .unwrap();
     let r = b.publish_http("doc:1", json!(1)).await;
-    assert_eq!(r.headers()["x-ratelimit-remaining"], "195");
+    assert_eq!(r.headers()["x-ratelimit-remaining"], "191");
     drop(s);
 }
 
