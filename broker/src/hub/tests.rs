@@ -30,6 +30,7 @@ fn hub(size: usize) -> Hub {
         HistoryLimits {
             size,
             ttl: Duration::from_secs(60),
+            max_bytes: usize::MAX,
         },
         Arc::new(Metrics::new()),
     )

@@ -9,6 +9,7 @@ mod admin;
 mod admin_cluster;
 mod auth_keys;
 mod bad_input;
+mod bounds_history;
 mod bounds_memory;
 mod certs;
 mod channels;
