@@ -2,9 +2,12 @@
 //! per channel: `history.max_bytes` evicts the oldest messages first,
 //! whichever channel holds them.
 
+use std::time::{Duration, Instant};
+
 use serde_json::json;
 
-use crate::common::Broker;
+use crate::common::{Broker, PATIENCE};
+use crate::redis_server::RedisServer;
 
 #[tokio::test]
 async fn the_node_wide_history_budget_evicts_the_oldest_messages_across_channels() {
@@ -45,5 +48,53 @@ async fn the_node_wide_history_budget_evicts_the_oldest_messages_across_channels
     for i in 0..100 {
         let m = c.until(|v| v["type"] == "message").await;
         assert_eq!(m["seq"].as_u64().unwrap(), first[2] + i, "{m}");
+    }
+}
+
+/// `PTTL key` on the test's own Redis (-2: no such key, -1: no TTL).
+async fn pttl(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query_async(conn).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mere_subscribe_leaves_no_long_lived_counter_and_connection_counts_expire() {
+    let redis = RedisServer::start();
+    let prefix = crate::cluster::prefix();
+    let b = crate::cluster::node(&redis, "n1", &prefix, "[history]\nttl_ms = 60000\n");
+    crate::cluster::bridge_up(&b, true).await;
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+
+    // A subscribe to a channel nobody publishes on: its counter lives no
+    // longer than the history would (60 s), not a day.
+    let mut c = crate::cluster::subscribed(&b, "acme", "doc:quiet").await;
+    let seq_key = format!("{prefix}seq:doc:quiet");
+    let ttl = pttl(&mut conn, &seq_key).await;
+    assert!((1..=60_000).contains(&ttl), "{seq_key} expires in {ttl} ms");
+    // A publish gives it the full lifetime.
+    assert_eq!(b.publish_http("doc:quiet", json!(1)).await.status(), 200);
+    c.until(|v| v["type"] == "message").await;
+    assert!(pttl(&mut conn, &seq_key).await > 60_000);
+
+    // The account's connection counts expire (three 1 s leases), and the
+    // node's lease renewal keeps pushing that back while it holds them.
+    let conns = format!("{prefix}conns:acme");
+    let first = pttl(&mut conn, &conns).await;
+    assert!(
+        (1..=3_000).contains(&first),
+        "{conns} expires in {first} ms"
+    );
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let now = pttl(&mut conn, &conns).await;
+        assert!((1..=3_000).contains(&now), "{conns} expires in {now} ms");
+        if now > first {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the TTL of {conns} was never renewed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
