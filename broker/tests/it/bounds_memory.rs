@@ -263,3 +263,45 @@ async fn recovered_history_is_paid_for_by_the_connection() {
     assert_eq!(answer["code"], "rate_limited", "{answer}");
     assert_eq!(answer["ids"], serde_json::json!([2]), "{answer}");
 }
+
+#[actix_rt::test]
+async fn a_grpc_subscribe_pays_for_the_history_it_recovers_before_anything_is_sent() {
+    use crate::grpc::{authed, connect, subscribe_req};
+    let broker = Broker::start("[history]\nsize = 100\n");
+    // Four channels of 50 messages of 8 KiB: about 1,650 units at one per
+    // started KiB, eight times the key's bucket of 200.
+    let since = history(&broker, 4, 50, 8 << 10).await;
+    let names: Vec<String> = (0..4).map(|c| format!("doc:h{c}")).collect();
+    let req: Vec<(&str, Option<u64>)> = names
+        .iter()
+        .zip(&since)
+        .map(|(n, s)| (n.as_str(), Some(*s)))
+        .collect();
+    let mut c = connect(&broker).await;
+    let refused = c
+        .subscribe(authed(subscribe_req(&req), crate::common::API_KEY))
+        .await
+        .expect_err("the key cannot pay for 1.6 MB of history");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    // A recovery the key can pay for goes through, in order.
+    let small = broker.node.publish("doc:small", "1", "test").await;
+    broker.node.publish("doc:small", "2", "test").await;
+    let mut s = c
+        .subscribe(authed(
+            subscribe_req(&[("doc:small", Some(small - 1))]),
+            crate::common::API_KEY,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    crate::grpc_subscribe::next(&mut s).await.unwrap();
+    assert_eq!(crate::grpc_subscribe::next_message(&mut s).await.seq, small);
+    assert_eq!(
+        crate::grpc_subscribe::next_message(&mut s).await.seq,
+        small + 1
+    );
+}
