@@ -34,10 +34,10 @@ pub(super) struct Budget {
     /// Bytes of every held message on this node.
     bytes: AtomicUsize,
     /// Held messages on this node.
-    held: AtomicUsize,
+    pub(super) held: AtomicUsize,
     /// Every held message in the order it was recorded (bounded as the
     /// module says: about twice `held`).
-    order: Mutex<VecDeque<(Arc<str>, u64)>>,
+    pub(super) order: Mutex<VecDeque<(Arc<str>, u64)>>,
 }
 
 impl Budget {
