@@ -102,6 +102,7 @@ impl Check {
             HistoryLimits {
                 size: 0,
                 ttl: Duration::ZERO,
+                max_bytes: usize::MAX,
             },
             metrics.clone(),
         ));

@@ -226,6 +226,7 @@ fn registry(c: &mut Criterion) {
             HistoryLimits {
                 size: 100,
                 ttl: Duration::from_secs(300),
+                max_bytes: usize::MAX,
             },
             Arc::new(Metrics::new()),
         );
@@ -245,6 +246,7 @@ fn registry(c: &mut Criterion) {
         HistoryLimits {
             size: 100,
             ttl: Duration::from_secs(300),
+            max_bytes: usize::MAX,
         },
         Arc::new(Metrics::new()),
     );

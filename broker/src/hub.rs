@@ -10,6 +10,7 @@
 //! the socket is over its high-water mark, so a slow consumer's backlog
 //! stays bounded by the mark plus one message.
 
+mod budget;
 mod channel;
 mod conflation;
 mod gauge;
@@ -95,6 +96,8 @@ impl Joined {
 pub struct HistoryLimits {
     pub size: usize,
     pub ttl: Duration,
+    /// The node-wide budget of held bytes (`hub/budget.rs`).
+    pub max_bytes: usize,
 }
 
 /// See [`Hub::on_occupancy`].
@@ -107,6 +110,8 @@ pub struct Hub {
     /// subscriber (`true`) or loses its last (`false`): webhooks' occupancy.
     occupancy: std::sync::OnceLock<OccupancyHook>,
     history: parking_lot::RwLock<HistoryLimits>,
+    /// Every channel's history against `history.max_bytes`.
+    budget: budget::Budget,
     delivery: parking_lot::RwLock<Arc<DeliveryClasses>>,
     metrics: Arc<Metrics>,
 }
@@ -136,6 +141,7 @@ impl Hub {
             channels: DashMap::new(),
             occupancy: std::sync::OnceLock::new(),
             history: parking_lot::RwLock::new(history),
+            budget: budget::Budget::default(),
             delivery: parking_lot::RwLock::default(),
             metrics,
         }
@@ -211,13 +217,15 @@ impl Hub {
     pub fn publish(&self, channel: &str, data: &str) -> u64 {
         let now = Instant::now();
         let limits = *self.history.read();
-        self.with_channel(channel, |ch, st| {
+        let seq = self.with_channel(channel, |ch, st| {
             st.seq = if st.seq == 0 { seq_floor() } else { st.seq } + 1;
             let seq = st.seq;
             let frame = wire::message(&ch.name, seq, data);
             self.record_and_fan_out(ch, st, seq, frame, now, limits);
             seq
-        })
+        });
+        self.enforce_history(limits);
+        seq
     }
 
     /// Fans out a message whose `seq` the cluster assigned (the frame was
@@ -227,14 +235,16 @@ impl Hub {
     pub fn deliver(&self, channel: &str, seq: u64, frame: Bytes) -> bool {
         let now = Instant::now();
         let limits = *self.history.read();
-        self.with_channel(channel, |ch, st| {
+        let delivered = self.with_channel(channel, |ch, st| {
             if seq <= st.seq {
                 return false;
             }
             st.seq = seq;
             self.record_and_fan_out(ch, st, seq, frame.clone(), now, limits);
             true
-        })
+        });
+        self.enforce_history(limits);
+        delivered
     }
 
     /// This node's last known `seq` per channel (to raise the cluster's
@@ -257,12 +267,13 @@ impl Hub {
         limits: HistoryLimits,
     ) {
         if limits.size > 0 {
+            self.budget.recorded(&ch.name, seq, frame.len());
             st.history.push_back(Held {
                 seq,
                 frame: frame.clone(),
                 at: now,
             });
-            trim(&mut st.history, limits, now);
+            trim(&mut st.history, limits, now, &self.budget);
         }
         let len = frame.len();
         if let Some(rule) = &st.conflate {
@@ -326,7 +337,7 @@ impl Hub {
         let now = Instant::now();
         let limits = *self.history.read();
         self.with_channel(channel, |ch, st| {
-            trim(&mut st.history, limits, now);
+            trim(&mut st.history, limits, now, &self.budget);
             let was_empty = st.subscribers.is_empty();
             st.subscribers.insert(sub.clone());
             if was_empty {
@@ -363,7 +374,12 @@ impl Hub {
             return (false, Vec::new());
         };
         let mut st = ch.state.lock();
-        trim(&mut st.history, *self.history.read(), Instant::now());
+        trim(
+            &mut st.history,
+            *self.history.read(),
+            Instant::now(),
+            &self.budget,
+        );
         let mut out = Vec::new();
         let complete = recover(&mut st, since, &mut out);
         (complete, out)
@@ -393,7 +409,7 @@ impl Hub {
         let limits = *self.history.read();
         self.channels.retain(|_, ch| {
             let mut st = ch.state.lock();
-            trim(&mut st.history, limits, now);
+            trim(&mut st.history, limits, now, &self.budget);
             if st.subscribers.is_empty() && st.history.is_empty() {
                 st.dead = true;
                 false
@@ -401,6 +417,14 @@ impl Hub {
                 true
             }
         });
+        self.enforce_history(limits);
+    }
+
+    /// Evicts the oldest history past `history.max_bytes` (outside any
+    /// channel lock) and shows what is held.
+    fn enforce_history(&self, limits: HistoryLimits) {
+        self.budget.enforce(limits.max_bytes, &self.channels);
+        self.metrics.history_bytes.set(self.budget.bytes() as i64);
     }
 
     pub fn channel_count(&self) -> usize {
@@ -427,52 +451,6 @@ impl Hub {
             })
             .filter(|(_, n)| *n > 0)
             .collect()
-    }
-}
-
-impl Hub {
-    /// Fan-out on a conflating channel: never dropped at the hub for a
-    /// socket (it replaces an unsent message with the same key instead), so
-    /// every socket gets it counted in its gauge and sent. A gRPC stream
-    /// does not conflate and is bounded like a queueing subscriber.
-    fn conflating_fan_out(
-        &self,
-        ch: &Channel,
-        st: &ChannelState,
-        seq: u64,
-        frame: &Bytes,
-        key: &Arc<str>,
-    ) {
-        let len = frame.len();
-        let mut delivered = 0u64;
-        let mut dropped = 0u64;
-        for sub in st.subscribers.iter() {
-            if !sub.sink.conflates() {
-                match sub.gauge.try_reserve(len) {
-                    Reserve::Queued => {}
-                    Reserve::FirstDrop => {
-                        dropped += 1;
-                        sub.sink.dropped(&ch.name, seq);
-                        sub.sink.congested();
-                        continue;
-                    }
-                    Reserve::Dropped => {
-                        dropped += 1;
-                        sub.sink.dropped(&ch.name, seq);
-                        continue;
-                    }
-                }
-            } else {
-                sub.gauge.add(len);
-            }
-            delivered += 1;
-            sub.sink.message(&ch.name, seq, frame, Some(key));
-        }
-        self.metrics.messages_out.inc_by(delivered);
-        if dropped > 0 {
-            self.metrics
-                .reject_n(crate::metrics::Layer::Outbound, "slow_consumer", dropped);
-        }
     }
 }
 

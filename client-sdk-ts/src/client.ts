@@ -147,7 +147,7 @@ export class TidegateClient extends Connection {
     });
   }
 
-  /** Asks the server for the current budget (costs nothing; not paced). */
+  /** Asks the server for the current budget (costs no units, not paced; the server answers at most `free_frame_burst` at once and `free_frames_per_sec` after, and refuses the rest with `rate_limited`). */
   requestBudget(options: { timeoutMs?: number } = {}): Promise<BudgetFrame> {
     if (this._state === "closed") return Promise.reject(closedError());
     if (this._state !== "connected") {

@@ -168,6 +168,19 @@ impl Admission {
         }
     }
 
+    /// Charges the history a recovery delivered, `bytes` of it, once known:
+    /// `costs.recovery_per_kib` per started KiB, taken even below zero (the
+    /// recovery already happened; the connection's next frames wait for
+    /// the refill). Returns the units charged.
+    pub fn charge_recovered(&mut self, bytes: usize, now: Instant) -> u32 {
+        let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
+        let units = kib.saturating_mul(self.limits.costs.recovery_per_kib);
+        if units > 0 {
+            self.messages.force_take(f64::from(units), now);
+        }
+        units
+    }
+
     /// Time until the next message token (for `retryAfterMs`).
     pub fn next_token(&mut self, now: Instant) -> Duration {
         self.messages.wait_at(1.0, now)

@@ -19,6 +19,7 @@ fn parts() -> Parts {
     let history = HistoryLimits {
         size: 0,
         ttl: Duration::ZERO,
+        max_bytes: usize::MAX,
     };
     let hub = Arc::new(Hub::new(history, metrics.clone()));
     Parts {

@@ -43,6 +43,12 @@ pub struct Limits {
     /// Ping (control frame) budget per connection; excess pings are ignored.
     pub pings_per_sec: f64,
     pub ping_burst: u32,
+    /// Frames priced 0 units (`budget` by default, or any operation a plan
+    /// prices at 0) are charged to their own small bucket instead, so a
+    /// free frame is never unlimited: past it they are dropped and
+    /// reported in `rate_limited` like any dropped frame.
+    pub free_frames_per_sec: f64,
+    pub free_frame_burst: u32,
     /// Deepest JSON nesting accepted in a client frame.
     pub max_json_depth: u32,
     /// What each operation costs.
@@ -81,6 +87,8 @@ impl Default for Limits {
             outbound_grace_ms: 5_000,
             pings_per_sec: 10.0,
             ping_burst: 20,
+            free_frames_per_sec: 10.0,
+            free_frame_burst: 20,
             max_json_depth: 32,
             costs: Costs::default(),
             rules: Vec::new(),
@@ -107,6 +115,11 @@ pub struct Costs {
     pub subscribe: u32,
     /// Extra units for a `subscribe` with `since` (history recovery).
     pub recovery: u32,
+    /// Units per started KiB of history a recovery delivers, charged once
+    /// the backlog is known (it may take the connection's budget below
+    /// zero: its next frames wait for the refill), so a client that makes
+    /// the broker read and queue history pays for the bytes.
+    pub recovery_per_kib: u32,
     pub unsubscribe: u32,
     pub budget: u32,
     /// A `refresh` frame (a new token on the socket): it costs a signature
@@ -140,6 +153,7 @@ impl Default for Costs {
             publish_per_1k_subscribers: 0,
             subscribe: 1,
             recovery: 0,
+            recovery_per_kib: 1,
             unsubscribe: 1,
             budget: 0,
             refresh: 1,
@@ -301,6 +315,16 @@ impl Limits {
             "must be a positive number",
         );
         need(self.ping_burst >= 1, "ping_burst", "must be at least 1");
+        need(
+            rate_ok(self.free_frames_per_sec),
+            "free_frames_per_sec",
+            "must be a positive number",
+        );
+        need(
+            self.free_frame_burst >= 1,
+            "free_frame_burst",
+            "must be at least 1",
+        );
         need(
             (1..=128).contains(&self.max_json_depth),
             "max_json_depth",

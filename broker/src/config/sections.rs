@@ -273,6 +273,9 @@ pub struct HistorySection {
     pub size: usize,
     /// How long a message is kept.
     pub ttl_ms: u64,
+    /// Bytes of history this node holds over all channels; past it the
+    /// oldest messages are evicted first, whichever channel holds them.
+    pub max_bytes: u64,
 }
 
 impl Default for HistorySection {
@@ -280,6 +283,7 @@ impl Default for HistorySection {
         HistorySection {
             size: 100,
             ttl_ms: 300_000,
+            max_bytes: 256 << 20,
         }
     }
 }

@@ -136,6 +136,10 @@ pub(super) fn validate_node(
         "history.ttl_ms: must be at least 1".into(),
     );
     need(
+        history.max_bytes >= 65_536,
+        "history.max_bytes: must be at least 65536".into(),
+    );
+    need(
         http.max_batch >= 1,
         "http.max_batch: must be at least 1".into(),
     );

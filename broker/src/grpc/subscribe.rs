@@ -59,9 +59,18 @@ impl Membership {
     }
 }
 
+/// What goes out before live messages: each channel's ack, then its
+/// recovered messages, kept as the frames the history holds (shared with
+/// it in memory mode) and converted only as tonic takes them, so a call
+/// over many channels does not hold a second copy of every history.
+enum Prelude {
+    Ack(SubscribeEvent),
+    Recovered(Arc<str>, u64, bytes::Bytes),
+}
+
 /// The events of one `Subscribe` call, as tonic sends them.
 pub struct Events {
-    prelude: VecDeque<SubscribeEvent>,
+    prelude: VecDeque<Prelude>,
     live: mpsc::UnboundedReceiver<Deliver>,
     /// Set by the guard: the status that ends the stream.
     end: Option<oneshot::Receiver<Status>>,
@@ -105,8 +114,12 @@ impl Stream for Events {
                 return Poll::Ready(Some(Err(s)));
             }
         }
-        if let Some(ev) = this.prelude.pop_front() {
-            return Poll::Ready(Some(Ok(ev)));
+        match this.prelude.pop_front() {
+            Some(Prelude::Ack(ev)) => return Poll::Ready(Some(Ok(ev))),
+            Some(Prelude::Recovered(channel, seq, frame)) => {
+                return Poll::Ready(Some(Ok(message(&channel, seq, &frame))));
+            }
+            None => {}
         }
         if this.gauge.is_congested() && this.gauge.pending() < this.gauge.high_water() {
             let dropped = this.gauge.clear_congestion();
@@ -277,6 +290,7 @@ pub async fn start(
         cost: u64::from(cost),
         _open: svc.open_stream(),
     };
+    let mut recovered_bytes = 0usize;
     for cs in req.channels {
         // Recorded before joining, so a call dropped mid-way leaves it.
         membership.channels.lock().push(cs.channel.clone());
@@ -287,16 +301,38 @@ pub async fn start(
             .await;
         let name: Arc<str> = Arc::from(cs.channel.as_str());
         let position = joined.position();
-        events.prelude.push_back(event(Event::Ack(SubscribeAck {
-            channel: cs.channel.clone(),
-            recovered: joined.recovered,
-            seq: position,
-        })));
+        events
+            .prelude
+            .push_back(Prelude::Ack(event(Event::Ack(SubscribeAck {
+                channel: cs.channel.clone(),
+                recovered: joined.recovered,
+                seq: position,
+            }))));
         for (seq, frame) in joined.backlog {
-            events.prelude.push_back(message(&name, seq, &frame));
+            recovered_bytes += frame.len();
+            events
+                .prelude
+                .push_back(Prelude::Recovered(name.clone(), seq, frame));
         }
         // Live messages are exactly those above the position (§11).
         events.last.insert(name, position);
+    }
+    // The history recovered is paid for once known (`recovery_per_kib` per
+    // started KiB): a key that cannot pay has its call ended (dropping
+    // `events` leaves the hub) before anything is sent.
+    let units = u32::try_from(recovered_bytes.div_ceil(1024))
+        .unwrap_or(u32::MAX)
+        .saturating_mul(caller.limits.costs.recovery_per_kib);
+    if units > 0 {
+        match svc.charge(&caller, units, None).await {
+            Ok(admitted) => {
+                if let Some(b) = admitted.balance {
+                    events.charge = b;
+                }
+                events.cost += u64::from(units);
+            }
+            Err(refused) => return Err(status::rate_limited(&refused, 0)),
+        }
     }
     let grace = Duration::from_millis(caller.limits.outbound_grace_ms);
     events.guard = Some(tokio::spawn(guard(

@@ -8,6 +8,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
+use super::budget::Budget;
 use super::{HistoryLimits, Subscriber};
 use crate::config::Conflation;
 
@@ -87,15 +88,22 @@ pub(super) struct Channel {
     pub(super) state: Mutex<ChannelState>,
 }
 
-pub(super) fn trim(history: &mut VecDeque<Held>, limits: HistoryLimits, now: Instant) {
-    while history.len() > limits.size {
-        history.pop_front();
-    }
-    while history
-        .front()
-        .is_some_and(|h| now.saturating_duration_since(h.at) > limits.ttl)
+/// Drops what is past the channel's size or age, counting it out of the
+/// node's history budget.
+pub(super) fn trim(
+    history: &mut VecDeque<Held>,
+    limits: HistoryLimits,
+    now: Instant,
+    budget: &Budget,
+) {
+    while history.len() > limits.size
+        || history
+            .front()
+            .is_some_and(|h| now.saturating_duration_since(h.at) > limits.ttl)
     {
-        history.pop_front();
+        if let Some(h) = history.pop_front() {
+            budget.removed(&h);
+        }
     }
 }
 

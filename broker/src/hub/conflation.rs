@@ -8,6 +8,8 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::channel::{Channel, ChannelState};
+use super::{Hub, Reserve};
 use crate::config::Conflation;
 use crate::protocol::wire;
 
@@ -34,6 +36,52 @@ pub fn conflation_key(rule: &Conflation, frame: &Bytes) -> Arc<str> {
         .and_then(|m| serde_json::from_str::<serde_json::Value>(m.data.get()).ok())
         .and_then(|data| data.pointer(pointer).map(ToString::to_string));
     Arc::from(found.as_deref().unwrap_or(WHOLE))
+}
+
+impl Hub {
+    /// Fan-out on a conflating channel: never dropped at the hub for a
+    /// socket (it replaces an unsent message with the same key instead), so
+    /// every socket gets it counted in its gauge and sent. A gRPC stream
+    /// does not conflate and is bounded like a queueing subscriber.
+    pub(super) fn conflating_fan_out(
+        &self,
+        ch: &Channel,
+        st: &ChannelState,
+        seq: u64,
+        frame: &Bytes,
+        key: &Arc<str>,
+    ) {
+        let len = frame.len();
+        let mut delivered = 0u64;
+        let mut dropped = 0u64;
+        for sub in st.subscribers.iter() {
+            if !sub.sink.conflates() {
+                match sub.gauge.try_reserve(len) {
+                    Reserve::Queued => {}
+                    Reserve::FirstDrop => {
+                        dropped += 1;
+                        sub.sink.dropped(&ch.name, seq);
+                        sub.sink.congested();
+                        continue;
+                    }
+                    Reserve::Dropped => {
+                        dropped += 1;
+                        sub.sink.dropped(&ch.name, seq);
+                        continue;
+                    }
+                }
+            } else {
+                sub.gauge.add(len);
+            }
+            delivered += 1;
+            sub.sink.message(&ch.name, seq, frame, Some(key));
+        }
+        self.metrics.messages_out.inc_by(delivered);
+        if dropped > 0 {
+            self.metrics
+                .reject_n(crate::metrics::Layer::Outbound, "slow_consumer", dropped);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -57,10 +57,24 @@ impl OutboundGauge {
         }
     }
 
-    /// Counts bytes that are queued regardless of the mark (acks, errors,
-    /// recovered history: answers the client asked for).
+    /// Counts bytes that are queued regardless of the mark (acks, errors:
+    /// answers the client asked for, each priced or bucketed when asked).
     pub fn add(&self, len: usize) {
         self.pending.fetch_add(len, Ordering::Relaxed);
+    }
+
+    /// Counts `len` bytes of an answer that must be queued (an ack, an
+    /// error, a `budget` reply, a slice of recovered history) and, if they
+    /// take the socket over its mark, starts a drop episode without
+    /// counting a drop: live messages are then dropped until the socket
+    /// drains, and the socket's slow-consumer grace runs. Returns whether
+    /// this started the episode (the caller wakes the socket). So a client
+    /// that keeps asking and never reads is closed with 4008 like any
+    /// reader that stopped.
+    pub fn add_answer(&self, len: usize) -> bool {
+        let before = self.pending.fetch_add(len, Ordering::Relaxed);
+        before + len > self.high_water.load(Ordering::Relaxed)
+            && !self.congested.swap(true, Ordering::AcqRel)
     }
 
     /// Bytes handed to the HTTP layer (or discarded). Returns what is left.

@@ -17,7 +17,12 @@ impl Hub {
             return (0, Vec::new());
         };
         let mut st = ch.state.lock();
-        trim(&mut st.history, *self.history.read(), Instant::now());
+        trim(
+            &mut st.history,
+            *self.history.read(),
+            Instant::now(),
+            &self.budget,
+        );
         let held = st
             .history
             .iter()

@@ -131,6 +131,8 @@ pub struct Metrics {
     pub live_nodes: Gauge,
     config_reloads: Family<OutcomeLabels, Counter>,
     pub outbound_queued: Gauge,
+    /// Bytes of history held on this node, against `history.max_bytes`.
+    pub history_bytes: Gauge,
     /// Channels the hub holds state for, sampled at scrape: flat under
     /// churn, or idle channels are not forgotten (the soak watches it).
     pub channels: Gauge,
@@ -188,6 +190,7 @@ impl Metrics {
             live_nodes: Gauge::default(),
             config_reloads: Family::default(),
             outbound_queued: Gauge::default(),
+            history_bytes: Gauge::default(),
             channels: Gauge::default(),
             delivery_duration: delivery_buckets(),
             handshake_duration: Family::new_with_constructor(handshake_buckets),
@@ -262,6 +265,11 @@ impl Metrics {
             "outbound_queued_bytes",
             "Unsent outbound bytes over all sockets (sampled at scrape)",
             m.outbound_queued.clone(),
+        );
+        registry.register(
+            "history_bytes",
+            "Bytes of channel history held on this node (bounded by history.max_bytes)",
+            m.history_bytes.clone(),
         );
         registry.register(
             "channels",

@@ -112,6 +112,7 @@ pub fn history_limits(config: &Config) -> HistoryLimits {
     HistoryLimits {
         size: config.history.size,
         ttl: std::time::Duration::from_millis(config.history.ttl_ms),
+        max_bytes: usize::try_from(config.history.max_bytes).unwrap_or(usize::MAX),
     }
 }
 

@@ -9,7 +9,7 @@
 //! positions live beside the queue, under the same lock, where the hub's
 //! delivery and the actor's join completion cannot interleave.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use actix::Message;
@@ -34,6 +34,14 @@ pub(super) type Subs = HashMap<Arc<str>, Sub, foldhash::fast::RandomState>;
 pub(super) enum Sub {
     /// Waiting for the bridge; live messages are held in `held`.
     Joining { join: u64, held: Vec<Held> },
+    /// Acked; the recovered history not yet queued waits in `backlog`
+    /// (queued in slices under the mark, `socket/recovery.rs`) and live
+    /// messages above the position `last` are held behind it.
+    Recovering {
+        backlog: VecDeque<(u64, Bytes)>,
+        held: Vec<Held>,
+        last: u64,
+    },
     /// Delivering; the last `seq` sent.
     Live(u64),
 }
@@ -46,10 +54,25 @@ pub(super) struct Held {
     key: Option<Arc<str>>,
 }
 
+impl Held {
+    pub(super) fn len(&self) -> usize {
+        self.frame.len()
+    }
+
+    pub(super) fn into_parts(self) -> (u64, Bytes, Option<Arc<str>>) {
+        (self.seq, self.frame, self.key)
+    }
+}
+
 impl DirectSink for Outbox {
     fn message(&self, channel: &Arc<str>, seq: u64, frame: Bytes, key: Option<&Arc<str>>) {
         let mut s = self.lock();
-        let Shared { subs, closing, .. } = &mut *s;
+        let Shared {
+            subs,
+            closing,
+            held_bytes,
+            ..
+        } = &mut *s;
         match subs.get_mut(channel) {
             // Deduplicate by seq: a message already sent as recovered
             // history, or from an earlier subscription, is not resent.
@@ -62,6 +85,16 @@ impl DirectSink for Outbox {
                 }
             }
             Some(Sub::Joining { held, .. }) if !*closing => {
+                held.push(Held {
+                    seq,
+                    frame,
+                    key: key.cloned(),
+                });
+            }
+            // Behind the backlog still to be queued; counted in the gauge
+            // (the hub reserved it), so the hub drops at the mark.
+            Some(Sub::Recovering { held, last, .. }) if seq > *last && !*closing => {
+                *held_bytes += frame.len();
                 held.push(Held {
                     seq,
                     frame,
@@ -85,7 +118,7 @@ impl Outbox {
     /// others on a queueing channel, in place of the unsent one with the
     /// same key on a conflating channel. Returns whether it started a drop
     /// episode (a new key refused at the mark).
-    fn queue_live(
+    pub(super) fn queue_live(
         &self,
         s: &mut Shared,
         channel: &Arc<str>,
@@ -128,6 +161,9 @@ impl Outbox {
                 held: Vec::new(),
             },
         );
+        if let Some(old) = &old {
+            self.release_recovering(&mut s, old);
+        }
         drop(s);
         self.release_held(old);
     }
@@ -156,17 +192,24 @@ impl Outbox {
             return;
         }
         // The ack says where the subscription stands (§11); the backlog is
-        // everything after `since`, in order; live messages then continue
-        // above both it and the position the subscription went live at.
+        // everything after `since`, in order, queued in slices under the
+        // mark (`socket/recovery.rs`); live messages then continue above
+        // both it and the position the subscription went live at.
         let mut last = joined.position();
-        for frame in ack
-            .into_iter()
-            .chain(joined.backlog.into_iter().map(|(_, f)| f))
-        {
-            self.gauge.add(frame.len());
-            self.push_reserved(&mut s, frame);
-        }
         let mut congested = false;
+        if let Some(ack) = ack {
+            congested |= self.gauge.add_answer(ack.len());
+            self.push_reserved(&mut s, ack);
+        }
+        if !joined.backlog.is_empty() {
+            let pumped = self.recover(&mut s, name, joined.backlog, held, last);
+            Outbox::unlock_and_wake(s);
+            self.signal(pumped, None);
+            if congested {
+                self.control.do_send(Congested);
+            }
+            return;
+        }
         for h in held {
             if h.seq > last {
                 last = h.seq;
@@ -184,7 +227,10 @@ impl Outbox {
 
     /// Leaves `channel`; returns its name if the socket was subscribed.
     pub(super) fn leave(&self, channel: &str) -> Option<Arc<str>> {
-        let (name, sub) = self.lock().subs.remove_entry(channel)?;
+        let mut s = self.lock();
+        let (name, sub) = s.subs.remove_entry(channel)?;
+        self.release_recovering(&mut s, &sub);
+        drop(s);
         self.release_held(Some(sub));
         Some(name)
     }
@@ -205,13 +251,25 @@ impl Outbox {
 
     /// Leaves every channel; returns their names.
     pub(super) fn leave_all(&self) -> Vec<Arc<str>> {
-        let subs = std::mem::take(&mut self.lock().subs);
+        let mut s = self.lock();
+        let subs = std::mem::take(&mut s.subs);
+        for sub in subs.values() {
+            self.release_recovering(&mut s, sub);
+        }
+        drop(s);
         subs.into_iter()
             .map(|(name, sub)| {
                 self.release_held(Some(sub));
                 name
             })
             .collect()
+    }
+
+    /// A recovering subscription left: see [`Outbox::forget_recovery`].
+    fn release_recovering(&self, s: &mut Shared, sub: &Sub) {
+        if let Sub::Recovering { held, .. } = sub {
+            self.forget_recovery(s, held);
+        }
     }
 
     /// Gives back the gauge bytes of messages a joining subscription held.

@@ -26,7 +26,7 @@ impl StreamHandler<Result<InFrame, InError>> for Socket {
                 if !self.closing {
                     self.closing = true;
                     self.outbox.stop_deliveries(false);
-                    self.send(wire::close_echo(code));
+                    self.outbox.send(wire::close_echo(code));
                 }
                 ctx.stop();
             }
@@ -97,11 +97,15 @@ impl Socket {
             }
         };
         let now = Instant::now();
-        let node = &self.node;
-        let bridge = &node.bridge;
+        let bridge = &self.node.bridge;
         let units = self
             .admission
             .price(&frame, |channel| bridge.subscribers(channel));
+        if units == 0 && !self.take_free_frame(now) {
+            self.record_drop(frame.id(), now, ctx);
+            return;
+        }
+        let node = &self.node;
         let price = Price::frame(units, bytes.len(), self.admission.limits(), frame.channel());
         let rules = match frame.op() {
             Some(op) if !self.rules_skipped => Some((op, &mut self.conn_rules)),
@@ -147,6 +151,23 @@ impl Socket {
         }
         self.execute(frame, ctx);
         self.maybe_budget_frame(now);
+    }
+
+    /// A frame priced 0 units takes a token from its own small bucket
+    /// (like pings) instead: free is not unlimited, since each one is
+    /// answered. `false`: refused (counted as `free_frame_flood`).
+    pub(super) fn take_free_frame(&mut self, now: Instant) -> bool {
+        if self.free_frames.try_take(1.0, now).is_ok() {
+            return true;
+        }
+        self.exceeded(
+            Layer::Connection,
+            "free_frame_flood",
+            None,
+            Duration::ZERO,
+            false,
+        );
+        false
     }
 
     pub(super) fn exceeded(

@@ -122,6 +122,9 @@ impl Link for SocketLink<'_> {
 
     fn charge_frame(&mut self, units: u32) -> Result<(), Duration> {
         let s = &mut *self.socket;
+        if units == 0 && !s.take_free_frame(Instant::now()) {
+            return Err(s.free_frames.wait_at(1.0, Instant::now()));
+        }
         let price = Price::frame(units, 0, s.admission.limits(), None);
         let payer = Payer::Connection(Connection {
             admission: &mut s.admission,

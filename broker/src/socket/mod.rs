@@ -12,6 +12,7 @@ mod link;
 mod outbox;
 mod outlet;
 mod queue;
+mod recovery;
 mod refresh;
 mod transport;
 
@@ -90,6 +91,9 @@ pub struct Socket {
     node: Arc<Node>,
     admission: Admission,
     pings: crate::limiter::TokenBucket,
+    /// Frames priced 0 units (`budget`): their own small bucket, so a free
+    /// frame (and its reply) is never unlimited.
+    free_frames: crate::limiter::TokenBucket,
     notice: DropNotice,
     /// Numbers joins, so a late answer to an old one is recognised.
     next_join: u64,
@@ -117,9 +121,14 @@ impl Socket {
         self.admission.limits()
     }
 
-    /// Queues a frame the socket produced itself.
+    /// Queues a frame the socket produced itself. Nothing after its close
+    /// frame: an answer that completes once the socket is closing (a
+    /// `budget` the account answered late) would only wait for a reader
+    /// that is gone.
     fn send(&self, frame: Bytes) {
-        self.outbox.send(frame);
+        if !self.closing {
+            self.outbox.send(frame);
+        }
     }
 
     /// Starts a server-initiated close: queue the close frame, stop taking
@@ -163,7 +172,7 @@ impl Socket {
         let _e = self.span.enter();
         tracing::info!(code, reason, "closing socket");
         self.outbox.stop_deliveries(discard);
-        self.send(wire::close_with(code, reason));
+        self.outbox.send(wire::close_with(code, reason));
         let timeout = Duration::from_millis(self.node.config.load().socket.close_timeout_ms);
         ctx.run_later(timeout, |act, ctx| {
             act.outbox.abort();
@@ -294,9 +303,12 @@ impl Socket {
             self.congested_since = Some(Instant::now());
             let grace = Duration::from_millis(self.limits().outbound_grace_ms);
             ctx.run_later(grace, move |act, ctx| {
-                if act
-                    .congested_since
-                    .is_some_and(|since| since.elapsed() >= grace)
+                // Still over the mark, or a backlog still cannot move.
+                let stuck = act.gauge.is_congested() || act.outbox.is_stalled();
+                if stuck
+                    && act
+                        .congested_since
+                        .is_some_and(|since| since.elapsed() >= grace)
                 {
                     act.socket_event(Layer::Outbound, "slow_consumer_closed");
                     act.close(ctx, CloseCode::SlowConsumer);
@@ -393,6 +405,11 @@ impl Socket {
                     limits.pings_per_sec,
                     now,
                 ),
+                free_frames: crate::limiter::TokenBucket::new(
+                    f64::from(limits.free_frame_burst),
+                    limits.free_frames_per_sec,
+                    now,
+                ),
                 admission: Admission::new(limits, now),
                 notice: DropNotice::new(NOTICE_INTERVAL),
                 next_join: 0,
@@ -425,6 +442,8 @@ impl Handler<Reconfigure> for Socket {
         let l = msg.limits;
         self.pings
             .reconfigure(f64::from(l.ping_burst), l.pings_per_sec, now);
+        self.free_frames
+            .reconfigure(f64::from(l.free_frame_burst), l.free_frames_per_sec, now);
         self.gate.set_max_size(l.max_payload_bytes);
         self.gauge.set_high_water(l.outbound_high_water_bytes);
         self.sampler.set_every(l.account_sample_every);

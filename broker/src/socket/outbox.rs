@@ -20,7 +20,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Waker};
 
 use actix::{Message, Recipient};
@@ -38,7 +38,7 @@ use crate::metrics::Metrics;
 pub struct Drained;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
+pub(super) enum State {
     Open,
     /// Send what is queued, then close TCP (clean close).
     Finishing,
@@ -52,13 +52,17 @@ enum State {
 /// and the subscriptions' positions must change together, so that a
 /// message is queued exactly once, in `seq` order, after its subscribe ack.
 pub(super) struct Shared {
-    queue: OutQueue,
+    pub(super) queue: OutQueue,
     pub(super) subs: Subs,
+    /// Bytes of live messages held behind a recovering subscription's
+    /// backlog (counted in the gauge, not yet queued): the backlog's room
+    /// under the mark leaves them out (`socket/recovery.rs`).
+    pub(super) held_bytes: usize,
     /// The socket sent or answered a close frame: live messages are no
     /// longer queued.
     pub(super) closing: bool,
     waker: Option<Waker>,
-    state: State,
+    pub(super) state: State,
 }
 
 /// A socket's outbound side, shared (`Arc`) by the actor, the hub's
@@ -73,6 +77,12 @@ pub struct Outbox {
     /// accepted (still in the gauge): conflation's room for new keys
     /// leaves them out, so the gauge stays within the mark plus a frame.
     in_flight: AtomicUsize,
+    /// Subscriptions with recovered history not yet queued: the transport
+    /// queues their next slice as it drains (`socket/recovery.rs`).
+    pub(super) recovering: AtomicUsize,
+    /// A backlog is waiting for room under the mark: the socket's
+    /// slow-consumer grace is running for it.
+    pub(super) stalled: AtomicBool,
 }
 
 impl Outbox {
@@ -85,6 +95,7 @@ impl Outbox {
             shared: Mutex::new(Shared {
                 queue: OutQueue::default(),
                 subs: Subs::default(),
+                held_bytes: 0,
                 closing: false,
                 waker: None,
                 state: State::Open,
@@ -93,6 +104,8 @@ impl Outbox {
             metrics,
             control,
             in_flight: AtomicUsize::new(0),
+            recovering: AtomicUsize::new(0),
+            stalled: AtomicBool::new(false),
         })
     }
 
@@ -168,12 +181,19 @@ impl Outbox {
         done
     }
 
-    /// Queues a frame the socket itself produced (acks, errors, pings).
+    /// Queues a frame the socket itself produced (acks, errors, pings). It
+    /// counts toward the high-water mark: one that takes the socket over it
+    /// starts a drop episode and the slow-consumer grace
+    /// ([`OutboundGauge::add_answer`]).
     pub fn send(&self, frame: Bytes) {
-        self.gauge.add(frame.len());
+        let first = self.gauge.add_answer(frame.len());
         let mut s = self.lock();
+        let open = s.state == State::Open && !s.closing;
         self.push_reserved(&mut s, frame);
         Self::unlock_and_wake(s);
+        if first && open {
+            self.control.do_send(Congested);
+        }
     }
 
     /// Stops queueing live messages (the socket is closing); with
@@ -270,6 +290,12 @@ impl Outbox {
         let left = self.gauge.release(n);
         if self.gauge.is_congested() && left < self.gauge.high_water() {
             on_drain.do_send(Drained);
+        }
+        if self.recovering.load(Ordering::Acquire) > 0 {
+            let mut s = self.lock();
+            let pumped = self.pump(&mut s);
+            drop(s);
+            self.signal(pumped, Some(on_drain));
         }
     }
 

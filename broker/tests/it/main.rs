@@ -12,6 +12,8 @@ mod bad_input;
 mod bounds_grpc;
 mod bounds_handshake;
 mod bounds_keepalive;
+mod bounds_history;
+mod bounds_memory;
 mod certs;
 mod channels;
 mod cli;

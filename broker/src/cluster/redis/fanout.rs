@@ -121,7 +121,8 @@ impl RedisBridge {
                         .arg(self.hub.seq(channel))
                         .arg(seq_floor())
                         .arg(SEQ_TTL_MS.max(self.history.1))
-                        .arg(if since.is_some() { "1" } else { "0" }),
+                        .arg(if since.is_some() { "1" } else { "0" })
+                        .arg(self.history.1),
                     &mut conn,
                 ),
             )

@@ -65,8 +65,15 @@ static PUBLISH: LazyLock<Script> = LazyLock::new(|| {
 
 /// [`scripts::JOIN`] on Redis Cluster, fenced, so the position a joining
 /// subscriber gets is already past the old master's `seq`s.
-static JOIN: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&fenced(scripts::JOIN_SOURCE, "ARGV[2]", "ARGV[3]")));
+static JOIN: LazyLock<Script> = LazyLock::new(|| {
+    // The owner key of a counter this join creates lives as short as
+    // the counter (ARGV[5]).
+    Script::new(&fenced(
+        scripts::JOIN_SOURCE,
+        "ARGV[2]",
+        "(cur and ARGV[3] or ARGV[5])",
+    ))
+});
 
 impl RedisBridge {
     /// The publish script for this mode, its keys given (`seq_key` is the

@@ -36,8 +36,9 @@ impl RedisBridge {
         for chunk in counts.chunks(256) {
             let mut pipe = redis::pipe();
             for (account, n) in chunk {
-                pipe.hset(self.key("conns", account), &self.member, *n)
-                    .ignore();
+                let key = self.key("conns", account);
+                pipe.hset(&key, &self.member, *n).ignore();
+                pipe.pexpire(&key, self.conns_ttl_ms() as i64).ignore();
             }
             pipe.query_async::<()>(&mut conn).await?;
         }
@@ -53,6 +54,30 @@ impl RedisBridge {
         self.renew_node_lease(conn).await?;
         if self.sharded {
             self.renew_account_leases(conn).await?;
+        } else {
+            self.renew_conns_ttl(conn).await?;
+        }
+        Ok(())
+    }
+
+    /// How long an account's `conns:` hash outlives the last reserve or
+    /// lease renewal of a node counting in it: three leases, so a live
+    /// node's renewal always comes first and a dead cluster's counts do
+    /// not stay forever.
+    pub(super) fn conns_ttl_ms(&self) -> u64 {
+        self.lease_ms.saturating_mul(3)
+    }
+
+    /// Refreshes the TTL of every `conns:` hash this node counts in (one
+    /// pipeline per 256 accounts).
+    async fn renew_conns_ttl(&self, conn: &mut Conn) -> redis::RedisResult<()> {
+        for chunk in self.local.all_connections().chunks(256) {
+            let mut pipe = redis::pipe();
+            for (account, _) in chunk {
+                pipe.pexpire(self.key("conns", account), self.conns_ttl_ms() as i64)
+                    .ignore();
+            }
+            pipe.query_async::<()>(conn).await?;
         }
         Ok(())
     }

@@ -40,8 +40,11 @@ return seq
 /// message for recovery, read atomically. A missing counter is created as
 /// a publish would start it (the node's floor or the clock floor), so the
 /// position exists before the first message and `since` from it works.
+/// A counter a join creates lives only ARGV[5] ms (the history's TTL), so a
+/// mere subscribe leaves nothing long-lived behind (a publish gives the
+/// counter its full TTL).
 /// KEYS: seq counter, history list. ARGV: node floor, clock floor, counter
-/// TTL ms, with history.
+/// TTL ms, with history, a new counter's TTL ms.
 pub static JOIN: LazyLock<Script> = LazyLock::new(|| Script::new(JOIN_SOURCE));
 
 /// The source of [`JOIN`].
@@ -50,7 +53,7 @@ local cur = redis.call('GET', KEYS[1])
 local pos = cur
 if not cur then
   pos = string.format('%d', math.max(tonumber(ARGV[1]), tonumber(ARGV[2])))
-  redis.call('SET', KEYS[1], pos, 'PX', ARGV[3])
+  redis.call('SET', KEYS[1], pos, 'PX', ARGV[5])
 end
 local held = {}
 if ARGV[4] == '1' then held = redis.call('LRANGE', KEYS[2], 0, -1) end
@@ -185,8 +188,10 @@ return { allowed, math.floor(tokens), retry }
 
 /// Counts one connection of this node for an account if the account is
 /// under its cap, summing only nodes whose lease is live (a dead node's
-/// counts are dropped here). KEYS: the account's per-node counts, the node
-/// leases. ARGV: node id, cap. Returns {admitted, open}.
+/// counts are dropped here). The hash expires ARGV[3] ms after the last
+/// reserve or lease renewal of a node counting in it.
+/// KEYS: the account's per-node counts, the node leases. ARGV: node id,
+/// cap, the hash's TTL ms. Returns {admitted, open}.
 pub static RESERVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -208,6 +213,7 @@ for i = 1, #counts, 2 do
 end
 if total >= tonumber(ARGV[2]) then return { 0, total } end
 redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return { 1, total + 1 }
 "#,
     )

@@ -52,6 +52,7 @@ end
 if total >= tonumber(ARGV[2]) then return { 0, total } end
 redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
 redis.call('HSET', KEYS[1], 'lease@' .. ARGV[1], string.format('%d', now + tonumber(ARGV[3])))
+redis.call('PEXPIRE', KEYS[1], 3 * tonumber(ARGV[3]))
 return { 1, total + 1 }
 "#,
     )
@@ -81,6 +82,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   redis.call('HSET', KEYS[1], 'lease@' .. ARGV[1], string.format('%d', now + tonumber(ARGV[3])))
+  redis.call('PEXPIRE', KEYS[1], 3 * tonumber(ARGV[3]))
 end
 return 1
 "#,
@@ -98,7 +100,8 @@ impl RedisBridge {
         let mut inv = scripts::RESERVE.key(self.key("conns", account));
         inv.key(format!("{}nodes", self.prefix))
             .arg(&self.member)
-            .arg(max);
+            .arg(max)
+            .arg(self.conns_ttl_ms());
         inv
     }
 

@@ -1,0 +1,168 @@
+//! Recovered history delivered in slices under the high-water mark.
+//!
+//! A `subscribe` with `since` used to copy its whole backlog into the
+//! outbox at once, whatever the mark: a client that subscribed with `since`
+//! to channels with long histories and never read made the broker hold all
+//! of it, and with no live traffic nothing was dropped, so 4008 never came.
+//! Now the backlog waits in its subscription (`Sub::Recovering`, frames the
+//! hub's history already holds, not copies of them in memory mode) and is
+//! queued only while the socket's unsent bytes are under half its mark;
+//! the transport queues the next slice as the kernel takes bytes. Live
+//! messages of that channel are held behind it (counted in the gauge, so
+//! the hub drops at the mark as for any subscriber), and the channel goes
+//! live once its backlog is queued: each `seq` once, in order, no gap.
+//!
+//! A backlog that cannot move because the socket does not read runs the
+//! slow-consumer grace (`Congested`), and one that moves again stops it
+//! (`Drained`): a reader that stopped is closed with 4008 like any other.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use actix::Recipient;
+use bytes::Bytes;
+
+use super::delivery::{Congested, Held, Sub};
+use super::outbox::{Drained, Outbox, Shared, State};
+
+/// What one [`Outbox::pump`] did.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Pumped {
+    /// Some backlog was queued.
+    pub(super) moved: bool,
+    /// Some backlog is still waiting for room.
+    pub(super) stalled: bool,
+    /// A held live message started a drop episode (a conflating key
+    /// refused at the mark) while its channel went live.
+    pub(super) congested: bool,
+}
+
+impl Outbox {
+    /// The room a backlog may fill: half the mark, so live messages of
+    /// other channels still fit while a channel recovers.
+    fn backlog_room(&self, s: &Shared) -> bool {
+        self.gauge.pending().saturating_sub(s.held_bytes) < self.gauge.high_water() / 2
+    }
+
+    /// Starts delivering `backlog` for `name` after its ack: what fits now
+    /// is queued, the rest waits in the subscription. `held` are the live
+    /// messages that arrived while joining; `last` is the subscription's
+    /// position (nothing at or below it is delivered live).
+    pub(super) fn recover(
+        &self,
+        s: &mut Shared,
+        name: Arc<str>,
+        backlog: Vec<(u64, Bytes)>,
+        held: Vec<Held>,
+        last: u64,
+    ) -> Pumped {
+        s.held_bytes += held.iter().map(Held::len).sum::<usize>();
+        s.subs.insert(
+            name,
+            Sub::Recovering {
+                backlog: VecDeque::from(backlog),
+                held,
+                last,
+            },
+        );
+        self.recovering.fetch_add(1, Ordering::AcqRel);
+        self.pump(s)
+    }
+
+    /// Queues backlog frames while there is room; a subscription whose
+    /// backlog is all queued goes live (its held messages after it).
+    pub(super) fn pump(&self, s: &mut Shared) -> Pumped {
+        let mut done = Pumped::default();
+        if s.closing || s.state != State::Open {
+            return done;
+        }
+        let mut finished = Vec::new();
+        let subs: Vec<Arc<str>> = s
+            .subs
+            .iter()
+            .filter(|(_, sub)| matches!(sub, Sub::Recovering { .. }))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in subs {
+            loop {
+                let room = self.backlog_room(s);
+                let Some(Sub::Recovering { backlog, .. }) = s.subs.get_mut(&name) else {
+                    break;
+                };
+                if backlog.is_empty() {
+                    finished.push(name);
+                    break;
+                }
+                if !room {
+                    done.stalled = true;
+                    break;
+                }
+                let Some((_, frame)) = backlog.pop_front() else {
+                    break;
+                };
+                self.gauge.add(frame.len());
+                s.queue.push(frame);
+                done.moved = true;
+            }
+        }
+        for name in finished {
+            done.congested |= self.go_live(s, name);
+        }
+        done
+    }
+
+    /// The backlog of `name` is all queued: its held live messages follow
+    /// (those above its position), and it is live from now on.
+    fn go_live(&self, s: &mut Shared, name: Arc<str>) -> bool {
+        let Some(Sub::Recovering { held, mut last, .. }) = s.subs.remove(&name) else {
+            return false;
+        };
+        self.recovering.fetch_sub(1, Ordering::AcqRel);
+        let mut congested = false;
+        for h in held {
+            s.held_bytes -= h.len();
+            let (seq, frame, key) = h.into_parts();
+            if seq > last {
+                last = seq;
+                congested |= self.queue_live(s, &name, frame, key);
+            } else {
+                self.gauge.release(frame.len());
+            }
+        }
+        s.subs.insert(name, Sub::Live(last));
+        congested
+    }
+
+    /// Tells the socket what a pump changed: a backlog that moved again
+    /// ends the grace it was running (`drained`, when the caller has the
+    /// socket's mailbox for it), one that cannot move starts it.
+    pub(super) fn signal(&self, pumped: Pumped, drained: Option<&Recipient<Drained>>) {
+        if (pumped.moved || !pumped.stalled)
+            && let Some(d) = drained
+            && self.stalled.swap(false, Ordering::AcqRel)
+        {
+            d.do_send(Drained);
+        }
+        if pumped.stalled && !self.stalled.swap(true, Ordering::AcqRel) || pumped.congested {
+            self.control.do_send(Congested);
+        }
+    }
+
+    /// A subscription left while recovering: its held messages leave the
+    /// gauge, and a backlog that was the only one waiting no longer keeps
+    /// the grace running.
+    pub(super) fn forget_recovery(&self, s: &mut Shared, held: &[Held]) {
+        let bytes: usize = held.iter().map(Held::len).sum();
+        s.held_bytes -= bytes;
+        self.gauge.release(bytes);
+        if self.recovering.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.stalled.store(false, Ordering::Release);
+        }
+    }
+
+    /// Whether a backlog is waiting for room (the grace's reason to close).
+    pub(super) fn is_stalled(&self) -> bool {
+        self.stalled.load(Ordering::Acquire)
+    }
+}

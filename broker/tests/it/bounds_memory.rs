@@ -1,0 +1,307 @@
+//! Issue 26, part B: memory a client can make the broker hold is paid for
+//! by the client's own socket. Frames priced 0 (`budget`) have their own
+//! bucket; every answer counts toward the outbound mark, so a client that
+//! keeps asking and never reads ends with 4008.
+
+use std::time::Instant;
+
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::protocol::Role;
+
+use crate::common::{Broker, Client, PATIENCE, masked_text, small_window, upgrade_on};
+use crate::process::Proc;
+
+/// The broker process's resident memory, in bytes (`VmRSS`).
+pub(crate) fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/<pid>/status");
+    kib * 1024
+}
+
+/// Sends `n` copies of one masked text frame, in batches, never reading.
+pub(crate) async fn send_many(s: &mut TcpStream, payload: &[u8], n: usize) {
+    let batch = masked_text(payload).repeat(1000);
+    for _ in 0..n / 1000 {
+        s.write_all(&batch).await.unwrap();
+    }
+}
+
+/// The raw stream as a client that now reads (positioned after the 101).
+pub(crate) async fn reading(s: TcpStream) -> Client {
+    let s = tokio_tungstenite::MaybeTlsStream::Plain(s);
+    let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(s, Role::Client, None).await;
+    let mut c = Client::new(ws, None);
+    c.skip_unsolicited = false;
+    c
+}
+
+pub(crate) async fn wait_for_metric(broker: &Broker, series: &str) {
+    let deadline = Instant::now() + PATIENCE;
+    while broker.metric(series).await <= 0.0 {
+        assert!(Instant::now() < deadline, "{series} never rose");
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budget_frames_past_their_own_bucket_are_refused_and_the_broker_stays_small() {
+    let p = Proc::start(tidegate::config::DEFAULT_TOML).await;
+    let token = p.token("acme");
+    let mut observer = Client::connect(&p.ws(), &token).await.unwrap();
+    assert_eq!(observer.next_json().await["type"], "welcome");
+    observer
+        .call(
+            serde_json::json!({"type":"subscribe","channel":"doc:done"}),
+            1,
+        )
+        .await;
+    let mut flooder = upgrade_on(small_window(p.addr()).await, p.addr(), &token).await;
+    let before = rss(p.pid());
+
+    // 400,000 `budget` frames (no id: each would be answered with a
+    // budget frame of about 150 bytes), and never a read.
+    let n = 400_000;
+    tokio::time::timeout(
+        PATIENCE * 3,
+        send_many(&mut flooder, br#"{"type":"budget"}"#, n),
+    )
+    .await
+    .expect("the broker kept reading the flood");
+    // A publish behind them: once the observer has it, the socket has
+    // handled every frame before it.
+    flooder
+        .write_all(&masked_text(
+            br#"{"type":"publish","channel":"doc:done","data":1}"#,
+        ))
+        .await
+        .unwrap();
+    observer.until(|v| v["type"] == "message").await;
+    let grown = rss(p.pid()).saturating_sub(before);
+    assert!(
+        grown < 32 << 20,
+        "the broker grew by {} KiB for one socket's budget frames",
+        grown >> 10
+    );
+
+    // Now read: the welcome, a few answers (the bucket's burst and
+    // refill), and the refusal of the rest in the documented words.
+    let mut c = reading(flooder).await;
+    assert_eq!(c.next_json().await["type"], "welcome");
+    let mut answered = 0;
+    let refused: Value = loop {
+        let v = c.next_json().await;
+        match v["type"].as_str() {
+            Some("budget") => answered += 1,
+            Some("error") => break v,
+            _ => panic!("unexpected {v}"),
+        }
+    };
+    assert_eq!(refused["code"], "rate_limited", "{refused}");
+    assert!(refused["dropped"].as_u64().unwrap() > 0, "{refused}");
+    assert!(
+        answered < n / 100,
+        "{answered} of {n} budget frames were answered"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_count_toward_the_mark_and_a_client_that_never_reads_them_gets_4008() {
+    // A bucket large enough to let every budget frame through: only the
+    // outbound mark stands between their answers and the broker's memory.
+    let broker = Broker::start(
+        "[plans.free]\nfree_frames_per_sec = 5000\nfree_frame_burst = 5000\n\
+         outbound_high_water_bytes = 4096\noutbound_grace_ms = 200\n\
+         [socket]\nsend_buffer_bytes = 4096\nclose_timeout_ms = 60000\n",
+    );
+    let token = broker.token("acme");
+    let mut flooder = upgrade_on(small_window(broker.addr).await, broker.addr, &token).await;
+    // 3,000 answers of about 150 bytes: a hundred times the mark.
+    send_many(&mut flooder, br#"{"type":"budget"}"#, 3_000).await;
+    wait_for_metric(
+        &broker,
+        "tidegate_rejections_total{layer=\"outbound\",reason=\"slow_consumer_closed\"}",
+    )
+    .await;
+    // What it holds for that socket is the mark plus what was in flight,
+    // not 3,000 answers.
+    let worst = broker
+        .node
+        .sockets
+        .iter()
+        .map(|s| s.gauge.pending())
+        .max()
+        .unwrap_or(0);
+    assert!(worst < 64 << 10, "a socket holds {worst} unsent bytes");
+    let mut c = reading(flooder).await;
+    assert_eq!(c.closed().await, Some(4008));
+}
+
+/// History for recovery tests: `per` messages of `size` bytes on each of
+/// `channels` channels `doc:h0`…; returns the `seq` before each one's first.
+async fn history(broker: &Broker, channels: usize, per: usize, size: usize) -> Vec<u64> {
+    let data = format!("\"{}\"", "x".repeat(size));
+    let mut since = Vec::new();
+    for c in 0..channels {
+        let name = format!("doc:h{c}");
+        let first = broker.node.publish(&name, &data, "test").await;
+        since.push(first - 1);
+        for _ in 1..per {
+            broker.node.publish(&name, &data, "test").await;
+        }
+    }
+    since
+}
+
+const RECOVERY: &str = "[history]\nsize = 200\n[plans.free]\nmessages_per_sec = 100000\nburst = 100000\n\
+    account_messages_per_sec = 100000\naccount_burst = 100000\noutbound_high_water_bytes = 65536\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_recovers_history_and_never_reads_holds_only_its_mark_then_gets_4008() {
+    let broker = Broker::start(&format!(
+        "{RECOVERY}outbound_grace_ms = 300\n[socket]\nsend_buffer_bytes = 4096\nclose_timeout_ms = 60000\n"
+    ));
+    // 10 channels × 100 messages × 32 KiB: 32 MiB of history, 500 times
+    // the socket's mark.
+    let since = history(&broker, 10, 100, 32 << 10).await;
+    let token = broker.token("acme");
+    let mut s = upgrade_on(small_window(broker.addr).await, broker.addr, &token).await;
+    for (c, since) in since.iter().enumerate() {
+        let frame = format!(r#"{{"type":"subscribe","channel":"doc:h{c}","since":{since}}}"#);
+        s.write_all(&masked_text(frame.as_bytes())).await.unwrap();
+    }
+    // While it waits for the grace to pass, what the broker holds for the
+    // socket stays near its mark, whenever it is looked at.
+    let series = "tidegate_rejections_total{layer=\"outbound\",reason=\"slow_consumer_closed\"}";
+    let deadline = Instant::now() + PATIENCE;
+    let mut worst = 0;
+    while broker.metric(series).await <= 0.0 {
+        assert!(Instant::now() < deadline, "{series} never rose");
+        for sock in broker.node.sockets.iter() {
+            worst = worst.max(sock.gauge.pending());
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        worst <= 65536 + (33 << 10) + 4096,
+        "a socket held {worst} unsent bytes of recovered history"
+    );
+    let mut c = reading(s).await;
+    assert_eq!(c.closed().await, Some(4008));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reading_client_recovers_every_channel_in_order_without_gap_then_live_messages() {
+    let broker = Broker::start(&RECOVERY.replace("65536", "262144"));
+    let since = history(&broker, 5, 100, 8 << 10).await;
+    let mut c = broker.client("acme").await;
+    for (i, since) in since.iter().enumerate() {
+        c.send(serde_json::json!({
+            "type": "subscribe", "channel": format!("doc:h{i}"), "since": since, "id": i
+        }))
+        .await;
+    }
+    // Live messages published while the backlogs are being delivered.
+    let node = broker.node.clone();
+    let live = tokio::spawn(async move {
+        for round in 0..20 {
+            for ch in 0..5 {
+                node.publish(&format!("doc:h{ch}"), &round.to_string(), "test")
+                    .await;
+            }
+        }
+    });
+    let mut last: Vec<u64> = since.clone();
+    let mut acked = [false; 5];
+    let end: Vec<u64> = since.iter().map(|s| s + 120).collect();
+    while last.iter().zip(&end).any(|(l, e)| l < e) {
+        let v = c.next_json().await;
+        match v["type"].as_str() {
+            Some("ack") => {
+                let i = v["id"].as_u64().unwrap() as usize;
+                assert_eq!(v["recovered"], true, "{v}");
+                acked[i] = true;
+            }
+            Some("message") => {
+                let ch: usize = v["channel"].as_str().unwrap()[5..].parse().unwrap();
+                let seq = v["seq"].as_u64().unwrap();
+                assert!(acked[ch], "doc:h{ch}: a message before its ack");
+                assert_eq!(seq, last[ch] + 1, "doc:h{ch}: a gap or a duplicate");
+                last[ch] = seq;
+            }
+            _ => panic!("unexpected {v}"),
+        }
+    }
+    live.await.unwrap();
+}
+
+#[tokio::test]
+async fn recovered_history_is_paid_for_by_the_connection() {
+    let broker = Broker::start("[history]\nsize = 100\n");
+    // 50 messages of 2 KiB: at 1 unit per started KiB, about 100 units,
+    // five times the free plan's burst of 20.
+    let since = history(&broker, 1, 50, 2 << 10).await;
+    let mut c = broker.client("acme").await;
+    let ack = c
+        .call(
+            serde_json::json!({"type":"subscribe","channel":"doc:h0","since":since[0]}),
+            1,
+        )
+        .await;
+    assert_eq!(ack["recovered"], true, "{ack}");
+    for _ in 0..50 {
+        c.until(|v| v["type"] == "message").await;
+    }
+    c.send(serde_json::json!({"type":"publish","channel":"doc:h0","data":1,"id":2}))
+        .await;
+    let answer = c.until(|v| v["type"] == "error" || v["id"] == 2).await;
+    assert_eq!(answer["code"], "rate_limited", "{answer}");
+    assert_eq!(answer["ids"], serde_json::json!([2]), "{answer}");
+}
+
+#[actix_rt::test]
+async fn a_grpc_subscribe_pays_for_the_history_it_recovers_before_anything_is_sent() {
+    use crate::grpc::{authed, connect, subscribe_req};
+    let broker = Broker::start("[history]\nsize = 100\n");
+    // Four channels of 50 messages of 8 KiB: about 1,650 units at one per
+    // started KiB, eight times the key's bucket of 200.
+    let since = history(&broker, 4, 50, 8 << 10).await;
+    let names: Vec<String> = (0..4).map(|c| format!("doc:h{c}")).collect();
+    let req: Vec<(&str, Option<u64>)> = names
+        .iter()
+        .zip(&since)
+        .map(|(n, s)| (n.as_str(), Some(*s)))
+        .collect();
+    let mut c = connect(&broker).await;
+    let refused = c
+        .subscribe(authed(subscribe_req(&req), crate::common::API_KEY))
+        .await
+        .expect_err("the key cannot pay for 1.6 MB of history");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    // A recovery the key can pay for goes through, in order.
+    let small = broker.node.publish("doc:small", "1", "test").await;
+    broker.node.publish("doc:small", "2", "test").await;
+    let mut s = c
+        .subscribe(authed(
+            subscribe_req(&[("doc:small", Some(small - 1))]),
+            crate::common::API_KEY,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    crate::grpc_subscribe::next(&mut s).await.unwrap();
+    assert_eq!(crate::grpc_subscribe::next_message(&mut s).await.seq, small);
+    assert_eq!(
+        crate::grpc_subscribe::next_message(&mut s).await.seq,
+        small + 1
+    );
+}
