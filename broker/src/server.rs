@@ -28,6 +28,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(
         resource(socket::handshake::PATH).route(web::get().to(socket::handshake::not_upgraded)),
     )
+    .service(resource(socket::sse::PATH).route(web::get().to(socket::sse::stream)))
     .service(resource("/v1/publish").route(web::post().to(http::publish::publish)))
     .service(resource("/v1/publish/batch").route(web::post().to(http::publish::publish_batch)))
     .service(
@@ -123,6 +124,10 @@ pub async fn serve_with_grpc(
                 // read); WebSockets own their connection and linger
                 // themselves (`socket::Transport`).
                 .client_disconnect_timeout(disconnect_timeout)
+                // A client's end of file ends its connection: an SSE
+                // stream's reader that went away frees its places at once
+                // instead of at the next write (`socket/sse/`).
+                .h1_allow_half_closed(false)
                 // Realtime frames must not wait for Nagle's algorithm:
                 // without this, a small frame written while an earlier one
                 // is unacked waits for the peer's delayed ACK (up to 40 ms

@@ -24,6 +24,10 @@ use crate::node::Node;
 /// until the first request head is complete.
 pub struct Unfinished {
     slot: Cell<Option<IpSlot>>,
+    /// The connection's socket (not owned: valid while the connection
+    /// is), for a response that must end its connection itself (an SSE
+    /// stream whose reader stopped reading, `socket/sse/body.rs`).
+    fd: std::os::fd::RawFd,
     accepted: Instant,
     deadline: Duration,
     metrics: Arc<Metrics>,
@@ -33,6 +37,11 @@ impl Unfinished {
     /// The request head is complete: the connection no longer counts.
     pub fn finish(&self) {
         self.slot.take();
+    }
+
+    /// The connection's socket descriptor (see the field).
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        self.fd
     }
 }
 
@@ -63,6 +72,7 @@ pub fn on_connect(node: &Arc<Node>, tcp: &actix_web::rt::net::TcpStream, data: &
         Some(slot) => {
             data.insert(Unfinished {
                 slot: Cell::new(Some(slot)),
+                fd: std::os::fd::AsRawFd::as_raw_fd(tcp),
                 accepted: Instant::now(),
                 deadline: Duration::from_millis(config.handshake.request_timeout_ms),
                 metrics: node.metrics.clone(),
