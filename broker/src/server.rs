@@ -29,6 +29,9 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         resource(socket::handshake::PATH).route(web::get().to(socket::handshake::not_upgraded)),
     )
     .service(resource(socket::sse::PATH).route(web::get().to(socket::sse::stream)))
+    .service(
+        resource(http::client_publish::PATH).route(web::post().to(http::client_publish::publish)),
+    )
     .service(resource("/v1/publish").route(web::post().to(http::publish::publish)))
     .service(resource("/v1/publish/batch").route(web::post().to(http::publish::publish_batch)))
     .service(

@@ -48,6 +48,7 @@ mod rules;
 mod slow_consumer;
 mod sse_client;
 mod sse_ends;
+mod sse_publish;
 mod sse_stream;
 mod tls;
 mod token_refresh;
