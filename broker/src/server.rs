@@ -114,6 +114,9 @@ pub async fn serve_with_grpc(
                     srv.call(req)
                 })
                 .configure(routes)
+                // Cross-origin pages for the SSE stream and client
+                // publish (§14, `[http] cors_origins`).
+                .wrap(actix_web::middleware::from_fn(crate::cors::middleware))
                 .into_factory()
                 .map_err(|e: actix_web::Error| e.as_response_error().error_response());
             let accepted = accepted.clone();

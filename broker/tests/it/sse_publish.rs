@@ -178,3 +178,69 @@ async fn the_account_budget_is_charged_too_and_bans_answer_403() {
     );
     assert!(retry.is_some() && body["retryAfterMs"].as_u64().unwrap() > 0);
 }
+
+#[actix_rt::test]
+async fn allowed_origins_get_cors_answers_and_others_do_not() {
+    let broker = Broker::start("[http]\ncors_origins = [\"https://app.example\"]\n");
+    let client = reqwest::Client::new();
+    let preflight = |origin: &'static str, path: &'static str| {
+        client
+            .request(reqwest::Method::OPTIONS, broker.url(path))
+            .header("Origin", origin)
+            .header("Access-Control-Request-Method", "POST")
+            .header("Access-Control-Request-Headers", "authorization")
+            .send()
+    };
+    for path in ["/v1/client/publish", "/v1/sse"] {
+        let ok = preflight("https://app.example", path).await.unwrap();
+        assert_eq!(ok.status(), 204, "{path}");
+        let h = ok.headers();
+        assert_eq!(h["access-control-allow-origin"], "https://app.example");
+        assert!(
+            h["access-control-allow-headers"]
+                .to_str()
+                .unwrap()
+                .contains("Authorization")
+        );
+        let other = preflight("https://evil.example", path).await.unwrap();
+        assert_ne!(other.status(), 204, "{path}");
+        assert!(other.headers().get("access-control-allow-origin").is_none());
+    }
+    let token = broker.token("acme");
+    let resp = client
+        .post(broker.url("/v1/client/publish"))
+        .header("Origin", "https://app.example")
+        .bearer_auth(&token)
+        .json(&json!({"channel":"doc:c","data":1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.headers()["access-control-allow-origin"],
+        "https://app.example"
+    );
+    let s = crate::sse_client::open(
+        broker.addr,
+        &format!("/v1/sse?token={token}&channel=doc:c"),
+        &[("Origin", "https://app.example")],
+    )
+    .await
+    .expect("opened");
+    assert_eq!(
+        s.header("access-control-allow-origin").as_deref(),
+        Some("https://app.example")
+    );
+    // Default: same origin only.
+    let broker = Broker::start("");
+    let resp = reqwest::Client::new()
+        .post(broker.url("/v1/client/publish"))
+        .header("Origin", "https://app.example")
+        .bearer_auth(broker.token("acme"))
+        .json(&json!({"channel":"doc:c","data":1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers().get("access-control-allow-origin").is_none());
+}
