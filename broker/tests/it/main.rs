@@ -47,6 +47,7 @@ mod redis_server;
 mod rules;
 mod slow_consumer;
 mod sse_client;
+mod sse_cluster;
 mod sse_ends;
 mod sse_publish;
 mod sse_stream;
