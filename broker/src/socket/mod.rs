@@ -272,8 +272,8 @@ impl Actor for Socket {
         // Give back the IP and account places first (before the node stops
         // counting this socket), not when the actor is eventually dropped.
         self.slots = Slots::default();
-        self.node.sockets.remove(&self.id.conn);
         self.node.metrics.connection(self.transport(), false);
+        self.node.sockets.remove(&self.id.conn);
         self.outbox.finish();
         let _e = self.span.enter();
         tracing::debug!("socket closed");
