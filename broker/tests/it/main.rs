@@ -49,6 +49,7 @@ mod slow_consumer;
 mod sse_client;
 mod sse_cluster;
 mod sse_ends;
+mod sse_logs;
 mod sse_publish;
 mod sse_stream;
 mod tls;
