@@ -136,6 +136,8 @@ function expect(ok, what) {
 }
 
 let subscriber;
+/** The README's `curl -N` SSE stream (§14). */
+let stream;
 /** Where the README's broker listens here (`127.0.0.1:<free port>`). */
 let broker;
 const README_ADDR = "127.0.0.1:8080";
@@ -185,12 +187,22 @@ const EXPECTATIONS = [
     },
   },
   {
+    match: /^curl -N -H "Authorization: Bearer \$TOKEN" 'http:\/\/127\.0\.0\.1:8080\/v1\/sse\?channel=doc:42'$/,
+    async check(command) {
+      stream = start(local(command));
+      await stream(/^event: welcome$/);
+      await stream(/^data: \{"type":"welcome".*"account":"acme"/);
+    },
+  },
+  {
     match: /^curl -s -X POST http:\/\/127\.0\.0\.1:8080\/v1\/publish /,
     async check(command) {
       const out = await run(local(command));
       expect(/^\{"seq":\d+\}$/.test(out.trim()), `publish printed ${out}`);
       expect(subscriber, "the subscriber runs before the publish");
       await subscriber(/^\{"type":"message","channel":"doc:42","seq":\d+,"data":\{"text":"hello"\}\}$/);
+      expect(stream, "the SSE stream runs before the publish");
+      await stream(/^data: \{"channel":"doc:42","seq":\d+,"data":\{"text":"hello"\}\}$/);
     },
   },
   {

@@ -63,6 +63,7 @@ pub mod charge;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod cors;
 pub mod drain;
 pub mod exceeded;
 pub mod fuzzing;

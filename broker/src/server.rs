@@ -30,6 +30,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(
         resource(socket::handshake::PATH).route(web::get().to(socket::handshake::not_upgraded)),
     )
+    .service(resource(socket::sse::PATH).route(web::get().to(socket::sse::stream)))
+    .service(
+        resource(http::client_publish::PATH).route(web::post().to(http::client_publish::publish)),
+    )
     .service(resource("/v1/publish").route(web::post().to(http::publish::publish)))
     .service(resource("/v1/publish/batch").route(web::post().to(http::publish::publish_batch)))
     .service(
@@ -121,6 +125,9 @@ pub async fn serve_with_grpc(
                     }
                 })
                 .configure(routes)
+                // Cross-origin pages for the SSE stream and client
+                // publish (§14, `[http] cors_origins`).
+                .wrap(actix_web::middleware::from_fn(crate::cors::middleware))
                 .into_factory()
                 .map_err(|e: actix_web::Error| e.as_response_error().error_response());
             let accepted = accepted.clone();
@@ -134,6 +141,10 @@ pub async fn serve_with_grpc(
                 // read); WebSockets own their connection and linger
                 // themselves (`socket::Transport`).
                 .client_disconnect_timeout(disconnect_timeout)
+                // A client's end of file ends its connection: an SSE
+                // stream's reader that went away frees its places at once
+                // instead of at the next write (`socket/sse/`).
+                .h1_allow_half_closed(false)
                 // Realtime frames must not wait for Nagle's algorithm:
                 // without this, a small frame written while an earlier one
                 // is unacked waits for the peer's delayed ACK (up to 40 ms

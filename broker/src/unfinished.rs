@@ -57,6 +57,11 @@ struct Watch {
     slot: Cell<Option<IpSlot>>,
     /// Set at the accept.
     peer: OnceCell<Peer>,
+    /// The connection's socket (not owned: valid while the connection
+    /// is), for a response that must end its connection itself (an SSE
+    /// stream whose reader stopped reading, `socket/sse/body.rs`). Set at
+    /// the accept.
+    fd: Cell<Option<std::os::fd::RawFd>>,
 }
 
 struct Peer {
@@ -116,6 +121,11 @@ impl Unfinished {
         self.0.phase.set(Phase::Later);
         Ok(Some(now + peer.deadline))
     }
+
+    /// The connection's socket descriptor (see the field).
+    pub fn fd(&self) -> Option<std::os::fd::RawFd> {
+        self.0.fd.get()
+    }
 }
 
 /// actix sets the deadline on its cached clock, which steps every 500 ms:
@@ -168,6 +178,7 @@ pub fn on_connect(
             let w = &watch.0;
             w.slot.set(Some(slot));
             w.since.set(Some(Instant::now()));
+            w.fd.set(Some(std::os::fd::AsRawFd::as_raw_fd(tcp)));
             let _ = w.peer.set(Peer {
                 node: node.clone(),
                 ip,

@@ -255,6 +255,9 @@ pub struct HttpSection {
     pub max_batch: usize,
     /// Largest request body for `/v1/publish/batch`.
     pub max_batch_bytes: usize,
+    /// Origins of pages allowed to open `/v1/sse` and call
+    /// `/v1/client/publish` cross-origin (§14; empty: same origin only).
+    pub cors_origins: Vec<String>,
 }
 
 impl Default for HttpSection {
@@ -262,6 +265,7 @@ impl Default for HttpSection {
         HttpSection {
             max_batch: 100,
             max_batch_bytes: 1024 * 1024,
+            cors_origins: Vec::new(),
         }
     }
 }

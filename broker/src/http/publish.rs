@@ -20,11 +20,11 @@ use crate::protocol::{ErrorCode, channel};
 use crate::refusal::{refusal, refusal_builder, retry_after_ms, retry_after_secs};
 
 #[derive(Deserialize)]
-struct One<'a> {
+pub(super) struct One<'a> {
     #[serde(borrow)]
-    channel: Cow<'a, str>,
+    pub(super) channel: Cow<'a, str>,
     #[serde(borrow)]
-    data: &'a RawValue,
+    pub(super) data: &'a RawValue,
 }
 
 #[derive(Deserialize)]
@@ -47,14 +47,14 @@ enum Outcome {
 }
 
 /// A refusal of one message: status, code and a sentence.
-struct Refused {
+pub(super) struct Refused {
     status: StatusCode,
     code: ErrorCode,
     message: String,
 }
 
 impl Refused {
-    fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Refused {
+    pub(super) fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Refused {
         Refused {
             status,
             code,
@@ -83,7 +83,7 @@ fn authenticate(req: &HttpRequest, node: &Node) -> Option<Arc<KeyState>> {
 }
 
 /// Reads at most `limit` bytes of body; more is a 413 without reading on.
-async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, Refused> {
+pub(super) async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, Refused> {
     let mut buf = BytesMut::new();
     while let Some(chunk) = payload.next().await {
         let chunk = chunk.map_err(|e| {
@@ -105,7 +105,7 @@ async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, Ref
     Ok(buf.freeze())
 }
 
-fn parse<'a, T: Deserialize<'a>>(body: &'a [u8], max_depth: u32) -> Result<T, Refused> {
+pub(super) fn parse<'a, T: Deserialize<'a>>(body: &'a [u8], max_depth: u32) -> Result<T, Refused> {
     if crate::protocol::json::depth_exceeds(body, max_depth) {
         return Err(Refused::new(
             StatusCode::BAD_REQUEST,
@@ -158,7 +158,7 @@ pub(crate) fn check_body(
 
 /// `X-RateLimit-*` from the key's balance, and `Tidegate-Cost`: the units
 /// this request was charged.
-fn with_rate_headers(
+pub(super) fn with_rate_headers(
     status: StatusCode,
     balance: Option<&Balance>,
     cost: u32,
@@ -177,7 +177,7 @@ fn with_rate_headers(
 }
 
 /// A refusal of the request before anything was charged: counted here.
-fn refuse(node: &Node, key: Option<&KeyState>, r: Refused) -> HttpResponse {
+pub(super) fn refuse(node: &Node, key: Option<&KeyState>, r: Refused) -> HttpResponse {
     Exceeded::new(
         Layer::Http,
         r.code.as_str(),

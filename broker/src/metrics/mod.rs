@@ -64,6 +64,11 @@ struct ViaLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TransportLabels {
+    transport: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
     outcome: &'static str,
 }
@@ -119,7 +124,8 @@ struct AdminLabels {
 pub struct Metrics {
     registry: Registry,
     pub connections_opened: Counter,
-    pub connections_open: Gauge,
+    /// Open connections by transport (`ws`, `sse`): [`Metrics::connection`].
+    connections_open: Family<TransportLabels, Gauge>,
     pub messages_in: Counter,
     pub messages_out: Counter,
     pub messages_superseded: Counter,
@@ -178,7 +184,7 @@ impl Metrics {
         let m = Metrics {
             registry: Registry::default(),
             connections_opened: Counter::default(),
-            connections_open: Gauge::default(),
+            connections_open: Family::default(),
             messages_in: Counter::default(),
             messages_out: Counter::default(),
             messages_superseded: Counter::default(),
@@ -213,7 +219,7 @@ impl Metrics {
         );
         registry.register(
             "connections",
-            "WebSocket connections open now",
+            "Connections open now, by transport (ws, sse)",
             m.connections_open.clone(),
         );
         registry.register(
@@ -421,6 +427,25 @@ impl Metrics {
                 reason,
             })
             .inc();
+    }
+
+    /// One more (`open`) or one fewer open connection of `transport`.
+    pub fn connection(&self, transport: &'static str, open: bool) {
+        let g = self
+            .connections_open
+            .get_or_create(&TransportLabels { transport });
+        if open {
+            g.inc();
+        } else {
+            g.dec();
+        }
+    }
+
+    /// Open connections of `transport` now.
+    pub fn connections(&self, transport: &'static str) -> i64 {
+        self.connections_open
+            .get_or_create(&TransportLabels { transport })
+            .get()
     }
 
     pub fn published(&self, via: &'static str) {

@@ -67,11 +67,11 @@ fn bearer_token(req: &RequestHead) -> Option<&str> {
 }
 
 /// A refused handshake.
-struct Refused {
-    status: StatusCode,
-    code: ErrorCode,
-    message: String,
-    retry: Option<Duration>,
+pub(super) struct Refused {
+    pub(super) status: StatusCode,
+    pub(super) code: ErrorCode,
+    pub(super) message: String,
+    pub(super) retry: Option<Duration>,
 }
 
 fn refused(
@@ -89,10 +89,10 @@ fn refused(
 }
 
 /// Everything the checks established, handed to the socket.
-struct Admitted {
-    identity: Identity,
-    limits: Arc<Limits>,
-    slots: Slots,
+pub(super) struct Admitted {
+    pub(super) identity: Identity,
+    pub(super) limits: Arc<Limits>,
+    pub(super) slots: Slots,
 }
 
 /// The peer's place, from the §1 layers before the credential.
@@ -185,13 +185,19 @@ fn admit_peer(req: &RequestHead, node: &Node, config: &Config) -> Result<Peer, R
     Ok(Peer { ip, slot })
 }
 
-/// Runs the §1 checks in order. Emits one exceeded event per refusal.
-async fn admit(req: &RequestHead, node: &Arc<Node>, config: &Config) -> Result<Admitted, Refused> {
+/// Runs the §1 checks in order with `token` (the upgrade's, or an SSE
+/// stream's). Emits one exceeded event per refusal.
+pub(super) async fn admit(
+    req: &RequestHead,
+    token: Option<&str>,
+    node: &Arc<Node>,
+    config: &Config,
+) -> Result<Admitted, Refused> {
     let Peer { ip, slot: ip_slot } = admit_peer(req, node, config)?;
     let event = |reason: ErrorCode, account: &str| {
         Exceeded::new(Layer::Handshake, reason.as_str(), account).emit(&node.metrics);
     };
-    let token = bearer_token(req).ok_or_else(|| {
+    let token = token.ok_or_else(|| {
         event(ErrorCode::Unauthorized, "");
         refused(
             StatusCode::UNAUTHORIZED,
@@ -305,7 +311,11 @@ where
         Err(e) => return refuse(framed, not_websocket(&node, &e, started)).await,
     };
     let (admitted, words, dialect): (_, RefusalBody, _) = match route {
-        None => (admit(req.head(), &node, &config).await, refusal, None),
+        None => (
+            admit(req.head(), bearer_token(req.head()), &node, &config).await,
+            refusal,
+            None,
+        ),
         Some(r) => (
             admit_dialect(req.head(), &node, &config, r.subprotocol),
             r.refusal,

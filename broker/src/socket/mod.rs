@@ -14,6 +14,8 @@ mod outlet;
 mod queue;
 mod recovery;
 mod refresh;
+pub mod sse;
+mod start;
 mod transport;
 
 use std::rc::Rc;
@@ -114,9 +116,17 @@ pub struct Socket {
     /// The protocol spoken instead of `tidegate.v1` (`None`: tidegate.v1),
     /// driven through `socket/link.rs`.
     dialect: Option<Box<dyn Dialect>>,
+    /// An SSE stream's state (`None`: a WebSocket): the same actor, only
+    /// the writer differs (`socket/sse/`).
+    sse: Option<sse::Stream>,
 }
 
 impl Socket {
+    /// The `transport` label of `tidegate_connections`.
+    fn transport(&self) -> &'static str {
+        if self.sse.is_some() { "sse" } else { "ws" }
+    }
+
     fn limits(&self) -> &Arc<Limits> {
         self.admission.limits()
     }
@@ -176,6 +186,9 @@ impl Socket {
         let timeout = Duration::from_millis(self.node.config.load().socket.close_timeout_ms);
         ctx.run_later(timeout, |act, ctx| {
             act.outbox.abort();
+            if let Some(s) = &act.sse {
+                s.end_connection();
+            }
             ctx.stop();
         });
     }
@@ -190,7 +203,9 @@ impl Socket {
     fn heartbeat(&mut self, ctx: &mut Context<Self>) {
         let config = self.node.config.load();
         let timeout = Duration::from_millis(config.socket.client_timeout_ms);
-        if self.last_heard.elapsed() > timeout {
+        // An SSE reader cannot answer pings: a dead one fills its queue
+        // and is closed with 4008.
+        if self.sse.is_none() && self.last_heard.elapsed() > timeout {
             let _e = self.span.enter();
             tracing::info!("client stopped answering; dropping the connection");
             self.socket_event(Layer::Connection, "heartbeat_timeout");
@@ -223,7 +238,7 @@ impl Actor for Socket {
             },
         );
         node.metrics.connections_opened.inc();
-        node.metrics.connections_open.inc();
+        node.metrics.connection(self.transport(), true);
         let config = node.config.load();
         // Only here is the node's socket count exact across workers: one
         // past the cap is shed right after the upgrade (seed 002: 1013).
@@ -250,6 +265,7 @@ impl Actor for Socket {
             &welcome_limits(&limits, node.bridge.account_share(&self.id.account)),
             self.id.token_expires_at,
         ));
+        self.sse_open(ctx);
         self.arm_expiry(ctx);
         let _e = self.span.enter();
         tracing::debug!("socket open");
@@ -265,8 +281,8 @@ impl Actor for Socket {
         // Give back the IP and account places first (before the node stops
         // counting this socket), not when the actor is eventually dropped.
         self.slots = Slots::default();
+        self.node.metrics.connection(self.transport(), false);
         self.node.sockets.remove(&self.id.conn);
-        self.node.metrics.connections_open.dec();
         self.outbox.finish();
         let _e = self.span.enter();
         tracing::debug!("socket closed");
@@ -325,6 +341,9 @@ impl Handler<Drained> for Socket {
         if self.congested_since.take().is_none() {
             return;
         }
+        if self.sse.is_some() && !self.closing {
+            return self.sse_drained(ctx);
+        }
         let dropped = self.gauge.clear_congestion();
         if !self.closing && self.with_dialect(ctx, |d, link| d.drained(link, dropped)) {
             return;
@@ -357,80 +376,6 @@ impl Handler<CloseWith> for Socket {
             self.send(wire::ErrorFrame::new(code).encode());
         }
         self.close_because(ctx, msg.code, msg.reason.unwrap_or(msg.code.reason()));
-    }
-}
-
-impl Socket {
-    /// Starts the actor for an accepted upgrade and returns the transport
-    /// that carries its frames over `io` (to be driven by the caller).
-    /// `early` is what the client sent after its request head, already
-    /// read off `io`.
-    pub fn start<T>(
-        id: Identity,
-        limits: Arc<Limits>,
-        slots: Slots,
-        node: Arc<Node>,
-        dialect: Option<Box<dyn Dialect>>,
-        io: T,
-        early: &[u8],
-    ) -> Transport<T>
-    where
-        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-    {
-        let pipe = Rc::new(inbound::Pipe::default());
-        pipe.push(early);
-        let linger = Duration::from_millis(node.config.load().socket.close_timeout_ms);
-        let now = Instant::now();
-        let gauge = Arc::new(OutboundGauge::new(limits.outbound_high_water_bytes));
-        let gate = Gate::new(limits.max_payload_bytes);
-        let mut started = None;
-        Socket::create(|ctx| {
-            let outbox = Outbox::new(
-                gauge.clone(),
-                node.metrics.clone(),
-                ctx.address().recipient(),
-            );
-            started = Some((outbox.clone(), ctx.address().recipient()));
-            let span = tracing::info_span!("socket", conn = %id.label, account = %id.account);
-            Socket {
-                slots,
-                sampler: Sampler::new(limits.account_sample_every),
-                account_view: None,
-                conn_rules: ConnRules::default(),
-                rules_skipped: crate::rules::skipped(&limits, id.role.as_deref()),
-                held: None,
-                last_budget_frame: None,
-                pings: crate::limiter::TokenBucket::new(
-                    f64::from(limits.ping_burst),
-                    limits.pings_per_sec,
-                    now,
-                ),
-                free_frames: crate::limiter::TokenBucket::new(
-                    f64::from(limits.free_frame_burst),
-                    limits.free_frames_per_sec,
-                    now,
-                ),
-                admission: Admission::new(limits, now),
-                notice: DropNotice::new(NOTICE_INTERVAL),
-                next_join: 0,
-                outbox,
-                gauge,
-                inbound: Some(Inbound::new(pipe.clone(), gate.clone())),
-                gate,
-                last_heard: now,
-                closing: false,
-                congested_since: None,
-                expiry: None,
-                span,
-                _alive: node.metrics.alive.actor(crate::alive::ActorKind::Socket),
-                dialect,
-                id,
-                node,
-            }
-        });
-        // `create` runs the closure before returning.
-        let (outbox, on_drain) = started.expect("actor constructed");
-        Transport::new(io, pipe, outbox, on_drain, linger)
     }
 }
 

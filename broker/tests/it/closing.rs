@@ -120,7 +120,12 @@ async fn a_client_close_is_answered_then_the_server_closes_tcp() {
     let mut s = raw_upgrade(broker.addr, &broker.token("acme")).await;
     let welcome = until_first_text(&mut s).await;
     assert!(welcome.contains("\"welcome\""), "{welcome}");
-    assert_eq!(broker.metric("tidegate_connections").await, 1.0);
+    assert_eq!(
+        broker
+            .metric("tidegate_connections{transport=\"ws\"}")
+            .await,
+        1.0
+    );
 
     s.write_all(&masked_close(1000)).await.unwrap();
     let frames = until_eof(&mut s).await;
@@ -134,7 +139,12 @@ async fn a_client_close_is_answered_then_the_server_closes_tcp() {
     );
     // The socket stopped before its last frame went out.
     assert!(broker.node.sockets.is_empty());
-    assert_eq!(broker.metric("tidegate_connections").await, 0.0);
+    assert_eq!(
+        broker
+            .metric("tidegate_connections{transport=\"ws\"}")
+            .await,
+        0.0
+    );
 }
 
 /// A close code the client chose (4000–4999) is echoed as it was sent.
@@ -146,7 +156,12 @@ async fn an_application_close_code_is_echoed_then_tcp_closed() {
     s.write_all(&masked_close(4321)).await.unwrap();
     let frames = until_eof(&mut s).await;
     assert_eq!(frames.last().and_then(Frame::close_code), Some(4321));
-    assert_eq!(broker.metric("tidegate_connections").await, 0.0);
+    assert_eq!(
+        broker
+            .metric("tidegate_connections{transport=\"ws\"}")
+            .await,
+        0.0
+    );
 }
 
 /// The broker closes (a message over the payload limit, 1009): the client
@@ -166,7 +181,12 @@ async fn a_server_close_for_a_limit_ends_tcp_once_answered() {
     let after = until_eof(&mut s).await;
     assert!(after.is_empty(), "frames after the close frame: {after:?}");
     assert!(broker.node.sockets.is_empty());
-    assert_eq!(broker.metric("tidegate_connections").await, 0.0);
+    assert_eq!(
+        broker
+            .metric("tidegate_connections{transport=\"ws\"}")
+            .await,
+        0.0
+    );
 }
 
 /// The drain (1012) is a server close too: answered, then TCP ends.
@@ -189,7 +209,7 @@ async fn a_drain_close_ends_tcp_once_answered() {
         .expect("the broker did not stop")
         .unwrap();
     assert!(node.sockets.is_empty());
-    assert_eq!(node.metrics.connections_open.get(), 0);
+    assert_eq!(node.metrics.connections("ws"), 0);
 }
 
 /// Reads up to and including the first text frame; returns its text.

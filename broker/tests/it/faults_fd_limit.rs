@@ -67,7 +67,9 @@ async fn at_the_descriptor_limit_new_sockets_are_refused_cleanly_and_open_ones_s
         c.closed().await;
     }
     let deadline = Instant::now() + PATIENCE;
-    while metric_value(&p.metrics().await, "tidegate_connections") != open.len() as f64 {
+    while metric_value(&p.metrics().await, "tidegate_connections{transport=\"ws\"}")
+        != open.len() as f64
+    {
         assert!(Instant::now() < deadline, "the closes were never seen");
     }
     for _ in 0..5 {

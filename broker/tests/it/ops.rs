@@ -43,7 +43,7 @@ async fn metrics_count_connections_messages_and_rejections() {
     let text = broker.metrics().await;
     let v = |s: &str| crate::common::metric_value(&text, s);
     assert_eq!(v("tidegate_connections_opened_total"), 1.0);
-    assert_eq!(v("tidegate_connections"), 1.0);
+    assert_eq!(v("tidegate_connections{transport=\"ws\"}"), 1.0);
     assert!(v("tidegate_messages_in_total") >= 3.0);
     assert!(v("tidegate_messages_out_total") >= 1.0);
     assert_eq!(v("tidegate_publishes_total{via=\"ws\"}"), 1.0);
@@ -86,7 +86,11 @@ async fn metrics_count_connections_messages_and_rejections() {
     // The close is observed by the broker asynchronously; wait for the
     // gauge to reflect it rather than sleeping a fixed time.
     let deadline = std::time::Instant::now() + crate::common::PATIENCE;
-    while broker.metric("tidegate_connections").await != 0.0 {
+    while broker
+        .metric("tidegate_connections{transport=\"ws\"}")
+        .await
+        != 0.0
+    {
         assert!(
             std::time::Instant::now() < deadline,
             "connection never counted as closed"

@@ -1,0 +1,97 @@
+//! What the socket's actor does differently for an SSE stream: it joins
+//! the stream's channels after the welcome (each from its position, with
+//! §2's `since`), and where a WebSocket would say `slow_consumer` after a
+//! drop episode, it continues every channel from history instead, so the
+//! stream never skips a message (§14).
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use serde_json::value::RawValue;
+
+use crate::cluster::Pending;
+use crate::exceeded::Exceeded;
+use crate::hub::{Joined, Sink, Subscriber};
+use crate::metrics::Layer;
+use crate::protocol::wire;
+use crate::socket::Socket;
+use crate::socket::delivery::Sub;
+use crate::socket::outbox::Outbox;
+
+/// A stream's subscription ack names its channel as its `id`
+/// (`render.rs` reads it back).
+fn ack_id(channel: &str) -> Box<RawValue> {
+    // Channel names are validated to a charset that needs no escaping.
+    RawValue::from_string(format!("\"{channel}\"")).expect("a JSON string")
+}
+
+impl Socket {
+    /// Joins the stream's channels, after the welcome: a channel with a
+    /// position recovers after it (its ack becomes the `recovered` event),
+    /// the others start live (their ack, an `id:` alone).
+    pub(in crate::socket) fn sse_open(&mut self, ctx: &mut Context<Self>) {
+        let Some(stream) = &mut self.sse else { return };
+        for (channel, since) in std::mem::take(&mut stream.start) {
+            self.subscribe(Some(&ack_id(&channel)), &channel, since, ctx);
+        }
+    }
+
+    /// The reader caught up after a drop episode: every channel continues
+    /// from history after the last `seq` queued, through the socket's own
+    /// recovery (held messages, then live; no gap, no duplicate). Each
+    /// subscription starts joining before the episode ends, so nothing
+    /// newer goes out before what was dropped.
+    pub(in crate::socket) fn sse_drained(&mut self, ctx: &mut Context<Self>) {
+        let rejoins = self.outbox.rejoin_live(&mut self.next_join);
+        let dropped = self.gauge.clear_congestion();
+        Exceeded::new(Layer::Outbound, "slow_consumer", &self.id.account)
+            .conn(&self.id.label)
+            .count(dropped)
+            .log();
+        for (channel, since, join) in rejoins {
+            let sub = Subscriber {
+                conn: self.id.conn,
+                sink: Sink::Socket(self.outbox.clone()),
+                gauge: self.gauge.clone(),
+            };
+            match self.node.bridge.subscribe(&channel, sub, Some(since)) {
+                Pending::Ready(joined) => self.sse_rejoined(&channel, join, joined),
+                Pending::Later(f) => {
+                    ctx.spawn(f.into_actor(self).map(move |joined, act, _| {
+                        act.sse_rejoined(&channel, join, joined);
+                    }));
+                }
+            }
+        }
+    }
+
+    /// A continued channel: nothing to say when history held everything
+    /// (the position does not move: the messages that follow move it), a
+    /// `recovered:false` event when it did not.
+    fn sse_rejoined(&mut self, channel: &str, join: u64, joined: Joined) {
+        let lost = joined.recovered == Some(false);
+        let ack = wire::ack(&ack_id(channel), None, lost.then_some(false));
+        self.outbox.joined(channel, join, Some(ack), joined);
+    }
+}
+
+impl Outbox {
+    /// Turns every live subscription into a joining one (live messages
+    /// are held from now on); returns each channel with the last `seq`
+    /// queued and its join number.
+    fn rejoin_live(&self, next_join: &mut u64) -> Vec<(Arc<str>, u64, u64)> {
+        let mut s = self.lock();
+        let mut out = Vec::with_capacity(s.subs.len());
+        for (name, sub) in s.subs.iter_mut() {
+            if let Sub::Live(last) = *sub {
+                *next_join += 1;
+                *sub = Sub::Joining {
+                    join: *next_join,
+                    held: Vec::new(),
+                };
+                out.push((name.clone(), last, *next_join));
+            }
+        }
+        out
+    }
+}

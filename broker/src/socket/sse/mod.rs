@@ -1,0 +1,203 @@
+//! `GET /v1/sse` (PROTOCOL.md §14): a one-way stream of the same messages
+//! as a socket, for clients that cannot keep a WebSocket (a proxy that
+//! breaks upgrades, a page with only `EventSource`).
+//!
+//! It is another transport of the socket machinery, not a front of its
+//! own: the §1 layers in their order (`handshake::admit`, the token from
+//! `Authorization` or the query string), then the same actor with its
+//! bucket, outbound mark and grace, conflation, drain, operators' closes
+//! and token expiry, counted as a connection (account cap, per-IP cap,
+//! the node's registry). Only the writer differs: an actix-web streaming
+//! body of SSE events (`body.rs`, `render.rs`) instead of WebSocket
+//! frames over the upgraded TCP stream. The query string carries the
+//! token, so nothing here logs it (nor the request's URI).
+
+mod actor;
+mod body;
+mod render;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{HttpRequest, HttpResponse, web};
+use bytes::Bytes;
+
+use super::Socket;
+use super::handshake::{self, Admitted};
+use crate::config::LimitName;
+use crate::exceeded::Exceeded;
+use crate::metrics::Layer;
+use crate::node::Node;
+use crate::protocol::position::Position;
+use crate::protocol::{ErrorCode, channel};
+use crate::refusal::refusal;
+use body::Body;
+pub(super) use body::Ender;
+use render::Render;
+
+/// The path streams are served on.
+pub const PATH: &str = "/v1/sse";
+
+/// The `retry:` range (§14): jittered per stream, so that the reconnects
+/// after a drain do not land together.
+const RETRY_MS: std::ops::RangeInclusive<u64> = 1_000..=5_000;
+
+/// An SSE stream's state in the socket's actor.
+pub(super) struct Stream {
+    /// The channels to join once open, each with its `since` (taken when
+    /// the actor starts; at most the plan's `max_subscriptions`).
+    start: Vec<(String, Option<u64>)>,
+    ender: Ender,
+}
+
+impl Stream {
+    /// Ends the response's connection (a close the reader did not take
+    /// within `close_timeout_ms`).
+    pub(super) fn end_connection(&self) {
+        self.ender.end();
+    }
+}
+
+/// What the request asks for, before any check that costs something.
+struct Ask {
+    channels: Vec<String>,
+    token: Option<String>,
+    position: Position,
+}
+
+/// Reads the query string and `Last-Event-ID`: `Err` is the `bad_request`
+/// message.
+fn ask(req: &HttpRequest) -> Result<Ask, String> {
+    let pairs = web::Query::<Vec<(String, String)>>::from_query(req.query_string())
+        .map_err(|_| "the query string is not form-encoded".to_owned())?
+        .into_inner();
+    let mut channels: Vec<String> = Vec::new();
+    let (mut token, mut last_event_id) = (None, None);
+    for (key, value) in pairs {
+        match key.as_str() {
+            "channel" => {
+                channel::validate(&value).map_err(|why| format!("channel {value:?}: {why}"))?;
+                if !channels.contains(&value) {
+                    channels.push(value);
+                }
+            }
+            "token" => token = Some(value),
+            "lastEventId" => last_event_id = Some(value),
+            _ => {}
+        }
+    }
+    // The header wins over the query parameter.
+    let header = req
+        .headers()
+        .get("last-event-id")
+        .map(|v| v.to_str().map(str::to_owned))
+        .transpose()
+        .map_err(|_| "Last-Event-ID is not a position this broker wrote".to_owned())?;
+    let mut position = match header.or(last_event_id).filter(|p| !p.is_empty()) {
+        Some(p) => Position::decode(&p).map_err(|e| format!("Last-Event-ID: {e}"))?,
+        None => Position::default(),
+    };
+    position.retain(|c| channels.iter().any(|x| x == c));
+    if !Position::fits(channels.iter().map(String::as_str)) {
+        return Err(format!(
+            "the channels' names are too long for a position (at most {} bytes)",
+            crate::protocol::position::MAX_POSITION_BYTES
+        ));
+    }
+    let bearer = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|t| t.trim().to_owned());
+    Ok(Ask {
+        channels,
+        token: bearer.or(token).filter(|t| !t.is_empty()),
+        position,
+    })
+}
+
+/// `GET /v1/sse`.
+pub async fn stream(req: HttpRequest, node: web::Data<Arc<Node>>) -> HttpResponse {
+    let node = node.get_ref().clone();
+    let started = Instant::now();
+    let refuse = |status, code: ErrorCode, account: &str, message: &str| {
+        Exceeded::new(Layer::Handshake, code.as_str(), account).emit(&node.metrics);
+        node.metrics.handshake_done("refused", started);
+        refusal(status, code, message, None)
+    };
+    let ask = match ask(&req) {
+        Ok(a) => a,
+        Err(message) => {
+            return refuse(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, "", &message);
+        }
+    };
+    let config = node.config.load_full();
+    let admitted = handshake::admit(req.head(), ask.token.as_deref(), &node, &config).await;
+    let Admitted {
+        identity,
+        limits,
+        slots,
+    } = match admitted {
+        Ok(a) => a,
+        Err(r) => {
+            node.metrics.handshake_done("refused", started);
+            return refusal(r.status, r.code, &r.message, r.retry);
+        }
+    };
+    // The places `slots` took go back when it is dropped on a refusal.
+    if let Some(c) = ask
+        .channels
+        .iter()
+        .find(|c| !identity.grants.subscribe.matches(c))
+    {
+        let message = format!("this token may not subscribe on {c:?}");
+        return refuse(
+            StatusCode::FORBIDDEN,
+            ErrorCode::Forbidden,
+            &identity.account,
+            &message,
+        );
+    }
+    let max = limits.max_subscriptions as usize;
+    if ask.channels.len() > max && !limits.is_dry_run(LimitName::Subscriptions) {
+        let message = format!("a connection may hold at most {max} subscriptions");
+        let code = ErrorCode::TooManySubscriptions;
+        return refuse(StatusCode::BAD_REQUEST, code, &identity.account, &message);
+    }
+    node.metrics.handshake_done("accepted", started);
+    let start = ask
+        .channels
+        .iter()
+        .map(|c| (c.clone(), ask.position.get(c)))
+        .collect();
+    let fd = req
+        .conn_data::<crate::unfinished::Unfinished>()
+        .and_then(|u| u.fd());
+    let ender = Ender::new(fd);
+    let stream = Stream {
+        start,
+        ender: ender.clone(),
+    };
+    let s = Socket::spawn(identity, limits, slots, node, None, Some(stream));
+    let retry = rand::random_range(RETRY_MS);
+    let head = Bytes::from(format!("retry: {retry}\n\n"));
+    let body = Body::new(
+        s.outbox,
+        s.on_drain,
+        s.pipe,
+        head,
+        Render::new(ask.position),
+        ender,
+    );
+    HttpResponse::Ok()
+        .insert_header((
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        ))
+        .insert_header((header::CACHE_CONTROL, HeaderValue::from_static("no-cache")))
+        .insert_header(("X-Accel-Buffering", HeaderValue::from_static("no")))
+        .streaming(body)
+}

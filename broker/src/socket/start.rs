@@ -1,0 +1,120 @@
+//! Starting a socket's actor, for a WebSocket's transport or an SSE
+//! response (`socket/sse/`).
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+
+use super::inbound::{self, Gate, Inbound};
+use super::outbox::{Drained, Outbox};
+use super::{Identity, NOTICE_INTERVAL, Slots, Socket, Transport};
+use crate::charge::Admission;
+use crate::config::Limits;
+use crate::hub::OutboundGauge;
+use crate::limiter::{DropNotice, Sampler};
+use crate::node::Node;
+use crate::node::dialect::Dialect;
+use crate::rules::ConnRules;
+
+/// A started actor's ends, for its writer.
+pub(super) struct Started {
+    /// The actor's inbound stream: ending it stops the actor.
+    pub(super) pipe: Rc<inbound::Pipe>,
+    pub(super) outbox: Arc<Outbox>,
+    pub(super) on_drain: Recipient<Drained>,
+}
+
+impl Socket {
+    /// Starts the actor for an accepted upgrade and returns the transport
+    /// that carries its frames over `io` (to be driven by the caller).
+    /// `early` is what the client sent after its request head, already
+    /// read off `io`.
+    pub fn start<T>(
+        id: Identity,
+        limits: Arc<Limits>,
+        slots: Slots,
+        node: Arc<Node>,
+        dialect: Option<Box<dyn Dialect>>,
+        io: T,
+        early: &[u8],
+    ) -> Transport<T>
+    where
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let linger = Duration::from_millis(node.config.load().socket.close_timeout_ms);
+        let started = Socket::spawn(id, limits, slots, node, dialect, None);
+        started.pipe.push(early);
+        Transport::new(io, started.pipe, started.outbox, started.on_drain, linger)
+    }
+
+    /// Creates the actor on this worker; its writer (a WebSocket's
+    /// transport, an SSE response) is the caller's.
+    pub(super) fn spawn(
+        id: Identity,
+        limits: Arc<Limits>,
+        slots: Slots,
+        node: Arc<Node>,
+        dialect: Option<Box<dyn Dialect>>,
+        sse: Option<super::sse::Stream>,
+    ) -> Started {
+        let pipe = Rc::new(inbound::Pipe::default());
+        let now = Instant::now();
+        let gauge = Arc::new(OutboundGauge::new(limits.outbound_high_water_bytes));
+        let gate = Gate::new(limits.max_payload_bytes);
+        let mut started = None;
+        Socket::create(|ctx| {
+            let outbox = Outbox::new(
+                gauge.clone(),
+                node.metrics.clone(),
+                ctx.address().recipient(),
+            );
+            started = Some((outbox.clone(), ctx.address().recipient()));
+            let span = tracing::info_span!("socket", conn = %id.label, account = %id.account);
+            Socket {
+                slots,
+                sampler: Sampler::new(limits.account_sample_every),
+                account_view: None,
+                conn_rules: ConnRules::default(),
+                rules_skipped: crate::rules::skipped(&limits, id.role.as_deref()),
+                held: None,
+                last_budget_frame: None,
+                pings: crate::limiter::TokenBucket::new(
+                    f64::from(limits.ping_burst),
+                    limits.pings_per_sec,
+                    now,
+                ),
+                free_frames: crate::limiter::TokenBucket::new(
+                    f64::from(limits.free_frame_burst),
+                    limits.free_frames_per_sec,
+                    now,
+                ),
+                admission: Admission::new(limits, now),
+                notice: DropNotice::new(NOTICE_INTERVAL),
+                next_join: 0,
+                outbox,
+                gauge,
+                inbound: Some(Inbound::new(pipe.clone(), gate.clone())),
+                gate,
+                last_heard: now,
+                closing: false,
+                congested_since: None,
+                expiry: None,
+                span,
+                _alive: node.metrics.alive.actor(crate::alive::ActorKind::Socket),
+                dialect,
+                sse,
+                id,
+                node,
+            }
+        });
+        // `create` runs the closure before returning.
+        let (outbox, on_drain) = started.expect("actor constructed");
+        Started {
+            pipe,
+            outbox,
+            on_drain,
+        }
+    }
+}
