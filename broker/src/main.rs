@@ -201,6 +201,7 @@ fn main() -> Result<()> {
                 role,
                 sub_channels,
                 pub_channels,
+                info: None,
             };
             println!("{}", auth.try_mint(&claims)?);
             Ok(())

@@ -6,6 +6,7 @@ pub mod codes;
 pub mod frames;
 pub mod glob;
 pub mod json;
+pub mod presence;
 pub mod wire;
 
 pub use codes::{CloseCode, ErrorCode};
