@@ -40,6 +40,7 @@ mod handshake_limits;
 mod http_publish;
 mod inbound_limits;
 mod ops;
+mod presence_backends;
 mod presence_cluster;
 mod presence_single;
 mod presence_webhooks;
