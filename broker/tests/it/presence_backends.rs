@@ -66,3 +66,42 @@ async fn grpc_presence_answers_members_and_is_priced_like_the_frame() {
         assert_eq!(e.code(), code, "{e:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn graphql_channel_presence_and_presence_stats_read_the_members() {
+    let b = Broker::start("[namespaces.note]\npresence = true\n");
+    let token = b.mint(Claims {
+        sub: "ann".into(),
+        exp: unix_now() + 600,
+        plan: None,
+        role: None,
+        sub_channels: vec!["note:*".into()],
+        pub_channels: vec![],
+        info: Some(json!({"name": "Ann"})),
+    });
+    let mut c = Client::connect(&b.ws_url(), &token).await.unwrap();
+    let conn = c.next_json().await["connId"].as_str().unwrap().to_owned();
+    let ack = c
+        .call(json!({"type":"subscribe","channel":"note:q"}), 1)
+        .await;
+    assert_eq!(ack["type"], "ack");
+    let a = crate::graphql::query(
+        &b,
+        "{ channel(name: \"note:q\") { presence(first: 10) { user connId info } presenceStats { users connections } } }",
+        json!({}),
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(
+        a.body["data"]["channel"],
+        json!({"presence":[{"user":"ann","connId":conn,"info":{"name":"Ann"}}],
+               "presenceStats":{"users":1,"connections":1}})
+    );
+    let a = crate::graphql::query(
+        &b,
+        "{ channel(name: \"note:q\") { presence(first: 1001) { user } } }",
+        json!({}),
+    )
+    .await;
+    assert!(a.text.contains("at most 1000"), "{}", a.text);
+}
