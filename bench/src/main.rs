@@ -57,6 +57,9 @@ enum Peer {
     Nats,
     /// `tidegate-relay`: Tidegate's wire protocol with no limits at all.
     Relay,
+    /// Tidegate again, subscribers over GraphQL (`graphql-transport-ws`)
+    /// instead of `/v1/ws` (fan-out: the two side by side in one run).
+    Graphql,
     None,
 }
 
@@ -305,6 +308,7 @@ fn main() -> Result<()> {
         let kind = match peer {
             Peer::Nats => Kind::Nats,
             Peer::Relay => Kind::Relay,
+            Peer::Graphql => Kind::Graphql,
             Peer::None => continue,
         };
         if !kinds.contains(&kind) {

@@ -163,6 +163,41 @@ fn fanout_drives_the_minimal_relay_unchanged() {
     assert!(vs[0]["delivered_per_sec_ratio"].is_number(), "{vs:?}");
 }
 
+/// GraphQL subscribers (`graphql-transport-ws`, §12) get the same fan-out
+/// as `/v1/ws` subscribers in one run, and the report compares the two.
+#[test]
+fn fanout_over_graphql_subscriptions_is_compared_with_ws() {
+    let r = run_beside(
+        "graphql",
+        &[
+            "fanout",
+            "--subscribers",
+            "10",
+            "--payload",
+            "64",
+            "--warmup",
+            "0.3",
+            "--duration",
+            "1",
+        ],
+    );
+    assert_eq!(
+        r["params"]["brokers"],
+        serde_json::json!(["tidegate", "graphql"])
+    );
+    let cells = r["results"]["cells"].as_array().unwrap();
+    let gql = cells
+        .iter()
+        .find(|c| c["broker"] == "graphql")
+        .unwrap_or_else(|| panic!("no graphql cell: {cells:?}"));
+    assert!(gql["delivered"].as_u64().unwrap() > 0, "{gql}");
+    assert_eq!(gql["subscriber_closes"], 0, "{gql}");
+    assert_eq!(gql["errors"], serde_json::json!({}), "{gql}");
+    let vs = r["results"]["graphql_vs_ws"].as_array().unwrap();
+    assert_eq!(vs.len(), 1, "{vs:?}");
+    assert!(vs[0]["delivered_per_sec_ratio"].is_number(), "{vs:?}");
+}
+
 /// `--polite` closes as RFC 6455 §7.1.1 has it (close frame, then wait
 /// for the server's end of stream): every handshake must end that way.
 #[test]

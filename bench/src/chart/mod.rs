@@ -26,6 +26,7 @@ pub fn color_of(broker: &str) -> RGBColor {
     match broker {
         "nats" => NATS,
         "relay" => THIRD,
+        "graphql" => FOURTH,
         _ => TIDEGATE,
     }
 }

@@ -56,15 +56,17 @@ impl Env {
     /// plus `layers`.
     pub fn start(&self, kind: Kind, layers: &[&str]) -> Result<Running> {
         match kind {
-            Kind::Tidegate => {
+            Kind::Tidegate | Kind::Graphql => {
                 let mut all = vec![target::TIDEGATE_BASE];
                 all.extend_from_slice(layers);
                 let (text, config) = target::tidegate_config(&all)?;
                 let (process, addr) =
                     procs::start_tidegate(&self.tidegate_bin, &text, self.pinning.broker_core)?;
+                let mut target = Target::tidegate(addr, &config)?;
+                target.kind = kind;
                 Ok(Running {
                     process,
-                    target: Target::tidegate(addr, &config)?,
+                    target,
                     config: text,
                 })
             }

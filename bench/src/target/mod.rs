@@ -3,6 +3,7 @@
 //! one speaks.
 
 mod config;
+mod graphql;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -27,6 +28,9 @@ pub enum Kind {
     Nats,
     /// `tidegate-relay` (src/relay.rs): Tidegate's wire protocol, no limits.
     Relay,
+    /// Tidegate with subscribers on `/v1/graphql` (`graphql-transport-ws`,
+    /// §12) instead of `/v1/ws`; publishers stay on `/v1/ws`.
+    Graphql,
 }
 
 impl Kind {
@@ -35,12 +39,13 @@ impl Kind {
             Kind::Tidegate => "tidegate",
             Kind::Nats => "nats",
             Kind::Relay => "relay",
+            Kind::Graphql => "graphql",
         }
     }
 
     /// Whether clients speak Tidegate's wire protocol to it.
     fn tidegate_wire(self) -> bool {
-        matches!(self, Kind::Tidegate | Kind::Relay)
+        matches!(self, Kind::Tidegate | Kind::Relay | Kind::Graphql)
     }
 }
 
@@ -61,6 +66,9 @@ pub struct Target {
     pub kind: Kind,
     pub addr: SocketAddr,
     pub auth: Rc<Auth>,
+    /// Where GraphQL subscriptions start (`since`; seqs are epoch-based,
+    /// so the bench reads it from a publish's ack).
+    pub since: u64,
 }
 
 /// Who a connection is.
@@ -80,6 +88,7 @@ impl Target {
             kind: Kind::Tidegate,
             addr,
             auth: Rc::new(Auth::Jwt(Box::new(auth))),
+            since: 0,
         })
     }
 
@@ -89,6 +98,7 @@ impl Target {
             kind: Kind::Relay,
             addr,
             auth: Rc::new(Auth::None),
+            since: 0,
         }
     }
 
@@ -97,6 +107,7 @@ impl Target {
             kind: Kind::Nats,
             addr,
             auth: Rc::new(Auth::Token(token.to_string())),
+            since: 0,
         }
     }
 
@@ -119,7 +130,7 @@ impl Target {
     /// Channel (Tidegate) or subject (NATS) name for a topic.
     pub fn topic(&self, name: &str) -> String {
         match self.kind {
-            Kind::Tidegate | Kind::Relay => format!("doc:{name}"),
+            Kind::Tidegate | Kind::Relay | Kind::Graphql => format!("doc:{name}"),
             Kind::Nats => format!("doc.{name}"),
         }
     }
@@ -135,16 +146,25 @@ impl Target {
     ) -> Result<std::result::Result<Conn, Refused>> {
         let proto;
         let headers_owned: Vec<(&str, &str)>;
+        let token = match who.token {
+            Some(t) => t.to_string(),
+            None => self.token(who).unwrap_or_default(),
+        };
         let opts = match self.kind {
             Kind::Tidegate | Kind::Relay => {
-                let token = match who.token {
-                    Some(t) => t.to_string(),
-                    None => self.token(who).unwrap_or_default(),
-                };
                 proto = format!("tidegate.v1, bearer.{token}");
                 headers_owned = vec![("Sec-WebSocket-Protocol", proto.as_str())];
                 Open {
                     path: "/v1/ws",
+                    headers: &headers_owned,
+                    read_chunk,
+                    recv_buffer,
+                }
+            }
+            Kind::Graphql => {
+                headers_owned = vec![("Sec-WebSocket-Protocol", graphql::SUBPROTOCOL)];
+                Open {
+                    path: "/v1/graphql",
                     headers: &headers_owned,
                     read_chunk,
                     recv_buffer,
@@ -169,6 +189,16 @@ impl Target {
                 .await
                 .context("waiting for welcome")?;
                 Ok(Ok(Conn::new(self.kind, ws)))
+            }
+            Kind::Graphql => {
+                let mut conn = Conn::new(self.kind, ws);
+                conn.since = self.since;
+                conn.send_raw_payload(graphql::connection_init(&token).as_bytes())
+                    .await?;
+                conn.wait_ack()
+                    .await
+                    .context("waiting for connection_ack")?;
+                Ok(Ok(conn))
             }
             Kind::Nats => {
                 let mut conn = Conn::new(self.kind, ws);
@@ -218,6 +248,8 @@ pub struct Conn {
     pub ws: Ws,
     parser: nats::Parser,
     scratch: Vec<u8>,
+    /// GraphQL: the `since` its subscriptions name.
+    since: u64,
 }
 
 /// The publisher's payload inside a Tidegate `message` frame.
@@ -261,6 +293,7 @@ impl Conn {
             ws,
             parser: nats::Parser::default(),
             scratch: Vec::new(),
+            since: 0,
         }
     }
 
@@ -272,6 +305,11 @@ impl Conn {
             Kind::Tidegate | Kind::Relay => {
                 self.ws
                     .read_frames(|op, p| f(classify_tidegate(op, p)))
+                    .await?;
+            }
+            Kind::Graphql => {
+                self.ws
+                    .read_frames(|op, p| f(graphql::classify(op, p)))
                     .await?;
             }
             Kind::Nats => {
@@ -390,6 +428,20 @@ impl Conn {
                 let f = format!(r#"{{"type":"subscribe","channel":"{topic}","id":0}}"#);
                 self.send_raw_payload(f.as_bytes()).await?;
             }
+            Kind::Graphql => {
+                // No acknowledgement in the protocol: the channel holds one
+                // message after `since` (see `fanout`), whose `next` says
+                // the subscription is live.
+                self.send_raw_payload(graphql::subscribe(topic, self.since).as_bytes())
+                    .await?;
+                return self
+                    .wait_event(|e| match e {
+                        Event::Message { .. } => Some(Ok(())),
+                        Event::Error { code, .. } => Some(Err(anyhow!("error: {code}"))),
+                        _ => None,
+                    })
+                    .await?;
+            }
             Kind::Nats => self.send_raw_payload(&nats::sub(topic, 1)).await?,
         }
         self.wait_ack().await
@@ -400,7 +452,8 @@ impl Conn {
     pub fn publish_frame(&mut self, topic: &str, data: &[u8], id: u64, out: &mut Vec<u8>) {
         self.scratch.clear();
         match self.kind {
-            Kind::Tidegate | Kind::Relay => {
+            // GraphQL subscribers' publishers are `/v1/ws` connections.
+            Kind::Tidegate | Kind::Relay | Kind::Graphql => {
                 self.scratch
                     .extend_from_slice(br#"{"type":"publish","channel":""#);
                 self.scratch.extend_from_slice(topic.as_bytes());
