@@ -68,11 +68,15 @@ impl<T> Pending<T> {
     }
 }
 
+/// One user's connections in a channel: connection id → `info`.
+pub(crate) type Conns = BTreeMap<Arc<str>, Option<Arc<str>>>;
+
 /// The members of one channel as this node knows them.
 #[derive(Default)]
 pub(crate) struct Roster {
-    /// user → connection id → info; sorted the way reads answer.
-    pub(crate) members: BTreeMap<Arc<str>, BTreeMap<Arc<str>, Option<Arc<str>>>>,
+    /// user → connection id → info; sorted the way reads answer. Bounded
+    /// by the channel's `max_members` (enforced cluster-wide at join).
+    pub(crate) members: BTreeMap<Arc<str>, Conns>,
     pub(crate) connections: u64,
 }
 
