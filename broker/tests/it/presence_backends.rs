@@ -55,6 +55,21 @@ async fn grpc_presence_answers_members_and_is_priced_like_the_frame() {
         .await
         .unwrap();
     assert_eq!(reply.metadata().get("tidegate-cost").unwrap(), "10");
+    // The price list says so.
+    let prices: serde_json::Value = reqwest::Client::new()
+        .get(b.url("/v1/prices"))
+        .bearer_auth(API_KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        prices["grpc"]["Presence"]["perStarted100OfLimit"], 1,
+        "{prices}"
+    );
+    assert_eq!(prices["socket"]["presence_stats"], 1);
     for (request, key, code) in [
         (req("note:g", 1001), API_KEY, Code::InvalidArgument),
         (req("doc:1", 0), API_KEY, Code::InvalidArgument),
