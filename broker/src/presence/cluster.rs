@@ -115,6 +115,10 @@ pub struct RedisPresence {
     node: String,
     lease_ms: u64,
     up: AtomicBool,
+    /// A change may not have reached Redis (a failed or skipped call):
+    /// the next renewal writes this node's members again in full, so a
+    /// leave lost in an outage leaves no ghost behind.
+    rewrite: AtomicBool,
     join: redis::Script,
     leave: redis::Script,
     read: redis::Script,
@@ -130,6 +134,7 @@ impl RedisPresence {
             node: format!("{node}:{:08x}", rand::random::<u32>()),
             lease_ms,
             up: AtomicBool::new(false),
+            rewrite: AtomicBool::new(false),
             join: redis::Script::new(JOIN),
             leave: redis::Script::new(LEAVE),
             read: redis::Script::new(READ),
@@ -145,6 +150,9 @@ impl RedisPresence {
     }
 
     fn set_up(&self, up: bool) {
+        if !up {
+            self.rewrite.store(true, Ordering::Release);
+        }
         if self.up.swap(up, Ordering::AcqRel) != up {
             tracing::info!(up, "presence: Redis reachability changed");
         }
@@ -211,8 +219,10 @@ impl RedisPresence {
 
     /// Removes the member in Redis (in the background; while Redis is
     /// away the lease takes it).
-    pub(super) fn leave(&self, channel: &str, m: &Member) {
+    pub(super) fn leave(self: &Arc<Self>, channel: &str, m: &Member) {
+        let this = self.clone();
         let Some(mut conn) = self.conn().filter(|_| self.is_up()) else {
+            self.rewrite.store(true, Ordering::Release);
             return;
         };
         let script = self.leave.clone();
@@ -225,7 +235,11 @@ impl RedisPresence {
         actix_rt::spawn(async move {
             let mut inv = script.prepare_invoke();
             inv.key(key).arg(args.0).arg(args.1).arg(args.2);
-            let _ = tokio::time::timeout(COMMAND_TIMEOUT, inv.invoke_async::<i64>(&mut conn)).await;
+            let done =
+                tokio::time::timeout(COMMAND_TIMEOUT, inv.invoke_async::<i64>(&mut conn)).await;
+            if !matches!(done, Ok(Ok(_))) {
+                this.rewrite.store(true, Ordering::Release);
+            }
         });
     }
 
@@ -335,8 +349,26 @@ impl RedisPresence {
         let channels = p.channel_names();
         if channels.is_empty() {
             let _: () = redis::cmd("PING").query_async(&mut conn).await?;
+            self.rewrite.store(false, Ordering::Release);
             return Ok(());
         }
+        let rewrite = self.rewrite.swap(false, Ordering::AcqRel);
+        let result = self.renew_channels(p, &mut conn, &channels, rewrite).await;
+        if result.is_err() {
+            self.rewrite.store(true, Ordering::Release);
+        }
+        result
+    }
+
+    /// Renews `channels`' hashes of this node; with `rewrite` (or where
+    /// Redis lost one) writes its members in full.
+    async fn renew_channels(
+        &self,
+        p: &Presence,
+        conn: &mut ConnectionManager,
+        channels: &[Arc<str>],
+        rewrite: bool,
+    ) -> redis::RedisResult<()> {
         for chunk in channels.chunks(256) {
             let mut pipe = redis::pipe();
             for c in chunk {
@@ -344,17 +376,18 @@ impl RedisPresence {
                     .arg(format!("{}{}", self.hash_prefix(c), self.node))
                     .arg(self.lease_ms);
             }
-            let kept: Vec<i64> = pipe.query_async(&mut conn).await?;
+            let kept: Vec<i64> = pipe.query_async(conn).await?;
             let mut again = redis::pipe();
             let mut any = false;
             for (c, kept) in chunk.iter().zip(kept) {
                 let Some(state) = p.state(c) else { continue };
                 let local: Vec<Member> = state.lock().local.values().cloned().collect();
-                if kept == 1 || local.is_empty() {
+                if (kept == 1 && !rewrite) || local.is_empty() {
                     continue;
                 }
                 any = true;
                 let hash = format!("{}{}", self.hash_prefix(c), self.node);
+                again.del(&hash).ignore();
                 for m in &local {
                     let value = serde_json::to_string(&Wire::from(m)).unwrap_or_default();
                     again.hset(&hash, &*m.conn_id, value).ignore();
@@ -363,7 +396,7 @@ impl RedisPresence {
                 again.sadd(self.set_key(c), &self.node).ignore();
             }
             if any {
-                again.query_async::<()>(&mut conn).await?;
+                again.atomic().query_async::<()>(conn).await?;
             }
         }
         Ok(())

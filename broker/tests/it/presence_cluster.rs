@@ -200,3 +200,44 @@ async fn a_redis_outage_answers_partially_and_members_come_back_after_it() {
     both.sort();
     assert_eq!(conns(&r["members"]), both, "{r}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leave_while_redis_is_unreachable_leaves_no_ghost_when_it_answers_again() {
+    let redis = RedisServer::start();
+    let p = prefix();
+    let a = node(&redis, "a", &p, NS);
+    let b = node(&redis, "b", &p, NS);
+    up(&a).await;
+    up(&b).await;
+    let (mut ca, ida, _) = join_at(&a.ws_url(), &token(&a, "ann"), "note:4").await;
+    let (cb, idb, _) = join_at(&b.ws_url(), &token(&b, "bob"), "note:4").await;
+    read_until(&mut ca, "note:4", |r| r["connections"] == 2).await;
+    // Redis keeps its data but stops taking writes for a while: node b
+    // finds it unreachable, and Bob leaves meanwhile (nothing reaches
+    // Redis, nothing is queued there).
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(4000)
+        .arg("WRITE")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    while b.node.presence.is_up() {
+        assert!(Instant::now() < deadline, "node b never noticed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(cb);
+    b.wait_sockets(0).await;
+    // Writes resume: node b writes its members again in full, so Bob is
+    // gone from Redis and Ann's node sends his leave.
+    ca.until(|v| v["type"] == "presence_diff" && conns(&v["leaves"]).contains(&idb))
+        .await;
+    let r = read_until(&mut ca, "note:4", |r| {
+        r.get("partial").is_none() && r["connections"] == 1
+    })
+    .await;
+    assert_eq!(conns(&r["members"]), vec![ida], "no ghost: {r}");
+}
