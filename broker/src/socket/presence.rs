@@ -11,8 +11,10 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 
 use super::Socket;
+use super::delivery::Congested;
 use super::outbox::Outbox;
 use crate::config::PresenceRule;
+use crate::hub::Reserve;
 use crate::metrics::Layer;
 use crate::node::dialect::Outlet;
 use crate::presence::{Pending, PresenceSink, Read};
@@ -20,10 +22,17 @@ use crate::protocol::ErrorCode;
 use crate::protocol::presence::{self as frames, Member, PresenceReply};
 use crate::protocol::wire::ErrorFrame;
 
+/// Presence frames obey the socket's high-water mark like messages: past
+/// it they are dropped and counted, the socket hears `slow_consumer`, and
+/// a client that keeps a member set reads it again when it recovers (the
+/// SDK does on its resubscribe).
 impl PresenceSink for Outbox {
     fn send(&self, frame: Bytes) {
-        self.gauge.add(frame.len());
-        Outlet::push(self, &[frame]);
+        match self.gauge.try_reserve(frame.len()) {
+            Reserve::Queued => Outlet::push(self, &[frame]),
+            Reserve::FirstDrop => self.control.do_send(Congested),
+            Reserve::Dropped => {}
+        }
     }
 }
 
