@@ -95,6 +95,7 @@ impl Check {
             role: None,
             sub_channels: vec!["doc:*".into()],
             pub_channels: vec!["doc:*".into(), "presence:*".into()],
+            info: None,
         };
         let now = Instant::now();
         let metrics = Arc::new(Metrics::new());

@@ -30,6 +30,10 @@ pub struct Claims {
     pub sub_channels: Vec<String>,
     #[serde(default)]
     pub pub_channels: Vec<String>,
+    /// What presence shows of this connection (§13): a JSON object of at
+    /// most 1,024 bytes, checked with the signature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info: Option<serde_json::Value>,
 }
 
 /// What a verified token lets a connection do.
@@ -45,6 +49,14 @@ impl Claims {
             subscribe: GlobSet::new(&self.sub_channels),
             publish: GlobSet::new(&self.pub_channels),
         }
+    }
+
+    /// The `info` claim as compact JSON text (checked by
+    /// [`Authenticator::verify`]).
+    pub fn info_json(&self) -> Option<std::sync::Arc<str>> {
+        self.info
+            .as_ref()
+            .and_then(|i| crate::protocol::presence::check_info(i).ok())
     }
 
     /// `exp` in milliseconds since the Unix epoch (`tokenExpiresAt`, §2).
@@ -82,6 +94,9 @@ pub enum AuthError {
     Malformed(String),
     #[error("token has an empty `sub`")]
     EmptySubject,
+    /// The `info` claim is not an object, or is too large (§13).
+    #[error("{0}")]
+    BadInfo(String),
     #[error("the token secret is empty")]
     EmptySecret,
     #[error(
@@ -256,6 +271,9 @@ impl Authenticator {
         }
         if claims.sub.is_empty() {
             return Err(AuthError::EmptySubject);
+        }
+        if let Some(info) = &claims.info {
+            crate::protocol::presence::check_info(info).map_err(AuthError::BadInfo)?;
         }
         Ok(claims)
     }

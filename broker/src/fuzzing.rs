@@ -50,6 +50,24 @@ pub fn client_frame(data: &[u8]) -> bool {
         }
         ClientFrame::Budget { .. } => {}
         ClientFrame::Refresh { token, .. } => assert!(!token.is_empty(), "an empty token parsed"),
+        ClientFrame::Presence {
+            channel: c, limit, ..
+        } => {
+            assert!(
+                channel::validate(c).is_ok(),
+                "a presence read of {c:?} parsed"
+            );
+            assert!(
+                (1..=frames::PRESENCE_MAX_LIMIT).contains(limit),
+                "a presence limit of {limit} parsed"
+            );
+        }
+        ClientFrame::PresenceStats { channel: c, .. } => {
+            assert!(
+                channel::validate(c).is_ok(),
+                "a presence read of {c:?} parsed"
+            );
+        }
     }
     true
 }

@@ -36,7 +36,9 @@
 //!    `Reconfigure` messages every connection takes), [`charge`] (the one
 //!    charge primitive every front calls: payer, price, admitted or a
 //!    typed refusal; API keys; a backend publish's checks and price),
-//!    [`webhook`] (outbound webhooks, §9, on their own thread).
+//!    [`webhook`] (outbound webhooks, §9, on their own thread),
+//!    [`presence`] (who is in a channel, §13: coalesced diffs, members
+//!    held in Redis under each node's lease).
 //! 3. **Node**: [`node`] (what a node shares and how operator actions apply
 //!    to its connections; it knows no front), [`unfinished`] (connections
 //!    whose request head is not complete yet).
@@ -75,6 +77,7 @@ pub mod hub;
 pub mod limiter;
 pub mod metrics;
 pub mod node;
+pub mod presence;
 pub mod pricing;
 pub mod process_metrics;
 pub mod protocol;

@@ -92,6 +92,9 @@ enum Command {
         /// Lifetime in seconds (default: auth.dev_token_ttl_secs).
         #[arg(long)]
         ttl: Option<u64>,
+        /// The `info` claim presence shows (§13): a JSON object.
+        #[arg(long, value_name = "JSON")]
+        info: Option<String>,
         #[arg(long, env = "TIDEGATE_CONFIG", value_name = "FILE")]
         config: Option<PathBuf>,
     },
@@ -185,6 +188,7 @@ fn main() -> Result<()> {
             plan,
             role,
             ttl,
+            info,
             config,
         } => {
             let config = load(config.as_ref()).with_context(|| source_name(config.as_ref()))?;
@@ -201,6 +205,15 @@ fn main() -> Result<()> {
                 role,
                 sub_channels,
                 pub_channels,
+                info: match info {
+                    Some(text) => {
+                        let v: serde_json::Value =
+                            serde_json::from_str(&text).context("--info is not JSON")?;
+                        tidegate::protocol::presence::check_info(&v).map_err(anyhow::Error::msg)?;
+                        Some(v)
+                    }
+                    None => None,
+                },
             };
             println!("{}", auth.try_mint(&claims)?);
             Ok(())

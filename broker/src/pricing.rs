@@ -22,6 +22,13 @@ pub fn publish(costs: &Costs, data_len: usize, subscribers: u64) -> u32 {
         .saturating_add(costs.publish_per_1k_subscribers.saturating_mul(thousands))
 }
 
+/// The price of a presence read of at most `limit` members (§13):
+/// `presence` per started 100 of `limit`.
+#[inline]
+pub fn presence(costs: &Costs, limit: u32) -> u32 {
+    costs.presence.saturating_mul(limit.div_ceil(100).max(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,5 +70,14 @@ mod tests {
     fn saturates() {
         let c = costs(u32::MAX, u32::MAX);
         assert_eq!(publish(&c, 1 << 20, u64::MAX), u32::MAX);
+    }
+
+    #[test]
+    fn presence_reads_cost_per_started_hundred() {
+        let c = Costs::default();
+        assert_eq!(presence(&c, 1), 1);
+        assert_eq!(presence(&c, 100), 1);
+        assert_eq!(presence(&c, 101), 2);
+        assert_eq!(presence(&c, 1000), 10);
     }
 }

@@ -36,6 +36,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     )
     .service(resource("/v1/publish").route(web::post().to(http::publish::publish)))
     .service(resource("/v1/publish/batch").route(web::post().to(http::publish::publish_batch)))
+    .service(resource("/v1/presence").route(web::get().to(http::presence::get)))
     .service(
         resource(crate::graphql::PATH)
             .route(web::post().to(crate::graphql::over_http::post))
@@ -244,6 +245,7 @@ pub async fn serve_with_grpc(
     // Ready once listening and, in a cluster, once the bridge first
     // connected or 5 s passed (§7): a node without Redis still serves.
     let connected = node.bridge.clone().start();
+    node.presence.start();
     crate::admin::spawn(node.clone());
     {
         let node = node.clone();

@@ -20,12 +20,72 @@ import type {
   WelcomeFrame,
 } from "./types.js";
 import { Connection, closedError, tooLarge, type Waiter } from "./connection.js";
+import {
+  PresenceTracker,
+  type PresenceDiffFrame,
+  type PresenceResult,
+  type PresenceStatsResult,
+  type PresenceSubscription,
+} from "./presence.js";
 
 export { SUBPROTOCOL } from "./connection.js";
 
 export class TidegateClient extends Connection {
+  /** @internal Member sets of `presence: true` subscriptions. */
+  readonly presenceSets: PresenceTracker;
+
   constructor(options: ClientOptions) {
     super(options);
+    this.presenceSets = new PresenceTracker({
+      readPresence: (channel, limit) => this.presence(channel, { limit }),
+      readPresenceStats: (channel) => this.presenceStats(channel),
+      firePresence: (event, e) => this.fire(event, e),
+      firePresenceStats: (e) => this.fire("presenceStats", e),
+      firePresenceError: (e) => {
+        if (e.code !== "closed" && e.code !== "disconnected") this.fire("error", e);
+      },
+    });
+  }
+
+  // ------------------------------------------------------------ presence --
+
+  /** Who is in `channel` (§13): at most `limit` (default 100, max 1000) members. */
+  presence(channel: string, options: { limit?: number; timeoutMs?: number } = {}): Promise<PresenceResult> {
+    const frame = { type: "presence", channel, limit: options.limit ?? 100 };
+    return this.read<PresenceResult>("presence", frame, channel, options.timeoutMs);
+  }
+
+  /** How many users and connections `channel` has (§13). */
+  presenceStats(channel: string, options: { timeoutMs?: number } = {}): Promise<PresenceStatsResult> {
+    const frame = { type: "presence_stats", channel };
+    return this.read<PresenceStatsResult>("presence_stats", frame, channel, options.timeoutMs);
+  }
+
+  /** The presence side of a subscription made with `presence: true`. */
+  subscription(channel: string): PresenceSubscription | undefined {
+    return this.presenceSets.get(channel);
+  }
+
+  /** @internal */
+  onPresenceFrame(frame: { type: string; channel: string }): void {
+    if (typeof frame.channel !== "string") return;
+    if (frame.type === "presence_diff") this.presenceSets.diff(frame as unknown as PresenceDiffFrame);
+    else if (frame.type === "presence_stats") this.presenceSets.stats(frame as unknown as PresenceStatsResult);
+  }
+
+  private read<T>(
+    kind: "presence" | "presence_stats",
+    frame: Record<string, unknown>,
+    channel: string,
+    timeoutMs?: number,
+  ): Promise<T> {
+    if (this._state === "closed") return Promise.reject(closedError());
+    if (this._state !== "connected") {
+      return Promise.reject(new TidegateError("disconnected", "not connected"));
+    }
+    return new Promise<T>((resolve, reject) => {
+      this.pacer.enqueue(this.makeRequest(kind, frame, channel, timeoutMs, resolve, reject));
+    });
   }
 
   // ----------------------------------------------------------- lifecycle --
@@ -95,6 +155,7 @@ export class TidegateClient extends Connection {
   ): Promise<SubscribeResult> {
     if (this._state === "closed") return Promise.reject(closedError());
     const existing = this.subs.get(channel);
+    if (options.presence) this.presenceSets.track(channel);
     if (existing) {
       existing.handlers.add(handler);
       return existing.ready;
@@ -137,6 +198,7 @@ export class TidegateClient extends Connection {
       if (sub.handlers.size > 0) return Promise.resolve();
     }
     this.subs.delete(channel);
+    this.presenceSets.forget(channel);
     const unacked = new TidegateError("closed", "unsubscribed before the ack", { channel });
     const serverKnows = this.abandon(sub.request, unacked) || sub.live;
     if (this._state !== "connected" || !serverKnows) return Promise.resolve();
@@ -168,6 +230,7 @@ export class TidegateClient extends Connection {
     const sub = this.subs.get(channel);
     if (!sub) return;
     this.subs.delete(channel);
+    this.presenceSets.forget(channel);
     this.abandon(
       sub.request,
       new TidegateError("forbidden", "the refreshed token does not allow this channel", { channel }),
@@ -217,6 +280,7 @@ export class TidegateClient extends Connection {
         if (this.subs.acked(sub, since, ack) && since !== undefined) {
           this.emit("gap", { channel, since, ...position });
         }
+        this.presenceSets.acked(channel);
         onOk?.({ channel, recovered: ack.recovered, ...position });
       },
       (err) => {

@@ -32,6 +32,7 @@ export const ERROR_CODES = [
   "not_found",
   "internal",
   "banned",
+  "presence_full",
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 export const CLOSE_CODES = {

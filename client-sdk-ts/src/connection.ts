@@ -184,6 +184,9 @@ export abstract class Connection extends Emitter<ClientEvents> {
     return req;
   }
 
+  /** @internal A `presence_diff` or unsolicited `presence_stats` (`presence.ts`). */
+  abstract onPresenceFrame(frame: { type: string; channel: string }): void;
+
   /** A subscribe frame for `sub` (made by the client half). */
   protected abstract subscribeRequest(
     sub: Subscription,

@@ -40,6 +40,13 @@ export class FrameHandler {
         return this.onError(frame as ErrorFrame);
       case "budget":
         return this.onBudget(frame as BudgetFrame);
+      case "presence":
+      case "presence_stats":
+      case "presence_diff": {
+        const id = (frame as { id?: unknown }).id;
+        if (id !== undefined) return this.take(id)?.resolve(frame);
+        return this.client.onPresenceFrame(frame as { type: string; channel: string });
+      }
       default:
         return; // A newer server's frame: ignore.
     }

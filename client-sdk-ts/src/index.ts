@@ -9,6 +9,7 @@
  * - `reconnect.ts`     close code / refusal → delay (full jitter over a floor)
  * - `refresh.ts`       when to send a fresh token on the socket (`refresh`)
  * - `backoff.ts`       backoff(step, min, max) with full jitter
+ * - `presence.ts`      presence reads and member sets kept from diffs (§13)
  * - `codes.ts`         error and close codes (mirrors broker/src/protocol/codes.rs)
  * - `types.ts`         frames, options and the typed event map
  * - `transports/`      one file per transport (WebSocket: browser and `ws`)
@@ -31,3 +32,11 @@ export type { Transport, TransportClose, TransportFactory, TransportHandlers } f
 export type { BucketView } from "./pacer.js";
 export * from "./codes.js";
 export type * from "./types.js";
+export type {
+  Member,
+  MemberEvent,
+  PresenceCounts,
+  PresenceResult,
+  PresenceStatsResult,
+  PresenceSubscription,
+} from "./presence.js";

@@ -1,7 +1,14 @@
 import type { TimerHandle } from "./clock.js";
 import type { TidegateError } from "./errors.js";
 
-export type RequestKind = "publish" | "subscribe" | "unsubscribe" | "budget" | "refresh";
+export type RequestKind =
+  | "publish"
+  | "subscribe"
+  | "unsubscribe"
+  | "budget"
+  | "refresh"
+  | "presence"
+  | "presence_stats";
 
 /**
  * One frame with an `id`, from the call that made it to its one answer.

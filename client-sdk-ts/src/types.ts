@@ -1,6 +1,7 @@
 /**
  * Wire frames (PROTOCOL.md §2–3), client options and the typed event map.
  */
+import type { MemberEvent, PresenceStatsResult } from "./presence.js";
 import type { AnyErrorCode, ErrorCode } from "./codes.js";
 import type { TidegateError } from "./errors.js";
 import type { Clock } from "./clock.js";
@@ -152,6 +153,11 @@ export interface SubscribeOptions {
   /** Recover the messages after this `seq` (from the broker's bounded history). */
   since?: number;
   timeoutMs?: number;
+  /**
+   * Keep this channel's member set (§13; its namespace must have
+   * presence): `client.subscription(channel).members`, `join`/`leave`.
+   */
+  presence?: boolean;
 }
 
 // ---------------------------------------------------------------- results --
@@ -243,6 +249,12 @@ export interface ClientEvents {
   message: MessageFrame;
   /** The token was replaced on the open socket (`refresh`, §2). */
   tokenRefresh: { tokenExpiresAt: number };
+  /** A member joined a channel subscribed with `presence: true` (§13). */
+  join: MemberEvent;
+  /** A member left such a channel (also ones missed while disconnected). */
+  leave: MemberEvent;
+  /** Counts of a busy presence channel, sent instead of diffs (§13). */
+  presenceStats: PresenceStatsResult;
 }
 
 export type { AnyErrorCode };

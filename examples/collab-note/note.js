@@ -4,7 +4,9 @@
 // or pasting is smoothed locally instead of being dropped by the server.
 // Each tab's caret goes to `cursor:<name>`, a conflating namespace keyed by
 // `/user` (config.toml): a tab that falls behind gets every user's latest
-// caret, never a backlog of old ones.
+// caret, never a backlog of old ones. `note:` is a presence namespace
+// (PROTOCOL §13): the page lists who is in the note, by the `info.name` of
+// their token, kept live from the SDK's join/leave events.
 import { TidegateClient } from "/sdk/tidegate.js";
 
 const params = new URLSearchParams(location.search);
@@ -92,9 +94,50 @@ let published = 0;
 let lastBudgetAsk = 0;
 
 client
-  .subscribe(channel, onEdit)
+  .subscribe(channel, onEdit, { presence: true })
   .then(() => (document.body.dataset.subscribed = "true"))
   .catch((e) => log(`subscribe failed: ${e.code}`));
+
+// --- who is in the note (presence) -----------------------------------------
+const myConn = () => client.welcome?.connId;
+function renderMembers() {
+  const members = [...(client.subscription(channel)?.members.values() ?? [])];
+  const byUser = new Map();
+  for (const m of members) {
+    const name = typeof m.info?.name === "string" ? m.info.name : m.user;
+    const entry = byUser.get(m.user) ?? { name, tabs: 0, me: false };
+    entry.tabs += 1;
+    entry.me ||= m.connId === myConn();
+    byUser.set(m.user, entry);
+  }
+  const items = [...byUser.values()]
+    .sort((a, b) => a.name.localeCompare(b.name))
+    .map(({ name, tabs, me: mine }) => {
+      const li = document.createElement("li");
+      li.className = "member";
+      li.dataset.name = name;
+      const avatar = document.createElement("span");
+      avatar.className = "avatar";
+      avatar.textContent = name.slice(0, 1).toUpperCase();
+      avatar.style.setProperty("--hue", String([...name].reduce((h, c) => (h * 31 + c.charCodeAt(0)) % 360, 7)));
+      const label = document.createElement("span");
+      label.textContent = `${name}${mine ? " (you)" : ""}${tabs > 1 ? ` ×${tabs}` : ""}`;
+      li.append(avatar, label);
+      return li;
+    });
+  $("members").replaceChildren(...items);
+  document.body.dataset.members = String(byUser.size);
+}
+client.on("join", ({ channel: c, member }) => {
+  if (c !== channel) return;
+  renderMembers();
+  if (member.connId !== myConn()) log(`${member.info?.name ?? member.user} joined`);
+});
+client.on("leave", ({ channel: c, member }) => {
+  if (c !== channel) return;
+  renderMembers();
+  log(`${member.info?.name ?? member.user} left`);
+});
 
 function onEdit(data, { seq }) {
   $("seq").textContent = String(seq);
@@ -140,10 +183,31 @@ const cursors = new Map(); // user -> caret position
 let cursorTimer;
 let cursorSent = -1;
 
-client
-  .subscribe(cursorChannel, onCursor)
-  .then(() => (document.body.dataset.cursors = "true"))
-  .catch((e) => log(`cursor subscribe failed: ${e.code}`));
+// Cursors only when the token may use their channel: a token minted for
+// the note alone shows the note without an error it did not provoke.
+if (tokenAllows(cursorChannel)) {
+  client
+    .subscribe(cursorChannel, onCursor)
+    .then(() => (document.body.dataset.cursors = "true"))
+    .catch((e) => log(`cursor subscribe failed: ${e.code}`));
+} else {
+  $("cursor-view").textContent = `cursors are off: this token may not use ${cursorChannel}`;
+}
+
+/** Whether the token's sub_channels and pub_channels globs cover `name`. */
+function tokenAllows(name) {
+  try {
+    const part = token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+    const claims = JSON.parse(atob(part + "=".repeat((4 - (part.length % 4)) % 4)));
+    const matches = (globs) =>
+      (globs ?? []).some((g) =>
+        new RegExp(`^${g.split("*").map((s) => s.replace(/[.+?^${}()|[\]\\]/g, "\\$&")).join(".*")}$`).test(name),
+      );
+    return matches(claims.sub_channels) && matches(claims.pub_channels);
+  } catch {
+    return true; // not a JWT we can read: let the broker decide
+  }
+}
 
 function onCursor(data) {
   if (!data || typeof data.user !== "string" || data.user === me) return;

@@ -121,6 +121,7 @@ impl Target {
                 role: None,
                 sub_channels: vec!["doc:*".into()],
                 pub_channels: vec!["doc:*".into()],
+                info: None,
             })),
             Auth::Token(_) | Auth::None => None,
         }

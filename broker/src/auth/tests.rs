@@ -15,6 +15,7 @@ fn claims(exp: u64) -> Claims {
         role: None,
         sub_channels: vec!["doc:*".into()],
         pub_channels: vec![],
+        info: None,
     }
 }
 

@@ -101,6 +101,8 @@ impl Admission {
             }
             ClientFrame::Budget { .. } => c.budget,
             ClientFrame::Refresh { .. } => c.refresh,
+            ClientFrame::Presence { limit, .. } => crate::pricing::presence(c, *limit),
+            ClientFrame::PresenceStats { .. } => c.presence_stats,
         }
     }
 

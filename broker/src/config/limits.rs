@@ -125,6 +125,10 @@ pub struct Costs {
     /// A `refresh` frame (a new token on the socket): it costs a signature
     /// check, so it is not free.
     pub refresh: u32,
+    /// A presence read (§13), per started 100 of its `limit`.
+    pub presence: u32,
+    /// A `presence_stats` read (§13).
+    pub presence_stats: u32,
     /// Malformed and binary frames: garbage is not free.
     pub malformed: u32,
     /// The largest single charge; an operation priced above it is refused
@@ -157,6 +161,8 @@ impl Default for Costs {
             unsubscribe: 1,
             budget: 0,
             refresh: 1,
+            presence: 1,
+            presence_stats: 1,
             malformed: 1,
             max_single: 20,
             graphql_field: 1,

@@ -35,7 +35,9 @@ pub use cluster::{ClusterSecrets, Secret};
 pub use env::{JWT_SECRET_ALIAS, Source, Sources, var_name};
 pub use grpc::GrpcSection;
 pub use limits::{Costs, LimitName, Limits, Op, Rule, TrackBy};
-pub use namespaces::{Conflation, Delivery, DeliveryClasses, NamespaceSection};
+pub use namespaces::{
+    Conflation, Delivery, DeliveryClasses, NamespaceSection, PresenceRule, presence_rule,
+};
 pub use sections::{
     ApiKey, AuthSection, ClusterMode, ClusterSection, HandshakeSection, HistorySection,
     HttpSection, NodeSection, ProxyRange, SAMPLE_API_KEY, SAMPLE_JWT_SECRET, SocketSection,

@@ -20,13 +20,71 @@ pub enum Delivery {
     Conflate,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
 pub struct NamespaceSection {
     pub delivery: Delivery,
     /// A JSON pointer into `data` (`"/user"`); none: the whole channel is
     /// one key.
     pub conflation_key: Option<String>,
+    /// Who is subscribed is tracked and readable (§13).
+    pub presence: bool,
+    /// Subscribers get `presence_diff` frames (§13).
+    pub join_leave: bool,
+    /// Connections a channel may hold, cluster-wide; one more subscribe is
+    /// refused with `presence_full`.
+    pub max_members: u32,
+    /// How long a diff window stays open after its first join or leave.
+    pub diff_ms: u64,
+    /// Above this many connections subscribers get counts, not diffs.
+    pub join_leave_max_members: u32,
+}
+
+impl Default for NamespaceSection {
+    fn default() -> Self {
+        NamespaceSection {
+            delivery: Delivery::default(),
+            conflation_key: None,
+            presence: false,
+            join_leave: false,
+            max_members: 1000,
+            diff_ms: 200,
+            join_leave_max_members: 100,
+        }
+    }
+}
+
+/// One presence namespace's settings (§13), looked up per channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PresenceRule {
+    pub join_leave: bool,
+    pub max_members: u32,
+    pub diff_ms: u64,
+    pub join_leave_max_members: u32,
+}
+
+impl NamespaceSection {
+    /// The presence settings, when this namespace turns presence on.
+    pub fn presence_rule(&self) -> Option<PresenceRule> {
+        self.presence.then_some(PresenceRule {
+            join_leave: self.join_leave,
+            max_members: self.max_members,
+            diff_ms: self.diff_ms,
+            join_leave_max_members: self.join_leave_max_members,
+        })
+    }
+}
+
+/// The presence rule of `channel`'s namespace, if it has presence.
+pub fn presence_rule(
+    sections: &HashMap<String, NamespaceSection>,
+    channel: &str,
+) -> Option<PresenceRule> {
+    if sections.is_empty() {
+        return None;
+    }
+    let ns = crate::protocol::channel::namespace(channel);
+    sections.get(ns).and_then(NamespaceSection::presence_rule)
 }
 
 /// How one conflating namespace picks a message's key.
@@ -75,6 +133,18 @@ pub(super) fn problems(sections: &HashMap<String, NamespaceSection>) -> Vec<Stri
         if name.contains(':') || crate::protocol::channel::validate(name).is_err() {
             out.push(format!(
                 "{path}: a namespace is 1-128 characters of A-Z a-z 0-9 _ . @ = - (no `:`)"
+            ));
+        }
+        if s.presence {
+            if s.max_members == 0 {
+                out.push(format!("{path}.max_members: at least 1"));
+            }
+            if !(10..=60_000).contains(&s.diff_ms) {
+                out.push(format!("{path}.diff_ms: 10 to 60000 milliseconds"));
+            }
+        } else if s.join_leave {
+            out.push(format!(
+                "{path}.join_leave: only meaningful with presence = true"
             ));
         }
         if let Some(p) = &s.conflation_key {

@@ -20,11 +20,13 @@ use serde::Deserialize;
 use crate::protocol::glob::Glob;
 
 /// The events of §9, by their wire names.
-pub const EVENT_TYPES: [&str; 4] = [
+pub const EVENT_TYPES: [&str; 6] = [
     "channel.occupied",
     "channel.vacated",
     "message.published",
     "limit.exceeded",
+    "member.added",
+    "member.removed",
 ];
 
 /// The shortest secret accepted, in key bytes (a `whsec_` secret's decoded

@@ -120,6 +120,7 @@ impl Caller {
             limits: self.limits.clone(),
             grants,
             token: self.token.as_ref().map(|t| t.times),
+            info: None,
         }
     }
 

@@ -43,6 +43,8 @@ pub fn document(node: &Node, caller: &Caller) -> Value {
             "maxSingle": c.max_single,
         });
     }
+    // §13: `presence` per started 100 of `limit`.
+    let presence = json!({"perStarted100OfLimit": c.presence, "defaultLimit": 100});
     json!({
         "account": caller.account,
         "plan": caller.plan,
@@ -53,6 +55,8 @@ pub fn document(node: &Node, caller: &Caller) -> Value {
             "unsubscribe": c.unsubscribe,
             "publish": publish,
             "budget": c.budget,
+            "presence": presence,
+            "presence_stats": c.presence_stats,
             "malformed": c.malformed,
             "maxSingle": c.max_single,
         },
@@ -65,6 +69,10 @@ pub fn document(node: &Node, caller: &Caller) -> Value {
             "Publish": publish,
             "PublishStream": "each message as Publish",
             "Subscribe": c.subscribe,
+            "Presence": presence,
+        },
+        "presence": {
+            "GET /v1/presence": presence,
         },
         "graphql": {
             "field": c.graphql_field,

@@ -20,6 +20,7 @@ mod drain;
 mod idle;
 mod incoming;
 mod operator;
+mod presence;
 mod publish_stream;
 mod server;
 mod service;
@@ -93,12 +94,36 @@ mod tests {
             ],
         ),
         ("SlowConsumer", &["uint64 dropped = 1"]),
+        // §13.
+        (
+            "PresenceRequest",
+            &["string channel = 1", "uint32 limit = 2"],
+        ),
+        (
+            "PresenceReply",
+            &[
+                "string channel = 1",
+                "repeated Member members = 2",
+                "uint32 users = 3",
+                "uint32 connections = 4",
+                "bool partial = 5",
+            ],
+        ),
+        (
+            "Member",
+            &[
+                "string user = 1",
+                "string conn_id = 2",
+                "string info_json = 3",
+            ],
+        ),
     ];
     const AMENDMENTS: &[(&str, &str)] = &[("SubscribeAck", "uint64 seq = 3")];
     const SERVICE: &[&str] = &[
         "rpc Publish(PublishRequest) returns (PublishReply)",
         "rpc PublishStream(stream PublishRequest) returns (stream PublishReply)",
         "rpc Subscribe(SubscribeRequest) returns (stream SubscribeEvent)",
+        "rpc Presence(PresenceRequest) returns (PresenceReply)",
     ];
 
     /// Each message's field lines (comments and `oneof` wrappers left out).

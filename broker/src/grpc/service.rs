@@ -18,7 +18,9 @@ use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
 use super::proto::broker_server::Broker;
-use super::proto::{PublishReply, PublishRequest, SubscribeRequest};
+use super::proto::{
+    PresenceReply, PresenceRequest, PublishReply, PublishRequest, SubscribeRequest,
+};
 use super::status;
 use crate::charge::{self, Balance, KeyState, Outcome, Payer, Price, Refusal};
 use crate::config::Limits;
@@ -244,5 +246,14 @@ impl Broker for BrokerService {
         super::subscribe::start(self, caller, ip, request.into_inner())
             .await
             .map(Response::new)
+    }
+
+    async fn presence(
+        &self,
+        request: Request<PresenceRequest>,
+    ) -> Result<Response<PresenceReply>, Status> {
+        let _open = self.open_stream();
+        let caller = self.admit(&request)?;
+        super::presence::call(self, caller, request.into_inner()).await
     }
 }

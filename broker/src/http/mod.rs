@@ -3,6 +3,7 @@
 
 pub mod client_publish;
 pub mod ops;
+pub mod presence;
 pub mod publish;
 
 pub use crate::gate::request_ip;

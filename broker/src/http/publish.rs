@@ -76,7 +76,7 @@ impl From<Refusal> for Refused {
 }
 
 /// The key named by `Authorization: Bearer <key>`.
-fn authenticate(req: &HttpRequest, node: &Node) -> Option<Arc<KeyState>> {
+pub(super) fn authenticate(req: &HttpRequest, node: &Node) -> Option<Arc<KeyState>> {
     let value = req.headers().get("authorization")?.to_str().ok()?;
     let key = value.strip_prefix("Bearer ")?.trim();
     node.keys.load().get(key)
@@ -189,7 +189,7 @@ pub(super) fn refuse(node: &Node, key: Option<&KeyState>, r: Refused) -> HttpRes
 
 /// The key's bucket refused the charge (counted by the charge layer): 429
 /// with `Retry-After`, `retryAfterMs` and the balance.
-fn rate_limited(refused: &charge::Refused) -> HttpResponse {
+pub(super) fn rate_limited(refused: &charge::Refused) -> HttpResponse {
     let builder = with_rate_headers(StatusCode::TOO_MANY_REQUESTS, refused.balance.as_ref(), 0);
     let message = format!(
         "this API key's budget is empty; retry after {} ms",
@@ -204,7 +204,12 @@ fn rate_limited(refused: &charge::Refused) -> HttpResponse {
 }
 
 /// Takes `cost` from the key's bucket through the charge primitive.
-async fn charge(node: &Node, key: &KeyState, limits: &Limits, cost: u32) -> charge::Outcome {
+pub(super) async fn charge(
+    node: &Node,
+    key: &KeyState,
+    limits: &Limits,
+    cost: u32,
+) -> charge::Outcome {
     let payer = Payer::Key {
         layer: Layer::Http,
         key,
@@ -218,7 +223,7 @@ async fn charge(node: &Node, key: &KeyState, limits: &Limits, cost: u32) -> char
 
 /// 403 `banned` when an operator banned the key's account or the caller's
 /// address (§10), with `Retry-After` = the ban's remaining time.
-fn banned(req: &HttpRequest, node: &Node, key: &KeyState) -> Option<HttpResponse> {
+pub(super) fn banned(req: &HttpRequest, node: &Node, key: &KeyState) -> Option<HttpResponse> {
     let ip = crate::gate::request_ip(req.head(), &node.config.load().node.trusted_proxies);
     let ban = node.admin.bans.check(Some(&key.account), Some(ip))?;
     Exceeded::new(Layer::Http, ErrorCode::Banned.as_str(), &key.account)
@@ -232,7 +237,7 @@ fn banned(req: &HttpRequest, node: &Node, key: &KeyState) -> Option<HttpResponse
     ))
 }
 
-fn unauthorized(node: &Node) -> HttpResponse {
+pub(super) fn unauthorized(node: &Node) -> HttpResponse {
     refuse(
         node,
         None,

@@ -17,6 +17,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
 pub mod history;
+pub mod presence;
 pub mod webhooks;
 
 pub use history::History;
@@ -163,6 +164,8 @@ pub struct Metrics {
     /// Tokio tasks and actix actors alive (`tidegate_runtime_alive_tasks`,
     /// `tidegate_actors`).
     pub alive: crate::alive::Alive,
+    /// §13: members tracked, diffs sent.
+    pub presence: presence::PresenceMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -209,9 +212,11 @@ impl Metrics {
             rejection_series: dashmap::DashMap::new(),
             webhooks: Default::default(),
             alive: Default::default(),
+            presence: Default::default(),
         };
         m.webhooks.register(&mut registry);
         m.alive.register(&mut registry);
+        m.presence.register(&mut registry);
         registry.register(
             "connections_opened",
             "WebSocket connections accepted",

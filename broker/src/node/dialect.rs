@@ -136,6 +136,8 @@ pub struct Who {
     /// counts toward the account's connection cap nor takes part in its
     /// message budget (its operations are charged to the key's bucket).
     pub token: Option<TokenTimes>,
+    /// The token's `info` claim as compact JSON, what presence shows (§13).
+    pub info: Option<Arc<str>>,
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -44,6 +44,8 @@ pub struct Node {
     pub admin: Admin,
     /// Outbound webhooks (§9).
     pub webhooks: Arc<Webhooks>,
+    /// Who is in each presence channel (§13).
+    pub presence: Arc<crate::presence::Presence>,
     /// The listeners' certificates (swapped on SIGHUP).
     pub tls: crate::tls::Listeners,
     /// Live sockets, for config reloads, draining and metrics.
@@ -142,6 +144,22 @@ impl Node {
                 Some(RedisTarget::open(&config.cluster)?)
             }
         };
+        // Presence shares one Redis (not yet Redis Cluster: there each
+        // node's presence is its own, docs/scaling.md).
+        let presence_redis = match config.cluster.mode {
+            ClusterMode::Redis => Some(crate::presence::RedisPresence::new(
+                RedisTarget::open(&config.cluster)?,
+                &config.cluster.key_prefix,
+                &config.node.id,
+                config.cluster.lease_ms,
+            )),
+            _ => None,
+        };
+        let presence = crate::presence::Presence::new(
+            metrics.clone(),
+            Arc::downgrade(&webhooks),
+            presence_redis,
+        );
         Ok(Arc::new_cyclic(|node: &std::sync::Weak<Node>| {
             let bridge: SharedBridge = match redis {
                 None => {
@@ -161,6 +179,7 @@ impl Node {
                 rules: RuleBuckets::default(),
                 admin,
                 webhooks,
+                presence,
                 tls,
                 config: ArcSwap::from_pointee(config),
                 auth: ArcSwap::from_pointee(auth),

@@ -28,11 +28,12 @@ pub enum ErrorCode {
     NotFound,
     Internal,
     Banned,
+    PresenceFull,
 }
 
 impl ErrorCode {
     /// Every code, in table order (used by the SDK sync test and docs).
-    pub const ALL: [ErrorCode; 19] = [
+    pub const ALL: [ErrorCode; 20] = [
         ErrorCode::RateLimited,
         ErrorCode::AccountRateLimited,
         ErrorCode::TooManySubscriptions,
@@ -52,6 +53,7 @@ impl ErrorCode {
         ErrorCode::NotFound,
         ErrorCode::Internal,
         ErrorCode::Banned,
+        ErrorCode::PresenceFull,
     ];
 
     /// The wire spelling.
@@ -76,6 +78,7 @@ impl ErrorCode {
             ErrorCode::NotFound => "not_found",
             ErrorCode::Internal => "internal",
             ErrorCode::Banned => "banned",
+            ErrorCode::PresenceFull => "presence_full",
         }
     }
 

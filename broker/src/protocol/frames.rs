@@ -47,6 +47,33 @@ pub enum ClientFrame<'a> {
         id: Option<&'a RawValue>,
         token: Cow<'a, str>,
     },
+    /// Who is in a channel (§13): at most `limit` members.
+    Presence {
+        id: Option<&'a RawValue>,
+        channel: Cow<'a, str>,
+        limit: u32,
+    },
+    /// How many users and connections a channel has (§13).
+    PresenceStats {
+        id: Option<&'a RawValue>,
+        channel: Cow<'a, str>,
+    },
+}
+
+/// Members a presence read returns when it names no `limit` (§13).
+pub const PRESENCE_DEFAULT_LIMIT: u32 = 100;
+/// The largest `limit` of a presence read (§13).
+pub const PRESENCE_MAX_LIMIT: u32 = 1000;
+
+/// Checks a presence read's `limit` (`None`: the default).
+pub fn presence_limit(limit: Option<u64>) -> Result<u32, String> {
+    match limit {
+        None => Ok(PRESENCE_DEFAULT_LIMIT),
+        Some(n) if (1..=u64::from(PRESENCE_MAX_LIMIT)).contains(&n) => Ok(n as u32),
+        Some(_) => Err(format!(
+            "limit must be an integer from 1 to {PRESENCE_MAX_LIMIT}"
+        )),
+    }
 }
 
 impl<'a> ClientFrame<'a> {
@@ -56,6 +83,8 @@ impl<'a> ClientFrame<'a> {
             | ClientFrame::Unsubscribe { id, .. }
             | ClientFrame::Publish { id, .. }
             | ClientFrame::Refresh { id, .. }
+            | ClientFrame::Presence { id, .. }
+            | ClientFrame::PresenceStats { id, .. }
             | ClientFrame::Budget { id } => *id,
         }
     }
@@ -67,7 +96,10 @@ impl<'a> ClientFrame<'a> {
             ClientFrame::Subscribe { .. } => Some(Op::Subscribe),
             ClientFrame::Unsubscribe { .. } => Some(Op::Unsubscribe),
             ClientFrame::Publish { .. } => Some(Op::Publish),
-            ClientFrame::Budget { .. } | ClientFrame::Refresh { .. } => None,
+            ClientFrame::Budget { .. }
+            | ClientFrame::Refresh { .. }
+            | ClientFrame::Presence { .. }
+            | ClientFrame::PresenceStats { .. } => None,
         }
     }
 
@@ -75,7 +107,9 @@ impl<'a> ClientFrame<'a> {
         match self {
             ClientFrame::Subscribe { channel, .. }
             | ClientFrame::Unsubscribe { channel, .. }
-            | ClientFrame::Publish { channel, .. } => Some(channel),
+            | ClientFrame::Publish { channel, .. }
+            | ClientFrame::Presence { channel, .. }
+            | ClientFrame::PresenceStats { channel, .. } => Some(channel),
             ClientFrame::Budget { .. } | ClientFrame::Refresh { .. } => None,
         }
     }
@@ -112,6 +146,8 @@ struct Envelope<'a> {
     since: Option<&'a RawValue>,
     #[serde(borrow, default)]
     token: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    limit: Option<&'a RawValue>,
 }
 
 /// `data: null` is a value (publish `null`), not an absent field.
@@ -207,6 +243,23 @@ pub fn parse(text: &str, max_depth: u32) -> Result<ClientFrame<'_>, FrameError> 
                 .ok_or_else(|| FrameError::new(id, "refresh needs a \"token\" (a JWT string)"))?;
             Ok(ClientFrame::Refresh { id, token })
         }
+        "presence" => {
+            let limit = match env.limit {
+                None => None,
+                Some(raw) if raw.get() == "null" => None,
+                Some(raw) => Some(raw.get().parse::<u64>().unwrap_or(u64::MAX)),
+            };
+            let limit = presence_limit(limit).map_err(|why| FrameError::new(id, why))?;
+            Ok(ClientFrame::Presence {
+                id,
+                channel: channel()?,
+                limit,
+            })
+        }
+        "presence_stats" => Ok(ClientFrame::PresenceStats {
+            id,
+            channel: channel()?,
+        }),
         other => {
             let shown: String = other.chars().take(32).collect();
             Err(FrameError::new(id, format!("unknown frame type {shown:?}")))
@@ -268,6 +321,35 @@ mod tests {
             }
             f => panic!("{f:?}"),
         }
+    }
+
+    #[test]
+    fn presence_reads_parse_with_a_bounded_limit() {
+        match parse(r#"{"type":"presence","channel":"note:1","id":5}"#, 32).unwrap() {
+            ClientFrame::Presence { channel, limit, .. } => {
+                assert_eq!((&*channel, limit), ("note:1", PRESENCE_DEFAULT_LIMIT));
+            }
+            f => panic!("{f:?}"),
+        }
+        match parse(r#"{"type":"presence","channel":"a","limit":1000}"#, 32).unwrap() {
+            ClientFrame::Presence { limit, .. } => assert_eq!(limit, 1000),
+            f => panic!("{f:?}"),
+        }
+        for bad in ["1001", "0", "-1", "1.5", "\"7\""] {
+            let text = format!(r#"{{"type":"presence","channel":"a","limit":{bad},"id":9}}"#);
+            let e = err(&text);
+            assert_eq!(e.id.unwrap().get(), "9");
+            assert!(e.message.contains("limit"), "{bad}: {}", e.message);
+        }
+        assert!(matches!(
+            parse(r#"{"type":"presence_stats","channel":"a"}"#, 32).unwrap(),
+            ClientFrame::PresenceStats { .. }
+        ));
+        assert!(
+            err(r#"{"type":"presence_stats"}"#)
+                .message
+                .contains("channel")
+        );
     }
 
     #[test]

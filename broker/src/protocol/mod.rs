@@ -7,6 +7,7 @@ pub mod frames;
 pub mod glob;
 pub mod json;
 pub mod position;
+pub mod presence;
 pub mod wire;
 
 pub use codes::{CloseCode, ErrorCode};

@@ -43,6 +43,11 @@ fn frame(opcode: u8, capacity: usize, write: impl FnOnce(&mut BytesMut)) -> Byte
     buf.freeze().split_off(HEAD - n)
 }
 
+/// A text frame holding `value` as JSON (other frame modules use it).
+pub(crate) fn json_text<T: Serialize>(value: &T) -> Bytes {
+    json_frame(value)
+}
+
 fn json_frame<T: Serialize>(value: &T) -> Bytes {
     frame(OP_TEXT, 96, |buf| {
         // Writing our own plain structs into memory cannot fail.

@@ -56,6 +56,27 @@ impl Socket {
                 return;
             }
         }
+        if !already && let Some(rule) = self.presence_rule(channel) {
+            let id_owned: Option<Box<RawValue>> = id.map(ToOwned::to_owned);
+            // Members are counted before the subscription exists, so a
+            // full channel refuses without subscribing.
+            let channel_owned: Box<str> = channel.into();
+            self.join_presence(rule, id, channel, ctx, move |act, ctx| {
+                act.subscribe_live(id_owned.as_deref(), &channel_owned, since, ctx)
+            });
+            return;
+        }
+        self.subscribe_live(id, channel, since, ctx);
+    }
+
+    /// Subscribes through the bridge (after any presence join).
+    fn subscribe_live(
+        &mut self,
+        id: Option<&RawValue>,
+        channel: &str,
+        since: Option<u64>,
+        ctx: &mut Context<Self>,
+    ) {
         let sub = Subscriber {
             conn: self.id.conn,
             sink: Sink::Socket(self.outbox.clone()),
@@ -91,6 +112,7 @@ impl Socket {
     pub(super) fn unsubscribe(&mut self, id: Option<&RawValue>, channel: &str) {
         if let Some(name) = self.outbox.leave(channel) {
             self.node.bridge.unsubscribe(&name, self.id.conn);
+            self.leave_presence(&name);
         }
         if let Some(id) = id {
             self.send(wire::ack(id, None, None));

@@ -303,6 +303,12 @@ impl Socket {
             ClientFrame::Publish { id, channel, data } => self.publish(id, &channel, data, ctx),
             ClientFrame::Budget { id } => self.request_budget(id, ctx),
             ClientFrame::Refresh { id, token } => self.refresh(id, &token, ctx),
+            ClientFrame::Presence { id, channel, limit } => {
+                self.read_presence(id, &channel, Some(limit), ctx)
+            }
+            ClientFrame::PresenceStats { id, channel } => {
+                self.read_presence(id, &channel, None, ctx)
+            }
         }
     }
 

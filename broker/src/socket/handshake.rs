@@ -237,6 +237,7 @@ pub(super) async fn admit(
             expires_at_ms: claims.expires_at_ms(),
             deadline: auth.deadline(&claims),
         }),
+        info: claims.info_json(),
     };
     let conn = node.next_conn();
     let account = admit_who(node, config, ip, &who, conn).await?;
@@ -265,6 +266,7 @@ pub(super) fn identity(config: &Config, conn: u64, ip: IpAddr, who: Who) -> Iden
         grants: who.grants,
         token_expires_at,
         deadline,
+        info: who.info,
     }
 }
 
@@ -399,6 +401,7 @@ fn admit_dialect(
             publish: GlobSet::new::<&str>(&[]),
         },
         token: None,
+        info: None,
     };
     Ok(Admitted {
         identity: identity(config, node.next_conn(), ip, who),

@@ -11,6 +11,7 @@ pub(crate) mod inbound;
 mod link;
 mod outbox;
 mod outlet;
+mod presence;
 mod queue;
 mod recovery;
 mod refresh;
@@ -68,6 +69,8 @@ pub struct Identity {
     /// When the socket is closed with 4001 unless refreshed first: the
     /// token's `exp` plus `auth.leeway_secs`, unix seconds.
     pub deadline: u64,
+    /// The token's `info` claim (compact JSON), shown by presence (§13).
+    pub info: Option<Arc<str>>,
 }
 
 /// Places this socket holds in node-wide counts; dropping them (with the
@@ -277,6 +280,7 @@ impl Actor for Socket {
         }
         for channel in self.outbox.leave_all() {
             self.node.bridge.unsubscribe(&channel, self.id.conn);
+            self.leave_presence(&channel);
         }
         // Give back the IP and account places first (before the node stops
         // counting this socket), not when the actor is eventually dropped.

@@ -26,6 +26,10 @@ pub const OCCUPIED: &str = "channel.occupied";
 pub const VACATED: &str = "channel.vacated";
 pub const PUBLISHED: &str = "message.published";
 pub const LIMIT_EXCEEDED: &str = "limit.exceeded";
+/// A user's first connection in a presence channel, cluster-wide (§13).
+pub const MEMBER_ADDED: &str = "member.added";
+/// A user's last connection gone, after the endpoint's `vacated_delay_ms`.
+pub const MEMBER_REMOVED: &str = "member.removed";
 
 #[derive(Serialize)]
 struct Body<'a, D: Serialize> {
@@ -39,6 +43,12 @@ struct Body<'a, D: Serialize> {
 #[derive(Serialize)]
 struct ChannelData<'a> {
     channel: &'a str,
+}
+
+#[derive(Serialize)]
+struct MemberData<'a> {
+    channel: &'a str,
+    user: &'a str,
 }
 
 #[derive(Serialize)]
@@ -97,6 +107,11 @@ impl Event {
         Event::build(kind, ChannelData { channel })
     }
 
+    /// `member.added` or `member.removed`: `{"channel","user"}`.
+    pub fn member(kind: &'static str, channel: &str, user: &str) -> Event {
+        Event::build(kind, MemberData { channel, user })
+    }
+
     /// `message.published`; `data` is the message's raw JSON. Data that is
     /// not valid JSON cannot reach here (publish parses it), but is sent
     /// as a JSON string rather than dropped if it ever does.
@@ -135,9 +150,16 @@ impl Event {
 
 /// The `&'static` name of a known event type.
 pub fn kind_of(name: &str) -> Option<&'static str> {
-    [OCCUPIED, VACATED, PUBLISHED, LIMIT_EXCEEDED]
-        .into_iter()
-        .find(|k| *k == name)
+    [
+        OCCUPIED,
+        VACATED,
+        PUBLISHED,
+        LIMIT_EXCEEDED,
+        MEMBER_ADDED,
+        MEMBER_REMOVED,
+    ]
+    .into_iter()
+    .find(|k| *k == name)
 }
 
 #[cfg(test)]

@@ -213,7 +213,22 @@ impl Webhooks {
             return;
         }
         if let Some(tx) = self.occupancy.get() {
-            let _ = tx.send(occupancy::Op::Local(channel.clone(), occupied));
+            let subject = occupancy::Subject::channel(channel.clone());
+            let _ = tx.send(occupancy::Op::Local(subject, occupied));
+        }
+    }
+
+    /// Presence (§13): `user`'s first connection in `channel` on this node
+    /// joined (`true`) or its last one here left (`false`). The occupancy
+    /// task turns these into `member.added` / `member.removed`, once for
+    /// the cluster, the removal after `vacated_delay_ms`.
+    pub fn member_changed(&self, channel: &str, user: &Arc<str>, present: bool) {
+        if self.endpoints.load().is_empty() {
+            return;
+        }
+        if let Some(tx) = self.occupancy.get() {
+            let subject = occupancy::Subject::member(channel.into(), user.clone());
+            let _ = tx.send(occupancy::Op::Local(subject, present));
         }
     }
 

@@ -11,6 +11,12 @@
 //! subscribe/unsubscribe race therefore produces no event at all, never an
 //! occupied/vacated flap.
 //!
+//! Presence members (§13) take the same path: a subject is a channel
+//! (`channel.occupied`/`vacated`) or a user in a presence channel
+//! (`member.added`/`removed`, keyed `"<channel> <user>"`: a channel name
+//! holds no space), entered when the user's first connection on this node
+//! joins and left with its last.
+//!
 //! In cluster mode the same bookkeeping lives in Redis, one hash per
 //! channel (`{prefix}occ:{<channel>}`), changed only by scripts: `JOIN`
 //! marks this node as having subscribers, bumps the generation and marks
@@ -29,17 +35,61 @@ use tokio::sync::mpsc;
 
 use super::Webhooks;
 use super::cluster::Cluster;
-use super::event::{Event, OCCUPIED, VACATED};
+use super::event::{Event, MEMBER_ADDED, MEMBER_REMOVED, OCCUPIED, VACATED};
 use super::worker::Endpoint;
+
+/// What is occupied or vacated: a channel, or a user in a channel.
+#[derive(Debug, Clone)]
+pub struct Subject {
+    /// The bookkeeping key: the channel, or `"<channel> <user>"`.
+    key: Arc<str>,
+    /// What the endpoints' channel globs match.
+    channel: Arc<str>,
+    user: Option<Arc<str>>,
+}
+
+impl Subject {
+    pub fn channel(channel: Arc<str>) -> Subject {
+        Subject {
+            key: channel.clone(),
+            channel,
+            user: None,
+        }
+    }
+
+    pub fn member(channel: Arc<str>, user: Arc<str>) -> Subject {
+        Subject {
+            key: format!("{channel} {user}").into(),
+            channel,
+            user: Some(user),
+        }
+    }
+
+    /// The event sent when it becomes occupied, and when vacated.
+    fn kinds(&self) -> (&'static str, &'static str) {
+        match self.user {
+            None => (OCCUPIED, VACATED),
+            Some(_) => (MEMBER_ADDED, MEMBER_REMOVED),
+        }
+    }
+
+    fn event(&self, kind: &'static str) -> Event {
+        match &self.user {
+            None => Event::channel(kind, &self.channel),
+            Some(user) => Event::member(kind, &self.channel, user),
+        }
+    }
+}
 
 /// One step for the occupancy task.
 pub enum Op {
-    /// The channel's first subscriber on this node arrived (`true`) or its
+    /// The subject's first subscriber on this node arrived (`true`) or its
     /// last one left (`false`).
-    Local(Arc<str>, bool),
-    /// An endpoint's vacated delay for `channel` at generation `gen` ran out.
+    Local(Subject, bool),
+    /// An endpoint's vacated delay for the subject at generation `gen` ran
+    /// out.
     VacateDue {
-        channel: Arc<str>,
+        subject: Subject,
         generation: u64,
         endpoint: Weak<Endpoint>,
     },
@@ -61,6 +111,7 @@ pub async fn run(
     if let Some(cluster) = cluster {
         return run_clustered(webhooks, cluster, tx, rx).await;
     }
+    // Bounded by the subjects with a vacate in waiting.
     let mut pending: HashMap<Arc<str>, Pending> = HashMap::new();
     let mut generation = 0u64;
     while let Some(op) = rx.recv().await {
@@ -68,45 +119,42 @@ pub async fn run(
             return;
         };
         match op {
-            Op::Local(channel, true) => {
-                pending.remove(&channel);
+            Op::Local(subject, true) => {
+                pending.remove(&subject.key);
+                let (added, removed) = subject.kinds();
                 let mut event = None;
-                for ep in webhooks.endpoints_for(&channel) {
+                for ep in webhooks.endpoints_for(&subject.channel) {
                     let cfg = ep.config.load();
-                    let tracks = cfg.wants(OCCUPIED) || cfg.wants(VACATED);
-                    if tracks && ep.announced.lock().insert(channel.clone()) && cfg.wants(OCCUPIED)
+                    let tracks = cfg.wants(added) || cfg.wants(removed);
+                    if tracks && ep.announced.lock().insert(subject.key.clone()) && cfg.wants(added)
                     {
-                        ep.enqueue(
-                            event
-                                .get_or_insert_with(|| Event::channel(OCCUPIED, &channel))
-                                .clone(),
-                        );
+                        ep.enqueue(event.get_or_insert_with(|| subject.event(added)).clone());
                     }
                 }
             }
-            Op::Local(channel, false) => {
+            Op::Local(subject, false) => {
                 generation += 1;
                 let mut timers = 0;
-                for ep in webhooks.endpoints_for(&channel) {
-                    if !ep.announced.lock().contains(&channel) {
+                for ep in webhooks.endpoints_for(&subject.channel) {
+                    if !ep.announced.lock().contains(&subject.key) {
                         continue;
                     }
                     timers += 1;
-                    vacate_after_delay(&tx, &channel, generation, &ep);
+                    vacate_after_delay(&tx, &subject, generation, &ep);
                 }
                 if timers > 0 {
-                    pending.insert(channel, Pending { generation, timers });
+                    pending.insert(subject.key.clone(), Pending { generation, timers });
                 } else {
-                    pending.remove(&channel);
+                    pending.remove(&subject.key);
                 }
             }
             Op::VacateDue {
-                channel,
+                subject,
                 generation,
                 endpoint,
             } => {
                 let Some(p) = pending
-                    .get_mut(&channel)
+                    .get_mut(&subject.key)
                     .filter(|p| p.generation == generation)
                 else {
                     // A resubscribe (or a later vacate) superseded it.
@@ -114,13 +162,14 @@ pub async fn run(
                 };
                 p.timers -= 1;
                 if p.timers == 0 {
-                    pending.remove(&channel);
+                    pending.remove(&subject.key);
                 }
                 let Some(ep) = endpoint.upgrade() else {
                     continue;
                 };
-                if ep.announced.lock().remove(&channel) && ep.config.load().wants(VACATED) {
-                    ep.enqueue(Event::channel(VACATED, &channel));
+                let removed = subject.kinds().1;
+                if ep.announced.lock().remove(&subject.key) && ep.config.load().wants(removed) {
+                    ep.enqueue(subject.event(removed));
                 }
             }
         }
@@ -132,14 +181,14 @@ pub async fn run(
 /// the last leave; the generation tells a later join apart.
 fn vacate_after_delay(
     tx: &mpsc::UnboundedSender<Op>,
-    channel: &Arc<str>,
+    subject: &Subject,
     generation: u64,
     ep: &Arc<Endpoint>,
 ) {
     let delay = ep.config.load().pacing.vacated_delay;
     let tx = tx.clone();
     let due = Op::VacateDue {
-        channel: channel.clone(),
+        subject: subject.clone(),
         generation,
         endpoint: Arc::downgrade(ep),
     };
@@ -149,13 +198,14 @@ fn vacate_after_delay(
     });
 }
 
-fn tracking(webhooks: &Webhooks, channel: &str) -> Vec<Arc<Endpoint>> {
+fn tracking(webhooks: &Webhooks, subject: &Subject) -> Vec<Arc<Endpoint>> {
+    let (added, removed) = subject.kinds();
     webhooks
-        .endpoints_for(channel)
+        .endpoints_for(&subject.channel)
         .into_iter()
         .filter(|e| {
             let c = e.config.load();
-            c.wants(OCCUPIED) || c.wants(VACATED)
+            c.wants(added) || c.wants(removed)
         })
         .collect()
 }
@@ -172,51 +222,52 @@ async fn run_clustered(
             return;
         };
         match op {
-            Op::Local(channel, true) => {
-                let eps = tracking(&webhooks, &channel);
+            Op::Local(subject, true) => {
+                let eps = tracking(&webhooks, &subject);
                 let ids: Vec<String> = eps.iter().map(|e| e.id()).collect();
-                match cluster.join(&channel, &ids).await {
+                let added = subject.kinds().0;
+                match cluster.join(&subject.key, &ids).await {
                     Ok(told) => {
                         let mut event = None;
                         for ep in eps.iter().filter(|e| told.contains(&e.id())) {
-                            if ep.config.load().wants(OCCUPIED) {
-                                let e =
-                                    event.get_or_insert_with(|| Event::channel(OCCUPIED, &channel));
+                            if ep.config.load().wants(added) {
+                                let e = event.get_or_insert_with(|| subject.event(added));
                                 ep.enqueue(e.clone());
                             }
                         }
                     }
                     Err(e) => {
-                        tracing::warn!(target: "tidegate::webhook", channel = %channel, error = %e, "cannot record occupancy in Redis")
+                        tracing::warn!(target: "tidegate::webhook", subject = %subject.key, error = %e, "cannot record occupancy in Redis")
                     }
                 }
             }
-            Op::Local(channel, false) => match cluster.leave(&channel).await {
+            Op::Local(subject, false) => match cluster.leave(&subject.key).await {
                 Ok(0) => {}
                 Ok(generation) => {
-                    for ep in tracking(&webhooks, &channel) {
-                        vacate_after_delay(&tx, &channel, generation, &ep);
+                    for ep in tracking(&webhooks, &subject) {
+                        vacate_after_delay(&tx, &subject, generation, &ep);
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(target: "tidegate::webhook", channel = %channel, error = %e, "cannot record occupancy in Redis")
+                    tracing::warn!(target: "tidegate::webhook", subject = %subject.key, error = %e, "cannot record occupancy in Redis")
                 }
             },
             Op::VacateDue {
-                channel,
+                subject,
                 generation,
                 endpoint,
             } => {
                 let Some(ep) = endpoint.upgrade() else {
                     continue;
                 };
-                match cluster.vacate(&channel, generation, &ep.id()).await {
-                    Ok(true) if ep.config.load().wants(VACATED) => {
-                        ep.enqueue(Event::channel(VACATED, &channel));
+                let removed = subject.kinds().1;
+                match cluster.vacate(&subject.key, generation, &ep.id()).await {
+                    Ok(true) if ep.config.load().wants(removed) => {
+                        ep.enqueue(subject.event(removed));
                     }
                     Ok(_) => {}
                     Err(e) => {
-                        tracing::warn!(target: "tidegate::webhook", channel = %channel, error = %e, "cannot record occupancy in Redis")
+                        tracing::warn!(target: "tidegate::webhook", subject = %subject.key, error = %e, "cannot record occupancy in Redis")
                     }
                 }
             }

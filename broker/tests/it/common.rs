@@ -123,6 +123,7 @@ impl Broker {
             role: None,
             sub_channels: sub.iter().map(|s| s.to_string()).collect(),
             pub_channels: publ.iter().map(|s| s.to_string()).collect(),
+            info: None,
         })
     }
 

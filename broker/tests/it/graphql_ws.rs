@@ -403,6 +403,7 @@ async fn operators_drain_and_token_expiry_close_graphql_sockets_too() {
         role: None,
         sub_channels: vec!["doc:*".into()],
         pub_channels: vec![],
+        info: None,
     });
     let mut c = connected(&b, &token).await;
     assert_eq!(close_code(&mut c).await, Some(4001));

@@ -72,6 +72,7 @@ async fn missing_bad_expired_and_unsigned_tokens_get_401_before_the_upgrade() {
         role: None,
         sub_channels: vec![],
         pub_channels: vec![],
+        info: None,
     };
     let (status, body) = refused(&broker, &other.mint(&claims(unix_now() + 60))).await;
     assert_eq!(status, 401);

@@ -162,6 +162,7 @@ async fn service_roles_skip_the_rules() {
         role: Some("service".into()),
         sub_channels: vec![],
         pub_channels: vec!["*".into()],
+        info: None,
     });
     let mut c = Client::connect(&broker.ws_url(), &token).await.unwrap();
     c.next_json().await;

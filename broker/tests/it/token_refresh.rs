@@ -26,6 +26,7 @@ fn claims(account: &str, exp: u64, sub: &[&str], plan: Option<&str>) -> Claims {
         role: None,
         sub_channels: sub.iter().map(|s| s.to_string()).collect(),
         pub_channels: vec!["doc:*".into()],
+        info: None,
     }
 }
 

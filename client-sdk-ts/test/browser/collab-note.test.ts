@@ -61,7 +61,8 @@ after(async () => {
 });
 
 test("the collab-note example connects, shows an HTTP publish, publishes keystrokes and shows the budget", async () => {
-  const token = await broker.token({ sub: "note:*", pub: "note:*" });
+  const grants = { sub: ["note:*", "cursor:*"], pub: ["note:*", "cursor:*"] };
+  const token = await broker.token({ ...grants, account: "ann", info: { name: "Ann" } });
   const page = await browser.newPage({ viewport: { width: 1100, height: 640 } });
   const problems: string[] = [];
   page.on("pageerror", (e) => problems.push(`pageerror: ${e.message}`));
@@ -76,6 +77,17 @@ test("the collab-note example connects, shows an HTTP publish, publishes keystro
 
   await page.waitForSelector('#state[data-state="connected"]', { timeout: 15_000 });
   await page.waitForSelector('body[data-subscribed="true"]', { timeout: 15_000 });
+
+  // Presence (§13): the page lists who is in the note, live, by `info.name`.
+  await page.waitForSelector('#members .member[data-name="Ann"]', { timeout: 10_000 });
+  const guest = new TidegateClient({
+    url: broker.wsUrl,
+    token: await broker.token({ ...grants, account: "bob", info: { name: "Bob" } }),
+    WebSocket,
+  });
+  await guest.connect();
+  await guest.subscribe("note:e2e", () => undefined);
+  await page.waitForSelector('body[data-members="2"] #members .member[data-name="Bob"]', { timeout: 10_000 });
 
   // A message published over HTTP shows up in the page.
   const text = "Hello from the HTTP publish API";
@@ -118,6 +130,13 @@ test("the collab-note example connects, shows an HTTP publish, publishes keystro
   mkdirSync(join(SDK_ROOT, "test-results"), { recursive: true });
   await page.screenshot({ path: SCREENSHOT, fullPage: true });
   assert.deepEqual(problems, []);
+  // The page shows no error the user did not provoke.
+  const events = (await page.textContent("#log")) ?? "";
+  assert.doesNotMatch(events, /error|failed|forbidden/, events);
+
+  // Bob leaves: the list follows.
+  guest.close();
+  await page.waitForSelector('body[data-members="1"]', { timeout: 10_000 });
   await page.close();
 });
 

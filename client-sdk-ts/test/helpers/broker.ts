@@ -92,6 +92,8 @@ export interface Broker {
     account?: string;
     plan?: string;
     ttl?: number;
+    /** The `info` claim presence shows (§13). */
+    info?: Record<string, unknown>;
   }): Promise<string>;
   /** POST /v1/publish with the sample API key. */
   publish(channel: string, data: unknown): Promise<{ status: number; body: any }>;
@@ -139,13 +141,14 @@ export async function startBroker(configToml: string): Promise<Broker> {
     port,
     configPath,
     output: () => log,
-    token: ({ sub = "doc:*", pub = "doc:*", account = "acme", plan, ttl }) =>
+    token: ({ sub = "doc:*", pub = "doc:*", account = "acme", plan, ttl, info }) =>
       new Promise((resolveToken, reject) => {
         const args = ["token", "--account", account, "--config", configPath];
         for (const s of [sub].flat()) args.push("--sub", s);
         for (const p of [pub].flat()) args.push("--pub", p);
         if (plan) args.push("--plan", plan);
         if (ttl !== undefined) args.push("--ttl", String(ttl));
+        if (info !== undefined) args.push("--info", JSON.stringify(info));
         execFile(bin, args, (err, stdout, stderr) => {
           if (err) reject(new Error(`tidegate token failed: ${stderr || err.message}`));
           else resolveToken(stdout.trim());

@@ -151,16 +151,52 @@ impl Channel {
             .collect())
     }
 
-    /// §13; answers as a namespace without presence does.
-    async fn presence(&self, #[graphql(default = 100)] first: Option<i32>) -> Result<Vec<Member>> {
-        count("first", first, 100)?;
-        Err(no_presence(&self.name))
+    /// Who is in the channel (§13), sorted by user then connection id:
+    /// at most `first` (0 to 1000).
+    async fn presence(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(default = 100)] first: Option<i32>,
+    ) -> Result<Vec<Member>> {
+        let first = count("first", first, 100)?;
+        if first > crate::protocol::frames::PRESENCE_MAX_LIMIT as usize {
+            return Err(Code::BadRequest.error("first must be at most 1000"));
+        }
+        let read = presence_read(ctx, &self.name, first).await?;
+        Ok(read
+            .members
+            .into_iter()
+            .map(|m| Member {
+                user: m.user.to_string(),
+                conn_id: m.conn_id.to_string(),
+                info: m.info.map(|i| Json::Raw(i.to_string())),
+            })
+            .collect())
     }
 
-    /// §13; answers as a namespace without presence does.
-    async fn presence_stats(&self) -> Result<PresenceStats> {
-        Err(no_presence(&self.name))
+    /// Distinct users and connections (§13).
+    async fn presence_stats(&self, ctx: &Context<'_>) -> Result<PresenceStats> {
+        let read = presence_read(ctx, &self.name, 0).await?;
+        let clamp = |n: u64| i32::try_from(n).unwrap_or(i32::MAX);
+        Ok(PresenceStats {
+            users: clamp(read.counts.users),
+            connections: clamp(read.counts.connections),
+        })
     }
+}
+
+/// A presence read of `channel`, or `bad_request` when its namespace has
+/// no presence (the document's price was charged before it ran).
+async fn presence_read(
+    ctx: &Context<'_>,
+    channel: &str,
+    limit: usize,
+) -> Result<crate::presence::Read> {
+    let node = &ticket(ctx).node;
+    if crate::config::presence_rule(&node.config.load().namespaces, channel).is_none() {
+        return Err(no_presence(channel));
+    }
+    Ok(node.presence.read(channel, limit).wait().await)
 }
 
 pub(super) fn no_presence(channel: &str) -> async_graphql::Error {
