@@ -3,7 +3,6 @@
  * unsubscribe, requestBudget, close. The connection lifecycle it builds on
  * is in `connection.ts`.
  */
-import { TidegateError } from "./errors.js";
 import type { Request } from "./request.js";
 import type { Subscription } from "./subscriptions.js";
 import { byteLength } from "./frames.js";
@@ -19,7 +18,8 @@ import type {
   SubscribeResult,
   WelcomeFrame,
 } from "./types.js";
-import { Connection, closedError, tooLarge, type Waiter } from "./connection.js";
+import { Connection, type Waiter } from "./connection.js";
+import { TidegateError, closedError, tooLarge } from "./errors.js";
 import {
   PresenceTracker,
   type PresenceDiffFrame,

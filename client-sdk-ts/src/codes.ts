@@ -64,6 +64,8 @@ export type CloseCode = (typeof CLOSE_CODES)[CloseCodeName];
  *   server may or may not have processed it; the SDK does not resend it).
  * - `closed`: the client was closed by the application.
  * - `token_error`: `getToken()` threw or returned something that is not a token.
+ * - `unsupported_transport`: the request needs a WebSocket (presence reads,
+ *   `budget()`) and the client is on the SSE stream (PROTOCOL.md §14).
  */
 export const CLIENT_ERROR_CODES = [
   "queue_full",
@@ -71,6 +73,7 @@ export const CLIENT_ERROR_CODES = [
   "disconnected",
   "closed",
   "token_error",
+  "unsupported_transport",
 ] as const;
 export type ClientErrorCode = (typeof CLIENT_ERROR_CODES)[number];
 

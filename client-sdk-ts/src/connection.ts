@@ -6,15 +6,15 @@
  */
 import { realClock, type Clock, type TimerHandle } from "./clock.js";
 import { Emitter } from "./emitter.js";
-import { TidegateError } from "./errors.js";
+import { TidegateError, closedError, tokenError, tooLarge } from "./errors.js";
 import { Pacer, type BucketView } from "./pacer.js";
 import { MAX_RETRY_AFTER_MS, planReconnect, type ReconnectSettings } from "./reconnect.js";
 import { TokenRefresher } from "./refresh.js";
 import type { Request, RequestKind } from "./request.js";
 import { Subscriptions, type Subscription } from "./subscriptions.js";
 import { tokenExpired } from "./token.js";
-import type { Transport, TransportClose, TransportFactory } from "./transport.js";
-import { webSocketTransport } from "./transports/websocket.js";
+import type { Transport, TransportClose } from "./transport.js";
+import { TransportChooser, type TransportKind } from "./transports/auto.js";
 import { FrameHandler, byteLength, refusalError } from "./frames.js";
 import type {
   ClientEvents,
@@ -45,7 +45,8 @@ export abstract class Connection extends Emitter<ClientEvents> {
 
   protected readonly opts: ClientOptions;
   protected readonly random: () => number;
-  protected readonly factory: TransportFactory;
+  /** WebSocket or SSE for the next attempt (`transports/auto.ts`). */
+  protected readonly transports: TransportChooser;
   protected readonly settings: ReconnectSettings;
   protected readonly timeoutMs: number;
   protected readonly maxQueue: number;
@@ -85,7 +86,7 @@ export abstract class Connection extends Emitter<ClientEvents> {
     const headroom = options.headroom ?? 0.9;
     if (!(headroom > 0 && headroom <= 1)) throw new RangeError("headroom must be in (0, 1]");
     if (!options.token && !options.getToken) throw new TypeError("pass token or getToken");
-    this.factory = options.transport ?? webSocketTransport(resolveWebSocket(options.WebSocket));
+    this.transports = new TransportChooser(options.transport, options.WebSocket, options.fetch);
     this.pacer = new Pacer({
       clock: this.clock,
       headroom,
@@ -120,6 +121,11 @@ export abstract class Connection extends Emitter<ClientEvents> {
   /** The last `welcome` frame (undefined before the first). */
   get welcome(): WelcomeFrame | undefined {
     return this._welcome;
+  }
+
+  /** The transport of the current (or next) connection attempt. */
+  get transportKind(): TransportKind {
+    return this.transports.current;
   }
 
   get limits(): Limits | undefined {
@@ -241,7 +247,7 @@ export abstract class Connection extends Emitter<ClientEvents> {
     this.retryAfterHintMs = undefined;
     this.accountLimitedSeen = false;
     try {
-      this.transport = this.factory(this.opts.url, [SUBPROTOCOL, `bearer.${token}`], {
+      this.transport = this.transports.factory()(this.opts.url, [SUBPROTOCOL, `bearer.${token}`], {
         open: (protocol) => {
           if (gen !== this.generation) return;
           this.welcomeTimer = this.clock.setTimeout(() => {
@@ -338,6 +344,8 @@ export abstract class Connection extends Emitter<ClientEvents> {
     this.clock.clearTimeout(this.welcomeTimer);
     this.refresher.cancel();
     const wasConnected = this._state === "connected";
+    // A proxy's refusal of the upgrade is not the broker's: it is not reported.
+    if (this.transports.closed(info, wasConnected)) info = { ...info, refusal: undefined };
     this.pacer.deactivate();
     this.failInFlight(info.code);
     const decision = planReconnect(
@@ -481,30 +489,4 @@ export abstract class Connection extends Emitter<ClientEvents> {
   fire<K extends keyof ClientEvents>(event: K, payload: ClientEvents[K]): void {
     this.emit(event, payload);
   }
-}
-
-function resolveWebSocket(ctor: WebSocketConstructor | undefined): WebSocketConstructor {
-  const found = ctor ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
-  if (!found) {
-    throw new TypeError(
-      "no WebSocket implementation: in Node pass { WebSocket } from the `ws` package",
-    );
-  }
-  return found;
-}
-
-export function closedError(): TidegateError {
-  return new TidegateError("closed", "the client is closed");
-}
-
-function tokenError(cause: unknown): TidegateError {
-  return new TidegateError("token_error", "getToken() failed", { cause });
-}
-
-export function tooLarge(channel: string | undefined, max: number): TidegateError {
-  return new TidegateError(
-    "payload_too_large",
-    `the frame is larger than the connection's maxPayloadBytes (${max})`,
-    { channel },
-  );
 }

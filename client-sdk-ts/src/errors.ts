@@ -40,3 +40,20 @@ export class TidegateError extends Error {
     if (details.cause !== undefined) (this as { cause?: unknown }).cause = details.cause;
   }
 }
+
+/** The client was closed by the application. */
+export function closedError(): TidegateError {
+  return new TidegateError("closed", "the client is closed");
+}
+
+export function tokenError(cause: unknown): TidegateError {
+  return new TidegateError("token_error", "getToken() failed", { cause });
+}
+
+export function tooLarge(channel: string | undefined, max: number): TidegateError {
+  return new TidegateError(
+    "payload_too_large",
+    `the frame is larger than the connection's maxPayloadBytes (${max})`,
+    { channel },
+  );
+}

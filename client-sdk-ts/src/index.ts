@@ -12,7 +12,8 @@
  * - `presence.ts`      presence reads and member sets kept from diffs (§13)
  * - `codes.ts`         error and close codes (mirrors broker/src/protocol/codes.rs)
  * - `types.ts`         frames, options and the typed event map
- * - `transports/`      one file per transport (WebSocket: browser and `ws`)
+ * - `transports/`      one file per transport (WebSocket: browser and `ws`; SSE:
+ *                      `fetch` streaming) and `auto.ts`, which picks one
  */
 export { TidegateClient, SUBPROTOCOL } from "./client.js";
 export { TidegateError, type TidegateErrorDetails } from "./errors.js";
@@ -28,6 +29,9 @@ export {
 } from "./reconnect.js";
 export { refreshDelay } from "./refresh.js";
 export { webSocketTransport, parseRetryAfter, type WebSocketLike } from "./transports/websocket.js";
+export { sseTransport, type FetchLike, type FetchResponseLike } from "./transports/sse.js";
+export { nextTransport, type TransportKind, type TransportMode } from "./transports/auto.js";
+export { SseParser, type SseBlock } from "./transports/sse-parser.js";
 export type { Transport, TransportClose, TransportFactory, TransportHandlers } from "./transport.js";
 export type { BucketView } from "./pacer.js";
 export * from "./codes.js";

@@ -7,6 +7,7 @@ import type { TidegateError } from "./errors.js";
 import type { Clock } from "./clock.js";
 import type { WebSocketLike } from "./transports/websocket.js";
 import type { TransportFactory } from "./transport.js";
+import type { FetchLike } from "./transports/sse.js";
 
 /** Any JSON value a message may carry. */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -106,8 +107,16 @@ export interface ClientOptions {
   getToken?: () => string | Promise<string>;
   /** WebSocket implementation; defaults to `globalThis.WebSocket`. In Node pass `ws`. */
   WebSocket?: WebSocketConstructor;
-  /** A custom transport (overrides `WebSocket`). */
-  transport?: TransportFactory;
+  /**
+   * `"auto"` (default): WebSocket, falling back to the SSE stream
+   * (`GET /v1/sse` + `POST /v1/client/publish`) when upgrades fail or are
+   * cut before `welcome`; `"websocket"` or `"sse"` to force one; or a
+   * custom transport (overrides `WebSocket`). Over SSE, presence reads and
+   * `budget()` reject with `unsupported_transport`.
+   */
+  transport?: "auto" | "websocket" | "sse" | TransportFactory;
+  /** `fetch` for the SSE transport; defaults to `globalThis.fetch`. */
+  fetch?: FetchLike;
   /** Smallest backoff ceiling (full jitter: first delay is in [0, min)). Default 1000 ms. */
   minReconnectDelayMs?: number;
   /** Largest backoff ceiling. Default 30000 ms. */

@@ -24,6 +24,7 @@ export async function connectedRig(
   server.limits = { ...server.limits, ...limits };
   const clock = new FakeClock();
   const client = new TidegateClient({
+    transport: "websocket",
     url: server.url,
     token: "tok",
     WebSocket,

@@ -60,6 +60,7 @@ test("a budget frame lowers the local balance to what the server reports", async
 
 test("the local queue is bounded and says so when full", async () => {
   const client = new TidegateClient({
+    transport: "websocket",
     url: "ws://127.0.0.1:9/v1/ws",
     token: "tok",
     WebSocket,

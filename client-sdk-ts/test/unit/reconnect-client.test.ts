@@ -11,6 +11,7 @@ import { BrowserLikeWebSocket } from "../helpers/browser-like-ws.js";
 
 function clientFor(server: FakeServer, clock: FakeClock, options: Partial<ClientOptions> = {}) {
   return new TidegateClient({
+    transport: "websocket",
     url: server.url,
     token: "tok",
     WebSocket,

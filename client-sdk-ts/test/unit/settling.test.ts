@@ -87,6 +87,7 @@ test("close() rejects pending publishes, subscribes and connect() with `closed`"
   const server = await FakeServer.start();
   server.welcome = false;
   const client = new TidegateClient({
+    transport: "websocket",
     url: server.url,
     token: "tok",
     WebSocket,
@@ -112,6 +113,7 @@ test("connect() rejects with `timeout` when no welcome comes in time, and the cl
   server.welcome = false;
   const clock = new FakeClock();
   const client = new TidegateClient({
+    transport: "websocket",
     url: server.url,
     token: "tok",
     WebSocket,
@@ -185,7 +187,7 @@ test("unsubscribe stops delivery at once and is acked by the server", async () =
 
 test("a subscribe made before connect() is sent once the welcome arrives", async () => {
   const server = await FakeServer.start();
-  const client = new TidegateClient({ url: server.url, token: "tok", WebSocket, clock: new FakeClock() });
+  const client = new TidegateClient({ transport: "websocket", url: server.url, token: "tok", WebSocket, clock: new FakeClock() });
   try {
     const got: unknown[] = [];
     const ready = client.subscribe("doc:early", (d) => got.push(d));

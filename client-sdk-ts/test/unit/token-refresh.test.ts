@@ -29,6 +29,7 @@ async function run(
   prepare(server);
   const clock = new FakeClock();
   const client = new TidegateClient({
+    transport: "websocket",
     url: server.url,
     WebSocket,
     clock,

@@ -1,0 +1,348 @@
+/**
+ * The SSE transport (PROTOCOL.md §14): for networks that block or cut
+ * WebSockets. It looks like a socket to the client (frames in, frames out)
+ * but speaks plain HTTP:
+ *
+ * - the stream is `GET /v1/sse?channel=…` read with streaming `fetch`
+ *   (the token in `Authorization`, which `EventSource` cannot send);
+ * - `subscribe`/`unsubscribe` reopen the stream with the new set and
+ *   `Last-Event-ID` set to the current position of every channel kept, so
+ *   nothing is lost between the two streams; the answer to a subscribe is
+ *   the new stream's `recovered` event (with `since`) or the `id:` block
+ *   where the channel went live (without);
+ * - `publish` is `POST /v1/client/publish`, its `{"seq"}` or §5 error
+ *   body turned into the socket's `ack`/`error` frame (so `rate_limited`
+ *   is retried after `retryAfterMs` as on a socket);
+ * - `refresh` keeps the new token for the next requests and reopens the
+ *   stream with it;
+ * - anything else (presence reads, `budget`) has no HTTP form here and is
+ *   answered with the SDK's `unsupported_transport` error.
+ */
+import type { Transport, TransportFactory, TransportHandlers } from "../transport.js";
+import type { Refusal } from "../types.js";
+import { tokenExpiryMs } from "../token.js";
+import { parseRetryAfter } from "./websocket.js";
+import { decodePosition, encodePosition, SseParser, type SseBlock } from "./sse-parser.js";
+
+/** What the SSE transport needs of `fetch` (the global one by default). */
+export type FetchLike = (
+  url: string,
+  init: { method?: string; headers?: Record<string, string>; body?: string; signal?: unknown },
+) => Promise<FetchResponseLike>;
+
+export interface FetchResponseLike {
+  readonly status: number;
+  readonly headers: { get(name: string): string | null };
+  readonly body: { getReader(): StreamReaderLike } | null;
+  text(): Promise<string>;
+}
+
+interface StreamReaderLike {
+  read(): Promise<{ done: boolean; value?: Uint8Array }>;
+  cancel(): Promise<void>;
+}
+
+interface AbortLike {
+  readonly signal: unknown;
+  abort(): void;
+}
+
+interface Globals {
+  fetch?: FetchLike;
+  AbortController?: new () => AbortLike;
+  TextDecoder?: new () => { decode(b?: Uint8Array, o?: { stream: boolean }): string };
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+}
+
+const G = globalThis as unknown as Globals;
+const MAX_ERROR_BODY = 4096;
+
+/** The HTTP URLs next to a `ws(s)://…/v1/ws` URL. */
+export function httpUrls(wsUrl: string): { sse: string; publish: string } {
+  const m = /^(wss?|https?):\/\/([^/?#]+)([^?#]*)/i.exec(wsUrl);
+  if (!m) throw new TypeError(`not a ws:// or wss:// URL: ${wsUrl}`);
+  const scheme = m[1]!.toLowerCase() === "wss" || m[1]!.toLowerCase() === "https" ? "https" : "http";
+  const path = m[3]!.replace(/\/v1\/ws\/?$/, "").replace(/\/$/, "");
+  const base = `${scheme}://${m[2]}${path}`;
+  return { sse: `${base}/v1/sse`, publish: `${base}/v1/client/publish` };
+}
+
+/** The SSE transport; `fetchImpl` defaults to the global `fetch`. */
+export function sseTransport(fetchImpl?: FetchLike): TransportFactory {
+  return (url, protocols, handlers) => {
+    const doFetch = fetchImpl ?? G.fetch?.bind(globalThis);
+    if (!doFetch || !G.AbortController || !G.TextDecoder) {
+      throw new TypeError("the SSE transport needs fetch, AbortController and TextDecoder");
+    }
+    const bearer = protocols.find((p) => p.startsWith("bearer."));
+    const stream = new SseStream(doFetch, httpUrls(url), bearer?.slice(7) ?? "", handlers);
+    stream.connect();
+    return stream;
+  };
+}
+
+interface Pending {
+  id: number | string;
+  since?: number;
+}
+
+class SseStream implements Transport {
+  /** The stream's channels, in the order subscribed (bounded by maxSubscriptions). */
+  private readonly channels = new Set<string>();
+  /** The last position of each channel, from the stream's `id:` lines. */
+  private position = new Map<string, number>();
+  /** Subscribes waiting for the stream that carries them (one per channel). */
+  private readonly pending = new Map<string, Pending>();
+  private opened = false;
+  private done = false;
+  private current?: AbortLike;
+  private reopenTimer?: unknown;
+
+  constructor(
+    private readonly fetch: FetchLike,
+    private readonly urls: { sse: string; publish: string },
+    private token: string,
+    private readonly handlers: TransportHandlers,
+  ) {}
+
+  send(text: string): void {
+    if (this.done) throw new Error("the SSE stream is closed");
+    const f = JSON.parse(text) as Record<string, unknown> & { type?: string; id: number | string };
+    const channel = typeof f["channel"] === "string" ? f["channel"] : "";
+    switch (f.type) {
+      case "subscribe": {
+        const since = typeof f["since"] === "number" ? f["since"] : undefined;
+        this.channels.add(channel);
+        this.pending.set(channel, { id: f.id, since });
+        return this.reopenSoon();
+      }
+      case "unsubscribe":
+        this.channels.delete(channel);
+        this.pending.delete(channel);
+        this.position.delete(channel);
+        this.answer({ type: "ack", id: f.id });
+        return this.reopenSoon();
+      case "publish":
+        return void this.publish(f.id, channel, f["data"]);
+      case "refresh": {
+        this.token = String(f["token"]);
+        this.answer({ type: "ack", id: f.id, tokenExpiresAt: tokenExpiryMs(this.token) });
+        return this.reopenSoon();
+      }
+      default:
+        this.answer({
+          type: "error",
+          id: f.id,
+          code: "unsupported_transport",
+          message: `"${String(f.type)}" needs a WebSocket; this client is on the SSE stream (transport "sse", or "auto" after WebSocket failed)`,
+          channel: channel || undefined,
+        });
+    }
+  }
+
+  close(): void {
+    this.done = true;
+    G.clearTimeout(this.reopenTimer);
+    this.current?.abort();
+    this.current = undefined;
+  }
+
+  /** Opens the stream with the current channels and position. */
+  connect(): void {
+    const ctrl = new G.AbortController!();
+    this.current?.abort();
+    this.current = ctrl;
+    void this.run(ctrl).catch(() => {
+      if (this.current === ctrl) this.fail(1006, "the SSE stream failed");
+    });
+  }
+
+  private async run(ctrl: AbortLike): Promise<void> {
+    const query = [...this.channels].map((c) => `channel=${encodeURIComponent(c)}`).join("&");
+    const headers: Record<string, string> = {
+      Authorization: `Bearer ${this.token}`,
+      Accept: "text/event-stream",
+    };
+    // Kept channels resume where they are; new ones from their `since`
+    // (a `recovered` event answers them) or live (an `id:` block does).
+    const kept = new Map([...this.position].filter(([c]) => this.channels.has(c)));
+    for (const [c, p] of this.pending) {
+      if (p.since !== undefined) kept.set(c, p.since);
+      else kept.delete(c);
+    }
+    if (kept.size > 0) headers["Last-Event-ID"] = encodePosition(kept);
+    const batch = [...this.pending.keys()];
+    const res = await this.fetch(`${this.urls.sse}${query ? `?${query}` : ""}`, {
+      headers,
+      signal: ctrl.signal,
+    });
+    if (this.current !== ctrl) return;
+    if (res.status !== 200 || !res.body) return this.refused(res, batch);
+    const reader = res.body.getReader();
+    const decoder = new G.TextDecoder!();
+    const parser = new SseParser();
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (this.current !== ctrl) {
+        void reader.cancel().catch(() => undefined);
+        return;
+      }
+      if (done) return this.fail(1006, "the SSE stream ended without a close event");
+      for (const block of parser.push(decoder.decode(value, { stream: true }))) {
+        this.onBlock(block);
+        if (this.current !== ctrl) return;
+      }
+    }
+  }
+
+  private onBlock(b: SseBlock): void {
+    if (b.id !== undefined) this.position = decodePosition(b.id) ?? this.position;
+    switch (b.event) {
+      case "welcome":
+        if (this.opened) return; // a reopened stream: the client is already connected
+        this.opened = true;
+        this.handlers.open("sse");
+        return this.handlers.message(b.data ?? "");
+      case "message":
+        if (b.data?.startsWith("{")) this.handlers.message(`{"type":"message",${b.data.slice(1)}`);
+        return;
+      case "recovered": {
+        const r = parse(b.data) as { channel?: string; recovered?: boolean };
+        const p = r.channel === undefined ? undefined : this.pending.get(r.channel);
+        if (!p) return; // a channel kept across a reopen
+        this.pending.delete(r.channel!);
+        return this.handlers.message(
+          JSON.stringify({ type: "ack", id: p.id, seq: p.since, recovered: r.recovered === true }),
+        );
+      }
+      case "close": {
+        const c = parse(b.data) as { code?: number; reason?: string };
+        return this.fail(typeof c.code === "number" ? c.code : 1006, c.reason ?? "");
+      }
+      case undefined:
+        if (b.data !== undefined) return;
+        // An `id:` alone: where live subscriptions started.
+        for (const [channel, p] of this.pending) {
+          const seq = this.position.get(channel);
+          if (p.since !== undefined || seq === undefined) continue;
+          this.pending.delete(channel);
+          this.handlers.message(JSON.stringify({ type: "ack", id: p.id, seq }));
+        }
+        return;
+      default:
+        return;
+    }
+  }
+
+  /**
+   * A non-200 answer. Before the welcome it ends the transport (a refusal,
+   * as for a WebSocket upgrade). On a reopen for new subscribes, a refusal
+   * about the channels (400, 403 but `banned`) rejects those subscribes
+   * and the stream reopens without them; anything else ends the transport.
+   */
+  private async refused(res: FetchResponseLike, batch: string[]): Promise<void> {
+    const refusal = await readRefusal(res);
+    if (this.done) return;
+    const aboutChannels =
+      (refusal.status === 400 || (refusal.status === 403 && refusal.code !== "banned")) &&
+      this.opened;
+    const rejected = batch.filter((c) => this.pending.has(c));
+    if (!aboutChannels || rejected.length === 0) {
+      return this.fail(1006, `the SSE request was refused (HTTP ${refusal.status})`, refusal);
+    }
+    for (const channel of rejected) {
+      const p = this.pending.get(channel)!;
+      this.pending.delete(channel);
+      this.channels.delete(channel);
+      this.position.delete(channel);
+      this.handlers.message(
+        JSON.stringify({
+          type: "error",
+          id: p.id,
+          code: refusal.code ?? "bad_request",
+          message: refusal.message ?? `the SSE stream was refused (HTTP ${refusal.status})`,
+          channel,
+        }),
+      );
+    }
+    this.connect();
+  }
+
+  private async publish(id: number | string, channel: string, data: unknown): Promise<void> {
+    let res: FetchResponseLike;
+    let body: Record<string, unknown>;
+    try {
+      res = await this.fetch(this.urls.publish, {
+        method: "POST",
+        headers: { Authorization: `Bearer ${this.token}`, "Content-Type": "application/json" },
+        body: JSON.stringify({ channel, data }),
+      });
+      body = parse((await res.text()).slice(0, MAX_ERROR_BODY * 4)) as Record<string, unknown>;
+    } catch (cause) {
+      if (this.done) return;
+      const message = `POST /v1/client/publish failed: ${String(cause)}`;
+      return this.answer({ type: "error", id, code: "disconnected", message, channel });
+    }
+    if (this.done) return;
+    if (res.status === 200 && typeof body["seq"] === "number") {
+      return this.answer({ type: "ack", id, seq: body["seq"] });
+    }
+    const header = parseRetryAfter(res.headers.get("retry-after") ?? undefined);
+    const retryAfterMs = typeof body["retryAfterMs"] === "number" ? body["retryAfterMs"] : header;
+    this.answer({
+      type: "error",
+      id,
+      code: typeof body["error"] === "string" ? body["error"] : "internal",
+      message: typeof body["message"] === "string" ? body["message"] : `HTTP ${res.status}`,
+      retryAfterMs,
+      channel,
+    });
+  }
+
+  /** A subscribe or unsubscribe changed the set: reopen once for all of them. */
+  private reopenSoon(): void {
+    if (this.reopenTimer !== undefined || this.done) return;
+    this.reopenTimer = G.setTimeout(() => {
+      this.reopenTimer = undefined;
+      if (!this.done) this.connect();
+    }, 0);
+  }
+
+  /** A frame for the client, after the current call returns (as a socket's would). */
+  private answer(frame: Record<string, unknown>): void {
+    const text = JSON.stringify(frame);
+    void Promise.resolve().then(() => {
+      if (!this.done) this.handlers.message(text);
+    });
+  }
+
+  private fail(code: number, reason: string, refusal?: Refusal): void {
+    if (this.done) return;
+    this.close();
+    this.handlers.close({ code, reason, wasOpen: this.opened, refusal });
+  }
+}
+
+function parse(text: string | undefined): unknown {
+  try {
+    const v = JSON.parse(text ?? "") as unknown;
+    return v && typeof v === "object" ? v : {};
+  } catch {
+    return {};
+  }
+}
+
+async function readRefusal(res: FetchResponseLike): Promise<Refusal & { message?: string }> {
+  const refusal: Refusal & { message?: string } = {
+    status: res.status,
+    retryAfterMs: parseRetryAfter(res.headers.get("retry-after") ?? undefined),
+  };
+  const body = parse(await res.text().catch(() => "")) as Record<string, unknown>;
+  if (typeof body["error"] === "string") refusal.code = body["error"];
+  if (typeof body["message"] === "string") refusal.message = body["message"];
+  if (typeof body["retryAfterMs"] === "number") {
+    refusal.retryAfterMs = Math.max(refusal.retryAfterMs ?? 0, body["retryAfterMs"]);
+  }
+  return refusal;
+}

@@ -1,0 +1,107 @@
+/**
+ * The SSE transport's pure parts: the event-stream parser (as the broker
+ * writes it: `retry`, `id`-only blocks, multi-line `data`, `: ping`,
+ * chunks cut anywhere), the position token, the HTTP URLs, and the
+ * `transport: "auto"` fallback decision.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { SseParser, decodePosition, encodePosition } from "../../src/transports/sse-parser.js";
+import { httpUrls } from "../../src/transports/sse.js";
+import { nextTransport, TransportChooser } from "../../src/transports/auto.js";
+import WebSocket from "ws";
+
+const STREAM =
+  "retry: 2345\n\n" +
+  'id: \nevent: welcome\ndata: {"type":"welcome","connId":"c1"}\n\n' +
+  "id: ZG9jOjEgNw\n\n" +
+  ": ping\n\n" +
+  'id: ZG9jOjEgOA\nevent: message\ndata: {"channel":"doc:1","seq":8,"data":{"a":\ndata: 1}}\n\n' +
+  'event: close\r\ndata: {"code":1012,"reason":"draining"}\r\n\r\n';
+
+test("the parser reads the broker's blocks, in any chunking", () => {
+  const expected = [
+    { retry: 2345 },
+    { id: "", event: "welcome", data: '{"type":"welcome","connId":"c1"}' },
+    { id: "ZG9jOjEgNw" },
+    { id: "ZG9jOjEgOA", event: "message", data: '{"channel":"doc:1","seq":8,"data":{"a":\n1}}' },
+    { event: "close", data: '{"code":1012,"reason":"draining"}' },
+  ];
+  assert.deepEqual(new SseParser().push(STREAM), expected);
+  for (const size of [1, 2, 3, 7, 50]) {
+    const parser = new SseParser();
+    const got = [];
+    for (let i = 0; i < STREAM.length; i += size) got.push(...parser.push(STREAM.slice(i, i + size)));
+    assert.deepEqual(got, expected, `chunks of ${size}`);
+  }
+});
+
+test("the parser keeps an unfinished block and skips comments and unknown fields", () => {
+  const parser = new SseParser();
+  assert.deepEqual(parser.push("event: message\ndata: x"), []);
+  assert.deepEqual(parser.push("\nfoo: bar\n:comment\ndata:y\r"), []);
+  assert.deepEqual(parser.push("\n\n"), [{ event: "message", data: "x\ny" }]);
+  assert.deepEqual(parser.push(": ping\n\n\n\n"), []);
+  assert.deepEqual(parser.push("retry: soon\n\n"), []);
+});
+
+test("positions round-trip and match the broker's encoding", () => {
+  // base64url("doc:1 7,doc:2 1764650000000000") as protocol/position.rs writes it.
+  const map = new Map([
+    ["doc:1", 7],
+    ["doc:2", 1764650000000000],
+  ]);
+  const token = encodePosition(map);
+  assert.equal(token, Buffer.from("doc:1 7,doc:2 1764650000000000").toString("base64url"));
+  assert.deepEqual(decodePosition(token), map);
+  assert.deepEqual(decodePosition(""), new Map());
+  assert.equal(decodePosition("!!"), undefined);
+  assert.equal(decodePosition(Buffer.from("doc:1 x").toString("base64url")), undefined);
+  assert.equal(decodePosition(Buffer.from("nospace").toString("base64url")), undefined);
+});
+
+test("the HTTP URLs sit next to the WebSocket's path", () => {
+  assert.deepEqual(httpUrls("ws://127.0.0.1:8080/v1/ws"), {
+    sse: "http://127.0.0.1:8080/v1/sse",
+    publish: "http://127.0.0.1:8080/v1/client/publish",
+  });
+  assert.deepEqual(httpUrls("wss://edge.example/rt/v1/ws?x=1"), {
+    sse: "https://edge.example/rt/v1/sse",
+    publish: "https://edge.example/rt/v1/client/publish",
+  });
+  assert.throws(() => httpUrls("not a url"), TypeError);
+});
+
+test("auto falls back to SSE when an upgrade fails or is cut before welcome", () => {
+  const cut = { code: 1006, reason: "", wasOpen: false };
+  const cutAfterOpen = { code: 1006, reason: "", wasOpen: true };
+  const proxy403 = { ...cut, refusal: { status: 403 } };
+  const broker401 = { ...cut, refusal: { status: 401, code: "unauthorized" } };
+  const broker429 = { ...cut, refusal: { status: 429, code: "ip_rate_limited", retryAfterMs: 500 } };
+  assert.equal(nextTransport("auto", "websocket", cut, false), "sse");
+  assert.equal(nextTransport("auto", "websocket", cutAfterOpen, false), "sse");
+  assert.equal(nextTransport("auto", "websocket", proxy403, false), "sse");
+  // The broker's own refusals mean the same over SSE: stay.
+  assert.equal(nextTransport("auto", "websocket", broker401, false), "websocket");
+  assert.equal(nextTransport("auto", "websocket", broker429, false), "websocket");
+  // A transport that reached welcome is kept.
+  assert.equal(nextTransport("auto", "websocket", cut, true), "websocket");
+  assert.equal(nextTransport("auto", "sse", cut, true), "sse");
+  // Both failing before welcome (the network is down): alternate.
+  assert.equal(nextTransport("auto", "sse", cut, false), "websocket");
+  // Forced transports never switch.
+  assert.equal(nextTransport("websocket", "websocket", cut, false), "websocket");
+  assert.equal(nextTransport("sse", "sse", cut, false), "sse");
+});
+
+test("the chooser starts on the WebSocket in auto, and on what was forced", () => {
+  const auto = new TransportChooser(undefined, WebSocket, undefined);
+  assert.equal(auto.current, "websocket");
+  assert.equal(auto.closed({ code: 1006, reason: "", wasOpen: false }, false), true);
+  assert.equal(auto.current, "sse");
+  assert.equal(new TransportChooser("sse", WebSocket, undefined).current, "sse");
+  const forced = new TransportChooser("websocket", WebSocket, undefined);
+  assert.equal(forced.closed({ code: 1006, reason: "", wasOpen: false }, false), false);
+  assert.equal(forced.current, "websocket");
+  assert.throws(() => new TransportChooser("smoke" as "auto", WebSocket, undefined), TypeError);
+});
