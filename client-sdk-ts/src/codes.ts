@@ -65,7 +65,7 @@ export type CloseCode = (typeof CLOSE_CODES)[CloseCodeName];
  * - `closed`: the client was closed by the application.
  * - `token_error`: `getToken()` threw or returned something that is not a token.
  * - `unsupported_transport`: the request needs a WebSocket (presence reads,
- *   `budget()`) and the client is on the SSE stream (PROTOCOL.md §14).
+ *   `requestBudget()`) and the client is on the SSE stream (PROTOCOL.md §14).
  */
 export const CLIENT_ERROR_CODES = [
   "queue_full",

@@ -112,7 +112,7 @@ export interface ClientOptions {
    * (`GET /v1/sse` + `POST /v1/client/publish`) when upgrades fail or are
    * cut before `welcome`; `"websocket"` or `"sse"` to force one; or a
    * custom transport (overrides `WebSocket`). Over SSE, presence reads and
-   * `budget()` reject with `unsupported_transport`.
+   * `requestBudget()` reject with `unsupported_transport`.
    */
   transport?: "auto" | "websocket" | "sse" | TransportFactory;
   /** `fetch` for the SSE transport; defaults to `globalThis.fetch`. */
