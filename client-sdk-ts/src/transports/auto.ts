@@ -8,7 +8,10 @@
  *   attempt ended before `welcome` without the broker's own refusal (a
  *   proxy that refuses or cuts upgrades looks like that; the broker's
  *   refusals carry a JSON code and mean the same over either transport).
- *   A transport that reached `welcome` is kept; when the SSE stream fails
+ *   A transport that reached `welcome` is kept, and a client whose
+ *   WebSocket has reached `welcome` once never falls back (the network
+ *   lets WebSockets through: a later failure is an outage, and the
+ *   WebSocket is the transport that has presence); when the SSE stream fails
  *   before `welcome` too (the network is down), the next attempt tries the
  *   WebSocket again. Every switch goes through the usual reconnect, so the
  *   backoff and jitter are the same;
@@ -23,16 +26,19 @@ export type TransportMode = "auto" | "websocket" | "sse";
 export type TransportKind = "websocket" | "sse" | "custom";
 
 /**
- * Whether the next attempt switches transport, after `info` ended one on
- * `current` (`welcomed`: it had reached `welcome`).
+ * The transport of the next attempt, after `info` ended one on `current`
+ * (`welcomed`: it had reached `welcome`; `wsWorked`: a WebSocket of this
+ * client reached `welcome` before).
  */
 export function nextTransport(
   mode: TransportMode,
   current: "websocket" | "sse",
   info: TransportClose,
   welcomed: boolean,
+  wsWorked = false,
 ): "websocket" | "sse" {
   if (mode !== "auto" || welcomed) return current;
+  if (wsWorked) return "websocket";
   if (info.refusal?.code !== undefined) return current; // the broker said no: the same on both
   return current === "websocket" ? "sse" : "websocket";
 }
@@ -44,6 +50,8 @@ export class TransportChooser {
   private sse?: TransportFactory;
   private readonly custom?: TransportFactory;
   private readonly hasWebSocket: boolean;
+  /** A WebSocket of this client reached `welcome`: it never falls back. */
+  private wsWorked = false;
 
   constructor(
     transport: TransportMode | TransportFactory | undefined,
@@ -80,7 +88,10 @@ export class TransportChooser {
   /** An attempt ended; returns whether the next one uses the other transport. */
   closed(info: TransportClose, welcomed: boolean): boolean {
     if (this.kind === "custom") return false;
-    const next = this.hasWebSocket ? nextTransport(this.mode, this.kind, info, welcomed) : "sse";
+    if (this.kind === "websocket" && welcomed) this.wsWorked = true;
+    const next = this.hasWebSocket
+      ? nextTransport(this.mode, this.kind, info, welcomed, this.wsWorked)
+      : "sse";
     const switched = next !== this.kind;
     this.kind = next;
     return switched;

@@ -89,6 +89,9 @@ test("auto falls back to SSE when an upgrade fails or is cut before welcome", ()
   assert.equal(nextTransport("auto", "sse", cut, true), "sse");
   // Both failing before welcome (the network is down): alternate.
   assert.equal(nextTransport("auto", "sse", cut, false), "websocket");
+  // A client whose WebSocket worked once treats later failures as outages.
+  assert.equal(nextTransport("auto", "websocket", cut, false, true), "websocket");
+  assert.equal(nextTransport("auto", "websocket", proxy403, false, true), "websocket");
   // Forced transports never switch.
   assert.equal(nextTransport("websocket", "websocket", cut, false), "websocket");
   assert.equal(nextTransport("sse", "sse", cut, false), "sse");
@@ -104,4 +107,8 @@ test("the chooser starts on the WebSocket in auto, and on what was forced", () =
   assert.equal(forced.closed({ code: 1006, reason: "", wasOpen: false }, false), false);
   assert.equal(forced.current, "websocket");
   assert.throws(() => new TransportChooser("smoke" as "auto", WebSocket, undefined), TypeError);
+  const worked = new TransportChooser("auto", WebSocket, undefined);
+  assert.equal(worked.closed({ code: 1012, reason: "", wasOpen: true }, true), false);
+  assert.equal(worked.closed({ code: 1006, reason: "", wasOpen: false }, false), false);
+  assert.equal(worked.current, "websocket");
 });
