@@ -6,6 +6,8 @@
 //! - [`ws`]: a minimal WebSocket client (handshake with refusals reported,
 //!   masked writes, zero-copy frame reads) so the load generator stays the
 //!   cheap side of the measurement.
+//! - [`sse`]: a minimal Server-Sent Events reader (plain HTTP/1.1,
+//!   chunked bodies) for Tidegate's `GET /v1/sse`.
 //! - [`nats`]: the NATS text protocol inside WebSocket frames.
 //! - [`target`]: the broker as clients see it: connect, subscribe,
 //!   publish, and events reduced to what scenarios count; the Tidegate
@@ -23,5 +25,6 @@ pub mod payload;
 pub mod procs;
 pub mod report;
 pub mod scenario;
+pub mod sse;
 pub mod target;
 pub mod ws;

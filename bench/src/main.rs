@@ -60,6 +60,9 @@ enum Peer {
     /// Tidegate again, subscribers over GraphQL (`graphql-transport-ws`)
     /// instead of `/v1/ws` (fan-out: the two side by side in one run).
     Graphql,
+    /// Tidegate again, subscribers on `GET /v1/sse` streams instead of
+    /// `/v1/ws` (fan-out and idle: the two side by side in one run).
+    Sse,
     None,
 }
 
@@ -309,6 +312,7 @@ fn main() -> Result<()> {
             Peer::Nats => Kind::Nats,
             Peer::Relay => Kind::Relay,
             Peer::Graphql => Kind::Graphql,
+            Peer::Sse => Kind::Sse,
             Peer::None => continue,
         };
         if !kinds.contains(&kind) {
@@ -378,7 +382,9 @@ async fn run(
                 tokens: a.tokens,
                 polite: a.polite,
             };
-            let r = handshakes::run(env, kinds, &p).await?;
+            // SSE streams are measured in fanout and idle only.
+            let kinds: Vec<Kind> = kinds.iter().copied().filter(|k| *k != Kind::Sse).collect();
+            let r = handshakes::run(env, &kinds, &p).await?;
             ("handshakes", json!(p), r)
         }
         Scenario::Behaviours(a) => {

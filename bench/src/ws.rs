@@ -100,23 +100,29 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+pub(crate) fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
     head.lines().skip(1).find_map(|line| {
         let (k, v) = line.split_once(':')?;
         k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
     })
 }
 
-/// Opens a WebSocket to `addr` and performs the upgrade.
-pub async fn open(addr: SocketAddr, opts: &Open<'_>, seed: u64) -> io::Result<Opened> {
-    let stream = if opts.recv_buffer > 0 {
+/// Connects to `addr` (with `SO_RCVBUF` when given), `TCP_NODELAY` on.
+pub(crate) async fn connect(addr: SocketAddr, recv_buffer: u32) -> io::Result<TcpStream> {
+    let stream = if recv_buffer > 0 {
         let s = tokio::net::TcpSocket::new_v4()?;
-        s.set_recv_buffer_size(opts.recv_buffer)?;
+        s.set_recv_buffer_size(recv_buffer)?;
         s.connect(addr).await?
     } else {
         TcpStream::connect(addr).await?
     };
     stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// Opens a WebSocket to `addr` and performs the upgrade.
+pub async fn open(addr: SocketAddr, opts: &Open<'_>, seed: u64) -> io::Result<Opened> {
+    let stream = connect(addr, opts.recv_buffer).await?;
     upgrade(stream, addr, opts, seed).await
 }
 
@@ -141,6 +147,30 @@ async fn upgrade(
     req.push_str("\r\n");
     stream.write_all(req.as_bytes()).await?;
 
+    let (head, buf, status) = read_head(&mut stream).await?;
+    if status != 101 {
+        return Ok(Opened::Refused(refusal(&mut stream, &head, buf).await));
+    }
+    let want = derive_accept_key(key.as_bytes());
+    if header(&head, "sec-websocket-accept") != Some(want.as_str()) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "bad Sec-WebSocket-Accept",
+        ));
+    }
+    let read_chunk = opts.read_chunk.max(512);
+    Ok(Opened::Ok(Ws {
+        stream,
+        buf,
+        start: 0,
+        read_chunk,
+        mask: (seed as u32) | 1,
+    }))
+}
+
+/// Reads an HTTP/1.1 response head: (the head, the bytes after it, the
+/// status).
+pub(crate) async fn read_head(stream: &mut TcpStream) -> io::Result<(String, Vec<u8>, u16)> {
     let mut buf = Vec::with_capacity(1024);
     let head_end = loop {
         if let Some(i) = find(&buf, b"\r\n\r\n") {
@@ -168,45 +198,38 @@ async fn upgrade(
         .nth(1)
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no HTTP status"))?;
-    if status != 101 {
-        let len: usize = header(&head, "content-length")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-            .min(64 * 1024);
-        let mut body = buf[head_end..].to_vec();
-        while body.len() < len {
-            let mut chunk = [0u8; 2048];
-            let n = match stream.read(&mut chunk).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            body.extend_from_slice(&chunk[..n]);
-        }
-        let code = serde_json::from_slice::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|v| v.get("error")?.as_str().map(str::to_owned));
-        return Ok(Opened::Refused(Refused {
-            status,
-            code,
-            retry_after_secs: header(&head, "retry-after").and_then(|v| v.parse().ok()),
-        }));
-    }
-    let want = derive_accept_key(key.as_bytes());
-    if header(&head, "sec-websocket-accept") != Some(want.as_str()) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "bad Sec-WebSocket-Accept",
-        ));
-    }
     buf.drain(..head_end);
-    let read_chunk = opts.read_chunk.max(512);
-    Ok(Opened::Ok(Ws {
-        stream,
-        buf,
-        start: 0,
-        read_chunk,
-        mask: (seed as u32) | 1,
-    }))
+    Ok((head, buf, status))
+}
+
+/// A refusal from its head and the body bytes read so far (the rest of
+/// the body, up to `Content-Length` and 64 KiB, is read here).
+pub(crate) async fn refusal(stream: &mut TcpStream, head: &str, mut body: Vec<u8>) -> Refused {
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let len: usize = header(head, "content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+        .min(64 * 1024);
+    while body.len() < len {
+        let mut chunk = [0u8; 2048];
+        let n = match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        body.extend_from_slice(&chunk[..n]);
+    }
+    let code = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("error")?.as_str().map(str::to_owned));
+    Refused {
+        status,
+        code,
+        retry_after_secs: header(head, "retry-after").and_then(|v| v.parse().ok()),
+    }
 }
 
 /// What a frame callback wants next.
@@ -217,6 +240,34 @@ pub enum Flow {
 }
 
 impl Ws {
+    /// A plain HTTP/1.1 response stream (SSE, `sse.rs`) after its head:
+    /// `buf` holds the body bytes already read. Only [`Ws::read_bytes`]
+    /// (and writes) make sense on it.
+    pub(crate) fn plain(stream: TcpStream, buf: Vec<u8>, read_chunk: usize) -> Ws {
+        Ws {
+            stream,
+            buf,
+            start: 0,
+            read_chunk: read_chunk.max(512),
+            mask: 1,
+        }
+    }
+
+    /// Hands every buffered byte to `f` (reading once from the socket
+    /// first if none is), then forgets them: for streams that are not
+    /// WebSocket frames. `Err(UnexpectedEof)` when the peer closed.
+    pub(crate) async fn read_bytes(&mut self, f: impl FnOnce(&[u8])) -> io::Result<()> {
+        if self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+            self.fill().await?;
+        }
+        f(&self.buf[self.start..]);
+        self.buf.clear();
+        self.start = 0;
+        Ok(())
+    }
+
     fn next_mask(&mut self) -> u32 {
         let mut x = self.mask;
         x ^= x << 13;

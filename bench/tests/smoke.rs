@@ -198,6 +198,59 @@ fn fanout_over_graphql_subscriptions_is_compared_with_ws() {
     assert!(vs[0]["delivered_per_sec_ratio"].is_number(), "{vs:?}");
 }
 
+/// SSE subscribers (`GET /v1/sse`, §14) get the same fan-out as `/v1/ws`
+/// subscribers in one run, and the report compares the two.
+#[test]
+fn fanout_over_sse_streams_is_compared_with_ws() {
+    let r = run_beside(
+        "sse",
+        &[
+            "fanout",
+            "--subscribers",
+            "10",
+            "--payload",
+            "64",
+            "--warmup",
+            "0.3",
+            "--duration",
+            "1",
+        ],
+    );
+    assert_eq!(
+        r["params"]["brokers"],
+        serde_json::json!(["tidegate", "sse"])
+    );
+    let cells = r["results"]["cells"].as_array().unwrap();
+    let sse = cells
+        .iter()
+        .find(|c| c["broker"] == "sse")
+        .unwrap_or_else(|| panic!("no sse cell: {cells:?}"));
+    assert!(sse["delivered"].as_u64().unwrap() > 0, "{sse}");
+    assert_eq!(sse["subscriber_closes"], 0, "{sse}");
+    assert_eq!(sse["errors"], serde_json::json!({}), "{sse}");
+    let vs = r["results"]["sse_vs_ws"].as_array().unwrap();
+    assert_eq!(vs.len(), 1, "{vs:?}");
+    assert!(vs[0]["delivered_per_sec_ratio"].is_number(), "{vs:?}");
+    assert_eq!(r["results"]["graphql_vs_ws"], serde_json::json!([]));
+}
+
+/// Idle SSE streams are held open beside idle sockets, RSS per stream.
+#[test]
+fn idle_sse_streams_are_measured_beside_sockets() {
+    let r = run_beside("sse", &["idle", "--connections", "20", "--hold", "0.2"]);
+    let runs = r["results"]["runs"].as_array().unwrap();
+    let brokers: Vec<&str> = runs.iter().map(|r| r["broker"].as_str().unwrap()).collect();
+    assert_eq!(brokers, ["tidegate", "sse"], "{runs:?}");
+    for run in runs {
+        assert_eq!(run["still_open"], true, "{run}");
+        assert!(run["rss_per_conn_bytes"].is_u64(), "{run}");
+    }
+    assert!(
+        r["results"]["sse_vs_ws"]["rss_per_conn_ratio"].is_number(),
+        "{r}"
+    );
+}
+
 /// `--polite` closes as RFC 6455 §7.1.1 has it (close frame, then wait
 /// for the server's end of stream): every handshake must end that way.
 #[test]

@@ -111,7 +111,7 @@ pub async fn run_one(env: &Env, kind: Kind, p: &Params) -> Result<HandshakeRun> 
     let running = env.start(kind, &layers)?;
     let target = running.target.clone();
     let tokens: Vec<(String, String)> = match kind {
-        Kind::Tidegate | Kind::Graphql => (0..p.tokens.max(1))
+        Kind::Tidegate | Kind::Graphql | Kind::Sse => (0..p.tokens.max(1))
             .map(|i| {
                 let account = format!("hs{i}");
                 let who = Who {
@@ -162,6 +162,7 @@ pub async fn run_one(env: &Env, kind: Kind, p: &Params) -> Result<HandshakeRun> 
             Kind::Nats => "token in CONNECT (authorization { token }), confirmed by PONG",
             Kind::Relay => "none: the relay reads no token",
             Kind::Graphql => "HS256 JWT in connection_init, after the upgrade",
+            Kind::Sse => "not measured: SSE streams open in fanout and idle only",
         },
         completed: sh.completed.get(),
         handshakes_per_sec: (sh.completed.get() as f64 / elapsed).round(),

@@ -7,6 +7,9 @@
 //! after a short settle. `rss_per_conn` is (all − baseline) / N, which
 //! charges the broker's first-use allocations to the connections;
 //! `rss_per_conn_marginal` is the slope over the second half.
+//!
+//! `--peer sse` runs it again with `GET /v1/sse` streams (one channel
+//! each) instead of sockets: `sse_vs_ws` is per stream over per socket.
 
 use std::time::{Duration, Instant};
 
@@ -72,7 +75,7 @@ pub async fn run_one(env: &Env, kind: Kind, p: &Params) -> Result<IdleRun> {
     let connect = first_half + rest_start.elapsed();
     conns.extend(more);
     for c in &mut conns {
-        c.ws.shrink();
+        c.shrink();
     }
     tokio::time::sleep(Duration::from_secs_f64(p.hold_secs)).await;
     let rss_all = running.process.rss_bytes();
@@ -116,10 +119,19 @@ pub async fn run(env: &Env, kinds: &[Kind], p: &Params) -> Result<serde_json::Va
         }),
         _ => json!(null),
     };
+    // `--peer sse`: a stream's RSS beside a socket's (issue 28).
+    let sse_vs_ws = match (t, runs.iter().find(|r| r.broker == "sse")) {
+        (Some(t), Some(s)) => json!({
+            "rss_per_conn_ratio": report::ratio(s.rss_per_conn_kib, t.rss_per_conn_kib),
+            "rss_per_conn_marginal_ratio": report::ratio(s.rss_per_conn_marginal_kib, t.rss_per_conn_marginal_kib),
+            "connects_per_sec_ratio": report::ratio(s.connects_per_sec, t.connects_per_sec),
+        }),
+        _ => json!(null),
+    };
     if let Some(path) = &env.chart {
         chart(path, &runs)?;
     }
-    Ok(json!({ "runs": runs, "tidegate_vs_nats": comparison }))
+    Ok(json!({ "runs": runs, "tidegate_vs_nats": comparison, "sse_vs_ws": sse_vs_ws }))
 }
 
 /// RSS per idle connection (with the 8 KiB target) and the connect rate.

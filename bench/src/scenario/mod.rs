@@ -56,7 +56,7 @@ impl Env {
     /// plus `layers`.
     pub fn start(&self, kind: Kind, layers: &[&str]) -> Result<Running> {
         match kind {
-            Kind::Tidegate | Kind::Graphql => {
+            Kind::Tidegate | Kind::Graphql | Kind::Sse => {
                 let mut all = vec![target::TIDEGATE_BASE];
                 all.extend_from_slice(layers);
                 let (text, config) = target::tidegate_config(&all)?;
@@ -136,7 +136,11 @@ pub async fn open_one(
     };
     let mut last: Option<Refused> = None;
     for _ in 0..attempts.max(1) {
-        match target.connect(&who, i as u64 + 1, read_chunk, 0).await? {
+        let opened = match (target.kind, topic) {
+            (Kind::Sse, Some(t)) => target.connect_sse(&who, t, read_chunk, 0).await?,
+            _ => target.connect(&who, i as u64 + 1, read_chunk, 0).await?,
+        };
+        match opened {
             Ok(mut conn) => {
                 if let Some(t) = topic {
                     conn.subscribe(t).await.context("subscribe")?;

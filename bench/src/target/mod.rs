@@ -3,7 +3,9 @@
 //! one speaks.
 
 mod config;
+mod frames;
 mod graphql;
+mod sse;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -14,6 +16,7 @@ use tidegate::auth::{Authenticator, Claims, unix_now};
 use tidegate::config::Config;
 
 pub use self::config::{PUBLISHER_PLAN, RAISED_ACCEPT_BUDGET, TIDEGATE_BASE, tidegate_config};
+use self::frames::classify_tidegate;
 use crate::nats;
 pub use crate::payload::{MIN_PAYLOAD, parse_payload, payload};
 use crate::ws::{self, Flow, OP_BINARY, OP_CLOSE, OP_TEXT, Open, Opened, Refused, Ws};
@@ -31,6 +34,9 @@ pub enum Kind {
     /// Tidegate with subscribers on `/v1/graphql` (`graphql-transport-ws`,
     /// §12) instead of `/v1/ws`; publishers stay on `/v1/ws`.
     Graphql,
+    /// Tidegate with subscribers on `GET /v1/sse` streams (§14) instead
+    /// of `/v1/ws`; publishers stay on `/v1/ws`.
+    Sse,
 }
 
 impl Kind {
@@ -40,12 +46,16 @@ impl Kind {
             Kind::Nats => "nats",
             Kind::Relay => "relay",
             Kind::Graphql => "graphql",
+            Kind::Sse => "sse",
         }
     }
 
     /// Whether clients speak Tidegate's wire protocol to it.
     fn tidegate_wire(self) -> bool {
-        matches!(self, Kind::Tidegate | Kind::Relay | Kind::Graphql)
+        matches!(
+            self,
+            Kind::Tidegate | Kind::Relay | Kind::Graphql | Kind::Sse
+        )
     }
 }
 
@@ -130,7 +140,9 @@ impl Target {
     /// Channel (Tidegate) or subject (NATS) name for a topic.
     pub fn topic(&self, name: &str) -> String {
         match self.kind {
-            Kind::Tidegate | Kind::Relay | Kind::Graphql => format!("doc:{name}"),
+            Kind::Tidegate | Kind::Relay | Kind::Graphql | Kind::Sse => {
+                format!("doc:{name}")
+            }
             Kind::Nats => format!("doc.{name}"),
         }
     }
@@ -170,6 +182,7 @@ impl Target {
                     recv_buffer,
                 }
             }
+            Kind::Sse => bail!("an SSE stream names its channel as it opens (connect_sse)"),
             Kind::Nats => Open {
                 path: "/",
                 headers: &[],
@@ -200,6 +213,7 @@ impl Target {
                     .context("waiting for connection_ack")?;
                 Ok(Ok(conn))
             }
+            Kind::Sse => bail!("an SSE stream opens with connect_sse"),
             Kind::Nats => {
                 let mut conn = Conn::new(self.kind, ws);
                 conn.wait_event(|e| matches!(e, Event::Info).then_some(()))
@@ -250,40 +264,8 @@ pub struct Conn {
     scratch: Vec<u8>,
     /// GraphQL: the `since` its subscriptions name.
     since: u64,
-}
-
-/// The publisher's payload inside a Tidegate `message` frame.
-fn tidegate_data(frame: &[u8]) -> Option<&[u8]> {
-    const KEY: &[u8] = br#","data":"#;
-    // The data is the last field; its key follows the seq near the start.
-    let at = frame
-        .windows(KEY.len())
-        .position(|w| w == KEY)
-        .map(|i| i + KEY.len())?;
-    frame.get(at..frame.len().checked_sub(1)?)
-}
-
-fn tidegate_error(frame: &[u8]) -> Event<'static> {
-    let v: serde_json::Value = serde_json::from_slice(frame).unwrap_or_default();
-    Event::Error {
-        code: v["code"].as_str().unwrap_or("?").to_string(),
-        dropped: v["dropped"].as_u64().unwrap_or(0),
-    }
-}
-
-fn classify_tidegate(op: u8, p: &[u8]) -> Event<'_> {
-    match op {
-        OP_TEXT if p.starts_with(br#"{"type":"message""#) => match tidegate_data(p) {
-            Some(data) => Event::Message { data },
-            None => Event::Other,
-        },
-        OP_TEXT if p.starts_with(br#"{"type":"ack""#) => Event::Ack,
-        OP_TEXT if p.starts_with(br#"{"type":"error""#) => tidegate_error(p),
-        OP_CLOSE => Event::Closed {
-            code: ws::close_code(p),
-        },
-        _ => Event::Other,
-    }
+    /// SSE: the body's decoder (`ws` is then a plain HTTP stream).
+    sse: crate::sse::Decoder,
 }
 
 impl Conn {
@@ -294,6 +276,7 @@ impl Conn {
             parser: nats::Parser::default(),
             scratch: Vec::new(),
             since: 0,
+            sse: crate::sse::Decoder::new(false),
         }
     }
 
@@ -312,6 +295,19 @@ impl Conn {
                     .read_frames(|op, p| f(graphql::classify(op, p)))
                     .await?;
             }
+            Kind::Sse => loop {
+                let (seen, go_on) = self.sse.events(|b| f(sse::classify(b)));
+                if seen > 0 || !go_on {
+                    break;
+                }
+                if self.sse.done() {
+                    f(Event::Closed { code: None });
+                    break;
+                }
+                let (dec, mut fed) = (&mut self.sse, Ok(()));
+                self.ws.read_bytes(|raw| fed = dec.feed(raw)).await?;
+                fed?;
+            },
             Kind::Nats => {
                 let mut pings = 0;
                 let mut result = Ok(());
@@ -362,6 +358,12 @@ impl Conn {
             }
         }
         Ok(())
+    }
+
+    /// Releases the read buffers' memory (idle connections).
+    pub fn shrink(&mut self) {
+        self.ws.shrink();
+        self.sse.shrink();
     }
 
     /// Waits for the first event `pick` accepts.
@@ -442,6 +444,9 @@ impl Conn {
                     })
                     .await?;
             }
+            // The stream named its channel as it opened; its position (an
+            // `id:` alone) says the subscription is live.
+            Kind::Sse => {}
             Kind::Nats => self.send_raw_payload(&nats::sub(topic, 1)).await?,
         }
         self.wait_ack().await
@@ -453,7 +458,7 @@ impl Conn {
         self.scratch.clear();
         match self.kind {
             // GraphQL subscribers' publishers are `/v1/ws` connections.
-            Kind::Tidegate | Kind::Relay | Kind::Graphql => {
+            Kind::Tidegate | Kind::Relay | Kind::Graphql | Kind::Sse => {
                 self.scratch
                     .extend_from_slice(br#"{"type":"publish","channel":""#);
                 self.scratch.extend_from_slice(topic.as_bytes());
@@ -473,16 +478,5 @@ impl Conn {
                 self.scratch = payload;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn finds_data_in_a_tidegate_message() {
-        let f = br#"{"type":"message","channel":"doc:a","seq":17,"data":"abc"}"#;
-        assert_eq!(tidegate_data(f), Some(&br#""abc""#[..]));
     }
 }

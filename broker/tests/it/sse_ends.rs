@@ -92,6 +92,7 @@ async fn an_expired_token_ends_the_stream_with_4001() {
         role: None,
         sub_channels: vec!["doc:*".into()],
         pub_channels: vec![],
+        info: None,
     });
     let mut s = open(
         broker.addr,

@@ -26,11 +26,12 @@ pub(super) fn compare(cells: &[FanoutCell], peer: &str) -> Vec<serde_json::Value
     comparisons
 }
 
-/// GraphQL subscribers over `/v1/ws` subscribers, cell by cell (empty
-/// without `--peer graphql`): the issue's goal is at least 0.9.
-pub(super) fn compare_graphql(cells: &[FanoutCell]) -> Vec<serde_json::Value> {
+/// `peer`'s subscribers (`graphql`, `sse`) over `/v1/ws` subscribers,
+/// cell by cell (empty without `--peer <peer>`): the goals are at least
+/// 0.9 for GraphQL, 0.8 for SSE (issue 28).
+pub(super) fn compare_with_ws(cells: &[FanoutCell], peer: &str) -> Vec<serde_json::Value> {
     let mut comparisons = Vec::new();
-    for g in cells.iter().filter(|c| c.broker == "graphql") {
+    for g in cells.iter().filter(|c| c.broker == peer) {
         if let Some(w) = cells.iter().find(|c| {
             c.broker == "tidegate"
                 && c.subscribers == g.subscribers
@@ -42,7 +43,7 @@ pub(super) fn compare_graphql(cells: &[FanoutCell]) -> Vec<serde_json::Value> {
                 "delivered_per_sec_ratio": report::ratio(g.delivered_per_sec, w.delivered_per_sec),
                 "p99_ratio": report::ratio(g.latency.p99_us as f64, w.latency.p99_us as f64),
                 "cpu_us_per_publish_ratio": report::ratio(g.broker_cpu_us_per_publish, w.broker_cpu_us_per_publish),
-                "graphql_lost": g.lost,
+                format!("{peer}_lost"): g.lost,
                 "ws_lost": w.lost,
             }));
         }
@@ -63,7 +64,7 @@ pub(super) fn chart(path: &std::path::Path, cells: &[FanoutCell]) -> Result<()> 
         .iter()
         .map(|(s, b)| format!("{s} subs, {b} B"))
         .collect();
-    let brokers = ["tidegate", "graphql", "nats", "relay"]
+    let brokers = ["tidegate", "graphql", "sse", "nats", "relay"]
         .into_iter()
         .filter(|b| cells.iter().any(|c| c.broker == *b));
     let panel = |title: &str, y: &str, f: &dyn Fn(&FanoutCell) -> f64| {

@@ -17,6 +17,8 @@
 //! `messages` subscriptions over `graphql-transport-ws` (§12) instead of
 //! `/v1/ws` sockets, publishers and payloads unchanged: the report's
 //! `graphql_vs_ws` is that cell's delivered/s over the `/v1/ws` cell's.
+//! `--peer sse` likewise: subscribers on `GET /v1/sse` streams (§14),
+//! `sse_vs_ws`.
 
 mod chart;
 mod flow;
@@ -104,7 +106,7 @@ pub async fn run_cell(
     let base = Instant::now();
     // Publishers speak `/v1/ws` whatever the subscribers speak.
     let pub_target = match kind {
-        Kind::Graphql => Target {
+        Kind::Graphql | Kind::Sse => Target {
             kind: Kind::Tidegate,
             ..target.clone()
         },
@@ -311,7 +313,8 @@ pub async fn run(env: &Env, kinds: &[Kind], p: &Params) -> Result<serde_json::Va
     Ok(json!({
         "tidegate_vs_nats": chart::compare(&cells, "nats"),
         "tidegate_vs_relay": chart::compare(&cells, "relay"),
-        "graphql_vs_ws": chart::compare_graphql(&cells),
+        "graphql_vs_ws": chart::compare_with_ws(&cells, "graphql"),
+        "sse_vs_ws": chart::compare_with_ws(&cells, "sse"),
         "cells": cells,
     }))
 }
