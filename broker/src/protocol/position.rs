@@ -63,7 +63,17 @@ impl Position {
 
     /// The opaque token.
     pub fn encode(&self) -> String {
-        let mut text = String::with_capacity(self.0.len() * 24);
+        let mut token = String::new();
+        self.encode_into(&mut String::new(), &mut token);
+        token
+    }
+
+    /// [`Position::encode`] into `token` (cleared first), with `text` as
+    /// scratch: a stream writes a position with every event, so it keeps
+    /// both buffers instead of allocating two strings per event.
+    pub fn encode_into(&self, text: &mut String, token: &mut String) {
+        text.clear();
+        token.clear();
         let mut n = itoa::Buffer::new();
         for (i, (channel, seq)) in self.0.iter().enumerate() {
             if i > 0 {
@@ -73,7 +83,7 @@ impl Position {
             text.push(' ');
             text.push_str(n.format(*seq));
         }
-        URL_SAFE_NO_PAD.encode(text)
+        URL_SAFE_NO_PAD.encode_string(text.as_bytes(), token);
     }
 
     /// Reads a token [`Position::encode`] wrote.

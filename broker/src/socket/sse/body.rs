@@ -126,7 +126,10 @@ impl Stream for Body {
                     return Poll::Ready(Some(Err(std::io::Error::other("stream ended"))));
                 }
             }
-            let mut out = BytesMut::new();
+            // Each event is its frame's JSON and some 100 bytes of `id:`
+            // and `event:` lines: sized once instead of grown.
+            let mut out =
+                BytesMut::with_capacity(this.batch.iter().map(|f| f.len() + 128).sum::<usize>());
             let mut taken = 0;
             for frame in this.batch.drain(..) {
                 taken += frame.len();

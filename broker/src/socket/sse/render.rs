@@ -33,6 +33,10 @@ const ACK: &[u8] = br#"{"type":"ack","#;
 pub(super) struct Render {
     position: Position,
     closed: bool,
+    /// Scratch for the position's text and token, kept between events
+    /// (bounded by the position, at most `MAX_POSITION_BYTES`).
+    text: String,
+    token: String,
 }
 
 #[derive(Deserialize)]
@@ -48,6 +52,8 @@ impl Render {
         Render {
             position,
             closed: false,
+            text: String::new(),
+            token: String::new(),
         }
     }
 
@@ -120,13 +126,14 @@ impl Render {
         self.closed = true;
     }
 
-    fn id(&self, out: &mut BytesMut) {
+    fn id(&mut self, out: &mut BytesMut) {
+        self.position.encode_into(&mut self.text, &mut self.token);
         out.put_slice(b"id: ");
-        out.put_slice(self.position.encode().as_bytes());
+        out.put_slice(self.token.as_bytes());
         out.put_u8(b'\n');
     }
 
-    fn event(&self, out: &mut BytesMut, name: &str, data: impl FnOnce(&mut BytesMut)) {
+    fn event(&mut self, out: &mut BytesMut, name: &str, data: impl FnOnce(&mut BytesMut)) {
         self.id(out);
         out.put_slice(b"event: ");
         out.put_slice(name.as_bytes());
