@@ -127,12 +127,13 @@ fn handshakes_complete_and_are_counted() {
     );
 }
 
-/// The relay (src/relay.rs) speaks enough of Tidegate's protocol for the
-/// same fan-out: welcome, subscribe/ack, publish/ack, message frames.
-#[test]
-fn fanout_drives_the_minimal_relay_unchanged() {
+/// A short fan-out with `peer` beside Tidegate: the peer's cell delivered
+/// with no closed subscriber and no error, and `comparison` (the report's
+/// key comparing the two) has one cell with a ratio. Returns the report
+/// and the peer's cell.
+fn fanout_beside(peer: &str, comparison: &str) -> (Value, Value) {
     let r = run_beside(
-        "relay",
+        peer,
         &[
             "fanout",
             "--subscribers",
@@ -147,90 +148,43 @@ fn fanout_drives_the_minimal_relay_unchanged() {
     );
     assert_eq!(
         r["params"]["brokers"],
-        serde_json::json!(["tidegate", "relay"])
+        serde_json::json!(["tidegate", peer])
     );
     let cells = r["results"]["cells"].as_array().unwrap();
-    let relay = cells
+    let cell = cells
         .iter()
-        .find(|c| c["broker"] == "relay")
-        .unwrap_or_else(|| panic!("no relay cell: {cells:?}"));
-    assert!(relay["delivered"].as_u64().unwrap() > 0, "{relay}");
-    assert!(relay["acks"].as_u64().unwrap() > 0, "{relay}");
-    assert_eq!(relay["subscriber_closes"], 0, "{relay}");
-    assert_eq!(relay["errors"], serde_json::json!({}), "{relay}");
-    let vs = r["results"]["tidegate_vs_relay"].as_array().unwrap();
+        .find(|c| c["broker"] == peer)
+        .unwrap_or_else(|| panic!("no {peer} cell: {cells:?}"))
+        .clone();
+    assert!(cell["delivered"].as_u64().unwrap() > 0, "{cell}");
+    assert_eq!(cell["subscriber_closes"], 0, "{cell}");
+    assert_eq!(cell["errors"], serde_json::json!({}), "{cell}");
+    let vs = r["results"][comparison].as_array().unwrap();
     assert_eq!(vs.len(), 1, "{vs:?}");
     assert!(vs[0]["delivered_per_sec_ratio"].is_number(), "{vs:?}");
+    (r, cell)
+}
+
+/// The relay (src/relay.rs) speaks enough of Tidegate's protocol for the
+/// same fan-out: welcome, subscribe/ack, publish/ack, message frames.
+#[test]
+fn fanout_drives_the_minimal_relay_unchanged() {
+    let (_, relay) = fanout_beside("relay", "tidegate_vs_relay");
+    assert!(relay["acks"].as_u64().unwrap() > 0, "{relay}");
 }
 
 /// GraphQL subscribers (`graphql-transport-ws`, §12) get the same fan-out
 /// as `/v1/ws` subscribers in one run, and the report compares the two.
 #[test]
 fn fanout_over_graphql_subscriptions_is_compared_with_ws() {
-    let r = run_beside(
-        "graphql",
-        &[
-            "fanout",
-            "--subscribers",
-            "10",
-            "--payload",
-            "64",
-            "--warmup",
-            "0.3",
-            "--duration",
-            "1",
-        ],
-    );
-    assert_eq!(
-        r["params"]["brokers"],
-        serde_json::json!(["tidegate", "graphql"])
-    );
-    let cells = r["results"]["cells"].as_array().unwrap();
-    let gql = cells
-        .iter()
-        .find(|c| c["broker"] == "graphql")
-        .unwrap_or_else(|| panic!("no graphql cell: {cells:?}"));
-    assert!(gql["delivered"].as_u64().unwrap() > 0, "{gql}");
-    assert_eq!(gql["subscriber_closes"], 0, "{gql}");
-    assert_eq!(gql["errors"], serde_json::json!({}), "{gql}");
-    let vs = r["results"]["graphql_vs_ws"].as_array().unwrap();
-    assert_eq!(vs.len(), 1, "{vs:?}");
-    assert!(vs[0]["delivered_per_sec_ratio"].is_number(), "{vs:?}");
+    fanout_beside("graphql", "graphql_vs_ws");
 }
 
 /// SSE subscribers (`GET /v1/sse`, §14) get the same fan-out as `/v1/ws`
 /// subscribers in one run, and the report compares the two.
 #[test]
 fn fanout_over_sse_streams_is_compared_with_ws() {
-    let r = run_beside(
-        "sse",
-        &[
-            "fanout",
-            "--subscribers",
-            "10",
-            "--payload",
-            "64",
-            "--warmup",
-            "0.3",
-            "--duration",
-            "1",
-        ],
-    );
-    assert_eq!(
-        r["params"]["brokers"],
-        serde_json::json!(["tidegate", "sse"])
-    );
-    let cells = r["results"]["cells"].as_array().unwrap();
-    let sse = cells
-        .iter()
-        .find(|c| c["broker"] == "sse")
-        .unwrap_or_else(|| panic!("no sse cell: {cells:?}"));
-    assert!(sse["delivered"].as_u64().unwrap() > 0, "{sse}");
-    assert_eq!(sse["subscriber_closes"], 0, "{sse}");
-    assert_eq!(sse["errors"], serde_json::json!({}), "{sse}");
-    let vs = r["results"]["sse_vs_ws"].as_array().unwrap();
-    assert_eq!(vs.len(), 1, "{vs:?}");
-    assert!(vs[0]["delivered_per_sec_ratio"].is_number(), "{vs:?}");
+    let (r, _) = fanout_beside("sse", "sse_vs_ws");
     assert_eq!(r["results"]["graphql_vs_ws"], serde_json::json!([]));
 }
 
