@@ -280,6 +280,10 @@ pub struct HistorySection {
     /// Bytes of history this node holds over all channels; past it the
     /// oldest messages are evicted first, whichever channel holds them.
     pub max_bytes: u64,
+    /// Bytes of history held in Redis (`cluster.mode` redis or
+    /// redis_cluster) over all channels, for the whole cluster; past it
+    /// the oldest messages are evicted first (`cluster/redis/history.rs`).
+    pub cluster_max_bytes: u64,
 }
 
 impl Default for HistorySection {
@@ -288,6 +292,7 @@ impl Default for HistorySection {
             size: 100,
             ttl_ms: 300_000,
             max_bytes: 256 << 20,
+            cluster_max_bytes: 256 << 20,
         }
     }
 }

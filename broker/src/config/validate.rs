@@ -140,6 +140,10 @@ pub(super) fn validate_node(
         "history.max_bytes: must be at least 65536".into(),
     );
     need(
+        history.cluster_max_bytes >= 65_536,
+        "history.cluster_max_bytes: must be at least 65536".into(),
+    );
+    need(
         http.max_batch >= 1,
         "http.max_batch: must be at least 1".into(),
     );

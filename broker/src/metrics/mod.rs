@@ -140,6 +140,12 @@ pub struct Metrics {
     pub outbound_queued: Gauge,
     /// Bytes of history held on this node, against `history.max_bytes`.
     pub history_bytes: Gauge,
+    /// Bytes of history in Redis over the whole cluster, as this node's
+    /// last index flush saw them, against `history.cluster_max_bytes`.
+    pub redis_history_bytes: Gauge,
+    /// History entries left out of the Redis index (its node buffer was
+    /// full while Redis could not be reached).
+    pub redis_history_unindexed: Counter,
     /// Channels the hub holds state for, sampled at scrape: flat under
     /// churn, or idle channels are not forgotten (the soak watches it).
     pub channels: Gauge,
@@ -200,6 +206,8 @@ impl Metrics {
             config_reloads: Family::default(),
             outbound_queued: Gauge::default(),
             history_bytes: Gauge::default(),
+            redis_history_bytes: Gauge::default(),
+            redis_history_unindexed: Counter::default(),
             channels: Gauge::default(),
             delivery_duration: delivery_buckets(),
             handshake_duration: Family::new_with_constructor(handshake_buckets),
@@ -281,6 +289,16 @@ impl Metrics {
             "history_bytes",
             "Bytes of channel history held on this node (bounded by history.max_bytes)",
             m.history_bytes.clone(),
+        );
+        registry.register(
+            "redis_history_bytes",
+            "Bytes of channel history in Redis over the cluster, at this node's last index flush (bounded by history.cluster_max_bytes)",
+            m.redis_history_bytes.clone(),
+        );
+        registry.register(
+            "redis_history_unindexed",
+            "History entries left out of the Redis history index while its buffer was full",
+            m.redis_history_unindexed.clone(),
         );
         registry.register(
             "channels",

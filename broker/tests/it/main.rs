@@ -14,6 +14,7 @@ mod bounds_handshake;
 mod bounds_history;
 mod bounds_keepalive;
 mod bounds_memory;
+mod bounds_redis_history;
 mod certs;
 mod channels;
 mod cli;

@@ -198,7 +198,7 @@ impl RedisBridge {
             let Some((mut conn, _in_flight)) = this.command(&seq_key) else {
                 return this.hub.publish(&channel, &data);
             };
-            let result: redis::RedisResult<String> = this
+            let result: redis::RedisResult<(String, u64, Vec<String>)> = this
                 .metrics
                 .time_script(
                     "publish",
@@ -216,7 +216,12 @@ impl RedisBridge {
                     ),
                 )
                 .await;
-            match result.map(|s| s.parse::<u64>()) {
+            if let Ok((seq, len, trimmed)) = &result
+                && *len > 0
+            {
+                this.indexed(&channel, seq, *len, trimmed.clone());
+            }
+            match result.map(|(s, _, _)| s.parse::<u64>()) {
                 Ok(Ok(seq)) => seq,
                 Ok(Err(_)) => this.hub.publish(&channel, &data),
                 Err(e) => {

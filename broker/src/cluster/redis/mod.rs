@@ -26,6 +26,7 @@ mod control;
 mod counts;
 mod fanout;
 mod fence;
+mod history;
 mod lease;
 mod limits;
 mod open;
@@ -111,6 +112,13 @@ pub struct RedisBridge {
     events: Weak<dyn Events>,
     local: LocalLimits,
     history: (usize, u64),
+    /// `history.cluster_max_bytes`: the `hist:` bytes over all channels.
+    history_budget: u64,
+    /// Entries waiting for the history index (`history.rs`), bounded
+    /// there.
+    hist_pending: history::Buffer,
+    /// Starts a flush of the history index before its interval.
+    hist_flush_now: Notify,
     lease_ms: u64,
     max_pending: usize,
     pending: AtomicUsize,
@@ -166,6 +174,9 @@ impl RedisBridge {
             events,
             local: LocalLimits::default(),
             history: (config.history.size, config.history.ttl_ms),
+            history_budget: config.history.cluster_max_bytes,
+            hist_pending: Mutex::default(),
+            hist_flush_now: Notify::new(),
             lease_ms: config.cluster.lease_ms,
             max_pending: config.cluster.max_pending,
             pending: AtomicUsize::new(0),
@@ -385,6 +396,7 @@ impl Bridge for RedisBridge {
         }
         actix_rt::spawn(self.clone().lease_loop());
         actix_rt::spawn(self.clone().counts_loop());
+        actix_rt::spawn(self.clone().history_loop());
         let this = self.clone();
         actix_rt::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(10));

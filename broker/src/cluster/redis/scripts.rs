@@ -13,6 +13,9 @@ use redis::Script;
 ///
 /// KEYS: seq counter, history list. ARGV: topic, channel, data,
 /// history size, history TTL ms, node floor, clock floor, counter TTL ms.
+/// Returns {seq, the message's length, `len:seq` of each message the
+/// `size` trim popped} (the last two feed the cluster-wide byte budget,
+/// `history.rs`; 0 and none without history).
 pub static PUBLISH: LazyLock<Script> = LazyLock::new(|| Script::new(PUBLISH_SOURCE));
 
 /// The source of [`PUBLISH`] (the Redis Cluster variant, in `fence.rs`,
@@ -26,13 +29,20 @@ local seq = string.format('%d', cur + 1)
 redis.call('SET', KEYS[1], seq, 'PX', ARGV[8])
 local msg = '{"type":"message","channel":"' .. ARGV[2] .. '","seq":' .. seq .. ',"data":' .. ARGV[3] .. '}'
 local size = tonumber(ARGV[4])
+local kept = 0
+local popped = {}
 if size > 0 then
-  redis.call('RPUSH', KEYS[2], msg)
-  redis.call('LTRIM', KEYS[2], -size, -1)
+  kept = #msg
+  local over = redis.call('RPUSH', KEYS[2], msg) - size
+  while over > 0 do
+    local old = redis.call('LPOP', KEYS[2])
+    popped[#popped + 1] = string.format('%d', #old) .. ':' .. (string.match(old, '"seq":(%d+)') or '0')
+    over = over - 1
+  end
   redis.call('PEXPIRE', KEYS[2], ARGV[5])
 end
 redis.call('PUBLISH', ARGV[1], msg)
-return seq
+return { seq, kept, popped }
 "#;
 
 /// Joining a channel: the `seq` the counter had ('0': none), the position

@@ -64,6 +64,7 @@ pub(super) fn start(bridge: Arc<RedisBridge>) -> Pin<Box<dyn Future<Output = ()>
             actix_rt::spawn(bridge.clone().lease_loop());
             actix_rt::spawn(bridge.clone().recovery_loop());
             actix_rt::spawn(bridge.clone().counts_loop());
+            actix_rt::spawn(bridge.clone().history_loop());
         }
         Err(e) => tracing::error!(error = %e, "cannot set up the Redis Cluster connection"),
     }

@@ -1,0 +1,151 @@
+//! Issue 26: the history held in Redis is bounded over all channels, not
+//! only per channel: `history.cluster_max_bytes` evicts the oldest
+//! messages first, whichever channel (and whichever master) holds them,
+//! and what is left still recovers. Read back from Redis itself.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::cluster::{bridge_up, node, prefix};
+use crate::cluster_sharded::master;
+use crate::common::PATIENCE;
+use crate::redis_cluster::{Backend, on_both};
+
+on_both!(redis_history_stays_under_the_cluster_budget_oldest_first);
+
+/// The budget of the test: 1 MiB for the whole cluster.
+const BUDGET: usize = 1 << 20;
+
+/// Every `hist:` list under `prefix`, on every master: channel → the
+/// length and `seq` of each held message.
+async fn held(redis: &impl Backend, prefix: &str) -> HashMap<String, Vec<(usize, u64)>> {
+    let mut lists = HashMap::new();
+    for port in redis.ports() {
+        let mut conn = master(port).await;
+        let mut cursor = 0u64;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{prefix}hist:*"))
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            for key in keys {
+                let msgs: Vec<Vec<u8>> = redis::cmd("LRANGE")
+                    .arg(&key)
+                    .arg(0)
+                    .arg(-1)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                let channel = key[prefix.len() + "hist:".len()..]
+                    .trim_start_matches('{')
+                    .trim_end_matches('}')
+                    .to_owned();
+                let msgs = msgs.iter().map(|m| {
+                    let v: serde_json::Value = serde_json::from_slice(m).unwrap();
+                    (m.len(), v["seq"].as_u64().unwrap())
+                });
+                lists.insert(channel, msgs.collect());
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    lists
+}
+
+async fn redis_history_stays_under_the_cluster_budget_oldest_first(redis: &impl Backend) {
+    let p = prefix();
+    let b = node(
+        redis,
+        "n1",
+        &p,
+        "[history]\nsize = 100\nttl_ms = 600000\ncluster_max_bytes = 1048576\n",
+    );
+    bridge_up(&b, true).await;
+    // 40 channels of 8 messages of 8 KiB, oldest channel first: 2.6 MiB,
+    // two and a half times the budget, spread over every master.
+    let data = format!("\"{}\"", "x".repeat(8 << 10));
+    let channels: Vec<String> = (0..40).map(|i| format!("doc:h{i}")).collect();
+    let mut first = Vec::new();
+    for ch in &channels {
+        first.push(b.node.publish(ch, &data, "test").await);
+        for _ in 1..8 {
+            b.node.publish(ch, &data, "test").await;
+        }
+    }
+    // The node's index flush evicts the oldest and trims their lists;
+    // settled once the index's byte counter is exactly what the lists
+    // hold (each message's bytes plus its index entry `len:seq:channel`).
+    let counter = if redis.mode() == "redis" {
+        format!("{p}hbytes:budget")
+    } else {
+        format!("{p}hbytes:{{budget}}")
+    };
+    let deadline = Instant::now() + PATIENCE;
+    let (lists, total) = loop {
+        let lists = held(redis, &p).await;
+        let total: usize = lists.values().flatten().map(|(len, _)| len).sum();
+        let cost: usize = lists
+            .iter()
+            .flat_map(|(c, msgs)| msgs.iter().map(move |(len, seq)| (c, len, seq)))
+            .map(|(c, len, seq)| len + format!("{len}:{seq}:{c}").len())
+            .sum();
+        let counted: Option<usize> =
+            crate::redis_cluster::on_owner(redis, redis::cmd("GET").arg(&counter)).await;
+        if total <= BUDGET && counted == Some(cost) {
+            break (lists, total);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Redis holds {total} bytes of history (budget {BUDGET}), the index counts \
+             {counted:?} of {cost}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(total > BUDGET / 2, "only {total} bytes kept");
+    let metric = b.metric("tidegate_redis_history_bytes").await;
+    assert!(
+        metric > 0.0 && metric <= BUDGET as f64,
+        "tidegate_redis_history_bytes = {metric}"
+    );
+    // Oldest first: how many messages each channel keeps never decreases
+    // in publish order; the oldest channel lost everything, the newest
+    // nothing.
+    let kept: Vec<usize> = channels
+        .iter()
+        .map(|c| lists.get(c).map_or(0, Vec::len))
+        .collect();
+    assert!(kept.windows(2).all(|w| w[0] <= w[1]), "{kept:?}");
+    assert_eq!((kept[0], kept[39]), (0, 8), "{kept:?}");
+
+    // What is left still recovers, in order; what was evicted says so.
+    let mut c = b.client("acme").await;
+    let old = c
+        .call(
+            json!({"type":"subscribe","channel":channels[0],"since":first[0] - 1}),
+            1,
+        )
+        .await;
+    assert_eq!(old["recovered"], false, "{old}");
+    let new = c
+        .call(
+            json!({"type":"subscribe","channel":channels[39],"since":first[39] - 1}),
+            2,
+        )
+        .await;
+    assert_eq!(new["recovered"], true, "{new}");
+    for i in 0..8 {
+        let m = c.until(|v| v["type"] == "message").await;
+        assert_eq!(m["channel"], channels[39].as_str(), "{m}");
+        assert_eq!(m["seq"].as_u64().unwrap(), first[39] + i, "{m}");
+    }
+}
