@@ -120,6 +120,37 @@ pub trait Outlet: Send + Sync {
     fn gauge(&self) -> &OutboundGauge;
     /// A drop episode began: the socket starts its grace timer.
     fn congested(&self);
+    /// Delivers `backlog` (a subscription's recovered history) in slices
+    /// while the socket is under half its mark, pumping it now and as the
+    /// transport drains, exactly as the socket's own subscriptions recover
+    /// (`socket/recovery.rs`): a backlog that cannot move runs the
+    /// slow-consumer grace (then 4008), one that moves again ends it.
+    fn recover(&self, backlog: Arc<dyn Backlog>);
+    /// `backlog` ended before it was all queued: it no longer keeps the
+    /// grace running.
+    fn forget(&self, backlog: &Arc<dyn Backlog>);
+}
+
+/// What one [`Backlog::pump`] did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Step {
+    /// Some backlog was queued.
+    pub moved: bool,
+    /// Some is still waiting for room.
+    pub stalled: bool,
+    /// Nothing is left (all queued, or the subscription ended).
+    pub done: bool,
+}
+
+/// A dialect subscription's recovered history, waiting to be queued
+/// ([`Outlet::recover`]). The socket pumps it without holding its outbox's
+/// lock: the subscription takes its own lock, then queues through its
+/// [`Outlet`] as it does live messages.
+pub trait Backlog: Send + Sync {
+    /// Queues backlog while `room(held)` says so, `held` being the bytes of
+    /// live messages the subscription holds behind its backlog (counted in
+    /// the gauge already, so left out of the room).
+    fn pump(&self, room: &dyn Fn(usize) -> bool) -> Step;
 }
 
 /// Whom a dialect's credential names, once verified (a token's signature

@@ -31,6 +31,7 @@ use super::delivery::{Congested, Subs};
 use super::queue::OutQueue;
 use crate::hub::OutboundGauge;
 use crate::metrics::Metrics;
+use crate::node::dialect::Backlog;
 
 /// Sent to the socket when a congested outbox drains below its mark.
 #[derive(Message, Debug)]
@@ -54,6 +55,9 @@ pub(super) enum State {
 pub(super) struct Shared {
     pub(super) queue: OutQueue,
     pub(super) subs: Subs,
+    /// A dialect's subscriptions still recovering (`socket/recovery.rs`):
+    /// at most one per subscription, so the plan's `max_subscriptions`.
+    pub(super) feeds: Vec<Arc<dyn Backlog>>,
     /// Bytes of live messages held behind a recovering subscription's
     /// backlog (counted in the gauge, not yet queued): the backlog's room
     /// under the mark leaves them out (`socket/recovery.rs`).
@@ -95,6 +99,7 @@ impl Outbox {
             shared: Mutex::new(Shared {
                 queue: OutQueue::default(),
                 subs: Subs::default(),
+                feeds: Vec::new(),
                 held_bytes: 0,
                 closing: false,
                 waker: None,
@@ -295,6 +300,7 @@ impl Outbox {
             let mut s = self.lock();
             let pumped = self.pump(&mut s);
             drop(s);
+            let pumped = pumped.and(self.pump_feeds());
             self.signal(pumped, Some(on_drain));
         }
     }

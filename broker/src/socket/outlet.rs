@@ -12,7 +12,7 @@ use super::outbox::Outbox;
 use super::queue::Keyed;
 use crate::hub::{OutboundGauge, Reserve};
 use crate::metrics::Layer;
-use crate::node::dialect::Outlet;
+use crate::node::dialect::{Backlog, Outlet};
 
 impl Outlet for Outbox {
     fn push(&self, parts: &[Bytes]) {
@@ -68,6 +68,14 @@ impl Outlet for Outbox {
 
     fn congested(&self) {
         self.control.do_send(Congested);
+    }
+
+    fn recover(&self, backlog: Arc<dyn Backlog>) {
+        self.recover_feed(backlog);
+    }
+
+    fn forget(&self, backlog: &Arc<dyn Backlog>) {
+        self.forget_feed(backlog, true);
     }
 }
 

@@ -25,6 +25,7 @@ use bytes::Bytes;
 
 use super::delivery::{Congested, Held, Sub};
 use super::outbox::{Drained, Outbox, Shared, State};
+use crate::node::dialect::Backlog;
 
 /// What one [`Outbox::pump`] did.
 #[derive(Debug, Clone, Copy, Default)]
@@ -38,11 +39,82 @@ pub(super) struct Pumped {
     pub(super) congested: bool,
 }
 
+impl Pumped {
+    /// What two pumps did together.
+    pub(super) fn and(self, other: Pumped) -> Pumped {
+        Pumped {
+            moved: self.moved || other.moved,
+            stalled: self.stalled || other.stalled,
+            congested: self.congested || other.congested,
+        }
+    }
+}
+
 impl Outbox {
     /// The room a backlog may fill: half the mark, so live messages of
     /// other channels still fit while a channel recovers.
     fn backlog_room(&self, s: &Shared) -> bool {
-        self.gauge.pending().saturating_sub(s.held_bytes) < self.gauge.high_water() / 2
+        self.room_beside(s.held_bytes)
+    }
+
+    /// Whether a backlog may queue more, `held` live bytes (already in the
+    /// gauge, waiting behind backlogs) left out.
+    fn room_beside(&self, held: usize) -> bool {
+        self.gauge.pending().saturating_sub(held) < self.gauge.high_water() / 2
+    }
+
+    /// A dialect subscription's backlog ([`crate::node::dialect::Outlet::recover`]):
+    /// recovering from now on, like a socket subscription, and pumped at
+    /// once.
+    pub(super) fn recover_feed(&self, feed: Arc<dyn Backlog>) {
+        let mut s = self.lock();
+        s.feeds.push(feed);
+        self.recovering.fetch_add(1, Ordering::AcqRel);
+        drop(s);
+        let pumped = self.pump_feeds();
+        self.signal(pumped, None);
+    }
+
+    /// Pumps every dialect backlog under the same rule as [`Outbox::pump`],
+    /// outside this outbox's lock (each takes its own lock, then queues
+    /// here, as for its live messages); one that is done is forgotten.
+    pub(super) fn pump_feeds(&self) -> Pumped {
+        let feeds: Vec<Arc<dyn Backlog>> = {
+            let s = self.lock();
+            if s.closing || s.state != State::Open {
+                return Pumped::default();
+            }
+            s.feeds.clone()
+        };
+        let mut done = Pumped::default();
+        for feed in feeds {
+            let step = feed.pump(&|held| self.room_beside(held));
+            done.moved |= step.moved;
+            done.stalled |= step.stalled;
+            if step.done {
+                self.forget_feed(&feed, false);
+            }
+        }
+        done
+    }
+
+    /// A dialect backlog is all queued, or `ended` before (then see
+    /// [`Outbox::forget_recovery`]; one all queued moved, so the pump's
+    /// signal ends the grace as for a socket subscription going live).
+    pub(super) fn forget_feed(&self, feed: &Arc<dyn Backlog>, ended: bool) {
+        let mut s = self.lock();
+        let at = s
+            .feeds
+            .iter()
+            .position(|f| std::ptr::addr_eq(Arc::as_ptr(f), Arc::as_ptr(feed)));
+        if let Some(i) = at {
+            s.feeds.swap_remove(i);
+            if ended {
+                self.forget_recovery(&mut s, &[]);
+            } else {
+                self.recovering.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
     }
 
     /// Starts delivering `backlog` for `name` after its ack: what fits now

@@ -16,6 +16,7 @@
 //! refused by the account budget closes the account's sockets with 1008,
 //! as on `/v1/ws`.
 
+mod recovery;
 mod shape;
 mod sink;
 
@@ -353,7 +354,7 @@ impl GraphqlWs {
         };
         self.ops.insert(id.clone(), Op::Live(sink.clone()));
         match self.node.bridge.subscribe(channel, sub, since) {
-            Pending::Ready(joined) => sink.joined(joined),
+            Pending::Ready(joined) => self.joined(link, id, conn, joined),
             Pending::Later(f) => link.spawn(Box::pin(async move {
                 Box::new(JoinedOp {
                     id,
@@ -397,14 +398,11 @@ impl Dialect for GraphqlWs {
             Err(other) => other,
         };
         let output = match output.downcast::<JoinedOp>() {
-            Ok(j) => {
-                if let Some(Op::Live(sink)) = self.ops.get(&j.id)
-                    && sink.conn == j.conn
-                {
-                    sink.joined(j.joined);
-                }
-                return;
-            }
+            Ok(j) => return self.joined(link, j.id, j.conn, j.joined),
+            Err(other) => other,
+        };
+        let output = match output.downcast::<recovery::Paid>() {
+            Ok(p) => return self.paid(link, *p),
             Err(other) => other,
         };
         if output.is::<InitTimer>()

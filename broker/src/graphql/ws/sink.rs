@@ -12,6 +12,7 @@
 //! with `SLOW_CONSUMER` naming the last `seq` sent, so a resume with
 //! `since` loses nothing and sees nothing twice.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -19,7 +20,7 @@ use parking_lot::Mutex;
 
 use super::shape::Shape;
 use crate::hub::{DirectSink, Joined};
-use crate::node::dialect::Outlet;
+use crate::node::dialect::{Backlog, Outlet, Step};
 use crate::protocol::wire;
 
 /// Messages whose `data` is at most this many bytes are rendered as one
@@ -37,6 +38,16 @@ struct Held {
 enum Pos {
     /// Waiting for the bridge (recovery, cluster-wide delivery).
     Joining(Vec<Held>),
+    /// The recovered history after `since` (the hub's own frames, not
+    /// copies, in memory mode), queued in slices under the socket's mark
+    /// as it drains ([`Backlog`], the socket's recovery); live messages
+    /// wait behind it in `held` (`held_bytes` of them, in the gauge).
+    Recovering {
+        backlog: VecDeque<(u64, Bytes)>,
+        held: Vec<Held>,
+        held_bytes: usize,
+        last: u64,
+    },
     /// The highest `seq` handled (sent or lost).
     Live(u64),
     /// Ended: nothing more is queued.
@@ -141,9 +152,10 @@ impl OpSink {
         }
     }
 
-    /// The bridge answered: the recovered history, then what arrived
-    /// meanwhile, each `seq` once and in order, stopping at a loss.
-    pub fn joined(&self, joined: Joined) {
+    /// The bridge answered: the recovered history (in slices under the
+    /// mark, [`Backlog`]), then what arrived meanwhile, each `seq` once and
+    /// in order, stopping at a loss.
+    pub fn joined(self: &Arc<Self>, joined: Joined) {
         let mut st = self.state.lock();
         let held = match std::mem::replace(&mut st.pos, Pos::Ended) {
             Pos::Joining(held) => held,
@@ -156,20 +168,34 @@ impl OpSink {
             let x = st.first.take().unwrap_or_else(|| "{}".to_owned());
             st.first = Some(with_recovered(&x, recovered));
         }
-        let mut last = joined.position();
+        let last = joined.position();
         // Before anything is queued the client holds everything up to the
         // first recovered `seq`, or up to where the subscription went live.
         st.sent = joined
             .backlog
             .first()
             .map_or(last, |(seq, _)| seq.saturating_sub(1));
-        for (seq, frame) in joined.backlog {
-            self.queue(&mut st, seq, &frame, None, 0);
+        if joined.backlog.is_empty() {
+            self.go_live(&mut st, held, last);
+            return;
         }
+        st.pos = Pos::Recovering {
+            backlog: VecDeque::from(joined.backlog),
+            held_bytes: held.iter().map(|h| h.frame.len()).sum(),
+            held,
+            last,
+        };
+        drop(st);
+        self.outlet.recover(self.clone());
+    }
+
+    /// The backlog is all queued: the live messages held behind it follow
+    /// (those above `last`, before any loss), and the subscription is live.
+    fn go_live(&self, st: &mut State, held: Vec<Held>, mut last: u64) {
         for h in held {
             if h.seq > last && st.broken_at.is_none_or(|b| h.seq < b) {
                 last = h.seq;
-                self.queue(&mut st, h.seq, &h.frame, h.key, h.frame.len());
+                self.queue(st, h.seq, &h.frame, h.key, h.frame.len());
             } else {
                 if h.seq > last {
                     st.dropped += 1;
@@ -186,17 +212,27 @@ impl OpSink {
     }
 
     /// Ends the subscription: nothing more is queued for it after this.
-    pub fn end(&self) -> Ended {
+    pub fn end(self: &Arc<Self>) -> Ended {
         let mut st = self.state.lock();
-        if let Pos::Joining(held) = std::mem::replace(&mut st.pos, Pos::Ended) {
-            self.outlet
-                .gauge()
-                .release(held.iter().map(|h| h.frame.len()).sum());
-        }
-        Ended {
+        let recovering = match std::mem::replace(&mut st.pos, Pos::Ended) {
+            Pos::Joining(held) | Pos::Recovering { held, .. } => {
+                self.outlet
+                    .gauge()
+                    .release(held.iter().map(|h| h.frame.len()).sum());
+                true
+            }
+            _ => false,
+        };
+        let ended = Ended {
             dropped: st.dropped,
             last_seq: st.sent,
+        };
+        drop(st);
+        if recovering {
+            let me: Arc<dyn Backlog> = self.clone();
+            self.outlet.forget(&me);
         }
+        ended
     }
 }
 
@@ -219,6 +255,16 @@ impl DirectSink for OpSink {
                 frame,
                 key: key.cloned(),
             }),
+            Pos::Recovering {
+                held, held_bytes, ..
+            } => {
+                *held_bytes += frame.len();
+                held.push(Held {
+                    seq,
+                    frame,
+                    key: key.cloned(),
+                });
+            }
             _ => {
                 drop(st);
                 self.outlet.gauge().release(frame.len());
@@ -243,6 +289,41 @@ impl DirectSink for OpSink {
                 }
             }
         }
+    }
+}
+
+impl Backlog for OpSink {
+    fn pump(&self, room: &dyn Fn(usize) -> bool) -> Step {
+        let mut step = Step::default();
+        let mut st = self.state.lock();
+        loop {
+            let Pos::Recovering {
+                backlog,
+                held_bytes,
+                ..
+            } = &mut st.pos
+            else {
+                step.done = true;
+                return step;
+            };
+            if backlog.is_empty() {
+                break;
+            }
+            if !room(*held_bytes) {
+                step.stalled = true;
+                return step;
+            }
+            let Some((seq, frame)) = backlog.pop_front() else {
+                break;
+            };
+            self.queue(&mut st, seq, &frame, None, 0);
+            step.moved = true;
+        }
+        if let Pos::Recovering { held, last, .. } = std::mem::replace(&mut st.pos, Pos::Ended) {
+            self.go_live(&mut st, held, last);
+        }
+        step.done = true;
+        step
     }
 }
 
