@@ -144,7 +144,7 @@ async fn answers_count_toward_the_mark_and_a_client_that_never_reads_them_gets_4
 
 /// History for recovery tests: `per` messages of `size` bytes on each of
 /// `channels` channels `doc:h0`…; returns the `seq` before each one's first.
-async fn history(broker: &Broker, channels: usize, per: usize, size: usize) -> Vec<u64> {
+pub(crate) async fn history(broker: &Broker, channels: usize, per: usize, size: usize) -> Vec<u64> {
     let data = format!("\"{}\"", "x".repeat(size));
     let mut since = Vec::new();
     for c in 0..channels {
@@ -158,25 +158,21 @@ async fn history(broker: &Broker, channels: usize, per: usize, size: usize) -> V
     since
 }
 
-const RECOVERY: &str = "[history]\nsize = 200\n[plans.free]\nmessages_per_sec = 100000\nburst = 100000\n\
+pub(crate) const RECOVERY: &str = "[history]\nsize = 200\n[plans.free]\nmessages_per_sec = 100000\nburst = 100000\n\
     account_messages_per_sec = 100000\naccount_burst = 100000\noutbound_high_water_bytes = 65536\n";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_that_recovers_history_and_never_reads_holds_only_its_mark_then_gets_4008() {
-    let broker = Broker::start(&format!(
+/// [`RECOVERY`] with a short grace and a small send buffer, for a socket
+/// that never reads.
+pub(crate) fn never_reads() -> String {
+    format!(
         "{RECOVERY}outbound_grace_ms = 300\n[socket]\nsend_buffer_bytes = 4096\nclose_timeout_ms = 60000\n"
-    ));
-    // 10 channels × 100 messages × 32 KiB: 32 MiB of history, 500 times
-    // the socket's mark.
-    let since = history(&broker, 10, 100, 32 << 10).await;
-    let token = broker.token("acme");
-    let mut s = upgrade_on(small_window(broker.addr).await, broker.addr, &token).await;
-    for (c, since) in since.iter().enumerate() {
-        let frame = format!(r#"{{"type":"subscribe","channel":"doc:h{c}","since":{since}}}"#);
-        s.write_all(&masked_text(frame.as_bytes())).await.unwrap();
-    }
-    // While it waits for the grace to pass, what the broker holds for the
-    // socket stays near its mark, whenever it is looked at.
+    )
+}
+
+/// While a socket waits for its grace to pass, the most the broker held
+/// for any socket whenever it was looked at, until one was closed as a
+/// slow consumer.
+pub(crate) async fn worst_until_slow_consumer_closed(broker: &Broker) -> usize {
     let series = "tidegate_rejections_total{layer=\"outbound\",reason=\"slow_consumer_closed\"}";
     let deadline = Instant::now() + PATIENCE;
     let mut worst = 0;
@@ -187,12 +183,54 @@ async fn a_client_that_recovers_history_and_never_reads_holds_only_its_mark_then
         }
         tokio::task::yield_now().await;
     }
+    worst
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_recovers_history_and_never_reads_holds_only_its_mark_then_gets_4008() {
+    let broker = Broker::start(&never_reads());
+    // 10 channels × 100 messages × 32 KiB: 32 MiB of history, 500 times
+    // the socket's mark.
+    let since = history(&broker, 10, 100, 32 << 10).await;
+    let token = broker.token("acme");
+    let mut s = upgrade_on(small_window(broker.addr).await, broker.addr, &token).await;
+    for (c, since) in since.iter().enumerate() {
+        let frame = format!(r#"{{"type":"subscribe","channel":"doc:h{c}","since":{since}}}"#);
+        s.write_all(&masked_text(frame.as_bytes())).await.unwrap();
+    }
+    held_to_the_mark_then_4008(&broker, s).await;
+}
+
+/// A socket that recovers history and never reads (`s`, its 64 KiB mark
+/// and 4 KiB send buffer): the broker held about its mark at most, until
+/// the grace closed it with 4008, which it reads once it reads.
+pub(crate) async fn held_to_the_mark_then_4008(broker: &Broker, s: TcpStream) {
+    let worst = worst_until_slow_consumer_closed(broker).await;
+    assert!(worst > 0, "nothing was ever queued");
     assert!(
         worst <= 65536 + (33 << 10) + 4096,
         "a socket held {worst} unsent bytes of recovered history"
     );
     let mut c = reading(s).await;
     assert_eq!(c.closed().await, Some(4008));
+}
+
+/// Publishes `rounds` small live messages on each of `doc:h0`… (`channels`
+/// of them), in the background.
+pub(crate) fn live_rounds(
+    broker: &Broker,
+    channels: usize,
+    rounds: usize,
+) -> tokio::task::JoinHandle<()> {
+    let node = broker.node.clone();
+    tokio::spawn(async move {
+        for round in 0..rounds {
+            for ch in 0..channels {
+                node.publish(&format!("doc:h{ch}"), &round.to_string(), "test")
+                    .await;
+            }
+        }
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -207,15 +245,7 @@ async fn a_reading_client_recovers_every_channel_in_order_without_gap_then_live_
         .await;
     }
     // Live messages published while the backlogs are being delivered.
-    let node = broker.node.clone();
-    let live = tokio::spawn(async move {
-        for round in 0..20 {
-            for ch in 0..5 {
-                node.publish(&format!("doc:h{ch}"), &round.to_string(), "test")
-                    .await;
-            }
-        }
-    });
+    let live = live_rounds(&broker, 5, 20);
     let mut last: Vec<u64> = since.clone();
     let mut acked = [false; 5];
     let end: Vec<u64> = since.iter().map(|s| s + 120).collect();
