@@ -62,37 +62,19 @@ async fn held(redis: &impl Backend, prefix: &str) -> HashMap<String, Vec<(usize,
     lists
 }
 
-async fn redis_history_stays_under_the_cluster_budget_oldest_first(redis: &impl Backend) {
-    let p = prefix();
-    let b = node(
-        redis,
-        "n1",
-        &p,
-        "[history]\nsize = 100\nttl_ms = 600000\ncluster_max_bytes = 1048576\n",
-    );
-    bridge_up(&b, true).await;
-    // 40 channels of 8 messages of 8 KiB, oldest channel first: 2.6 MiB,
-    // two and a half times the budget, spread over every master.
-    let data = format!("\"{}\"", "x".repeat(8 << 10));
-    let channels: Vec<String> = (0..40).map(|i| format!("doc:h{i}")).collect();
-    let mut first = Vec::new();
-    for ch in &channels {
-        first.push(b.node.publish(ch, &data, "test").await);
-        for _ in 1..8 {
-            b.node.publish(ch, &data, "test").await;
-        }
-    }
-    // The node's index flush evicts the oldest and trims their lists;
-    // settled once the index's byte counter is exactly what the lists
-    // hold (each message's bytes plus its index entry `len:seq:channel`).
+/// Waits until the index's byte counter is exactly what the lists hold
+/// (each message's bytes plus its index entry `len:seq:channel`: every
+/// eviction trimmed, nothing left to flush) and the lists are within the
+/// budget; the lists and their total bytes.
+async fn settled(redis: &impl Backend, p: &str) -> (HashMap<String, Vec<(usize, u64)>>, usize) {
     let counter = if redis.mode() == "redis" {
         format!("{p}hbytes:budget")
     } else {
         format!("{p}hbytes:{{budget}}")
     };
     let deadline = Instant::now() + PATIENCE;
-    let (lists, total) = loop {
-        let lists = held(redis, &p).await;
+    loop {
+        let lists = held(redis, p).await;
         let total: usize = lists.values().flatten().map(|(len, _)| len).sum();
         let cost: usize = lists
             .iter()
@@ -101,8 +83,8 @@ async fn redis_history_stays_under_the_cluster_budget_oldest_first(redis: &impl 
             .sum();
         let counted: Option<usize> =
             crate::redis_cluster::on_owner(redis, redis::cmd("GET").arg(&counter)).await;
-        if total <= BUDGET && counted == Some(cost) {
-            break (lists, total);
+        if cost <= BUDGET && counted == Some(cost) {
+            return (lists, total);
         }
         assert!(
             Instant::now() < deadline,
@@ -110,9 +92,45 @@ async fn redis_history_stays_under_the_cluster_budget_oldest_first(redis: &impl 
              {counted:?} of {cost}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    }
+}
+
+/// Publishes 8 messages of 8 KiB on each of `channels`, in order, through
+/// `b`; the first `seq` of each.
+async fn fill(b: &crate::common::Broker, channels: &[String]) -> Vec<u64> {
+    let data = format!("\"{}\"", "x".repeat(8 << 10));
+    let mut first = Vec::new();
+    for ch in channels {
+        first.push(b.node.publish(ch, &data, "test").await);
+        for _ in 1..8 {
+            b.node.publish(ch, &data, "test").await;
+        }
+    }
+    first
+}
+
+/// How many messages each of `channels` keeps.
+fn kept(lists: &HashMap<String, Vec<(usize, u64)>>, channels: &[String]) -> Vec<usize> {
+    channels
+        .iter()
+        .map(|c| lists.get(c).map_or(0, Vec::len))
+        .collect()
+}
+
+async fn redis_history_stays_under_the_cluster_budget_oldest_first(redis: &impl Backend) {
+    let p = prefix();
+    let config = "[history]\nsize = 100\nttl_ms = 600000\ncluster_max_bytes = 1048576\n";
+    let (a, b) = (node(redis, "a", &p, config), node(redis, "b", &p, config));
+    bridge_up(&a, true).await;
+    bridge_up(&b, true).await;
+    // 40 channels of 8 messages of 8 KiB through node a, oldest channel
+    // first: 2.6 MiB, two and a half times the budget, spread over every
+    // master.
+    let channels: Vec<String> = (0..40).map(|i| format!("doc:h{i}")).collect();
+    let first = fill(&a, &channels).await;
+    let (lists, total) = settled(redis, &p).await;
     assert!(total > BUDGET / 2, "only {total} bytes kept");
-    let metric = b.metric("tidegate_redis_history_bytes").await;
+    let metric = a.metric("tidegate_redis_history_bytes").await;
     assert!(
         metric > 0.0 && metric <= BUDGET as f64,
         "tidegate_redis_history_bytes = {metric}"
@@ -120,15 +138,22 @@ async fn redis_history_stays_under_the_cluster_budget_oldest_first(redis: &impl 
     // Oldest first: how many messages each channel keeps never decreases
     // in publish order; the oldest channel lost everything, the newest
     // nothing.
-    let kept: Vec<usize> = channels
-        .iter()
-        .map(|c| lists.get(c).map_or(0, Vec::len))
-        .collect();
-    assert!(kept.windows(2).all(|w| w[0] <= w[1]), "{kept:?}");
-    assert_eq!((kept[0], kept[39]), (0, 8), "{kept:?}");
+    let k = kept(&lists, &channels);
+    assert!(k.windows(2).all(|w| w[0] <= w[1]), "{k:?}");
+    assert_eq!((k[0], k[39]), (0, 8), "{k:?}");
+
+    // The budget is the cluster's, not a node's: 10 more channels through
+    // node b push out a's oldest remaining history, and keep their own.
+    let more: Vec<String> = (0..10).map(|i| format!("doc:m{i}")).collect();
+    fill(&b, &more).await;
+    let (lists, _) = settled(redis, &p).await;
+    assert_eq!(kept(&lists, &more), vec![8; 10]);
+    let oldest_kept = k.iter().position(|n| *n > 0).unwrap();
+    assert_eq!(kept(&lists, &channels)[oldest_kept], 0, "{k:?}");
+    assert_eq!(kept(&lists, &channels)[39], 8);
 
     // What is left still recovers, in order; what was evicted says so.
-    let mut c = b.client("acme").await;
+    let mut c = a.client("acme").await;
     let old = c
         .call(
             json!({"type":"subscribe","channel":channels[0],"since":first[0] - 1}),
