@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::cluster::{bridge_up, node, prefix};
+use crate::cluster::{prefix, two_nodes};
 use crate::cluster_sharded::master;
 use crate::common::PATIENCE;
 use crate::redis_cluster::{Backend, on_both};
@@ -120,9 +120,7 @@ fn kept(lists: &HashMap<String, Vec<(usize, u64)>>, channels: &[String]) -> Vec<
 async fn redis_history_stays_under_the_cluster_budget_oldest_first(redis: &impl Backend) {
     let p = prefix();
     let config = "[history]\nsize = 100\nttl_ms = 600000\ncluster_max_bytes = 1048576\n";
-    let (a, b) = (node(redis, "a", &p, config), node(redis, "b", &p, config));
-    bridge_up(&a, true).await;
-    bridge_up(&b, true).await;
+    let (a, b) = two_nodes(redis, &p, config).await;
     // 40 channels of 8 messages of 8 KiB through node a, oldest channel
     // first: 2.6 MiB, two and a half times the budget, spread over every
     // master.

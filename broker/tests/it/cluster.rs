@@ -38,6 +38,18 @@ on_both!(
     the_connection_cap_is_cluster_wide,
 );
 
+/// Two nodes `a` and `b` of a cluster on `redis`, with `extra` config,
+/// both bridged.
+pub async fn two_nodes(redis: &impl Backend, prefix: &str, extra: &str) -> (Broker, Broker) {
+    let (a, b) = (
+        node(redis, "a", prefix, extra),
+        node(redis, "b", prefix, extra),
+    );
+    bridge_up(&a, true).await;
+    bridge_up(&b, true).await;
+    (a, b)
+}
+
 /// Waits (polling, with a deadline) for a node's bridge to be up or down.
 pub async fn bridge_up(b: &Broker, up: bool) {
     let deadline = Instant::now() + PATIENCE;
