@@ -59,8 +59,10 @@ const TRIMS_IN_FLIGHT: usize = 16;
 /// Updates the index and enforces the budget. KEYS: the index, the byte
 /// counter. ARGV: budget bytes, TTL ms, number of added entries `n`, then
 /// `n` (score, member) pairs, then members to remove. A member is
-/// `len:seq:channel`; it costs `len` plus its own length. Returns the
-/// counter after, and the members removed by age or budget.
+/// `len:seq:channel`; it costs `len` plus its own length. At most 4,096
+/// entries leave by age and 8,192 by budget per call (the next flush goes
+/// on), so one call never holds Redis long. Returns the counter after,
+/// and the members removed by age or budget.
 static INDEX: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -86,7 +88,9 @@ for _, m in ipairs(old) do
   bytes = bytes - cost(m)
   gone[#gone + 1] = m
 end
-while bytes > max do
+local pops = 0
+while bytes > max and pops < 8192 do
+  pops = pops + 1
   local p = redis.call('ZPOPMIN', KEYS[1])
   if #p == 0 then bytes = 0 break end
   bytes = bytes - cost(p[1])
