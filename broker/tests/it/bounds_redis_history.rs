@@ -13,7 +13,10 @@ use crate::cluster_sharded::master;
 use crate::common::PATIENCE;
 use crate::redis_cluster::{Backend, on_both};
 
-on_both!(redis_history_stays_under_the_cluster_budget_oldest_first);
+on_both!(
+    redis_history_stays_under_the_cluster_budget_oldest_first,
+    a_message_leaves_redis_history_after_the_ttl_though_its_channel_stays_busy,
+);
 
 /// The budget of the test: 1 MiB for the whole cluster.
 const BUDGET: usize = 1 << 20;
@@ -170,5 +173,31 @@ async fn redis_history_stays_under_the_cluster_budget_oldest_first(redis: &impl 
         let m = c.until(|v| v["type"] == "message").await;
         assert_eq!(m["channel"], channels[39].as_str(), "{m}");
         assert_eq!(m["seq"].as_u64().unwrap(), first[39] + i, "{m}");
+    }
+}
+
+async fn a_message_leaves_redis_history_after_the_ttl_though_its_channel_stays_busy(
+    redis: &impl Backend,
+) {
+    let p = prefix();
+    let b = crate::cluster::node(redis, "a", &p, "[history]\nsize = 1000\nttl_ms = 300\n");
+    crate::cluster::bridge_up(&b, true).await;
+    let first = b.node.publish("doc:busy", "0", "test").await;
+    // Every publish renews the list's own TTL, so only the index's
+    // per-message expiry can take the first one out.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        b.node.publish("doc:busy", "1", "test").await;
+        let held = held(redis, &p).await;
+        let seqs: Vec<u64> = held["doc:busy"].iter().map(|(_, seq)| *seq).collect();
+        if seqs[0] > first {
+            assert!(seqs.len() < 1000, "trimmed by age, not by size");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the first message outlived its TTL"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
