@@ -22,6 +22,10 @@
 //                     nothing: how many are open after 30 s
 //   mapped-ban        a dual-stack listener, a ban of 127.0.0.6: does the
 //                     same client, seen as ::ffff:127.0.0.6, get in
+//   redis-history     a node on its own redis-server (16 MiB
+//                     history.cluster_max_bytes): 2,000 publishes of
+//                     60 KiB over 500 channels; the history bytes Redis
+//                     holds, read back from Redis
 //
 //   TIDEGATE_BIN=target/release/tidegate node bench/bounds-attacks.mjs \
 //     [--only NAME[,NAME]] [--out FILE]
@@ -412,6 +416,51 @@ async function mappedBan() {
   }
 }
 
+/** The bytes of every `hist:` list in the Redis on `port` (redis-cli). */
+function histBytes(port) {
+  const lua = "local t = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do " +
+    "for _, m in ipairs(redis.call('LRANGE', k, 0, -1)) do t = t + #m end end return t";
+  const out = require("node:child_process").execFileSync("redis-cli", ["-p", String(port), "EVAL", lua, "0", "tidegate:hist:*"]);
+  return Number(out.toString().trim());
+}
+
+async function redisHistory() {
+  const redisPort = await freePort();
+  const redis = spawn("redis-server", ["--port", String(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], { stdio: "ignore" });
+  let b;
+  try {
+    await sleep(300);
+    b = await startBroker(
+      (c) =>
+        c
+          .replace('mode = "memory"', 'mode = "redis"')
+          .replace('redis_url = "redis://127.0.0.1:6379/"', `redis_url = "redis://127.0.0.1:${redisPort}/"`)
+          .replace("cluster_max_bytes = 268435456", "cluster_max_bytes = 16777216")
+          .replace("account_messages_per_sec = 100\n", "account_messages_per_sec = 100000\n")
+          .replace("account_burst = 200\n", "account_burst = 100000\n"),
+      { env: { TIDEGATE_CLUSTER_SECRET: "bounds-attacks-cluster-secret-0123456789" } },
+    );
+    const data = "x".repeat(60 * 1024);
+    for (let i = 0; i < 2000; i++) {
+      const r = await fetch(`${b.http}/v1/publish`, {
+        method: "POST",
+        headers: { authorization: "Bearer tidegate-sample-publish-key", "content-type": "application/json" },
+        body: JSON.stringify({ channel: `doc:r${i % 500}`, data }),
+      });
+      if (r.status !== 200) throw new Error(`publish ${i}: ${r.status} ${await r.text()}`);
+    }
+    await sleep(1000); // a node flushes its index every 100 ms
+    return {
+      publishedMiB: +((2000 * data.length) / (1 << 20)).toFixed(1),
+      budgetMiB: 16,
+      redisHistoryMiB: +(histBytes(redisPort) / (1 << 20)).toFixed(1),
+    };
+  } finally {
+    if (b) stop(b);
+    process.kill(redis.pid, "SIGKILL");
+  }
+}
+
 const ATTACKS = {
   "budget-flood": budgetFlood,
   "recovery-backlog": recoveryBacklog,
@@ -420,6 +469,7 @@ const ATTACKS = {
   "forged-xff": forgedXff,
   "grpc-silent": grpcSilent,
   "mapped-ban": mappedBan,
+  "redis-history": redisHistory,
 };
 
 const report = { binary: BIN, date: new Date().toISOString(), results: {} };
