@@ -81,6 +81,9 @@ pub struct CapReached {
 
 /// Fan-out and shared state, local or clustered.
 pub trait Bridge: Send + Sync + std::fmt::Debug {
+    /// A reloaded config: what the bridge keeps of it (the Redis bridge:
+    /// the history's size, TTL and cluster-wide byte budget).
+    fn reconfigure(&self, _config: &crate::config::Config) {}
     /// Publishes `data` (raw JSON) on `channel`; resolves to its `seq`.
     fn publish(&self, channel: &str, data: &str) -> Pending<u64>;
     /// Subscribes a socket; resolves once delivery from every node is live

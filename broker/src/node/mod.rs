@@ -240,6 +240,7 @@ impl Node {
         self.tls.reload(&config)?;
         let keys = ApiKeys::new(&config);
         self.hub.set_history_limits(history_limits(&config));
+        self.bridge.reconfigure(&config);
         self.admin
             .bans
             .set_v6_prefix(config.handshake.ipv6_prefix_len);

@@ -69,7 +69,11 @@ async fn held(redis: &impl Backend, prefix: &str) -> HashMap<String, Vec<(usize,
 /// (each message's bytes plus its index entry `len:seq:channel`: every
 /// eviction trimmed, nothing left to flush) and the lists are within the
 /// budget; the lists and their total bytes.
-async fn settled(redis: &impl Backend, p: &str) -> (HashMap<String, Vec<(usize, u64)>>, usize) {
+async fn settled(
+    redis: &impl Backend,
+    p: &str,
+    budget: usize,
+) -> (HashMap<String, Vec<(usize, u64)>>, usize) {
     let counter = if redis.mode() == "redis" {
         format!("{p}hbytes:budget")
     } else {
@@ -86,12 +90,12 @@ async fn settled(redis: &impl Backend, p: &str) -> (HashMap<String, Vec<(usize, 
             .sum();
         let counted: Option<usize> =
             crate::redis_cluster::on_owner(redis, redis::cmd("GET").arg(&counter)).await;
-        if cost <= BUDGET && counted == Some(cost) {
+        if cost <= budget && counted == Some(cost) {
             return (lists, total);
         }
         assert!(
             Instant::now() < deadline,
-            "Redis holds {total} bytes of history (budget {BUDGET}), the index counts \
+            "Redis holds {total} bytes of history (budget {budget}), the index counts \
              {counted:?} of {cost}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -129,7 +133,7 @@ async fn redis_history_stays_under_the_cluster_budget_oldest_first(redis: &impl 
     // master.
     let channels: Vec<String> = (0..40).map(|i| format!("doc:h{i}")).collect();
     let first = fill(&a, &channels).await;
-    let (lists, total) = settled(redis, &p).await;
+    let (lists, total) = settled(redis, &p, BUDGET).await;
     assert!(total > BUDGET / 2, "only {total} bytes kept");
     let metric = a.metric("tidegate_redis_history_bytes").await;
     assert!(
@@ -147,7 +151,7 @@ async fn redis_history_stays_under_the_cluster_budget_oldest_first(redis: &impl 
     // node b push out a's oldest remaining history, and keep their own.
     let more: Vec<String> = (0..10).map(|i| format!("doc:m{i}")).collect();
     fill(&b, &more).await;
-    let (lists, _) = settled(redis, &p).await;
+    let (lists, _) = settled(redis, &p, BUDGET).await;
     assert_eq!(kept(&lists, &more), vec![8; 10]);
     let oldest_kept = k.iter().position(|n| *n > 0).unwrap();
     assert_eq!(kept(&lists, &channels)[oldest_kept], 0, "{k:?}");
@@ -174,6 +178,17 @@ async fn redis_history_stays_under_the_cluster_budget_oldest_first(redis: &impl 
         assert_eq!(m["channel"], channels[39].as_str(), "{m}");
         assert_eq!(m["seq"].as_u64().unwrap(), first[39] + i, "{m}");
     }
+
+    // A reload applies a smaller budget at the next flush.
+    let half = config.replace("1048576", "524288");
+    a.node
+        .reload(crate::common::config(&crate::cluster::node_config(
+            redis, "a", &p, &half,
+        )))
+        .expect("the reload applies");
+    fill(&a, &["doc:after".to_owned()]).await;
+    let (lists, _) = settled(redis, &p, BUDGET / 2).await;
+    assert_eq!(lists["doc:after"].len(), 8);
 }
 
 async fn a_message_leaves_redis_history_after_the_ttl_though_its_channel_stays_busy(

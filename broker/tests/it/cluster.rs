@@ -22,11 +22,17 @@ pub fn prefix() -> String {
 /// A node of a cluster on `redis` (one server or a Redis Cluster), with
 /// `extra` config.
 pub fn node(redis: &impl Backend, id: &str, prefix: &str, extra: &str) -> Broker {
-    Broker::start(&format!(
+    Broker::start(&node_config(redis, id, prefix, extra))
+}
+
+/// The config overrides of [`node`] (what a reload of such a node starts
+/// from).
+pub fn node_config(redis: &impl Backend, id: &str, prefix: &str, extra: &str) -> String {
+    format!(
         "[node]\nid = \"{id}\"\n[cluster]\nmode = \"{}\"\nredis_url = \"{}\"\nkey_prefix = \"{prefix}\"\nlease_ms = 1000\n{extra}",
         redis.mode(),
         redis.url()
-    ))
+    )
 }
 
 on_both!(

@@ -111,6 +111,7 @@ impl RedisBridge {
         since: Option<u64>,
     ) -> Option<(u64, Option<(bool, Vec<(u64, Bytes)>)>)> {
         let seq_key = self.key("seq", channel);
+        let (_, ttl, _) = self.history();
         let (mut conn, _in_flight) = self.command(&seq_key)?;
         let result: redis::RedisResult<(String, String, Vec<Vec<u8>>)> = self
             .metrics
@@ -120,9 +121,9 @@ impl RedisBridge {
                     self.join_invocation(channel, &seq_key)
                         .arg(self.hub.seq(channel))
                         .arg(seq_floor())
-                        .arg(SEQ_TTL_MS.max(self.history.1))
+                        .arg(SEQ_TTL_MS.max(ttl))
                         .arg(if since.is_some() { "1" } else { "0" })
-                        .arg(self.history.1),
+                        .arg(ttl),
                     &mut conn,
                 ),
             )
@@ -198,6 +199,7 @@ impl RedisBridge {
             let Some((mut conn, _in_flight)) = this.command(&seq_key) else {
                 return this.hub.publish(&channel, &data);
             };
+            let (size, ttl, _) = this.history();
             let result: redis::RedisResult<(String, u64, Vec<String>)> = this
                 .metrics
                 .time_script(
@@ -207,11 +209,11 @@ impl RedisBridge {
                             .arg(this.topic(&channel))
                             .arg(&channel)
                             .arg(&data)
-                            .arg(this.history.0)
-                            .arg(this.history.1)
+                            .arg(size)
+                            .arg(ttl)
                             .arg(this.hub.seq(&channel))
                             .arg(seq_floor())
-                            .arg(SEQ_TTL_MS.max(this.history.1)),
+                            .arg(SEQ_TTL_MS.max(ttl)),
                         &mut conn,
                     ),
                 )

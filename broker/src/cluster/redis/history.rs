@@ -210,11 +210,9 @@ impl RedisBridge {
             self.requeue(added, removed);
             return false;
         };
+        let (_, ttl, budget) = self.history();
         let mut inv = INDEX.key(&idx);
-        inv.key(&bytes_key)
-            .arg(self.history_budget)
-            .arg(self.history.1)
-            .arg(added.len());
+        inv.key(&bytes_key).arg(budget).arg(ttl).arg(added.len());
         for (score, m) in &added {
             inv.arg(*score).arg(m);
         }

@@ -111,9 +111,9 @@ pub struct RedisBridge {
     /// The node above, told of breaches and operator actions.
     events: Weak<dyn Events>,
     local: LocalLimits,
-    history: (usize, u64),
-    /// `history.cluster_max_bytes`: the `hist:` bytes over all channels.
-    history_budget: u64,
+    /// `history.size`, `history.ttl_ms` and `history.cluster_max_bytes`
+    /// (the `hist:` bytes over all channels), as last (re)loaded.
+    history: parking_lot::RwLock<(usize, u64, u64)>,
     /// Entries waiting for the history index (`history.rs`), bounded
     /// there.
     hist_pending: history::Buffer,
@@ -173,8 +173,7 @@ impl RedisBridge {
             metrics,
             events,
             local: LocalLimits::default(),
-            history: (config.history.size, config.history.ttl_ms),
-            history_budget: config.history.cluster_max_bytes,
+            history: parking_lot::RwLock::new(history_of(config)),
             hist_pending: Mutex::default(),
             hist_flush_now: Notify::new(),
             lease_ms: config.cluster.lease_ms,
@@ -191,6 +190,11 @@ impl RedisBridge {
             cmds_rx: Mutex::new(Some(rx)),
             first_up: Notify::new(),
         })
+    }
+
+    /// (`history.size`, `history.ttl_ms`, `history.cluster_max_bytes`).
+    fn history(&self) -> (usize, u64, u64) {
+        *self.history.read()
     }
 
     fn key(&self, kind: &str, name: &str) -> String {
@@ -277,6 +281,11 @@ impl RedisBridge {
     }
 }
 
+fn history_of(config: &Config) -> (usize, u64, u64) {
+    let h = &config.history;
+    (h.size, h.ttl_ms, h.cluster_max_bytes)
+}
+
 /// Counts a command in flight toward Redis while it lives.
 struct InFlight(Arc<RedisBridge>);
 
@@ -356,6 +365,10 @@ impl Bridge for RedisBridge {
 
     fn admin_store(&self) -> Option<AdminStore> {
         self.admin_store_impl()
+    }
+
+    fn reconfigure(&self, config: &Config) {
+        *self.history.write() = history_of(config);
     }
 
     fn share(&self) -> f64 {

@@ -193,7 +193,7 @@ impl RedisBridge {
             .arg(1)
             .arg(self.key("seq", channel))
             .arg(seq.to_string())
-            .arg(SEQ_TTL_MS.max(self.history.1));
+            .arg(SEQ_TTL_MS.max(self.history().1));
         cmd
     }
 
