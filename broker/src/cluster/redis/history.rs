@@ -258,6 +258,7 @@ impl RedisBridge {
 
     /// Trims each channel in `gone` up to the newest `seq` removed there.
     async fn trim_channels(&self, gone: &[String]) {
+        // One entry per channel in `gone` (at most 12,288 members a call).
         let mut upto: HashMap<&str, u64> = HashMap::new();
         for (channel, seq) in gone.iter().filter_map(|m| parse_member(m)) {
             let e = upto.entry(channel).or_insert(seq);

@@ -38,10 +38,12 @@ struct Held {
 enum Pos {
     /// Waiting for the bridge (recovery, cluster-wide delivery).
     Joining(Vec<Held>),
-    /// The recovered history after `since` (the hub's own frames, not
-    /// copies, in memory mode), queued in slices under the socket's mark
-    /// as it drains ([`Backlog`], the socket's recovery); live messages
-    /// wait behind it in `held` (`held_bytes` of them, in the gauge).
+    /// The recovered history after `since` (at most `history.size`
+    /// messages; the hub's own frames, not copies, in memory mode), queued
+    /// in slices under the socket's mark as it drains ([`Backlog`], the
+    /// socket's recovery); live messages wait behind it in `held`
+    /// (`held_bytes` of them, counted in the gauge, so the hub stops
+    /// adding at the mark).
     Recovering {
         backlog: VecDeque<(u64, Bytes)>,
         held: Vec<Held>,
