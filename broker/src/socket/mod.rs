@@ -345,6 +345,13 @@ impl Handler<Drained> for Socket {
         if self.congested_since.take().is_none() {
             return;
         }
+        // A backlog that moved may be stalled again already: the transport
+        // and the actor pump concurrently, so the `Congested` of that new
+        // stall can reach the mailbox before this `Drained`, and would be
+        // lost. The grace restarts here instead.
+        if self.outbox.is_stalled() {
+            self.congested(ctx);
+        }
         if self.sse.is_some() && !self.closing {
             return self.sse_drained(ctx);
         }
