@@ -16,7 +16,10 @@ use crate::common::{API_KEY, Broker, Client, PATIENCE};
 use crate::graphql_ws::{SUB, connected, next_for, subscribe};
 use crate::redis_cluster::{Backend, on_both};
 
-const PRESENCE: &str = "subscription($c: String!) { presence(channel: $c) { channel joins { user connId info } leaves { connId } } }";
+const PRESENCE: &str = "subscription($c: String!) { presence(channel: $c) { channel joins { connId info } leaves { connId } } }";
+
+/// Two units: what the refusals are tested with (the bucket holds 200).
+const CHEAP: &str = "subscription($c: String!) { presence(channel: $c) { channel } }";
 
 on_both!(an_observer_on_a_node_without_members_gets_them_and_their_diffs);
 
@@ -39,9 +42,9 @@ fn token(b: &Broker, user: &str, channels: &[&str]) -> String {
     })
 }
 
-/// A `/v1/ws` member of `channel` on `b`, once its own join's diff came
-/// (the window that held it is closed): the client and its connection id.
-async fn member(b: &Broker, user: &str, channel: &str) -> (Client, String) {
+/// A `/v1/ws` member of `channel` on `b`: the client and its connection
+/// id.
+async fn join(b: &Broker, user: &str, channel: &str) -> (Client, String) {
     let mut c = Client::connect(&b.ws_url(), &token(b, user, &["note:*"]))
         .await
         .unwrap();
@@ -50,6 +53,13 @@ async fn member(b: &Broker, user: &str, channel: &str) -> (Client, String) {
         .call(json!({"type":"subscribe","channel":channel}), 1)
         .await;
     assert_eq!(ack["type"], "ack", "{ack}");
+    (c, conn)
+}
+
+/// [`join`], once the member's own join's diff came (the window that
+/// held it is closed).
+async fn member(b: &Broker, user: &str, channel: &str) -> (Client, String) {
+    let (mut c, conn) = join(b, user, channel).await;
     c.until(|v| v["type"] == "presence_diff" && conns(&v["joins"]).contains(&conn))
         .await;
     (c, conn)
@@ -89,14 +99,14 @@ async fn the_members_come_first_then_each_window_as_one_diff() {
     assert_eq!(
         first["payload"]["data"]["presence"],
         json!({"channel":"note:g",
-               "joins":[{"user":"ann","connId":ca,"info":{"name":"ann"}}],
+               "joins":[{"connId":ca,"info":{"name":"ann"}}],
                "leaves":[]})
     );
-    // Priced as §12 prices a subscription: 1 + 1 + (1 + 50×3) + (1 + 50).
-    assert_eq!(first["payload"]["extensions"]["rateLimit"]["cost"], 204);
+    // Priced as §12 prices a subscription: 1 + 1 + (1 + 50×2) + (1 + 50).
+    assert_eq!(first["payload"]["extensions"]["rateLimit"]["cost"], 154);
     // Two joins in one window: one `next`.
-    let (_bob, cb) = member(&b, "bob", "note:g").await;
-    let (cid, cc) = member(&b, "cid", "note:g").await;
+    let (_bob, cb) = join(&b, "bob", "note:g").await;
+    let (cid, cc) = join(&b, "cid", "note:g").await;
     let d = diff(&mut g, "p").await;
     assert_eq!(conns(&d["joins"]), sorted(vec![cb, cc.clone()]), "{d}");
     assert_eq!(d["leaves"], json!([]));
@@ -152,31 +162,31 @@ async fn grants_presence_and_the_subscription_cap_refuse_one_operation() {
     let b = broker("[plans.free]\nmax_subscriptions = 2");
     // A token whose grants do not cover the channel.
     let mut t = connected(&b, &token(&b, "eve", &["doc:*"])).await;
-    subscribe(&mut t, "f", PRESENCE, json!({"c":"note:g"})).await;
+    subscribe(&mut t, "f", CHEAP, json!({"c":"note:g"})).await;
     let e = next_for(&mut t, "f").await;
     assert_eq!(e["type"], "error", "{e}");
     assert_eq!(e["payload"][0]["extensions"]["code"], "FORBIDDEN");
     // No presence, and presence without diffs: bad requests.
     let mut g = connected(&b, API_KEY).await;
     for (id, ch) in [("n", "doc:1"), ("q", "quiet:1")] {
-        subscribe(&mut g, id, PRESENCE, json!({"c":ch})).await;
+        subscribe(&mut g, id, CHEAP, json!({"c":ch})).await;
         let e = next_for(&mut g, id).await;
         assert_eq!(e["type"], "error", "{e}");
         assert_eq!(e["payload"][0]["extensions"]["code"], "BAD_REQUEST", "{e}");
     }
     // Two running subscriptions, a presence one among them: the third is
     // refused and the socket stays open.
-    subscribe(&mut g, "p", PRESENCE, json!({"c":"note:g"})).await;
+    subscribe(&mut g, "p", CHEAP, json!({"c":"note:g"})).await;
     assert_eq!(next_for(&mut g, "p").await["type"], "next");
     subscribe(&mut g, "m", SUB, json!({"c":"doc:1"})).await;
     crate::graphql_ws::live(&b, "doc:1", 1).await;
-    subscribe(&mut g, "x", PRESENCE, json!({"c":"note:h"})).await;
+    subscribe(&mut g, "x", CHEAP, json!({"c":"note:h"})).await;
     let e = next_for(&mut g, "x").await;
     assert_eq!(e["type"], "error", "{e}");
     assert_eq!(e["payload"][0]["extensions"]["code"], "TOO_MANY_SUBSCRIPTIONS");
     // Completing the presence one frees its place.
     g.send(json!({"type":"complete","id":"p"})).await;
-    subscribe(&mut g, "y", PRESENCE, json!({"c":"note:h"})).await;
+    subscribe(&mut g, "y", CHEAP, json!({"c":"note:h"})).await;
     assert_eq!(next_for(&mut g, "y").await["type"], "next");
 }
 
