@@ -290,3 +290,34 @@ async fn a_leave_while_redis_is_unreachable_leaves_no_ghost_when_it_answers_agai
     .await;
     assert_eq!(conns(&r["members"]), vec![ida], "no ghost: {r}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_cluster_a_dead_shard_answers_partially_until_its_replica_takes_over() {
+    let mut cluster = crate::redis_cluster::RedisCluster::start_with_replicas();
+    let p = prefix();
+    let a = node(&cluster, "a", &p, NS);
+    let b = node(&cluster, "b", &p, NS);
+    up(&a).await;
+    up(&b).await;
+    let (mut ca, ida, _) = join_at(&a.ws_url(), &token(&a, "ann"), "note:5").await;
+    let (_cb, idb, _) = join_at(&b.ws_url(), &token(&b, "bob"), "note:5").await;
+    read_until(&mut ca, "note:5", |r| r["connections"] == 2).await;
+    let slot: u16 =
+        crate::redis_cluster::on_owner(&cluster, redis::cmd("CLUSTER").arg("KEYSLOT").arg("note:5"))
+            .await;
+    let dead = cluster.master_of(slot);
+    cluster.kill(dead);
+    // The channel's shard is gone: node a answers from its own members.
+    let r = read_until(&mut ca, "note:5", |r| r["partial"] == true).await;
+    assert_eq!(conns(&r["members"]), vec![ida.clone()], "only its own: {r}");
+    assert_eq!(r["connections"], 1);
+    // A replica takes the slot over: both nodes' members are shared again.
+    cluster.wait_failover(slot, dead);
+    let r = read_until(&mut ca, "note:5", |r| {
+        r.get("partial").is_none() && r["connections"] == 2
+    })
+    .await;
+    let mut both = vec![ida, idb];
+    both.sort();
+    assert_eq!(conns(&r["members"]), both, "{r}");
+}
