@@ -112,7 +112,10 @@ async fn the_members_come_first_then_each_window_as_one_diff() {
     assert_eq!(d["leaves"], json!([]));
     drop(cid);
     let d = diff(&mut g, "p").await;
-    assert_eq!(d, json!({"channel":"note:g","joins":[],"leaves":[{"connId":cc}]}));
+    assert_eq!(
+        d,
+        json!({"channel":"note:g","joins":[],"leaves":[{"connId":cc}]})
+    );
     // Completed: the operation is gone and its id free again.
     g.send(json!({"type":"complete","id":"p"})).await;
     subscribe(&mut g, "p", PRESENCE, json!({"c":"note:g"})).await;
@@ -139,7 +142,9 @@ async fn past_the_threshold_the_diffs_are_empty_and_carry_the_counts() {
         members.push(c);
     }
     let counts = g
-        .until(|v| v["id"] == "p" && v["payload"]["extensions"]["presenceStats"]["connections"] == 3)
+        .until(|v| {
+            v["id"] == "p" && v["payload"]["extensions"]["presenceStats"]["connections"] == 3
+        })
         .await;
     assert_eq!(
         counts["payload"]["data"]["presence"],
@@ -183,7 +188,10 @@ async fn grants_presence_and_the_subscription_cap_refuse_one_operation() {
     subscribe(&mut g, "x", CHEAP, json!({"c":"note:h"})).await;
     let e = next_for(&mut g, "x").await;
     assert_eq!(e["type"], "error", "{e}");
-    assert_eq!(e["payload"][0]["extensions"]["code"], "TOO_MANY_SUBSCRIPTIONS");
+    assert_eq!(
+        e["payload"][0]["extensions"]["code"],
+        "TOO_MANY_SUBSCRIPTIONS"
+    );
     // Completing the presence one frees its place.
     g.send(json!({"type":"complete","id":"p"})).await;
     subscribe(&mut g, "y", CHEAP, json!({"c":"note:h"})).await;
@@ -213,7 +221,10 @@ async fn an_observer_on_a_node_without_members_gets_them_and_their_diffs(redis: 
     assert_eq!(conns(&diff(&mut g, "p").await["joins"]), vec![ca.clone()]);
     let (_bob, cb) = member(&a, "bob", "note:o").await;
     let d = diff(&mut g, "p").await;
-    assert_eq!((conns(&d["joins"]), d["leaves"].clone()), (vec![cb], json!([])));
+    assert_eq!(
+        (conns(&d["joins"]), d["leaves"].clone()),
+        (vec![cb], json!([]))
+    );
     drop(ann);
     let d = diff(&mut g, "p").await;
     assert_eq!(d["leaves"], json!([{"connId": ca}]), "{d}");

@@ -93,11 +93,9 @@ async fn on_every_shard(redis: &impl Backend) -> Vec<String> {
     let mut found: Vec<Option<String>> = vec![None; 3];
     for i in 0.. {
         let name = format!("note:k{i}");
-        let slot: u16 = crate::redis_cluster::on_owner(
-            redis,
-            redis::cmd("CLUSTER").arg("KEYSLOT").arg(&name),
-        )
-        .await;
+        let slot: u16 =
+            crate::redis_cluster::on_owner(redis, redis::cmd("CLUSTER").arg("KEYSLOT").arg(&name))
+                .await;
         // The masters' slot ranges (redis_cluster.rs).
         let master = match slot {
             0..=5460 => 0,
@@ -302,9 +300,11 @@ async fn on_redis_cluster_a_dead_shard_answers_partially_until_its_replica_takes
     let (mut ca, ida, _) = join_at(&a.ws_url(), &token(&a, "ann"), "note:5").await;
     let (_cb, idb, _) = join_at(&b.ws_url(), &token(&b, "bob"), "note:5").await;
     read_until(&mut ca, "note:5", |r| r["connections"] == 2).await;
-    let slot: u16 =
-        crate::redis_cluster::on_owner(&cluster, redis::cmd("CLUSTER").arg("KEYSLOT").arg("note:5"))
-            .await;
+    let slot: u16 = crate::redis_cluster::on_owner(
+        &cluster,
+        redis::cmd("CLUSTER").arg("KEYSLOT").arg("note:5"),
+    )
+    .await;
     let dead = cluster.master_of(slot);
     cluster.kill(dead);
     // The channel's shard is gone: node a answers from its own members.

@@ -28,10 +28,10 @@ use async_graphql_value::Variables;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use crate::graphql::over_http::Ran;
 use super::shape::PresenceShape;
 use super::{GraphqlWs, Op};
 use crate::config::PresenceRule;
+use crate::graphql::over_http::Ran;
 use crate::hub::Reserve;
 use crate::node::dialect::{Link, Outlet};
 use crate::presence::{Pending, PresenceSink, Update};
@@ -79,9 +79,7 @@ impl PresenceSink for PresenceOp {
             return;
         }
         let text = match update {
-            Update::Diff { joins, leaves } => {
-                self.shape.render(st.first.as_deref(), joins, leaves)
-            }
+            Update::Diff { joins, leaves } => self.shape.render(st.first.as_deref(), joins, leaves),
             Update::Counts(c) => {
                 let stats = format!(
                     r#""presenceStats":{{"users":{},"connections":{}}}"#,

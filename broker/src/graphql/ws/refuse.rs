@@ -53,4 +53,3 @@ pub(super) fn error_payload(code: &str, message: &str, extra: serde_json::Value)
     }
     serde_json::json!([{ "message": message, "extensions": x }]).to_string()
 }
-

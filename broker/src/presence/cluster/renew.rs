@@ -84,7 +84,7 @@ impl RedisPresence {
             let kept = self.expire(conn, chunk).await?;
             let again = chunk.iter().zip(kept).filter_map(|(c, kept)| {
                 let local: Vec<Member> = p.state(c)?.lock().local.values().cloned().collect();
-                (!(kept == 1 && !rewrite) && !local.is_empty()).then(|| self.register(c, &local))
+                ((kept != 1 || rewrite) && !local.is_empty()).then(|| self.register(c, &local))
             });
             // One slot each: a transaction per channel.
             let written = join_all(again.map(|pipe| {
@@ -92,7 +92,9 @@ impl RedisPresence {
                 async move { pipe.query_async::<()>(&mut conn).await }
             }))
             .await;
-            written.into_iter().collect::<redis::RedisResult<Vec<()>>>()?;
+            written
+                .into_iter()
+                .collect::<redis::RedisResult<Vec<()>>>()?;
         }
         Ok(())
     }

@@ -80,7 +80,8 @@ impl PresenceShape {
     /// The `next` message (its JSON text) for a diff, with `extensions`
     /// (a JSON object's text) when given.
     pub fn render(&self, extensions: Option<&str>, joins: &[Member], leaves: &[Member]) -> String {
-        let mut out = String::with_capacity(self.head.len() + 64 + 96 * (joins.len() + leaves.len()));
+        let mut out =
+            String::with_capacity(self.head.len() + 64 + 96 * (joins.len() + leaves.len()));
         out.push_str(&self.head);
         if let Some(x) = extensions {
             out.push_str(r#""extensions":"#);
@@ -208,7 +209,10 @@ mod tests {
         let q = r#"subscription { __typename p: presence(channel: "note:1") {
             channel ... on PresenceDiff { joins { user who: connId info __typename } }
             leaves { connId } } }"#;
-        let joins = [m("ann", "n1-1", Some(r#"{"name":"Ann"}"#)), m("bob", "n1-2", None)];
+        let joins = [
+            m("ann", "n1-1", Some(r#"{"name":"Ann"}"#)),
+            m("bob", "n1-2", None),
+        ];
         let leaves = [m("cat", "n2-1", None)];
         let v = render(q, Some(r#"{"rateLimit":{"cost":1}}"#), &joins, &leaves);
         assert_eq!(
@@ -226,9 +230,13 @@ mod tests {
 
     #[test]
     fn an_empty_diff_is_empty_lists() {
-        let q = r#"subscription { presence(channel: "note:1") { joins { user } leaves { user } } }"#;
+        let q =
+            r#"subscription { presence(channel: "note:1") { joins { user } leaves { user } } }"#;
         let v = render(q, None, &[], &[]);
-        assert_eq!(v["payload"]["data"]["presence"], json!({"joins":[],"leaves":[]}));
+        assert_eq!(
+            v["payload"]["data"]["presence"],
+            json!({"joins":[],"leaves":[]})
+        );
         assert!(v["payload"].get("extensions").is_none());
     }
 }
