@@ -161,3 +161,128 @@ impl GraphqlWs {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use async_graphql::parser::parse_query;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::hub::OutboundGauge;
+    use crate::protocol::presence::{Counts, Member};
+
+    /// An outbox that keeps what is pushed, with a gauge of `mark` bytes.
+    struct Kept {
+        gauge: OutboundGauge,
+        frames: Mutex<Vec<Bytes>>,
+        congested: Mutex<u32>,
+    }
+
+    impl Outlet for Kept {
+        fn push(&self, parts: &[Bytes]) {
+            self.frames.lock().extend(parts.iter().cloned());
+        }
+        fn push_frame(&self, frame: Bytes) {
+            self.frames.lock().push(frame);
+        }
+        fn push_keyed(&self, _: &Arc<str>, _: Arc<str>, frame: Bytes) -> bool {
+            self.frames.lock().push(frame);
+            true
+        }
+        fn gauge(&self) -> &OutboundGauge {
+            &self.gauge
+        }
+        fn congested(&self) {
+            *self.congested.lock() += 1;
+        }
+    }
+
+    fn op(outlet: Arc<Kept>) -> PresenceOp {
+        let q = r#"subscription { presence(channel: "note:1") { joins { connId } leaves { connId } } }"#;
+        let doc = parse_query(q).unwrap();
+        let (_, o) = doc.operations.iter().next().unwrap();
+        PresenceOp {
+            channel: "note:1".into(),
+            key: "k".into(),
+            shape: PresenceShape::compile(&doc, &o.node, &Variables::default(), "p", "note:1"),
+            outlet,
+            state: Mutex::new(State {
+                ended: false,
+                dropped: 0,
+                first: Some(r#"{"rateLimit":{"cost":103}}"#.to_owned()),
+            }),
+        }
+    }
+
+    fn payload(frame: &Bytes) -> Value {
+        serde_json::from_slice(wire::payload(frame)).unwrap()
+    }
+
+    #[test]
+    fn the_first_next_carries_the_charge_and_counts_ride_in_extensions() {
+        let out = Arc::new(Kept {
+            gauge: OutboundGauge::new(1 << 20),
+            frames: Mutex::new(Vec::new()),
+            congested: Mutex::new(0),
+        });
+        let op = op(out.clone());
+        let m = Member {
+            user: "ann".into(),
+            conn_id: "n1-1".into(),
+            info: None,
+        };
+        let joins = [m];
+        op.send(
+            &Bytes::new(),
+            &Update::Diff {
+                joins: &joins,
+                leaves: &[],
+            },
+        );
+        let counts = Counts {
+            users: 3,
+            connections: 4,
+        };
+        op.send(&Bytes::new(), &Update::Counts(counts));
+        let frames = out.frames.lock();
+        let (a, b) = (payload(&frames[0]), payload(&frames[1]));
+        assert_eq!(
+            a["payload"]["extensions"],
+            json!({"rateLimit":{"cost":103}})
+        );
+        assert_eq!(
+            a["payload"]["data"]["presence"]["joins"],
+            json!([{"connId":"n1-1"}])
+        );
+        assert_eq!(
+            b["payload"],
+            json!({"extensions":{"presenceStats":{"users":3,"connections":4}},
+                   "data":{"presence":{"joins":[],"leaves":[]}}})
+        );
+    }
+
+    #[test]
+    fn a_window_past_the_mark_breaks_it_and_nothing_newer_is_queued() {
+        let out = Arc::new(Kept {
+            gauge: OutboundGauge::new(100),
+            frames: Mutex::new(Vec::new()),
+            congested: Mutex::new(0),
+        });
+        out.gauge.add(100);
+        let op = op(out.clone());
+        let diff = Update::Diff {
+            joins: &[],
+            leaves: &[],
+        };
+        op.send(&Bytes::new(), &diff);
+        assert!(op.broken());
+        assert_eq!(*out.congested.lock(), 1, "the first drop wakes the socket");
+        // Back under the mark: still nothing, the client would miss a diff.
+        out.gauge.release(100);
+        op.send(&Bytes::new(), &diff);
+        assert!(out.frames.lock().is_empty());
+        assert_eq!(op.end(), 2);
+        op.send(&Bytes::new(), &diff);
+        assert!(out.frames.lock().is_empty(), "ended: nothing more");
+    }
+}
