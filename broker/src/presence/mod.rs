@@ -3,11 +3,13 @@
 //! coalesced into one `presence_diff` per channel per `diff_ms`, or counts
 //! at most once a second above `join_leave_max_members`.
 //!
-//! The node keeps, per channel with a member here, the channel's member
-//! set (on one node all of it; in a cluster this node's view of all of it,
-//! kept from the other nodes' events and re-read from Redis every lease
-//! tick, `cluster.rs`), the sockets watching its diffs and the open
-//! window. A channel's entry goes when its last member here leaves.
+//! The node keeps, per channel with a member or an observer here, the
+//! channel's member set (on one node all of it; in a cluster this node's
+//! view of all of it, kept from the other nodes' events and re-read from
+//! Redis every lease tick, `cluster/`), who watches its diffs (members'
+//! sockets, and GraphQL `presence` subscriptions, `watch.rs`) and the open
+//! window. A channel's entry goes when its last member and observer here
+//! leave.
 
 mod cluster;
 mod roster;

@@ -8,7 +8,8 @@
 //! charged and run as over HTTP (`over_http::run`); a `messages`
 //! subscription then lives in the hub as its own subscriber
 //! ([`sink::OpSink`]) whose messages become `next` messages without the
-//! executor ([`shape::Shape`]).
+//! executor ([`shape::Shape`]); a `presence` subscription watches its
+//! channel's presence windows (`presence.rs`).
 //!
 //! Refusals of one operation are an `error` message for its id
 //! (`RATE_LIMITED`, `QUERY_TOO_EXPENSIVE`, `FORBIDDEN`,
