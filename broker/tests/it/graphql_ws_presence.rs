@@ -176,6 +176,16 @@ async fn grants_presence_and_the_subscription_cap_refuse_one_operation() {
     let e = next_for(&mut t, "f").await;
     assert_eq!(e["type"], "error", "{e}");
     assert_eq!(e["payload"][0]["extensions"]["code"], "FORBIDDEN");
+    // One whose grants do: it watches (charged to its account).
+    let mut ok = connected(&b, &token(&b, "eve", &["note:*"])).await;
+    subscribe(&mut ok, "w", CHEAP, json!({"c":"note:g"})).await;
+    let w = next_for(&mut ok, "w").await;
+    assert_eq!(
+        w["payload"]["data"]["presence"],
+        json!({"channel":"note:g"}),
+        "{w}"
+    );
+    assert_eq!(w["payload"]["extensions"]["rateLimit"]["cost"], 2, "{w}");
     // No presence, and presence without diffs: bad requests.
     let mut g = connected(&b, API_KEY).await;
     for (id, ch) in [("n", "doc:1"), ("q", "quiet:1")] {
