@@ -7,9 +7,20 @@
 //! the text needs no escaping, and base64url keeps it opaque and safe in a
 //! header. It is at most [`MAX_POSITION_BYTES`] so it fits a proxy's header
 //! buffers; a stream whose channels could not fit is refused at the start.
+//!
+//! A stream writes its position with every event, and an event moves one
+//! channel's `seq`, so the token is kept per pair: each pair's text (its
+//! `,` included) is padded to whole 3-byte groups with leading zeros on
+//! the `seq`, which makes its base64 independent of the pairs around it.
+//! An event re-encodes one pair and copies the others' encoded parts. The
+//! padded text is still `channel seq` pairs (`"doc:1 0042"` reads as 42),
+//! so tokens written before the padding, and readers that decode tokens
+//! (the SDK's `decodePosition`, a broker of an earlier build during a
+//! rolling upgrade), read both alike.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use bytes::{BufMut, BytesMut};
 use thiserror::Error;
 
 use super::channel;
@@ -19,6 +30,10 @@ pub const MAX_POSITION_BYTES: usize = 4096;
 
 /// The digits of the largest `seq` (below 2^53, §11's clock-based floor).
 const MAX_SEQ_DIGITS: usize = 16;
+
+/// The longest pair text: `,`, a channel, a space, two padding zeros and
+/// a `u64`'s 20 digits.
+const MAX_PAIR_TEXT: usize = 1 + channel::MAX_CHANNEL_LEN + 1 + 2 + 20;
 
 /// Why a `Last-Event-ID` is not a position this broker wrote.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -33,28 +48,102 @@ pub enum PositionError {
     BadChannel(&'static str),
 }
 
+/// One channel's `seq`, with its part of the token.
+#[derive(Debug, Clone)]
+struct Pair {
+    channel: String,
+    seq: u64,
+    /// The pair's encoded part ([`pair_token`]); empty while it must be
+    /// written again. At most `4 / 3 * MAX_PAIR_TEXT` bytes.
+    token: String,
+}
+
 /// Each channel's last `seq` (channels in the order the stream named
 /// them; bounded by the stream's subscriptions, §0's `maxSubscriptions`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Position(Vec<(String, u64)>);
+#[derive(Debug, Clone, Default)]
+pub struct Position(Vec<Pair>);
+
+impl PartialEq for Position {
+    fn eq(&self, other: &Position) -> bool {
+        self.0.len() == other.0.len()
+            && self
+                .0
+                .iter()
+                .zip(&other.0)
+                .all(|(a, b)| a.channel == b.channel && a.seq == b.seq)
+    }
+}
+
+impl Eq for Position {}
+
+/// Appends the encoded part of the pair `channel seq` to `token`: the
+/// first pair of a token, or (`first` false) a later one, with its `,`.
+/// The text is padded to whole base64 groups (leading zeros on `seq`), so
+/// parts concatenate into the token of the pairs joined.
+pub fn pair_token(first: bool, channel: &str, seq: u64, token: &mut String) {
+    let mut text = [0u8; MAX_PAIR_TEXT];
+    let mut n = itoa::Buffer::new();
+    let digits = n.format(seq).as_bytes();
+    // Channel names are at most MAX_CHANNEL_LEN bytes (validated before a
+    // position names them).
+    let channel = &channel.as_bytes()[..channel.len().min(channel::MAX_CHANNEL_LEN)];
+    let comma = usize::from(!first);
+    let zeros = (3 - (comma + channel.len() + 1 + digits.len()) % 3) % 3;
+    let mut len = 0;
+    for part in [&b","[..comma], channel, b" ", &b"00"[..zeros], digits] {
+        text[len..len + part.len()].copy_from_slice(part);
+        len += part.len();
+    }
+    URL_SAFE_NO_PAD.encode_string(&text[..len], token);
+}
 
 impl Position {
     /// The `seq` recorded for `channel`.
     pub fn get(&self, channel: &str) -> Option<u64> {
-        self.0.iter().find(|(c, _)| c == channel).map(|(_, s)| *s)
+        self.0.iter().find(|p| p.channel == channel).map(|p| p.seq)
     }
 
     /// Records `seq` as `channel`'s last.
     pub fn set(&mut self, channel: &str, seq: u64) {
-        match self.0.iter_mut().find(|(c, _)| c == channel) {
-            Some((_, s)) => *s = seq,
-            None => self.0.push((channel.to_owned(), seq)),
+        self.pair(channel, seq).token.clear();
+    }
+
+    /// [`Position::set`] with the pair's part as the first of a token
+    /// ([`pair_token`] with `first`), already encoded by the caller (a
+    /// stream's writer shares it between the streams of one message).
+    pub fn set_encoded(&mut self, channel: &str, seq: u64, first_token: &str) {
+        let first = self.0.first().is_none_or(|p| p.channel == channel);
+        let pair = self.pair(channel, seq);
+        pair.token.clear();
+        if first {
+            pair.token.push_str(first_token);
         }
+    }
+
+    fn pair(&mut self, channel: &str, seq: u64) -> &mut Pair {
+        let i = match self.0.iter().position(|p| p.channel == channel) {
+            Some(i) => i,
+            None => {
+                self.0.push(Pair {
+                    channel: channel.to_owned(),
+                    seq,
+                    token: String::new(),
+                });
+                self.0.len() - 1
+            }
+        };
+        let pair = &mut self.0[i];
+        pair.seq = seq;
+        pair
     }
 
     /// Keeps only the channels `keep` accepts.
     pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
-        self.0.retain(|(c, _)| keep(c));
+        self.0.retain(|p| keep(&p.channel));
+        // The first pair may have changed: it is the one without a `,`.
+        for p in &mut self.0 {
+            p.token.clear();
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -64,26 +153,29 @@ impl Position {
     /// The opaque token.
     pub fn encode(&self) -> String {
         let mut token = String::new();
-        self.encode_into(&mut String::new(), &mut token);
+        for (i, p) in self.0.iter().enumerate() {
+            pair_token(i == 0, &p.channel, p.seq, &mut token);
+        }
         token
     }
 
-    /// [`Position::encode`] into `token` (cleared first), with `text` as
-    /// scratch: a stream writes a position with every event, so it keeps
-    /// both buffers instead of allocating two strings per event.
-    pub fn encode_into(&self, text: &mut String, token: &mut String) {
-        text.clear();
-        token.clear();
-        let mut n = itoa::Buffer::new();
-        for (i, (channel, seq)) in self.0.iter().enumerate() {
-            if i > 0 {
-                text.push(',');
+    /// Appends the token to `out`, encoding only the pairs that changed
+    /// since the last call.
+    pub fn encode_into(&mut self, out: &mut BytesMut) {
+        for (i, p) in self.0.iter_mut().enumerate() {
+            if p.token.is_empty() {
+                pair_token(i == 0, &p.channel, p.seq, &mut p.token);
             }
-            text.push_str(channel);
-            text.push(' ');
-            text.push_str(n.format(*seq));
+            out.put_slice(p.token.as_bytes());
         }
-        URL_SAFE_NO_PAD.encode_string(text.as_bytes(), token);
+    }
+
+    /// About the token's length (exact once written).
+    pub fn token_len(&self) -> usize {
+        self.0
+            .iter()
+            .map(|p| p.token.len().max(p.channel.len() + 24))
+            .sum()
     }
 
     /// Reads a token [`Position::encode`] wrote.
@@ -111,11 +203,12 @@ impl Position {
     /// Whether a position naming every one of `channels` (at the largest
     /// `seq`) fits [`MAX_POSITION_BYTES`].
     pub fn fits<'a>(channels: impl IntoIterator<Item = &'a str>) -> bool {
-        let text: usize = channels
+        // Each pair is a whole number of base64 groups (`pair_token`).
+        let token: usize = channels
             .into_iter()
-            .map(|c| c.len() + 2 + MAX_SEQ_DIGITS)
+            .map(|c| (c.len() + 2 + MAX_SEQ_DIGITS).div_ceil(3) * 4)
             .sum();
-        text.div_ceil(3) * 4 <= MAX_POSITION_BYTES
+        token <= MAX_POSITION_BYTES
     }
 }
 
@@ -139,6 +232,51 @@ mod tests {
         assert_eq!(back, p);
         assert_eq!(back.get("doc:1"), Some(1189));
         assert_eq!(Position::decode("").unwrap(), Position::default());
+    }
+
+    #[test]
+    fn pairs_are_padded_and_tokens_of_either_form_decode() {
+        let mut p = Position::default();
+        p.set("doc:1", 42);
+        p.set("doc:22", 7);
+        let text = URL_SAFE_NO_PAD.decode(p.encode()).unwrap();
+        // Still `channel seq` pairs: leading zeros pad each pair (its `,`
+        // included) to whole base64 groups.
+        assert_eq!(text, b"doc:1 042,doc:22 7");
+        assert_eq!(Position::decode(&p.encode()).unwrap(), p);
+        // A token written before the padding reads the same.
+        let unpadded = URL_SAFE_NO_PAD.encode("doc:1 42,doc:22 7");
+        assert_eq!(Position::decode(&unpadded).unwrap(), p);
+    }
+
+    #[test]
+    fn the_kept_token_follows_every_change() {
+        let mut p = Position::default();
+        let mut out = BytesMut::new();
+        let mut check = |p: &mut Position| {
+            out.clear();
+            p.encode_into(&mut out);
+            assert_eq!(out, p.encode().as_bytes());
+            assert_eq!(Position::decode(&p.encode()).unwrap(), *p);
+        };
+        let mut first = String::new();
+        pair_token(true, "a:1", 9, &mut first);
+        p.set_encoded("a:1", 9, &first);
+        check(&mut p);
+        for seq in [10, 99, 100, 1_000_000_000_000_000] {
+            p.set("b:2", seq);
+            check(&mut p);
+            first.clear();
+            pair_token(true, "a:1", seq + 1, &mut first);
+            p.set_encoded("a:1", seq + 1, &first);
+            check(&mut p);
+            // Not the first pair: the shared part is not used.
+            p.set_encoded("b:2", seq + 2, &first);
+            check(&mut p);
+        }
+        p.retain(|c| c == "b:2");
+        check(&mut p);
+        assert_eq!(p.get("b:2"), Some(1_000_000_000_000_002));
     }
 
     #[test]

@@ -126,10 +126,10 @@ impl Stream for Body {
                     return Poll::Ready(Some(Err(std::io::Error::other("stream ended"))));
                 }
             }
-            // Each event is its frame's JSON and some 100 bytes of `id:`
-            // and `event:` lines: sized once instead of grown.
-            let mut out =
-                BytesMut::with_capacity(this.batch.iter().map(|f| f.len() + 128).sum::<usize>());
+            // Each event is its frame's JSON, the `id:` line and a few
+            // more: sized once instead of grown.
+            let size = this.batch.iter().map(|f| this.render.size_hint(f)).sum();
+            let mut out = BytesMut::with_capacity(size);
             let mut taken = 0;
             for frame in this.batch.drain(..) {
                 taken += frame.len();

@@ -14,6 +14,7 @@
 
 mod actor;
 mod body;
+mod memo;
 mod render;
 
 use std::sync::Arc;

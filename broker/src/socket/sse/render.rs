@@ -5,7 +5,8 @@
 //! every event) as it goes:
 //!
 //! - a message: `id` / `event: message` / `data: {"channel","seq","data"}`
-//!   (the frame's JSON without its `"type"`, `"conflated":true` kept);
+//!   (the frame's JSON without its `"type"`, `"conflated":true` kept); all
+//!   but the `id:` is rendered once per frame and worker (`memo.rs`);
 //! - the welcome: `id` / `event: welcome` / the frame as `data`;
 //! - a subscription's ack (the stream's own, `socket/sse/actor.rs`): with
 //!   `recovered`, an `event: recovered`; with only a `seq`, where a live
@@ -16,9 +17,10 @@
 //!
 //! Other frames (error notices) have no SSE form and are skipped.
 
-use bytes::{BufMut, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use serde::Deserialize;
 
+use super::memo;
 use crate::protocol::position::Position;
 use crate::protocol::wire;
 
@@ -33,10 +35,6 @@ const ACK: &[u8] = br#"{"type":"ack","#;
 pub(super) struct Render {
     position: Position,
     closed: bool,
-    /// Scratch for the position's text and token, kept between events
-    /// (bounded by the position, at most `MAX_POSITION_BYTES`).
-    text: String,
-    token: String,
 }
 
 #[derive(Deserialize)]
@@ -52,8 +50,6 @@ impl Render {
         Render {
             position,
             closed: false,
-            text: String::new(),
-            token: String::new(),
         }
     }
 
@@ -62,8 +58,14 @@ impl Render {
         self.closed
     }
 
+    /// About the bytes `frame`'s event takes (its JSON, the `id:` line
+    /// and the event's other lines).
+    pub(super) fn size_hint(&self, frame: &[u8]) -> usize {
+        frame.len() + self.position.token_len() + 40
+    }
+
     /// Appends `frame`'s event (if it has one) to `out`.
-    pub(super) fn frame(&mut self, frame: &[u8], out: &mut BytesMut) {
+    pub(super) fn frame(&mut self, frame: &Bytes, out: &mut BytesMut) {
         if self.closed {
             return;
         }
@@ -72,21 +74,14 @@ impl Render {
         match first & 0x0f {
             OP_PING => out.put_slice(b": ping\n\n"),
             OP_CLOSE => self.close(json, out),
-            OP_TEXT => self.text(json, out),
+            OP_TEXT => self.text(frame, json, out),
             _ => {}
         }
     }
 
-    fn text(&mut self, json: &[u8], out: &mut BytesMut) {
+    fn text(&mut self, frame: &Bytes, json: &[u8], out: &mut BytesMut) {
         if let Some(rest) = json.strip_prefix(MESSAGE) {
-            let Some((channel, seq)) = channel_seq(rest) else {
-                return;
-            };
-            self.position.set(channel, seq);
-            self.event(out, "message", |out| {
-                out.put_u8(b'{');
-                put_data(out, rest);
-            });
+            self.message(frame, rest, out);
         } else if json.starts_with(WELCOME) {
             self.event(out, "welcome", |out| put_data(out, json));
         } else if json.starts_with(ACK) {
@@ -126,10 +121,37 @@ impl Render {
         self.closed = true;
     }
 
+    /// A message, `rest` its JSON after `{"type":"message",`.
+    fn message(&mut self, frame: &Bytes, rest: &[u8], out: &mut BytesMut) {
+        if frame.len() > memo::MAX_FRAME {
+            let Some((channel, seq)) = channel_seq(rest) else {
+                return;
+            };
+            self.position.set(channel, seq);
+            self.event(out, "message", |out| {
+                out.put_u8(b'{');
+                put_data(out, rest);
+            });
+            return;
+        }
+        let render = || {
+            let (channel, seq) = channel_seq(rest)?;
+            let mut event = Vec::with_capacity(rest.len() + 32);
+            event.put_slice(b"event: message\ndata: {");
+            put_data(&mut event, rest);
+            event.put_slice(b"\n\n");
+            Some((channel.into(), seq, event.into_boxed_slice()))
+        };
+        memo::with(frame, render, |m| {
+            self.position.set_encoded(&m.channel, m.seq, &m.first_token);
+            self.id(out);
+            out.put_slice(&m.event);
+        });
+    }
+
     fn id(&mut self, out: &mut BytesMut) {
-        self.position.encode_into(&mut self.text, &mut self.token);
         out.put_slice(b"id: ");
-        out.put_slice(self.token.as_bytes());
+        self.position.encode_into(out);
         out.put_u8(b'\n');
     }
 
@@ -163,7 +185,7 @@ fn channel_seq(rest: &[u8]) -> Option<(&str, u64)> {
 /// Copies JSON into `data:` lines: a line break (only ever whitespace
 /// between JSON tokens, as a publisher may send it) starts a new `data:`
 /// line, which the reader joins back with `\n`.
-fn put_data(out: &mut BytesMut, json: &[u8]) {
+fn put_data(out: &mut impl BufMut, json: &[u8]) {
     let mut rest = json;
     while let Some(i) = rest.iter().position(|b| *b == b'\n' || *b == b'\r') {
         out.put_slice(&rest[..i]);
@@ -178,7 +200,7 @@ mod tests {
     use super::*;
     use crate::protocol::CloseCode;
 
-    fn render(r: &mut Render, frame: &[u8]) -> String {
+    fn render(r: &mut Render, frame: &Bytes) -> String {
         let mut out = BytesMut::new();
         r.frame(frame, &mut out);
         String::from_utf8(out.to_vec()).unwrap()
@@ -219,6 +241,34 @@ mod tests {
             "{c}"
         );
         assert_eq!(id_of(&c).get("doc:2"), Some(41));
+    }
+
+    #[test]
+    fn streams_share_a_frame_and_keep_their_own_ids() {
+        let frame = wire::message("doc:s", 7, r#"{"n":"x"}"#);
+        let big = wire::message("doc:s", 8, &format!("\"{}\"", "y".repeat(memo::MAX_FRAME)));
+        let alone = Render::new(Position::default());
+        let mut other = Position::default();
+        other.set("doc:t", 3);
+        let behind = Render::new(other);
+        let mut first = Position::default();
+        first.set("doc:s", 1);
+        first.set("doc:t", 4);
+        let ahead = Render::new(first);
+        for mut r in [alone, behind, ahead] {
+            let t = r.position.get("doc:t");
+            for f in [&frame, &big, &frame.clone()] {
+                let e = render(&mut r, f);
+                let data = String::from_utf8(wire::payload(f)[MESSAGE.len()..].to_vec()).unwrap();
+                assert!(
+                    e.ends_with(&format!("event: message\ndata: {{{data}\n\n")),
+                    "{e}"
+                );
+                let pos = id_of(&e);
+                let seq = if f.len() > memo::MAX_FRAME { 8 } else { 7 };
+                assert_eq!((pos.get("doc:s"), pos.get("doc:t")), (Some(seq), t));
+            }
+        }
     }
 
     #[test]
