@@ -92,7 +92,7 @@ pub fn message_data_slice<'a>(frame: &'a [u8], channel: &str, seq: u64) -> &'a [
         Some(_) => 2,
         None => return &[],
     };
-    let digits = itoa::Buffer::new().format(seq).len();
+    let digits = seq.checked_ilog10().map_or(1, |d| d as usize + 1);
     let head = r#"{"type":"message","channel":""#.len()
         + channel.len()
         + r#"","seq":"#.len()
@@ -184,6 +184,18 @@ pub fn close_with(code: u16, reason: &str) -> Bytes {
         buf.put_u16(code);
         buf.put_slice(reason.as_bytes());
     })
+}
+
+/// How long [`put_text_header`]'s header for a `len`-byte payload is (a
+/// buffer sized exactly becomes a `Bytes` without another allocation).
+pub fn text_header_len(len: usize) -> usize {
+    if len < 126 {
+        2
+    } else if len <= usize::from(u16::MAX) {
+        4
+    } else {
+        10
+    }
 }
 
 /// Writes the header of an unmasked, final text frame whose payload is

@@ -29,7 +29,7 @@ use crate::protocol::wire::ErrorFrame;
 impl PresenceSink for Outbox {
     fn send(&self, frame: Bytes) {
         match self.gauge.try_reserve(frame.len()) {
-            Reserve::Queued => Outlet::push(self, &[frame]),
+            Reserve::Queued => Outlet::push_frame(self, frame),
             Reserve::FirstDrop => self.control.do_send(Congested),
             Reserve::Dropped => {}
         }

@@ -35,6 +35,7 @@ mod graphql;
 mod graphql_budget;
 mod graphql_ws;
 mod graphql_ws_cluster;
+mod graphql_ws_fanout;
 mod grpc;
 mod grpc_cluster;
 mod grpc_operators;
