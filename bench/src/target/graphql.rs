@@ -54,8 +54,7 @@ pub fn subscribe(id: &str, channel: &str, since: u64) -> String {
         "subscription {{ messages(channel: {}, since: {since}) {{ seq data }} }}",
         serde_json::Value::from(channel)
     );
-    serde_json::json!({"id": id, "type": "subscribe", "payload": {"query": query}})
-        .to_string()
+    serde_json::json!({"id": id, "type": "subscribe", "payload": {"query": query}}).to_string()
 }
 
 /// The publisher's payload in a `next` of `messages { seq data }`:
@@ -112,8 +111,7 @@ mod tests {
 
     #[test]
     fn subscribe_quotes_the_channel() {
-        let s: serde_json::Value =
-            serde_json::from_str(&subscribe("op-1", "doc:x", 0)).unwrap();
+        let s: serde_json::Value = serde_json::from_str(&subscribe("op-1", "doc:x", 0)).unwrap();
         assert_eq!(s["id"], "op-1");
         let q = s["payload"]["query"].as_str().unwrap();
         assert!(q.contains(r#"messages(channel: "doc:x", since: 0)"#), "{q}");

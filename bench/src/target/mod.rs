@@ -438,8 +438,10 @@ impl Conn {
                 // No acknowledgement in the protocol: the channel holds one
                 // message after `since` (see `fanout`), whose `next` says
                 // the subscription is live.
-                self.send_raw_payload(graphql::subscribe(&self.op_id, topic, self.since).as_bytes())
-                    .await?;
+                self.send_raw_payload(
+                    graphql::subscribe(&self.op_id, topic, self.since).as_bytes(),
+                )
+                .await?;
                 return self
                     .wait_event(|e| match e {
                         Event::Message { .. } => Some(Ok(())),

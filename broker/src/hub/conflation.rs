@@ -75,7 +75,8 @@ impl Hub {
                 sub.gauge.add(len);
             }
             delivered += 1;
-            sub.sink.message(&ch.name, seq, frame, Some(key), &mut renders);
+            sub.sink
+                .message(&ch.name, seq, frame, Some(key), &mut renders);
         }
         self.metrics.messages_out.inc_by(delivered);
         if dropped > 0 {

@@ -83,6 +83,12 @@ impl Renders {
             .map(|(_, b)| b)
     }
 
+    /// How many renderings are kept.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
     /// Keeps `rendered` under `key` for the sinks after this one (unless
     /// [`Renders::MAX`] are kept already).
     pub fn keep(&mut self, key: &Arc<[u8]>, rendered: &Bytes) {

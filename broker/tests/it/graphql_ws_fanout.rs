@@ -49,7 +49,10 @@ async fn subscriptions_on_one_channel_each_get_their_own_id_selection_and_extens
     let plain1 = json!({"messages":{"seq":s1,"data":{"n":1}}});
     let [(id, p)] = <[_; 1]>::try_from(nexts(&mut a, 1).await).unwrap();
     assert_eq!((id.as_str(), &p["data"]), (ida, &plain1));
-    assert!(p["extensions"]["rateLimit"]["cost"].as_u64() > Some(0), "{p}");
+    assert!(
+        p["extensions"]["rateLimit"]["cost"].as_u64() > Some(0),
+        "{p}"
+    );
     let got = nexts(&mut c, 2).await;
     assert_eq!((got[0].0.as_str(), &got[0].1["data"]), (idb, &plain1));
     assert_eq!(got[1].0, "other");

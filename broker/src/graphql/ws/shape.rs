@@ -9,10 +9,11 @@
 //! the selection, the channel and the message decide. So one publish's
 //! body is rendered once for every subscription with the same selection
 //! on the channel ([`Shape::body_key`], shared through the hub's
-//! [`Renders`](crate::hub::Renders)), and each subscription adds only its
-//! small head ([`Shape::render_head`]), as a `/v1/ws` socket shares the
-//! hub's frame. Large messages are queued in parts around the hub's own
-//! bytes instead ([`Shape::render`]: `data` is not copied).
+//! [`Renders`](crate::hub::Renders)), and each subscription writes its own
+//! head and copies the body after it ([`Shape::render_around`]: one small
+//! frame per socket, which measured cheaper than queueing the head and the
+//! shared body as two parts). Large messages are queued in parts around
+//! the hub's own bytes instead ([`Shape::render`]: `data` is not copied).
 //!
 //! The selection is collected as GraphQL's CollectFields does (aliases,
 //! fields selected twice merged under one response key in first-seen
@@ -142,17 +143,15 @@ impl Shape {
         buf.freeze()
     }
 
-    /// This subscription's own start of a `next` message whose body
-    /// ([`Shape::render_body`]) is `body_len` bytes: the frame's header,
-    /// the head, `extensions` (a JSON object's text) if any.
-    pub fn render_head(&self, extensions: Option<&str>, body_len: usize) -> Bytes {
+    /// The whole `next` frame of this subscription around a `body`
+    /// ([`Shape::render_body`]): its own head, then a copy of the body.
+    pub fn render_around(&self, extensions: Option<&str>, body: &[u8]) -> Bytes {
         let own = self.own_len(extensions);
-        let len = own + body_len;
-        // Exactly sized: the frozen buffer is then freed as it is, with no
-        // reference count allocated for it.
-        let mut buf = BytesMut::with_capacity(wire::text_header_len(len) + own);
+        let len = own + body.len();
+        let mut buf = BytesMut::with_capacity(wire::text_header_len(len) + len);
         wire::put_text_header(&mut buf, len);
         self.put_own(&mut buf, extensions);
+        buf.put_slice(body);
         debug_assert_eq!(buf.len(), buf.capacity());
         buf.freeze()
     }

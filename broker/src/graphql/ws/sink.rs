@@ -4,8 +4,7 @@
 //! ([`Shape`]) and queues it in the socket's outbox ([`Outlet`]), bounded
 //! by the socket's gauge like every subscription of the socket. A live
 //! message's body is rendered once per fan-out for all subscriptions with
-//! the same selection ([`Renders`]); each queues its own small head before
-//! it.
+//! the same selection ([`Renders`]); each copies it after its own head.
 //!
 //! Its position sits under its own lock, as a socket's do beside its
 //! queue: `Joining` holds live messages until the recovered history is
@@ -25,10 +24,10 @@ use crate::hub::{DirectSink, Joined, OutboundGauge, Renders};
 use crate::node::dialect::Outlet;
 use crate::protocol::wire;
 
-/// Messages whose `data` is at most this many bytes get a body of their
-/// own, rendered once per fan-out and shared (copying `data` once costs
-/// less than sharing it in parts); larger ones are queued in parts around
-/// the hub's bytes.
+/// Messages whose `data` is at most this many bytes are queued as one
+/// frame per subscription: its own head and a copy of the body rendered
+/// once per fan-out (for small messages a copy costs less than queueing
+/// parts); larger ones are queued in parts around the hub's bytes.
 const WHOLE_MAX: usize = 1024;
 
 /// A delivery held while joining: its bytes stay counted in the gauge.
@@ -119,17 +118,16 @@ impl OpSink {
         match key {
             None if data.len() <= WHOLE_MAX => {
                 let body_key = self.shape.body_key();
-                let body = match renders.get(body_key) {
-                    Some(body) => body.clone(),
+                let frame = match renders.get(body_key) {
+                    Some(body) => self.shape.render_around(ext.as_deref(), body),
                     None => {
                         let body = self.shape.render_body(seq, data);
                         renders.keep(body_key, &body);
-                        body
+                        self.shape.render_around(ext.as_deref(), &body)
                     }
                 };
-                let head = self.shape.render_head(ext.as_deref(), body.len());
-                recount(gauge, reserved, head.len() + body.len());
-                self.outlet.push(&mut [head, body]);
+                recount(gauge, reserved, frame.len());
+                self.outlet.push_frame(frame);
                 st.sent = seq;
             }
             None => {

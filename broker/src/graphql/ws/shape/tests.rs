@@ -15,10 +15,9 @@ fn next(query: &str, vars: Json, ext: Option<&str>, seq: u64, data: &str) -> (Js
     let whole = shape.render_whole(ext, seq, &data);
     let joined: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
     assert_eq!(joined, whole.to_vec());
-    // The shared body after the subscription's own head is the same frame.
+    // The subscription's own head around the shared body is the same frame.
     let body = shape.render_body(seq, &data);
-    let head = shape.render_head(ext, body.len());
-    assert_eq!([&head[..], &body[..]].concat(), whole.to_vec());
+    assert_eq!(shape.render_around(ext, &body), whole);
     let v = serde_json::from_slice(wire::payload(&whole)).unwrap();
     (v, parts)
 }
@@ -164,9 +163,7 @@ fn the_body_is_the_selections_and_the_head_the_subscriptions_own() {
     assert_eq!(body, b.render_body(5, b"[1]"));
     assert_eq!(&body[..], br#""data":{"messages":{"seq":5,"data":[1]}}}}"#);
     for (s, ext) in [(&a, None), (&b, Some(r#"{"rateLimit":{"cost":3}}"#))] {
-        let head = s.render_head(ext, body.len());
-        let frame = [&head[..], &body[..]].concat();
-        assert_eq!(frame, s.render_whole(ext, 5, b"[1]").to_vec());
+        assert_eq!(s.render_around(ext, &body), s.render_whole(ext, 5, b"[1]"));
     }
     // The same selection reached through a fragment and a variable is the
     // same body.
