@@ -9,11 +9,13 @@
 // 2. A presence read of 1,000 members (`limit: 1000`): p50/p99 over
 //    `--reads` reads on one socket.
 //
-//   node bench/presence-storm.mjs [--redis] [--joins 1000] [--observers 20] [--reads 200]
+//   node bench/presence-storm.mjs [--redis | --redis-cluster] [--joins 1000] [--observers 20] [--reads 200]
 //
 // The broker is TIDEGATE_BIN (default target/debug/tidegate); with
 // `--redis` it runs in cluster mode on a redis-server started on a free
-// port. Not a timed test: numbers go to bench/README.md by hand.
+// port, with `--redis-cluster` on a three-master Redis Cluster started on
+// free ports (commands summed over the masters). Not a timed test:
+// numbers go to bench/README.md by hand.
 import { spawn, execFileSync } from "node:child_process";
 import { createHmac } from "node:crypto";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
@@ -32,7 +34,8 @@ const flag = (name, dflt) => {
   const i = args.indexOf(`--${name}`);
   return i >= 0 ? Number(args[i + 1]) : dflt;
 };
-const REDIS = args.includes("--redis");
+const SHARDED = args.includes("--redis-cluster");
+const REDIS = SHARDED || args.includes("--redis");
 const JOINS = flag("joins", 1000);
 const OBSERVERS = flag("observers", 20);
 const READS = flag("reads", 200);
@@ -59,11 +62,16 @@ function token(sub) {
   return `${body}.${createHmac("sha256", SECRET).update(body).digest("base64url")}`;
 }
 
-async function startRedis() {
-  const port = await freePort();
-  const child = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], {
-    stdio: "ignore",
-  });
+async function startServer(extra = []) {
+  // A port whose cluster bus port (+10000) is free too.
+  let port = await freePort();
+  while (port > 55000) port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), "tidegate-presence-redis-"));
+  const child = spawn(
+    "redis-server",
+    ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, ...extra],
+    { stdio: "ignore" },
+  );
   for (let i = 0; i < 100; i++) {
     try {
       execFileSync("redis-cli", ["-p", String(port), "ping"], { stdio: "pipe" });
@@ -75,11 +83,45 @@ async function startRedis() {
   throw new Error("redis-server did not start");
 }
 
-function redisCalls(port) {
-  const text = execFileSync("redis-cli", ["-p", String(port), "info", "commandstats"]).toString();
-  let calls = 0;
-  for (const m of text.matchAll(/calls=(\d+)/g)) calls += Number(m[1]);
+/** One redis-server, or three masters sharing the slots (`--redis-cluster`). */
+async function startRedis() {
+  if (!SHARDED) {
+    const s = await startServer();
+    return { port: s.port, ports: [s.port], children: [s.child] };
+  }
+  const servers = [];
+  for (let i = 0; i < 3; i++) servers.push(await startServer(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]));
+  const ranges = [[0, 5460], [5461, 10922], [10923, 16383]];
+  const cli = (port, ...a) => execFileSync("redis-cli", ["-p", String(port), ...a.map(String)]).toString();
+  servers.forEach((s, i) => cli(s.port, "cluster", "addslotsrange", ...ranges[i]));
+  for (const s of servers.slice(1)) cli(s.port, "cluster", "meet", "127.0.0.1", servers[0].port);
+  for (let i = 0; !servers.every((s) => cli(s.port, "cluster", "info").includes("cluster_state:ok")); i++) {
+    if (i > 200) throw new Error("the Redis Cluster never reached cluster_state:ok");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return { port: servers[0].port, ports: servers.map((s) => s.port), children: servers.map((s) => s.child) };
+}
+
+/** Executed commands by name, summed over `ports`. */
+function redisCalls(ports) {
+  const calls = new Map();
+  for (const port of ports) {
+    const text = execFileSync("redis-cli", ["-p", String(port), "info", "commandstats"]).toString();
+    for (const m of text.matchAll(/cmdstat_([^:]+):calls=(\d+)/g)) calls.set(m[1], (calls.get(m[1]) ?? 0) + Number(m[2]));
+  }
   return calls;
+}
+
+/** Commands per join between two `redisCalls`: the total and the commands that ran at least once per 10 joins. */
+function perJoin(before, after) {
+  const by = {};
+  let total = 0;
+  for (const [name, n] of after) {
+    const d = n - (before.get(name) ?? 0);
+    total += d;
+    if (d >= JOINS / 10) by[name] = Number((d / JOINS).toFixed(2));
+  }
+  return { total: Number((total / JOINS).toFixed(2)), by };
 }
 
 async function startBroker(redisPort) {
@@ -97,7 +139,7 @@ async function startBroker(redisPort) {
     .replace("free_frame_burst = 20\n", "free_frame_burst = 100000\n");
   if (redisPort) {
     config = config
-      .replace('mode = "memory"', 'mode = "redis"')
+      .replace('mode = "memory"', SHARDED ? 'mode = "redis-cluster"' : 'mode = "redis"')
       .replace('redis_url = "redis://127.0.0.1:6379/"', `redis_url = "redis://127.0.0.1:${redisPort}/"`)
       .replace('drain_ms = 10000', 'drain_ms = 300');
   }
@@ -171,7 +213,7 @@ for (const o of observers) o.frames = 0;
 console.error(`${OBSERVERS} observers in; the storm starts`);
 
 const cpu0 = cpuMs(broker.child.pid);
-const calls0 = redis ? redisCalls(redis.port) : 0;
+const calls0 = redis ? redisCalls(redis.ports) : undefined;
 const started = Date.now();
 const joiners = [];
 const acks = [];
@@ -193,7 +235,7 @@ const stormMs = Date.now() - started;
 const refused = answers.filter((a) => a.type !== "ack").length;
 await settle(observers);
 const cpu1 = cpuMs(broker.child.pid);
-const calls1 = redis ? redisCalls(redis.port) : 0;
+const calls1 = redis ? redisCalls(redis.ports) : undefined;
 const per = observers.map((o) => o.frames).sort((a, b) => a - b);
 
 // Reads of the whole channel (JOINS + OBSERVERS members), limit 1000.
@@ -212,14 +254,14 @@ const pct = (p) => lat[Math.min(lat.length - 1, Math.floor((p / 100) * lat.lengt
 console.log(
   JSON.stringify(
     {
-      mode: REDIS ? "one node through Redis" : "one node",
+      mode: SHARDED ? "one node through a 3-master Redis Cluster" : REDIS ? "one node through Redis" : "one node",
       joins: JOINS,
       refused,
       stormMs,
       observers: OBSERVERS,
       presenceFramesPerObserver: { min: per[0], max: per[per.length - 1] },
       brokerCpuMs: Math.round(cpu1 - cpu0),
-      redisCommandsPerJoin: redis ? Number(((calls1 - calls0) / JOINS).toFixed(2)) : null,
+      redisCommandsPerJoin: redis ? perJoin(calls0, calls1) : null,
       read1000: { reads: READS, p50Ms: pct(50), p99Ms: pct(99) },
     },
     null,
@@ -228,5 +270,5 @@ console.log(
 );
 for (const c of [...observers, ...joiners]) c.ws.terminate();
 broker.child.kill("SIGKILL");
-redis?.child.kill("SIGKILL");
+for (const c of redis?.children ?? []) c.kill("SIGKILL");
 process.exit(0);

@@ -28,9 +28,20 @@ pub struct Ticket {
     /// Shadow mode: price and count, never refuse.
     pub shadow: bool,
     pub outcome: parking_lot::Mutex<Outcome>,
-    /// A subscription's resolver ran (over the socket): where to
-    /// subscribe, `channel` and `since`.
-    pub subscribe: parking_lot::Mutex<Option<(String, Option<u64>)>>,
+    /// A subscription's resolver ran (over the socket): what to start.
+    pub subscribe: parking_lot::Mutex<Option<Start>>,
+}
+
+/// What a subscription's resolver found the socket should start.
+#[derive(Debug, Clone)]
+pub enum Start {
+    /// `messages`: the channel from `since` (§2/§3).
+    Messages { channel: String, since: Option<u64> },
+    /// `presence`: the channel's diffs (§13), under its namespace's rule.
+    Presence {
+        channel: String,
+        rule: crate::config::PresenceRule,
+    },
 }
 
 /// What happened at the charge.

@@ -14,7 +14,7 @@ use async_graphql::parser::types::{ExecutableDocument, OperationType};
 use async_graphql::{Request, ServerError};
 use async_graphql_value::ConstValue;
 
-use super::admission::Ticket;
+use super::admission::{Start, Ticket};
 use super::caller::Caller;
 use super::charge::{self, Balance};
 use super::pricing::{self, Weights};
@@ -173,9 +173,9 @@ pub(super) struct Ran {
     pub reply: Reply,
     /// The operation's type (for the latency histogram).
     pub operation: &'static str,
-    /// A subscription that started: its channel and `since` (over the
-    /// socket only; the socket subscribes).
-    pub subscribe: Option<(String, Option<u64>)>,
+    /// A subscription that started (over the socket only; the socket
+    /// subscribes).
+    pub subscribe: Option<Start>,
 }
 
 /// Prices, charges, executes and refunds one operation.
@@ -330,7 +330,7 @@ async fn execute(
     priced: Priced,
     max: u64,
     over_max: bool,
-) -> (Reply, Option<(String, Option<u64>)>) {
+) -> (Reply, Option<Start>) {
     let Priced { doc, estimate } = priced;
     // Kept only when the actual cost can be lower: a query with lists.
     let kept =

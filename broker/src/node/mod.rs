@@ -144,16 +144,16 @@ impl Node {
                 Some(RedisTarget::open(&config.cluster)?)
             }
         };
-        // Presence shares one Redis (not yet Redis Cluster: there each
-        // node's presence is its own, docs/scaling.md).
+        // Presence is shared through the same Redis or Redis Cluster.
         let presence_redis = match config.cluster.mode {
-            ClusterMode::Redis => Some(crate::presence::RedisPresence::new(
+            ClusterMode::Memory => None,
+            mode => Some(crate::presence::RedisPresence::new(
                 RedisTarget::open(&config.cluster)?,
+                mode == ClusterMode::RedisCluster,
                 &config.cluster.key_prefix,
                 &config.node.id,
                 config.cluster.lease_ms,
             )),
-            _ => None,
         };
         let presence = crate::presence::Presence::new(
             metrics.clone(),

@@ -3,16 +3,20 @@
 //! coalesced into one `presence_diff` per channel per `diff_ms`, or counts
 //! at most once a second above `join_leave_max_members`.
 //!
-//! The node keeps, per channel with a member here, the channel's member
-//! set (on one node all of it; in a cluster this node's view of all of it,
-//! kept from the other nodes' events and re-read from Redis every lease
-//! tick, `cluster.rs`), the sockets watching its diffs and the open
-//! window. A channel's entry goes when its last member here leaves.
+//! The node keeps, per channel with a member or an observer here, the
+//! channel's member set (on one node all of it; in a cluster this node's
+//! view of all of it, kept from the other nodes' events and re-read from
+//! Redis every lease tick, `cluster/`), who watches its diffs (members'
+//! sockets, and GraphQL `presence` subscriptions, `watch.rs`) and the open
+//! window. A channel's entry goes when its last member and observer here
+//! leave.
 
 mod cluster;
+mod roster;
+mod watch;
 mod window;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,6 +25,7 @@ use dashmap::DashMap;
 use parking_lot::Mutex;
 
 pub use cluster::RedisPresence;
+pub(crate) use roster::Roster;
 pub use window::Window;
 
 use crate::config::PresenceRule;
@@ -31,9 +36,24 @@ use crate::webhook::Webhooks;
 /// Counts go out at most this often above the threshold (§13).
 const STATS_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Where a watching socket's presence frames go (its outbound queue).
+/// What a closed window tells a channel's watchers.
+#[derive(Debug, Clone, Copy)]
+pub enum Update<'a> {
+    /// The joins and leaves of the window, each sorted.
+    Diff {
+        joins: &'a [Member],
+        leaves: &'a [Member],
+    },
+    /// Above `join_leave_max_members`: the counts instead.
+    Counts(Counts),
+}
+
+/// Where a watcher's presence news goes: a socket's outbound queue, or a
+/// GraphQL `presence` subscription (which renders `update` itself).
 pub trait PresenceSink: Send + Sync {
-    fn send(&self, frame: Bytes);
+    /// `frame` is the `/v1/ws` frame saying `update`, encoded once for
+    /// every watcher of the window.
+    fn send(&self, frame: &Bytes, update: &Update<'_>);
 }
 
 /// A subscribe that would take the channel past `max_members`.
@@ -68,64 +88,6 @@ impl<T> Pending<T> {
     }
 }
 
-/// One user's connections in a channel: connection id → `info`.
-pub(crate) type Conns = BTreeMap<Arc<str>, Option<Arc<str>>>;
-
-/// The members of one channel as this node knows them.
-#[derive(Default)]
-pub(crate) struct Roster {
-    /// user → connection id → info; sorted the way reads answer. Bounded
-    /// by the channel's `max_members` (enforced cluster-wide at join).
-    pub(crate) members: BTreeMap<Arc<str>, Conns>,
-    pub(crate) connections: u64,
-}
-
-impl Roster {
-    /// Adds a member; false if it was there already.
-    pub(crate) fn insert(&mut self, m: &Member) -> bool {
-        let conns = self.members.entry(m.user.clone()).or_default();
-        let new = conns.insert(m.conn_id.clone(), m.info.clone()).is_none();
-        self.connections += u64::from(new);
-        new
-    }
-
-    pub(crate) fn remove(&mut self, user: &str, conn: &str) -> Option<Member> {
-        let conns = self.members.get_mut(user)?;
-        let info = conns.remove(conn)?;
-        let user = self.members.get_key_value(user).map(|(k, _)| k.clone())?;
-        if self.members[&user].is_empty() {
-            self.members.remove(&user);
-        }
-        self.connections -= 1;
-        Some(Member {
-            user,
-            conn_id: conn.into(),
-            info,
-        })
-    }
-
-    pub(crate) fn counts(&self) -> Counts {
-        Counts {
-            users: self.members.len() as u64,
-            connections: self.connections,
-        }
-    }
-
-    pub(crate) fn list(&self, limit: usize) -> Vec<Member> {
-        self.iter().take(limit).collect()
-    }
-
-    pub(crate) fn iter(&self) -> impl Iterator<Item = Member> + '_ {
-        self.members.iter().flat_map(|(user, conns)| {
-            conns.iter().map(|(conn, info)| Member {
-                user: user.clone(),
-                conn_id: conn.clone(),
-                info: info.clone(),
-            })
-        })
-    }
-}
-
 /// One channel with members on this node. Bounded: one per channel this
 /// node has a member of; watchers and `local` by this node's members.
 pub(crate) struct ChannelState {
@@ -137,7 +99,10 @@ pub(crate) struct ChannelState {
     pub(crate) local: HashMap<Arc<str>, Member>,
     /// This node's connections per user (for `member.added`/`removed`).
     local_users: HashMap<Arc<str>, u32>,
-    /// Sockets that get this channel's diffs (when `join_leave`).
+    /// Who gets this channel's diffs (when `join_leave`): its members'
+    /// sockets, by connection id, and the observers ([`Presence::watch`])
+    /// by their own key. Bounded by this node's members and the
+    /// observers' connections' subscription caps.
     watchers: HashMap<Arc<str>, Arc<dyn PresenceSink>>,
     window: Window,
     /// A flush of the window is scheduled.
@@ -238,26 +203,11 @@ impl Presence {
         known: Option<Result<(), Full>>,
         seed: Option<Roster>,
     ) -> Result<(), Full> {
-        let state = self
-            .channels
-            .entry(channel.into())
-            .or_insert_with(|| {
-                Arc::new(Mutex::new(ChannelState {
-                    rule,
-                    roster: Roster::default(),
-                    local: HashMap::new(),
-                    local_users: HashMap::new(),
-                    watchers: HashMap::new(),
-                    window: Window::default(),
-                    scheduled: false,
-                    last_stats: None,
-                }))
-            })
-            .clone();
+        let state = self.entry(channel, rule);
         let mut st = state.lock();
-        st.rule = rule;
         if let Some(seed) = seed
             && st.local.is_empty()
+            && st.watchers.is_empty()
         {
             for m in seed.iter().filter(|m| m.conn_id != member.conn_id) {
                 st.roster.insert(&m);
@@ -294,6 +244,29 @@ impl Presence {
             self.changed(channel, &mut st, |w| w.join(member));
         }
         Ok(())
+    }
+
+    /// The channel's state, made if new, with the namespace's rule as it
+    /// is now.
+    fn entry(&self, channel: &str, rule: PresenceRule) -> Arc<Mutex<ChannelState>> {
+        let state = self
+            .channels
+            .entry(channel.into())
+            .or_insert_with(|| {
+                Arc::new(Mutex::new(ChannelState {
+                    rule,
+                    roster: Roster::default(),
+                    local: HashMap::new(),
+                    local_users: HashMap::new(),
+                    watchers: HashMap::new(),
+                    window: Window::default(),
+                    scheduled: false,
+                    last_stats: None,
+                }))
+            })
+            .clone();
+        state.lock().rule = rule;
+        state
     }
 
     /// A connection of this node left `channel` (unsubscribed or closed).
@@ -350,7 +323,7 @@ impl Presence {
 
     /// Drops a channel's entry once nothing here needs it.
     fn forget_if_idle(&self, channel: &str, st: &ChannelState) {
-        if st.local.is_empty() && !st.scheduled {
+        if st.local.is_empty() && st.watchers.is_empty() && !st.scheduled {
             self.channels.remove(channel);
         }
     }
@@ -397,16 +370,27 @@ impl Presence {
         st.scheduled = false;
         if !st.window.is_empty() {
             let (joins, leaves) = st.window.take();
-            let frame = if st.roster.connections > u64::from(st.rule.join_leave_max_members) {
-                st.last_stats = Some(Instant::now());
-                self.metrics.presence.stats.inc_by(st.watchers.len() as u64);
-                frames::stats(None, channel, st.roster.counts(), false)
-            } else {
-                self.metrics.presence.diffs.inc_by(st.watchers.len() as u64);
-                frames::diff(channel, &joins, &leaves)
-            };
+            let (frame, update) =
+                if st.roster.connections > u64::from(st.rule.join_leave_max_members) {
+                    st.last_stats = Some(Instant::now());
+                    self.metrics.presence.stats.inc_by(st.watchers.len() as u64);
+                    let counts = st.roster.counts();
+                    (
+                        frames::stats(None, channel, counts, false),
+                        Update::Counts(counts),
+                    )
+                } else {
+                    self.metrics.presence.diffs.inc_by(st.watchers.len() as u64);
+                    (
+                        frames::diff(channel, &joins, &leaves),
+                        Update::Diff {
+                            joins: &joins,
+                            leaves: &leaves,
+                        },
+                    )
+                };
             for w in st.watchers.values() {
-                w.send(frame.clone());
+                w.send(&frame, &update);
             }
         }
         self.forget_if_idle(channel, &st);

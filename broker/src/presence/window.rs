@@ -33,6 +33,17 @@ impl Window {
         }
     }
 
+    /// Whether `conn`'s join waits in this window (not sent yet).
+    pub fn joining(&self, conn: &str) -> bool {
+        self.joins.contains_key(conn)
+    }
+
+    /// The leaves waiting in this window (members still listed by
+    /// everyone who has had the window's previous diffs).
+    pub fn leaving(&self) -> impl Iterator<Item = &Member> {
+        self.leaves.values()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.joins.is_empty() && self.leaves.is_empty()
     }

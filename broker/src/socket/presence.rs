@@ -17,7 +17,7 @@ use crate::config::PresenceRule;
 use crate::hub::Reserve;
 use crate::metrics::Layer;
 use crate::node::dialect::Outlet;
-use crate::presence::{Pending, PresenceSink, Read};
+use crate::presence::{Pending, PresenceSink, Read, Update};
 use crate::protocol::ErrorCode;
 use crate::protocol::presence::{self as frames, Member, PresenceReply};
 use crate::protocol::wire::ErrorFrame;
@@ -27,9 +27,9 @@ use crate::protocol::wire::ErrorFrame;
 /// a client that keeps a member set reads it again when it recovers (the
 /// SDK does on its resubscribe).
 impl PresenceSink for Outbox {
-    fn send(&self, frame: Bytes) {
+    fn send(&self, frame: &Bytes, _update: &Update<'_>) {
         match self.gauge.try_reserve(frame.len()) {
-            Reserve::Queued => Outlet::push_frame(self, frame),
+            Reserve::Queued => Outlet::push_frame(self, frame.clone()),
             Reserve::FirstDrop => self.control.do_send(Congested),
             Reserve::Dropped => {}
         }

@@ -36,6 +36,7 @@ mod graphql_budget;
 mod graphql_ws;
 mod graphql_ws_cluster;
 mod graphql_ws_fanout;
+mod graphql_ws_presence;
 mod grpc;
 mod grpc_cluster;
 mod grpc_operators;

@@ -1,6 +1,7 @@
-//! §13 across nodes on one real Redis: members and counts from any node,
-//! `max_members` counted cluster-wide, diffs of other nodes' joins, a
-//! SIGKILLed node's members gone with their leaves sent, and a Redis
+//! §13 across nodes: members and counts from any node, `max_members`
+//! counted cluster-wide, diffs of other nodes' joins, a SIGKILLed node's
+//! members gone with their leaves sent (in channels on every shard), each
+//! on one real Redis and on a real three-master Redis Cluster; and a Redis
 //! outage answered from the node's own members with `partial: true`.
 
 use std::time::{Duration, Instant};
@@ -10,7 +11,13 @@ use tidegate::auth::{Claims, unix_now};
 
 use crate::cluster::{bridge_up, node, prefix};
 use crate::common::{Broker, Client, PATIENCE};
+use crate::redis_cluster::{Backend, on_both};
 use crate::redis_server::RedisServer;
+
+on_both!(
+    members_and_counts_are_the_same_from_any_node_and_max_members_is_cluster_wide,
+    a_killed_nodes_members_leave_within_its_lease,
+);
 
 const NS: &str = "[namespaces.note]\npresence = true\njoin_leave = true\ndiff_ms = 100\n";
 
@@ -76,13 +83,40 @@ async fn read_until(c: &mut Client, channel: &str, pred: impl Fn(&Value) -> bool
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn members_and_counts_are_the_same_from_any_node_and_max_members_is_cluster_wide() {
-    let redis = RedisServer::start();
+/// Three channels; on a Redis Cluster, one on each master (their keys
+/// are tagged by the channel, so each channel's slot is its name's).
+async fn on_every_shard(redis: &impl Backend) -> Vec<String> {
+    let ports = redis.ports();
+    if ports.len() == 1 {
+        return (0..3).map(|i| format!("note:k{i}")).collect();
+    }
+    let mut found: Vec<Option<String>> = vec![None; 3];
+    for i in 0.. {
+        let name = format!("note:k{i}");
+        let slot: u16 =
+            crate::redis_cluster::on_owner(redis, redis::cmd("CLUSTER").arg("KEYSLOT").arg(&name))
+                .await;
+        // The masters' slot ranges (redis_cluster.rs).
+        let master = match slot {
+            0..=5460 => 0,
+            5461..=10922 => 1,
+            _ => 2,
+        };
+        found[master].get_or_insert(name);
+        if found.iter().all(Option::is_some) {
+            return found.into_iter().flatten().collect();
+        }
+    }
+    unreachable!()
+}
+
+async fn members_and_counts_are_the_same_from_any_node_and_max_members_is_cluster_wide(
+    redis: &impl Backend,
+) {
     let p = prefix();
     let extra = format!("{NS}max_members = 2\n");
-    let a = node(&redis, "a", &p, &extra);
-    let b = node(&redis, "b", &p, &extra);
+    let a = node(redis, "a", &p, &extra);
+    let b = node(redis, "b", &p, &extra);
     up(&a).await;
     up(&b).await;
     let (mut ca, ida, ack) = join_at(&a.ws_url(), &token(&a, "ann"), "note:1").await;
@@ -131,12 +165,11 @@ async fn members_and_counts_are_the_same_from_any_node_and_max_members_is_cluste
     assert_eq!(diff["joins"], json!([]), "{diff}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_nodes_members_leave_within_its_lease() {
-    let redis = RedisServer::start();
+async fn a_killed_nodes_members_leave_within_its_lease(redis: &impl Backend) {
     let p = prefix();
+    let mode = format!("mode = \"{}\"", redis.mode());
     let config = crate::process::shipped(&[
-        ("mode = \"memory\"", "mode = \"redis\""),
+        ("mode = \"memory\"", &mode),
         (
             "redis_url = \"redis://127.0.0.1:6379/\"",
             &format!("redis_url = \"{}\"", redis.url()),
@@ -150,29 +183,43 @@ async fn a_killed_nodes_members_leave_within_its_lease() {
         ("diff_ms = 200", "diff_ms = 100"),
     ]);
     let mut doomed = crate::process::Proc::start(&config).await;
-    let a = node(&redis, "a", &p, NS);
+    let a = node(redis, "a", &p, NS);
     up(&a).await;
-    let (mut watcher, ida, _) = join_at(&a.ws_url(), &token(&a, "ann"), "note:9").await;
-    // Joins through the doomed node until its presence reaches Redis (its
-    // first joins may be checked locally, then registered on its lease
-    // tick): Ann sees Zoe.
-    let (_zoe, idz, ack) = join_at(&doomed.ws(), &token(&a, "zoe"), "note:9").await;
-    assert_eq!(ack["type"], "ack", "{ack}");
-    watcher
-        .until(|v| v["type"] == "presence_diff" && conns(&v["joins"]).contains(&idz))
-        .await;
-    let r = read_until(&mut watcher, "note:9", |r| r["connections"] == 2).await;
-    assert!(conns(&r["members"]).contains(&idz));
+    // Ann watches three channels (one per shard on a Redis Cluster); Zoe
+    // is in all three through the doomed node.
+    let channels = on_every_shard(redis).await;
+    let mut watchers = Vec::new();
+    for ch in &channels {
+        watchers.push(join_at(&a.ws_url(), &token(&a, "ann"), ch).await);
+    }
+    let mut zoes = Vec::new();
+    for ch in &channels {
+        // Its first joins may be checked locally, then registered on its
+        // lease tick: either way Ann sees Zoe.
+        let (zoe, idz, ack) = join_at(&doomed.ws(), &token(&a, "zoe"), ch).await;
+        assert_eq!(ack["type"], "ack", "{ack}");
+        zoes.push((zoe, idz));
+    }
+    for ((watcher, _, _), (ch, (_, idz))) in watchers.iter_mut().zip(channels.iter().zip(&zoes)) {
+        watcher
+            .until(|v| v["type"] == "presence_diff" && conns(&v["joins"]).contains(idz))
+            .await;
+        let r = read_until(watcher, ch, |r| r["connections"] == 2).await;
+        assert!(conns(&r["members"]).contains(idz));
+    }
     doomed.kill9().await;
-    // No goodbye from the node: its lease runs out and Ann is told.
-    let diff = watcher
-        .until(|v| v["type"] == "presence_diff" && conns(&v["leaves"]).contains(&idz))
-        .await;
-    assert_eq!(diff["joins"], json!([]), "{diff}");
-    let r = watcher
-        .call(json!({"type":"presence","channel":"note:9"}), 50)
-        .await;
-    assert_eq!(conns(&r["members"]), vec![ida], "no ghost: {r}");
+    // No goodbye from the node: its lease runs out and Ann is told, in
+    // every channel.
+    for ((watcher, ida, _), (ch, (_, idz))) in watchers.iter_mut().zip(channels.iter().zip(&zoes)) {
+        let diff = watcher
+            .until(|v| v["type"] == "presence_diff" && conns(&v["leaves"]).contains(idz))
+            .await;
+        assert_eq!(diff["joins"], json!([]), "{diff}");
+        let r = watcher
+            .call(json!({"type":"presence","channel":ch}), 50)
+            .await;
+        assert_eq!(conns(&r["members"]), vec![ida.clone()], "no ghost: {r}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,4 +287,37 @@ async fn a_leave_while_redis_is_unreachable_leaves_no_ghost_when_it_answers_agai
     })
     .await;
     assert_eq!(conns(&r["members"]), vec![ida], "no ghost: {r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_cluster_a_dead_shard_answers_partially_until_its_replica_takes_over() {
+    let mut cluster = crate::redis_cluster::RedisCluster::start_with_replicas();
+    let p = prefix();
+    let a = node(&cluster, "a", &p, NS);
+    let b = node(&cluster, "b", &p, NS);
+    up(&a).await;
+    up(&b).await;
+    let (mut ca, ida, _) = join_at(&a.ws_url(), &token(&a, "ann"), "note:5").await;
+    let (_cb, idb, _) = join_at(&b.ws_url(), &token(&b, "bob"), "note:5").await;
+    read_until(&mut ca, "note:5", |r| r["connections"] == 2).await;
+    let slot: u16 = crate::redis_cluster::on_owner(
+        &cluster,
+        redis::cmd("CLUSTER").arg("KEYSLOT").arg("note:5"),
+    )
+    .await;
+    let dead = cluster.master_of(slot);
+    cluster.kill(dead);
+    // The channel's shard is gone: node a answers from its own members.
+    let r = read_until(&mut ca, "note:5", |r| r["partial"] == true).await;
+    assert_eq!(conns(&r["members"]), vec![ida.clone()], "only its own: {r}");
+    assert_eq!(r["connections"], 1);
+    // A replica takes the slot over: both nodes' members are shared again.
+    cluster.wait_failover(slot, dead);
+    let r = read_until(&mut ca, "note:5", |r| {
+        r.get("partial").is_none() && r["connections"] == 2
+    })
+    .await;
+    let mut both = vec![ida, idb];
+    both.sort();
+    assert_eq!(conns(&r["members"]), both, "{r}");
 }

@@ -1,15 +1,18 @@
 //! `member.added` / `member.removed` (§13) against a real receiver: once per
 //! user (not per connection), the removal after `vacated_delay_ms`, a
-//! rejoin inside the delay sending neither, and across two nodes on a
-//! real Redis, once for the cluster.
+//! rejoin inside the delay sending neither, and across two nodes, once
+//! for the cluster (on one real Redis and on a three-master Redis
+//! Cluster).
 
 use serde_json::json;
 
 use crate::cluster::{bridge_up, node, prefix};
 use crate::common::{Broker, Client};
 use crate::receiver::Receiver;
-use crate::redis_server::RedisServer;
+use crate::redis_cluster::{Backend, on_both};
 use crate::webhooks::hook;
+
+on_both!(across_nodes_a_user_is_added_and_removed_once);
 
 const NS: &str = "[namespaces.note]\npresence = true\n";
 
@@ -67,13 +70,11 @@ async fn added_once_per_user_removed_after_the_delay_and_a_rejoin_cancels() {
     assert!(rx.drain().is_empty());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn across_nodes_a_user_is_added_and_removed_once() {
-    let redis = RedisServer::start();
+async fn across_nodes_a_user_is_added_and_removed_once(redis: &impl Backend) {
     let mut rx = Receiver::accepting();
     let p = prefix();
-    let a = node(&redis, "a", &p, &hooks(&rx.url));
-    let b = node(&redis, "b", &p, &hooks(&rx.url));
+    let a = node(redis, "a", &p, &hooks(&rx.url));
+    let b = node(redis, "b", &p, &hooks(&rx.url));
     bridge_up(&a, true).await;
     bridge_up(&b, true).await;
     let on_a = member(&a, "bob", "note:x").await;

@@ -10,7 +10,8 @@ use async_graphql::{Context, Result, Subscription as SubscriptionRoot};
 use futures_util::stream::{Empty, empty};
 
 use super::query::{no_presence, readable, ticket};
-use super::{Message, PresenceDiff, Seq};
+use super::{Code, Message, PresenceDiff, Seq};
+use crate::graphql::admission::Start;
 
 pub struct Subscription;
 
@@ -26,12 +27,33 @@ impl Subscription {
     ) -> Result<Empty<Message>> {
         let t = ticket(ctx);
         readable(t, &channel)?;
-        *t.subscribe.lock() = Some((channel, since.map(|s| s.0)));
+        *t.subscribe.lock() = Some(Start::Messages {
+            channel,
+            since: since.map(|s| s.0),
+        });
         Ok(empty())
     }
 
-    /// §13 diffs; answers as a namespace without presence does.
-    async fn presence(&self, channel: String) -> Result<Empty<PresenceDiff>> {
-        Err(no_presence(&channel))
+    /// §13 diffs of a channel whose namespace has presence and
+    /// `join_leave`: first the members as they stand (as joins), then
+    /// one diff per window, as `/v1/ws` subscribers get them; above
+    /// `join_leave_max_members` an empty diff with the counts in the
+    /// response's `extensions.presenceStats` (`graphql/ws/presence.rs`).
+    /// It watches: the connection does not become a member.
+    async fn presence(&self, ctx: &Context<'_>, channel: String) -> Result<Empty<PresenceDiff>> {
+        let t = ticket(ctx);
+        readable(t, &channel)?;
+        let namespaces = &t.node.config.load().namespaces;
+        let Some(rule) = crate::config::presence_rule(namespaces, &channel) else {
+            return Err(no_presence(&channel));
+        };
+        if !rule.join_leave {
+            let namespace = channel.split(':').next().unwrap_or(&channel);
+            return Err(Code::BadRequest.error(format!(
+                "presence diffs are not enabled for the namespace {namespace:?} (join_leave)"
+            )));
+        }
+        *t.subscribe.lock() = Some(Start::Presence { channel, rule });
+        Ok(empty())
     }
 }

@@ -8,7 +8,8 @@
 //! charged and run as over HTTP (`over_http::run`); a `messages`
 //! subscription then lives in the hub as its own subscriber
 //! ([`sink::OpSink`]) whose messages become `next` messages without the
-//! executor ([`shape::Shape`]).
+//! executor ([`shape::Shape`]); a `presence` subscription watches its
+//! channel's presence windows (`presence.rs`).
 //!
 //! Refusals of one operation are an `error` message for its id
 //! (`RATE_LIMITED`, `QUERY_TOO_EXPENSIVE`, `FORBIDDEN`,
@@ -16,19 +17,20 @@
 //! refused by the account budget closes the account's sockets with 1008,
 //! as on `/v1/ws`.
 
+mod presence;
+mod refuse;
 mod shape;
 mod sink;
 
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use actix_web::HttpResponse;
 use actix_web::http::StatusCode;
 use async_graphql_value::Variables;
 
-use super::admission::{retry_ms, retry_secs};
+use super::admission::{Start, retry_ms, retry_secs};
 use super::caller::{Caller, Payer};
 use super::over_http::{self, Ran, Via};
 use super::reply::Media;
@@ -42,6 +44,7 @@ use crate::metrics::Layer;
 use crate::node::Node;
 use crate::node::dialect::{Dialect, Link, Refusal, Route};
 use crate::protocol::{CloseCode, ErrorCode};
+use refuse::{close_reason, error_payload, refusal};
 use sink::OpSink;
 
 /// `/v1/graphql` upgraded with `graphql-transport-ws`.
@@ -62,29 +65,6 @@ fn open(node: &Arc<Node>, authorization: Option<&str>) -> Box<dyn Dialect> {
     })
 }
 
-/// A refused upgrade (§1's layers before the credential): the statuses and
-/// headers of `/v1/ws`, with a GraphQL response as the body (§1).
-fn refusal(
-    status: StatusCode,
-    code: ErrorCode,
-    message: &str,
-    retry: Option<Duration>,
-) -> HttpResponse {
-    let body = serde_json::json!({"errors": [{
-        "message": message,
-        "extensions": {
-            "code": code.as_str().to_ascii_uppercase(),
-            "retryAfterMs": retry.map_or(0, retry_ms),
-        },
-    }]});
-    let mut b = HttpResponse::build(status);
-    b.insert_header(("content-type", "application/json; charset=utf-8"));
-    if let Some(d) = retry {
-        b.insert_header(("Retry-After", retry_secs(d).to_string()));
-    }
-    b.body(body.to_string())
-}
-
 /// An operation of this connection, by id. Bounded by the plan's
 /// `max_subscriptions`: a `subscribe` past it is refused.
 enum Op {
@@ -92,6 +72,8 @@ enum Op {
     Running,
     /// A `messages` subscription in the hub.
     Live(Arc<OpSink>),
+    /// A `presence` subscription watching its channel.
+    Presence(Arc<presence::PresenceOp>),
 }
 
 struct GraphqlWs {
@@ -121,28 +103,6 @@ struct JoinedOp {
     id: String,
     conn: u64,
     joined: Joined,
-}
-
-/// A close code's `tidegate_rejections_total` reason.
-fn close_reason(code: u16) -> &'static str {
-    use super::transport_ws::close;
-    match code {
-        close::INVALID_MESSAGE => "bad_request",
-        close::UNAUTHORIZED => "subscribe_before_ack",
-        close::INIT_TIMEOUT => "init_timeout",
-        close::DUPLICATE_ID => "duplicate_id",
-        close::TOO_MANY_INITS => "too_many_inits",
-        _ => "forbidden",
-    }
-}
-
-/// An `error` message's payload: one GraphQL error with `extensions`.
-fn error_payload(code: &str, message: &str, extra: serde_json::Value) -> String {
-    let mut x = serde_json::json!({ "code": code });
-    if let (Some(x), serde_json::Value::Object(more)) = (x.as_object_mut(), extra) {
-        x.extend(more);
-    }
-    serde_json::json!([{ "message": message, "extensions": x }]).to_string()
 }
 
 impl GraphqlWs {
@@ -277,9 +237,23 @@ impl GraphqlWs {
 
     /// The client completed `id`.
     fn stop(&mut self, id: &str) {
-        if let Some(Op::Live(sink)) = self.ops.remove(id) {
-            sink.end();
-            self.node.bridge.unsubscribe(&sink.channel, sink.conn);
+        if let Some(op) = self.ops.remove(id) {
+            self.end(&op);
+        }
+    }
+
+    /// Ends a live operation: nothing more is queued for it.
+    fn end(&self, op: &Op) {
+        match op {
+            Op::Running => {}
+            Op::Live(sink) => {
+                sink.end();
+                self.node.bridge.unsubscribe(&sink.channel, sink.conn);
+            }
+            Op::Presence(p) => {
+                p.end();
+                self.node.presence.unwatch(&p.channel, &p.key);
+            }
         }
     }
 
@@ -303,7 +277,12 @@ impl GraphqlWs {
             return;
         }
         match ran.subscribe.clone() {
-            Some((channel, since)) => self.subscribe(link, id, &channel, since, &ran, params),
+            Some(Start::Messages { channel, since }) => {
+                self.subscribe(link, id, &channel, since, &ran, params)
+            }
+            Some(Start::Presence { channel, rule }) => {
+                self.watch(link, id, (&channel, rule), &ran, params)
+            }
             // A subscription that did not start: its errors came before the
             // stream (the resolver refused), an `error` message.
             None if reply.data.is_some() && ran.operation != "subscription" => {
@@ -440,12 +419,27 @@ impl Dialect for GraphqlWs {
             .iter()
             .filter_map(|(id, op)| match op {
                 Op::Live(sink) if sink.broken() => Some(id.clone()),
+                Op::Presence(p) if p.broken() => Some(id.clone()),
                 _ => None,
             })
             .collect();
         for id in broken {
-            let Some(Op::Live(sink)) = self.ops.remove(&id) else {
-                continue;
+            let sink = match self.ops.remove(&id) {
+                Some(Op::Live(sink)) => sink,
+                Some(Op::Presence(p)) => {
+                    let dropped = p.end();
+                    self.node.presence.unwatch(&p.channel, &p.key);
+                    let msg = error_payload(
+                        "SLOW_CONSUMER",
+                        "presence diffs of this subscription were dropped because the \
+                         connection was not reading; subscribe again for the members as they \
+                         stand",
+                        serde_json::json!({ "dropped": dropped }),
+                    );
+                    self.send_error(link, &id, &msg);
+                    continue;
+                }
+                _ => continue,
             };
             let ended = sink.end();
             self.node.bridge.unsubscribe(&sink.channel, sink.conn);
@@ -459,12 +453,9 @@ impl Dialect for GraphqlWs {
         }
     }
 
-    fn stopping(&mut self, node: &Node) {
-        for (_, op) in self.ops.drain() {
-            if let Op::Live(sink) = op {
-                sink.end();
-                node.bridge.unsubscribe(&sink.channel, sink.conn);
-            }
+    fn stopping(&mut self, _node: &Node) {
+        for (_, op) in std::mem::take(&mut self.ops) {
+            self.end(&op);
         }
     }
 }

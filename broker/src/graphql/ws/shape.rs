@@ -418,5 +418,9 @@ impl<'a> Ctx<'a> {
     }
 }
 
+mod presence;
+
+pub use presence::PresenceShape;
+
 #[cfg(test)]
 mod tests;

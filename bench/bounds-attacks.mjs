@@ -1,0 +1,436 @@
+// Issue 26's attacks, replayed from outside against a broker binary (the
+// black-box half of "How we will know"; the tests under broker/tests/it/
+// are the other half). Each attack starts its own broker on free loopback
+// ports with a config patched only where the attack needs it, runs for a
+// bounded time, and reports what a client could make the broker hold:
+//
+//   budget-flood      4 sockets send `budget` frames and never read (15 s):
+//                     broker RSS growth, how the sockets ended
+//   recovery-backlog  20 sockets subscribe with `since` over a full history
+//                     (100 x 60 KiB) and never read: RSS growth
+//   keepalive-trickle 150 keep-alive connections: one quick GET, then a
+//                     second request head one byte a second: how many are
+//                     open after 30 s, when they were closed
+//   upgrade-flood     one address floods upgrades (100 in flight, 5 s)
+//                     while 40 other addresses connect once each: how many
+//                     of the 40 got in, the flood's answers by status
+//   forged-xff        behind a trusted proxy, 40 upgrades whose forged
+//                     first X-Forwarded-For line differs each time while
+//                     the proxy's appended line names one client: how many
+//                     got past the per-IP burst (20)
+//   grpc-silent       200 TCP connections to the gRPC port that send
+//                     nothing: how many are open after 30 s
+//   mapped-ban        a dual-stack listener, a ban of 127.0.0.6: does the
+//                     same client, seen as ::ffff:127.0.0.6, get in
+//
+//   TIDEGATE_BIN=target/release/tidegate node bench/bounds-attacks.mjs \
+//     [--only NAME[,NAME]] [--out FILE]
+//
+// Loopback only (127.0.0.0/8, several source addresses); every process it
+// starts is ended by its PID. Not a timed test: the numbers go to
+// bench/README.md ("Bounds from outside") by hand.
+import { spawn } from "node:child_process";
+import { createHmac } from "node:crypto";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { connect, createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { createRequire } from "node:module";
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
+const require = createRequire(join(ROOT, "client-sdk-ts", "package.json"));
+const WebSocket = require("ws");
+
+const args = process.argv.slice(2);
+const opt = (name) => {
+  const i = args.indexOf(`--${name}`);
+  return i >= 0 ? args[i + 1] : undefined;
+};
+const ONLY = opt("only")?.split(",");
+const OUT = opt("out");
+const BIN = process.env.TIDEGATE_BIN ?? join(ROOT, "target", "release", "tidegate");
+const SAMPLE_SECRET = "tidegate-sample-secret-do-not-use-in-production";
+const OWN_SECRET = "bounds-attacks-secret-0123456789abcdef";
+const OWN_KEY = "bounds-attacks-publish-key-0123456789";
+const ADMIN_KEY = "bounds-attacks-admin-key-0123456789";
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const freePort = () =>
+  new Promise((resolve) => {
+    const s = createServer().listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+
+const b64 = (o) => Buffer.from(JSON.stringify(o)).toString("base64url");
+function token(sub, secret = SAMPLE_SECRET, channels = ["*"]) {
+  const body = `${b64({ alg: "HS256", typ: "JWT" })}.${b64({
+    sub,
+    exp: Math.floor(Date.now() / 1000) + 3600,
+    sub_channels: channels,
+    pub_channels: channels,
+  })}`;
+  return `${body}.${createHmac("sha256", secret).update(body).digest("base64url")}`;
+}
+
+/** Starts a broker on free ports with `patch` applied to config.toml's text. */
+async function startBroker(patch = (c) => c, { listenHost = "127.0.0.1", env = {} } = {}) {
+  const port = await freePort();
+  const grpcPort = await freePort();
+  const config = patch(readFileSync(join(ROOT, "config.toml"), "utf8"));
+  const dir = mkdtempSync(join(tmpdir(), "tidegate-bounds-"));
+  writeFileSync(join(dir, "config.toml"), config);
+  const listen = listenHost.includes(":") ? `[${listenHost}]:${port}` : `${listenHost}:${port}`;
+  const child = spawn(BIN, ["serve", "--config", join(dir, "config.toml"), "--listen", listen, "--grpc-listen", `127.0.0.1:${grpcPort}`], {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, RUST_LOG: "warn", ...env },
+  });
+  let stderr = "";
+  child.stderr.on("data", (d) => {
+    stderr = (stderr + d.toString()).slice(-4000);
+  });
+  await new Promise((resolve, reject) => {
+    child.stdout.on("data", (d) => {
+      if (/tidegate listening on/.test(d.toString())) resolve();
+    });
+    child.on("exit", (code) => reject(new Error(`broker exited ${code}: ${stderr}`)));
+  });
+  return { child, port, grpcPort, http: `http://127.0.0.1:${port}`, ws: `ws://127.0.0.1:${port}/v1/ws` };
+}
+
+function stop(b) {
+  try {
+    process.kill(b.child.pid, "SIGKILL");
+  } catch {}
+}
+
+const rssKiB = (pid) => Number(readFileSync(`/proc/${pid}/status`, "utf8").match(/VmRSS:\s+(\d+)/)[1]);
+const fds = (pid) => {
+  try {
+    return require("node:fs").readdirSync(`/proc/${pid}/fd`).length;
+  } catch {
+    return -1;
+  }
+};
+
+/** A raw WebSocket upgrade from `localAddress`; resolves with the status. */
+function upgrade(port, { localAddress = "127.0.0.1", sub = "acme", secret = SAMPLE_SECRET, extra = "", host = "127.0.0.1", keep = false } = {}) {
+  return new Promise((resolve) => {
+    const s = connect({ host, port, localAddress });
+    let buf = "";
+    let done = false;
+    const finish = (status) => {
+      if (done) return;
+      done = true;
+      if (!keep || status !== 101) s.destroy();
+      resolve({ status, socket: s });
+    };
+    s.on("connect", () => {
+      s.write(
+        `GET /v1/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n` +
+          `Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n` +
+          `Sec-WebSocket-Protocol: tidegate.v1, bearer.${token(sub, secret)}\r\n${extra}\r\n`,
+      );
+    });
+    s.on("data", (d) => {
+      buf += d.toString("latin1");
+      const m = buf.match(/^HTTP\/1\.1 (\d{3})/);
+      if (m) finish(Number(m[1]));
+    });
+    s.on("error", () => finish(0));
+    s.on("close", () => finish(0));
+    s.setTimeout(10000, () => finish(-1));
+  });
+}
+
+const statusCounts = (list) => list.reduce((m, s) => ((m[s] = (m[s] ?? 0) + 1), m), {});
+
+async function openSocket(url, sub) {
+  const ws = new WebSocket(url, ["tidegate.v1", `bearer.${token(sub)}`]);
+  await new Promise((resolve, reject) => {
+    ws.once("message", (d) => (JSON.parse(d.toString()).type === "welcome" ? resolve() : reject(new Error(d.toString()))));
+    ws.once("error", reject);
+  });
+  return ws;
+}
+
+/** Resolves when the TCP connection ends (or after `capMs`); with when. */
+function closedWithin(socket, started, capMs) {
+  return new Promise((resolve) => {
+    const t = setTimeout(() => resolve(null), capMs);
+    const end = () => {
+      clearTimeout(t);
+      resolve(Date.now() - started);
+    };
+    if (socket.destroyed || socket.readyState === "closed") return end();
+    socket.once("close", end);
+  });
+}
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? s[Math.floor(s.length / 2)] : null;
+};
+
+// ---- the attacks ----------------------------------------------------------
+
+async function budgetFlood() {
+  const b = await startBroker();
+  try {
+    const sockets = await Promise.all([0, 1, 2, 3].map((i) => openSocket(b.ws, `flood${i}`)));
+    await sleep(200); // the broker settles after the handshakes
+    const before = rssKiB(b.child.pid);
+    let peak = before;
+    const ended = sockets.map((ws) => new Promise((r) => ws.once("close", (code) => r(code))));
+    const codes = [];
+    sockets.forEach((ws, i) => ended[i].then((c) => (codes[i] = c)));
+    // Never read: the kernel's receive window fills and the broker's
+    // answers stay with the broker unless something bounds them.
+    for (const ws of sockets) ws._socket.pause();
+    const frame = JSON.stringify({ type: "budget" });
+    let sent = 0;
+    const until = Date.now() + 15000;
+    while (Date.now() < until) {
+      for (const ws of sockets) {
+        if (ws.readyState !== WebSocket.OPEN || ws._socket.writableLength > 1 << 20) continue;
+        for (let k = 0; k < 200; k++) ws.send(frame);
+        sent += 200;
+      }
+      peak = Math.max(peak, rssKiB(b.child.pid));
+      await sleep(20);
+    }
+    const after = rssKiB(b.child.pid);
+    for (const ws of sockets) ws.terminate();
+    return {
+      framesSent: sent,
+      rssBeforeMiB: +(before / 1024).toFixed(1),
+      rssPeakMiB: +(peak / 1024).toFixed(1),
+      growthMiB: +((peak - before) / 1024).toFixed(1),
+      socketsOpenAt15s: sockets.filter((_, i) => codes[i] === undefined).length,
+      closeCodes: codes.filter((c) => c !== undefined),
+    };
+  } finally {
+    stop(b);
+  }
+}
+
+async function recoveryBacklog() {
+  const b = await startBroker((c) =>
+    c.replace("account_messages_per_sec = 100\n", "account_messages_per_sec = 100000\n").replace("account_burst = 200\n", "account_burst = 100000\n"),
+  );
+  try {
+    const data = "x".repeat(60 * 1024);
+    for (let i = 0; i < 100; i++) {
+      const r = await fetch(`${b.http}/v1/publish`, {
+        method: "POST",
+        headers: { authorization: "Bearer tidegate-sample-publish-key", "content-type": "application/json" },
+        body: JSON.stringify({ channel: "doc:backlog", data }),
+      });
+      if (r.status !== 200) throw new Error(`publish ${i}: ${r.status} ${await r.text()}`);
+    }
+    await sleep(200);
+    const before = rssKiB(b.child.pid);
+    let peak = before;
+    const sockets = [];
+    const codes = [];
+    for (let i = 0; i < 20; i++) {
+      const ws = await openSocket(b.ws, `backlog${i}`);
+      ws._socket.pause();
+      ws.once("close", (code) => (codes[i] = code));
+      ws.send(JSON.stringify({ type: "subscribe", id: 1, channel: "doc:backlog", since: 0 }));
+      sockets.push(ws);
+    }
+    const until = Date.now() + 10000;
+    while (Date.now() < until) {
+      peak = Math.max(peak, rssKiB(b.child.pid));
+      await sleep(50);
+    }
+    for (const ws of sockets) ws.terminate();
+    return {
+      historyMiB: +((100 * data.length) / (1 << 20)).toFixed(1),
+      rssBeforeMiB: +(before / 1024).toFixed(1),
+      rssPeakMiB: +(peak / 1024).toFixed(1),
+      growthMiB: +((peak - before) / 1024).toFixed(1),
+      wholeCopiesWouldBeMiB: +((20 * 100 * data.length) / (1 << 20)).toFixed(1),
+    };
+  } finally {
+    stop(b);
+  }
+}
+
+async function keepaliveTrickle() {
+  const b = await startBroker();
+  try {
+    const started = Date.now();
+    const fdBefore = fds(b.child.pid);
+    const conns = await Promise.all(
+      Array.from({ length: 150 }, () =>
+        new Promise((resolve) => {
+          const s = connect({ host: "127.0.0.1", port: b.port, localAddress: "127.0.0.3" });
+          let got = "";
+          s.on("error", () => {});
+          s.on("connect", () => s.write("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
+          s.on("data", (d) => {
+            got += d.toString();
+            if (got.includes("\r\n\r\n")) {
+              s.removeAllListeners("data");
+              resolve({ s, firstOk: got.startsWith("HTTP/1.1 200") });
+            }
+          });
+          s.on("close", () => resolve({ s, firstOk: false }));
+        }),
+      ),
+    );
+    const head = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + "a".repeat(100);
+    const trickle = setInterval(() => {
+      for (const { s } of conns) if (!s.destroyed) s.write(head[Math.floor((Date.now() - started) / 1000) % head.length]);
+    }, 1000);
+    const fdPeak = fds(b.child.pid);
+    const times = await Promise.all(conns.map(({ s }) => closedWithin(s, started, 30000)));
+    clearInterval(trickle);
+    for (const { s } of conns) s.destroy();
+    const closed = times.filter((t) => t !== null);
+    return {
+      connections: conns.length,
+      firstRequestAnswered: conns.filter((c) => c.firstOk).length,
+      openAfter30s: times.length - closed.length,
+      closedMedianMs: median(closed),
+      closedMaxMs: closed.length ? Math.max(...closed) : null,
+      brokerFdsBefore: fdBefore,
+      brokerFdsWithTrickle: fdPeak,
+    };
+  } finally {
+    stop(b);
+  }
+}
+
+async function upgradeFlood() {
+  const b = await startBroker();
+  try {
+    const flood = [];
+    let flooding = true;
+    const workers = Array.from({ length: 100 }, async (_, w) => {
+      let n = 0;
+      while (flooding) {
+        const { status } = await upgrade(b.port, { localAddress: "127.0.0.2", sub: `flood${w}-${n++}` });
+        flood.push(status);
+      }
+    });
+    await sleep(1000);
+    const clean = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => upgrade(b.port, { localAddress: `127.0.0.${10 + i}`, sub: `clean${i}`, keep: true })),
+    );
+    await sleep(4000);
+    flooding = false;
+    await Promise.all(workers);
+    for (const c of clean) c.socket.destroy();
+    return {
+      floodUpgrades: flood.length,
+      floodByStatus: statusCounts(flood),
+      cleanAdmitted: clean.filter((c) => c.status === 101).length,
+      cleanByStatus: statusCounts(clean.map((c) => c.status)),
+    };
+  } finally {
+    stop(b);
+  }
+}
+
+async function forgedXff() {
+  const b = await startBroker((c) => c.replace("trusted_proxies = []", 'trusted_proxies = ["127.0.0.1"]'), {
+    env: { TIDEGATE_JWT_SECRET: OWN_SECRET, TIDEGATE_API_KEYS_0_KEY: OWN_KEY },
+  });
+  try {
+    const results = [];
+    for (let i = 0; i < 40; i++) {
+      // The client's own (forged) line first, the proxy's appended line last.
+      const extra = `X-Forwarded-For: 10.${i}.${i}.${i}\r\nX-Forwarded-For: 198.51.100.7\r\n`;
+      const r = await upgrade(b.port, { sub: `xff${i}`, secret: OWN_SECRET, extra, keep: true });
+      results.push(r);
+    }
+    for (const r of results) r.socket.destroy();
+    return {
+      upgrades: results.length,
+      admitted: results.filter((r) => r.status === 101).length,
+      byStatus: statusCounts(results.map((r) => r.status)),
+      perIpBurst: 20,
+    };
+  } finally {
+    stop(b);
+  }
+}
+
+async function grpcSilent() {
+  const b = await startBroker();
+  try {
+    const started = Date.now();
+    const sockets = await Promise.all(
+      Array.from({ length: 200 }, () =>
+        new Promise((resolve) => {
+          const s = connect({ host: "127.0.0.1", port: b.grpcPort, localAddress: "127.0.0.4" });
+          s.on("error", () => {});
+          s.on("connect", () => resolve(s));
+          s.on("close", () => resolve(s));
+        }),
+      ),
+    );
+    const fdPeak = fds(b.child.pid);
+    const times = await Promise.all(sockets.map((s) => closedWithin(s, started, 30000)));
+    for (const s of sockets) s.destroy();
+    const closed = times.filter((t) => t !== null);
+    return {
+      connections: sockets.length,
+      openAfter30s: times.length - closed.length,
+      closedWithin1s: closed.filter((t) => t < 1000).length,
+      closedMedianMs: median(closed),
+      closedMaxMs: closed.length ? Math.max(...closed) : null,
+      brokerFdsWhileOpen: fdPeak,
+    };
+  } finally {
+    stop(b);
+  }
+}
+
+async function mappedBan() {
+  const b = await startBroker((c) => c.replace("# [admin]\n# key_env", "[admin]\nkey_env"), {
+    listenHost: "::",
+    env: { TIDEGATE_JWT_SECRET: OWN_SECRET, TIDEGATE_API_KEYS_0_KEY: OWN_KEY, TIDEGATE_ADMIN_KEY: ADMIN_KEY },
+  });
+  try {
+    const ban = await fetch(`${b.http}/v1/admin/ban`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${ADMIN_KEY}`, "content-type": "application/json" },
+      body: JSON.stringify({ ip: "127.0.0.6", ttlMs: 60000 }),
+    });
+    if (ban.status !== 200) throw new Error(`ban: ${ban.status} ${await ban.text()}`);
+    const banned = await upgrade(b.port, { localAddress: "127.0.0.6", sub: "mapped", secret: OWN_SECRET });
+    const other = await upgrade(b.port, { localAddress: "127.0.0.7", sub: "other", secret: OWN_SECRET });
+    return { listener: `[::]:${b.port}`, bannedClientStatus: banned.status, otherClientStatus: other.status };
+  } finally {
+    stop(b);
+  }
+}
+
+const ATTACKS = {
+  "budget-flood": budgetFlood,
+  "recovery-backlog": recoveryBacklog,
+  "keepalive-trickle": keepaliveTrickle,
+  "upgrade-flood": upgradeFlood,
+  "forged-xff": forgedXff,
+  "grpc-silent": grpcSilent,
+  "mapped-ban": mappedBan,
+};
+
+const report = { binary: BIN, date: new Date().toISOString(), results: {} };
+for (const [name, run] of Object.entries(ATTACKS)) {
+  if (ONLY && !ONLY.includes(name)) continue;
+  try {
+    report.results[name] = await run();
+  } catch (e) {
+    report.results[name] = { error: String(e?.message ?? e) };
+  }
+  console.log(name, JSON.stringify(report.results[name]));
+}
+if (OUT) writeFileSync(OUT, JSON.stringify(report, null, 2) + "\n");
+process.exitCode = Object.values(report.results).some((r) => r.error) ? 1 : 0;
