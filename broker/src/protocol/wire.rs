@@ -186,18 +186,6 @@ pub fn close_with(code: u16, reason: &str) -> Bytes {
     })
 }
 
-/// How long [`put_text_header`]'s header for a `len`-byte payload is (a
-/// buffer sized exactly becomes a `Bytes` without another allocation).
-pub fn text_header_len(len: usize) -> usize {
-    if len < 126 {
-        2
-    } else if len <= usize::from(u16::MAX) {
-        4
-    } else {
-        10
-    }
-}
-
 /// Writes the header of an unmasked, final text frame whose payload is
 /// `len` bytes, for a frame sent in parts (the header, then the payload's
 /// pieces as separate buffers: a message's shared bytes are not copied).

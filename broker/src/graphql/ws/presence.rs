@@ -180,7 +180,9 @@ mod tests {
 
     impl Outlet for Kept {
         fn push(&self, parts: &mut [Bytes]) {
-            self.frames.lock().extend(parts.iter_mut().map(std::mem::take));
+            self.frames
+                .lock()
+                .extend(parts.iter_mut().map(std::mem::take));
         }
         fn push_frame(&self, frame: Bytes) {
             self.frames.lock().push(frame);

@@ -148,7 +148,7 @@ impl Shape {
     pub fn render_around(&self, extensions: Option<&str>, body: &[u8]) -> Bytes {
         let own = self.own_len(extensions);
         let len = own + body.len();
-        let mut buf = BytesMut::with_capacity(wire::text_header_len(len) + len);
+        let mut buf = BytesMut::with_capacity(header_len(len) + len);
         wire::put_text_header(&mut buf, len);
         self.put_own(&mut buf, extensions);
         buf.put_slice(body);
@@ -200,7 +200,7 @@ impl Shape {
         let mut digits = itoa::Buffer::new();
         let seq_text = digits.format(seq);
         let len = self.len(extensions, seq_text.len(), data.len());
-        let mut buf = BytesMut::with_capacity(wire::text_header_len(len) + len);
+        let mut buf = BytesMut::with_capacity(header_len(len) + len);
         wire::put_text_header(&mut buf, len);
         self.put_own(&mut buf, extensions);
         buf.put_slice(DATA.as_bytes());
@@ -281,6 +281,18 @@ impl Shape {
             })
             .sum();
         self.head_len(extensions) + upto + CLOSE.len()
+    }
+}
+
+/// How long `wire::put_text_header`'s header for a `len`-byte payload is
+/// (a buffer sized exactly becomes a `Bytes` without another allocation).
+fn header_len(len: usize) -> usize {
+    if len < 126 {
+        2
+    } else if len <= usize::from(u16::MAX) {
+        4
+    } else {
+        10
     }
 }
 
