@@ -23,7 +23,7 @@ use actix_http::{h1, test::TestRequest};
 use bytes::{Buf, Bytes, BytesMut};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use tidegate::Node;
-use tidegate::hub::{DirectSink, HistoryLimits, Hub, OutboundGauge, Sink, Subscriber};
+use tidegate::hub::{DirectSink, HistoryLimits, Hub, OutboundGauge, Renders, Sink, Subscriber};
 use tidegate::metrics::Metrics;
 use tidegate_bench::target::{self, Who};
 use tidegate_bench::ws::{OP_TEXT, encode_frame};
@@ -206,7 +206,7 @@ fn fanout_group(c: &mut Criterion, name: &str, extra: &str, data: &str) {
 struct Nowhere;
 
 impl DirectSink for Nowhere {
-    fn message(&self, _: &Arc<str>, _: u64, _: Bytes, _: Option<&Arc<str>>) {}
+    fn message(&self, _: &Arc<str>, _: u64, _: &Bytes, _: Option<&Arc<str>>, _: &mut Renders) {}
     fn congested(&self) {}
 }
 

@@ -33,7 +33,7 @@ use crate::protocol::wire;
 use channel::{Channel, ChannelState, Held, Subscribers, recover, trim};
 pub use conflation::conflation_key;
 pub use gauge::{OutboundGauge, Reserve};
-pub use sink::{DirectSink, Sink, StreamSink};
+pub use sink::{DirectSink, Renders, Sink, StreamSink};
 
 /// What the hub sends a gRPC stream's queue ([`StreamSink`]).
 #[derive(Message, Debug)]
@@ -283,11 +283,12 @@ impl Hub {
         }
         let mut delivered = 0u64;
         let mut dropped = 0u64;
+        let mut renders = Renders::default();
         for sub in st.subscribers.iter() {
             match sub.gauge.try_reserve(len) {
                 Reserve::Queued => {
                     delivered += 1;
-                    sub.sink.message(&ch.name, seq, &frame, None);
+                    sub.sink.message(&ch.name, seq, &frame, None, &mut renders);
                 }
                 Reserve::FirstDrop => {
                     dropped += 1;

@@ -2,6 +2,11 @@
 //! `graphql-transport-ws` on `/v1/graphql` (§12), one `messages`
 //! subscription per connection, so fan-out over GraphQL is measured with
 //! the same subscribers, publishers and payloads as over `/v1/ws`.
+//!
+//! Each connection names its operation with its own UUID-shaped id, as the
+//! `graphql-ws` client does (`generateID`: a random v4 UUID), so the broker
+//! is measured as real clients use it: nothing it could share between
+//! subscriptions by their id alone.
 
 use crate::ws::{self, OP_CLOSE, OP_TEXT};
 
@@ -17,17 +22,39 @@ pub fn connection_init(token: &str) -> String {
         .to_string()
 }
 
+/// An operation id shaped like `graphql-ws`'s default (a v4 UUID,
+/// `xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx`), drawn from `seed` (one per
+/// connection: distinct seeds give distinct ids).
+pub fn operation_id(seed: u64) -> String {
+    // splitmix64: distinct seeds map to distinct, well-spread words.
+    let mix = |mut z: u64| {
+        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let (a, b) = (mix(seed), mix(seed ^ 0x5851_f42d_4c95_7f2d));
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:x}{:03x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        8 | (b >> 62),
+        (b >> 48) & 0xfff,
+        b & 0xffff_ffff_ffff,
+    )
+}
+
 /// A `messages` subscription to `channel` from after `since`: the bench
 /// subscribes from just before the one message the channel holds, so the
 /// first `next` (that message) confirms the subscription is live before
 /// the publishers start.
-pub fn subscribe(channel: &str, since: u64) -> String {
+pub fn subscribe(id: &str, channel: &str, since: u64) -> String {
     let query = format!(
         "subscription {{ messages(channel: {}, since: {since}) {{ seq data }} }}",
         serde_json::Value::from(channel)
     );
-    serde_json::json!({"id": "fanout", "type": "subscribe", "payload": {"query": query}})
-        .to_string()
+    serde_json::json!({"id": id, "type": "subscribe", "payload": {"query": query}}).to_string()
 }
 
 /// The publisher's payload in a `next` of `messages { seq data }`:
@@ -84,9 +111,23 @@ mod tests {
 
     #[test]
     fn subscribe_quotes_the_channel() {
-        let s: serde_json::Value = serde_json::from_str(&subscribe("doc:x", 0)).unwrap();
+        let s: serde_json::Value = serde_json::from_str(&subscribe("op-1", "doc:x", 0)).unwrap();
+        assert_eq!(s["id"], "op-1");
         let q = s["payload"]["query"].as_str().unwrap();
         assert!(q.contains(r#"messages(channel: "doc:x", since: 0)"#), "{q}");
+    }
+
+    #[test]
+    fn operation_ids_are_uuid_shaped_and_distinct() {
+        let ids: std::collections::HashSet<String> = (0..10_000).map(operation_id).collect();
+        assert_eq!(ids.len(), 10_000);
+        for id in ids.iter().take(50) {
+            assert_eq!(id.len(), 36, "{id}");
+            let dashes: Vec<usize> = id.match_indices('-').map(|(i, _)| i).collect();
+            assert_eq!(dashes, [8, 13, 18, 23], "{id}");
+            assert_eq!(&id[14..15], "4", "{id}");
+            assert!("89ab".contains(&id[19..20]), "{id}");
+        }
     }
 
     #[test]

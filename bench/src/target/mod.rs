@@ -206,6 +206,7 @@ impl Target {
             Kind::Graphql => {
                 let mut conn = Conn::new(self.kind, ws);
                 conn.since = self.since;
+                conn.op_id = graphql::operation_id(seed);
                 conn.send_raw_payload(graphql::connection_init(&token).as_bytes())
                     .await?;
                 conn.wait_ack()
@@ -264,6 +265,8 @@ pub struct Conn {
     scratch: Vec<u8>,
     /// GraphQL: the `since` its subscriptions name.
     since: u64,
+    /// GraphQL: the id of its (one) operation, distinct per connection.
+    op_id: String,
     /// SSE: the body's decoder (`ws` is then a plain HTTP stream).
     sse: crate::sse::Decoder,
 }
@@ -276,6 +279,7 @@ impl Conn {
             parser: nats::Parser::default(),
             scratch: Vec::new(),
             since: 0,
+            op_id: String::new(),
             sse: crate::sse::Decoder::new(false),
         }
     }
@@ -434,8 +438,10 @@ impl Conn {
                 // No acknowledgement in the protocol: the channel holds one
                 // message after `since` (see `fanout`), whose `next` says
                 // the subscription is live.
-                self.send_raw_payload(graphql::subscribe(topic, self.since).as_bytes())
-                    .await?;
+                self.send_raw_payload(
+                    graphql::subscribe(&self.op_id, topic, self.since).as_bytes(),
+                )
+                .await?;
                 return self
                     .wait_event(|e| match e {
                         Event::Message { .. } => Some(Ok(())),

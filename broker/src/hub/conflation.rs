@@ -54,6 +54,7 @@ impl Hub {
         let len = frame.len();
         let mut delivered = 0u64;
         let mut dropped = 0u64;
+        let mut renders = super::Renders::default();
         for sub in st.subscribers.iter() {
             if !sub.sink.conflates() {
                 match sub.gauge.try_reserve(len) {
@@ -74,7 +75,8 @@ impl Hub {
                 sub.gauge.add(len);
             }
             delivered += 1;
-            sub.sink.message(&ch.name, seq, frame, Some(key));
+            sub.sink
+                .message(&ch.name, seq, frame, Some(key), &mut renders);
         }
         self.metrics.messages_out.inc_by(delivered);
         if dropped > 0 {

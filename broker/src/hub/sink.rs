@@ -21,10 +21,23 @@ use super::Deliver;
 /// depend on it.
 pub trait DirectSink: Send + Sync {
     /// A message of `channel` whose bytes the hub already reserved in the
-    /// subscriber's gauge. `key` is the conflation key on a conflating
+    /// subscriber's gauge (lent: a sink that queues or holds the hub's
+    /// frame takes its own reference, one that renders its own needs none). `key` is the conflation key on a conflating
     /// channel (§11). The sink queues it, or releases its bytes if the
     /// subscription is gone, not live, or the message is already sent.
-    fn message(&self, channel: &Arc<str>, seq: u64, frame: Bytes, key: Option<&Arc<str>>);
+    ///
+    /// `renders` is what the sinks before this one in the same message's
+    /// fan-out rendered of it ([`Renders`]): a sink that re-renders
+    /// messages in a format of its own shares its rendering through it; a
+    /// socket, which queues the hub's frame as it is, ignores it.
+    fn message(
+        &self,
+        channel: &Arc<str>,
+        seq: u64,
+        frame: &Bytes,
+        key: Option<&Arc<str>>,
+        renders: &mut Renders,
+    );
 
     /// The subscriber crossed its high-water mark and messages are being
     /// dropped (called once per episode).
@@ -36,6 +49,53 @@ pub trait DirectSink: Send + Sync {
     /// subscription's `SLOW_CONSUMER`); a socket reports its episode's
     /// total and needs nothing.
     fn dropped(&self, _channel: &Arc<str>, _seq: u64) {}
+}
+
+/// What one message's fan-out lets its sinks share. A sink that renders
+/// the message in a format of its own (a GraphQL subscription's `next`,
+/// `graphql/ws/sink.rs`) keeps its rendering here under the exact text of
+/// everything besides the message that decided it (its key), so every
+/// later sink of the same fan-out with the same key takes a reference
+/// count instead of rendering again: a `/v1/ws` socket shares the hub's
+/// frame the same way.
+///
+/// Bounded: one lives on the stack of one message's fan-out and is dropped
+/// when that fan-out ends, and it keeps at most [`Renders::MAX`]
+/// renderings (past that, a sink renders its own). It allocates nothing
+/// until a sink keeps something, so a channel of plain sockets pays
+/// nothing for it.
+#[derive(Debug, Default)]
+pub struct Renders {
+    entries: Vec<(Arc<[u8]>, Bytes)>,
+}
+
+impl Renders {
+    /// The most renderings kept for one message (distinct keys: distinct
+    /// GraphQL selections on one channel, usually one or two).
+    pub const MAX: usize = 16;
+
+    /// The rendering kept under `key`, if a sink before kept one.
+    #[inline]
+    pub fn get(&self, key: &Arc<[u8]>) -> Option<&Bytes> {
+        self.entries
+            .iter()
+            .find(|(k, _)| Arc::ptr_eq(k, key) || **k == **key)
+            .map(|(_, b)| b)
+    }
+
+    /// How many renderings are kept.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Keeps `rendered` under `key` for the sinks after this one (unless
+    /// [`Renders::MAX`] are kept already).
+    pub fn keep(&mut self, key: &Arc<[u8]>, rendered: &Bytes) {
+        if self.entries.len() < Self::MAX {
+            self.entries.push((key.clone(), rendered.clone()));
+        }
+    }
 }
 
 /// Where the hub hands a subscriber's messages.
@@ -67,9 +127,16 @@ impl Sink {
     /// Hands over a message whose bytes are already reserved in the
     /// subscriber's gauge.
     #[inline]
-    pub fn message(&self, channel: &Arc<str>, seq: u64, frame: &Bytes, key: Option<&Arc<str>>) {
+    pub fn message(
+        &self,
+        channel: &Arc<str>,
+        seq: u64,
+        frame: &Bytes,
+        key: Option<&Arc<str>>,
+        renders: &mut Renders,
+    ) {
         match self {
-            Sink::Socket(s) => s.message(channel, seq, frame.clone(), key),
+            Sink::Socket(s) => s.message(channel, seq, frame, key, renders),
             Sink::Stream(s) => {
                 // A stream that ended has left the hub or is leaving.
                 let _ = s.messages.send(Deliver::Message {

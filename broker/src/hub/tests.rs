@@ -16,10 +16,17 @@ struct Recorder {
 }
 
 impl DirectSink for Recorder {
-    fn message(&self, _: &Arc<str>, seq: u64, frame: Bytes, key: Option<&Arc<str>>) {
+    fn message(
+        &self,
+        _: &Arc<str>,
+        seq: u64,
+        frame: &Bytes,
+        key: Option<&Arc<str>>,
+        _: &mut Renders,
+    ) {
         self.gauge.release(frame.len());
         self.keys.lock().push(key.cloned());
-        self.got.lock().push((seq, frame));
+        self.got.lock().push((seq, frame.clone()));
     }
 
     fn congested(&self) {}

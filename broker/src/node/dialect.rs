@@ -107,8 +107,9 @@ pub trait Outlet: Send + Sync {
     /// Queues one message sent in `parts` (a text frame's header first),
     /// their bytes already counted in the gauge; the parts are never
     /// separated (a close that discards the queue keeps a message whose
-    /// first part is on the wire whole).
-    fn push(&self, parts: &[Bytes]);
+    /// first part is on the wire whole). The parts are moved out (left
+    /// empty), so queueing them costs no reference count.
+    fn push(&self, parts: &mut [Bytes]);
     /// Queues one whole frame (its bytes already counted in the gauge),
     /// handing it over without another reference count.
     fn push_frame(&self, frame: Bytes);

@@ -92,7 +92,7 @@ pub fn message_data_slice<'a>(frame: &'a [u8], channel: &str, seq: u64) -> &'a [
         Some(_) => 2,
         None => return &[],
     };
-    let digits = itoa::Buffer::new().format(seq).len();
+    let digits = seq.checked_ilog10().map_or(1, |d| d as usize + 1);
     let head = r#"{"type":"message","channel":""#.len()
         + channel.len()
         + r#"","seq":"#.len()

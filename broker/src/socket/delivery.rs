@@ -17,7 +17,7 @@ use bytes::Bytes;
 
 use super::outbox::{Outbox, Shared};
 use super::queue::Keyed;
-use crate::hub::{DirectSink, Joined, Reserve};
+use crate::hub::{DirectSink, Joined, Renders, Reserve};
 use crate::metrics::Layer;
 
 /// A drop episode began (the hub dropped a message at the mark, or a
@@ -65,7 +65,14 @@ impl Held {
 }
 
 impl DirectSink for Outbox {
-    fn message(&self, channel: &Arc<str>, seq: u64, frame: Bytes, key: Option<&Arc<str>>) {
+    fn message(
+        &self,
+        channel: &Arc<str>,
+        seq: u64,
+        frame: &Bytes,
+        key: Option<&Arc<str>>,
+        _: &mut Renders,
+    ) {
         let mut s = self.lock();
         let Shared {
             subs,
@@ -78,7 +85,7 @@ impl DirectSink for Outbox {
             // history, or from an earlier subscription, is not resent.
             Some(Sub::Live(last)) if seq > *last && !*closing => {
                 *last = seq;
-                let congested = self.queue_live(&mut s, channel, frame, key.cloned());
+                let congested = self.queue_live(&mut s, channel, frame.clone(), key.cloned());
                 Outbox::unlock_and_wake(s);
                 if congested {
                     self.control.do_send(Congested);
@@ -87,7 +94,7 @@ impl DirectSink for Outbox {
             Some(Sub::Joining { held, .. }) if !*closing => {
                 held.push(Held {
                     seq,
-                    frame,
+                    frame: frame.clone(),
                     key: key.cloned(),
                 });
             }
@@ -97,7 +104,7 @@ impl DirectSink for Outbox {
                 *held_bytes += frame.len();
                 held.push(Held {
                     seq,
-                    frame,
+                    frame: frame.clone(),
                     key: key.cloned(),
                 });
             }
@@ -329,7 +336,7 @@ mod tests {
         let publish = |seq| {
             let f = frame(seq);
             gauge.add(f.len());
-            outbox.message(&ch, seq, f, None);
+            outbox.message(&ch, seq, &f, None, &mut Renders::default());
         };
         outbox.joining("doc:1", 1);
         publish(5);

@@ -141,7 +141,7 @@ impl Outbox {
 
     /// [`Outbox::push_reserved`] for one frame sent in parts (a dialect's
     /// message around shared bytes, `socket/outlet.rs`).
-    pub(super) fn push_parts_reserved(&self, s: &mut Shared, parts: &[Bytes]) {
+    pub(super) fn push_parts_reserved(&self, s: &mut Shared, parts: &mut [Bytes]) {
         if s.state != State::Open {
             self.gauge.release(parts.iter().map(Bytes::len).sum());
             return;

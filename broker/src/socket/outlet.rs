@@ -15,7 +15,7 @@ use crate::metrics::Layer;
 use crate::node::dialect::{Backlog, Outlet};
 
 impl Outlet for Outbox {
-    fn push(&self, parts: &[Bytes]) {
+    fn push(&self, parts: &mut [Bytes]) {
         let mut s = self.lock();
         if s.closing {
             drop(s);

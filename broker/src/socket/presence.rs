@@ -29,7 +29,7 @@ use crate::protocol::wire::ErrorFrame;
 impl PresenceSink for Outbox {
     fn send(&self, frame: &Bytes, _update: &Update<'_>) {
         match self.gauge.try_reserve(frame.len()) {
-            Reserve::Queued => Outlet::push(self, std::slice::from_ref(frame)),
+            Reserve::Queued => Outlet::push_frame(self, frame.clone()),
             Reserve::FirstDrop => self.control.do_send(Congested),
             Reserve::Dropped => {}
         }

@@ -70,11 +70,11 @@ impl OutQueue {
     /// Queues one frame sent in `parts` (its header in the first), so a
     /// message's shared bytes need not be copied into each socket's frame.
     /// [`OutQueue::clear`] never cuts such a frame once its first part has
-    /// been taken.
-    pub fn push_parts(&mut self, parts: &[Bytes]) {
-        for (i, part) in parts.iter().enumerate() {
+    /// been taken. The parts are moved out of `parts` (left empty).
+    pub fn push_parts(&mut self, parts: &mut [Bytes]) {
+        for (i, part) in parts.iter_mut().enumerate() {
             self.entries.push_back(Entry {
-                frame: part.clone(),
+                frame: std::mem::take(part),
                 slot: None,
                 cont: i > 0,
             });
@@ -292,8 +292,8 @@ mod tests {
             Bytes::from_static(b"data"),
             Bytes::from_static(b"tail"),
         ];
-        q.push_parts(&parts);
-        q.push_parts(&parts);
+        q.push_parts(&mut parts.clone());
+        q.push_parts(&mut parts.clone());
         assert_eq!(q.pop().unwrap(), parts[0], "the first frame began");
         assert_eq!(q.clear(), 12, "the second frame is thrown away whole");
         let rest: Vec<Bytes> = std::iter::from_fn(|| q.pop()).collect();

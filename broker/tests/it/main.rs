@@ -36,6 +36,7 @@ mod graphql;
 mod graphql_budget;
 mod graphql_ws;
 mod graphql_ws_cluster;
+mod graphql_ws_fanout;
 mod graphql_ws_presence;
 mod graphql_ws_recovery;
 mod grpc;

@@ -179,8 +179,10 @@ mod tests {
     }
 
     impl Outlet for Kept {
-        fn push(&self, parts: &[Bytes]) {
-            self.frames.lock().extend(parts.iter().cloned());
+        fn push(&self, parts: &mut [Bytes]) {
+            self.frames
+                .lock()
+                .extend(parts.iter_mut().map(std::mem::take));
         }
         fn push_frame(&self, frame: Bytes) {
             self.frames.lock().push(frame);

@@ -1,11 +1,19 @@
 //! A `messages` subscription's selection set, compiled once when it
 //! starts into the JSON its every `next` message carries, with two holes:
 //! the message's `seq` and its `data`. A delivery then fills the holes: no
-//! executor, no JSON parsing, and the message's `data` is not copied: the
-//! `next` frame is queued in parts around the hub's own bytes (the
-//! frame's header and everything up to `data` in one small buffer, `data`
-//! as a slice of the hub's frame, shared by every subscriber, and the
-//! constant rest, built once per subscription).
+//! executor, no JSON parsing.
+//!
+//! A `next` message is two pieces: what is the subscription's own (the
+//! frame's header, `{"type":"next","id":..,"payload":{` and, on the first
+//! message, its `extensions`), and the body, `"data":{..}}}`, which only
+//! the selection, the channel and the message decide. So one publish's
+//! body is rendered once for every subscription with the same selection
+//! on the channel ([`Shape::body_key`], shared through the hub's
+//! [`Renders`](crate::hub::Renders)), and each subscription writes its own
+//! head and copies the body after it ([`Shape::render_around`]: one small
+//! frame per socket, which measured cheaper than queueing the head and the
+//! shared body as two parts). Large messages are queued in parts around
+//! the hub's own bytes instead ([`Shape::render`]: `data` is not copied).
 //!
 //! The selection is collected as GraphQL's CollectFields does (aliases,
 //! fields selected twice merged under one response key in first-seen
@@ -20,6 +28,8 @@ use async_graphql::parser::types::{
     Directive, ExecutableDocument, OperationDefinition, Selection, SelectionSet,
 };
 use async_graphql_value::{ConstValue, Value, Variables};
+use std::sync::Arc;
+
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::protocol::wire;
@@ -39,6 +49,10 @@ pub struct Shape {
     head: String,
     /// The `data` object, holes included.
     parts: Vec<Part>,
+    /// The exact text of `parts` with each hole as a byte JSON text never
+    /// holds raw (0: `seq`, 1: `data`): two subscriptions render the same
+    /// body for a message exactly when their keys are equal.
+    body_key: Arc<[u8]>,
     /// Everything after the last `data` hole when it holds no `seq`, the
     /// message's closing braces included: built once, shared by every
     /// message (`None`: rendered each time).
@@ -47,6 +61,9 @@ pub struct Shape {
 
 /// The closing of `data`, `payload` and the message.
 const CLOSE: &str = "}}}";
+
+/// What opens the body, after the head (and `extensions`).
+const DATA: &str = r#""data":{"#;
 
 impl Shape {
     /// The shape of operation `op` of `doc` for subscription `id` on
@@ -90,7 +107,53 @@ impl Shape {
             }
             _ => None,
         };
-        Shape { head, parts, tail }
+        let mut body_key = Vec::new();
+        for p in &parts {
+            match p {
+                Part::Lit(s) => body_key.extend_from_slice(s.as_bytes()),
+                Part::Seq => body_key.push(0),
+                Part::Data => body_key.push(1),
+            }
+        }
+        Shape {
+            head,
+            parts,
+            body_key: body_key.into(),
+            tail,
+        }
+    }
+
+    /// What decides [`Shape::render_body`] besides the message (equal
+    /// keys, equal bodies).
+    pub fn body_key(&self) -> &Arc<[u8]> {
+        &self.body_key
+    }
+
+    /// The shared end of the `next` message for `seq` with `data`:
+    /// `"data":{..}}}`, the same for every subscription with this
+    /// [`Shape::body_key`].
+    pub fn render_body(&self, seq: u64, data: &[u8]) -> Bytes {
+        let mut digits = itoa::Buffer::new();
+        let seq_text = digits.format(seq);
+        let len = DATA.len() + self.parts_len(seq_text.len(), data.len()) + CLOSE.len();
+        let mut buf = BytesMut::with_capacity(len);
+        buf.put_slice(DATA.as_bytes());
+        self.put_parts(&mut buf, seq_text, data);
+        debug_assert_eq!(buf.len(), len);
+        buf.freeze()
+    }
+
+    /// The whole `next` frame of this subscription around a `body`
+    /// ([`Shape::render_body`]): its own head, then a copy of the body.
+    pub fn render_around(&self, extensions: Option<&str>, body: &[u8]) -> Bytes {
+        let own = self.own_len(extensions);
+        let len = own + body.len();
+        let mut buf = BytesMut::with_capacity(header_len(len) + len);
+        wire::put_text_header(&mut buf, len);
+        self.put_own(&mut buf, extensions);
+        buf.put_slice(body);
+        debug_assert_eq!(buf.len(), buf.capacity());
+        buf.freeze()
     }
 
     /// The `next` message for `seq` with `data` (the JSON text of the
@@ -104,7 +167,8 @@ impl Shape {
         let mut out = Vec::with_capacity(3);
         let mut buf = BytesMut::with_capacity(self.first_len(extensions, seq_text.len()) + 10);
         wire::put_text_header(&mut buf, len);
-        self.put_head(&mut buf, extensions);
+        self.put_own(&mut buf, extensions);
+        buf.put_slice(DATA.as_bytes());
         let last = if self.tail.is_some() {
             self.parts.iter().rposition(|p| *p == Part::Data)
         } else {
@@ -131,16 +195,22 @@ impl Shape {
     }
 
     /// [`Shape::render`] as one frame, written in one buffer: what a
-    /// conflating channel queues (it replaces whole frames), and what a
-    /// small message costs less as (one allocation and a copy of `data`
-    /// instead of three shared parts, each reference-counted twice).
+    /// conflating channel queues (it replaces whole frames).
     pub fn render_whole(&self, extensions: Option<&str>, seq: u64, data: &[u8]) -> Bytes {
         let mut digits = itoa::Buffer::new();
         let seq_text = digits.format(seq);
         let len = self.len(extensions, seq_text.len(), data.len());
-        let mut buf = BytesMut::with_capacity(len + 10);
+        let mut buf = BytesMut::with_capacity(header_len(len) + len);
         wire::put_text_header(&mut buf, len);
-        self.put_head(&mut buf, extensions);
+        self.put_own(&mut buf, extensions);
+        buf.put_slice(DATA.as_bytes());
+        self.put_parts(&mut buf, seq_text, data);
+        debug_assert_eq!(buf.len(), buf.capacity());
+        buf.freeze()
+    }
+
+    /// The `data` object's inside with its holes filled, and the closing.
+    fn put_parts(&self, buf: &mut BytesMut, seq_text: &str, data: &[u8]) {
         let last = if self.tail.is_some() {
             self.parts.iter().rposition(|p| *p == Part::Data)
         } else {
@@ -154,43 +224,49 @@ impl Shape {
                     buf.put_slice(data);
                     if let (Some(tail), true) = (&self.tail, Some(i) == last) {
                         buf.put_slice(tail);
-                        return buf.freeze();
+                        return;
                     }
                 }
             }
         }
         buf.put_slice(CLOSE.as_bytes());
-        buf.freeze()
     }
 
-    fn put_head(&self, buf: &mut BytesMut, extensions: Option<&str>) {
+    /// The head and `extensions`: what is this subscription's own.
+    fn put_own(&self, buf: &mut BytesMut, extensions: Option<&str>) {
         buf.put_slice(self.head.as_bytes());
         if let Some(x) = extensions {
             buf.put_slice(br#""extensions":"#);
             buf.put_slice(x.as_bytes());
             buf.put_u8(b',');
         }
-        buf.put_slice(br#""data":{"#);
     }
 
     /// The payload's length.
     fn len(&self, extensions: Option<&str>, seq: usize, data: usize) -> usize {
-        let parts: usize = self
-            .parts
+        self.head_len(extensions) + self.parts_len(seq, data) + CLOSE.len()
+    }
+
+    /// The `data` object's inside, holes filled.
+    fn parts_len(&self, seq: usize, data: usize) -> usize {
+        self.parts
             .iter()
             .map(|p| match p {
                 Part::Lit(s) => s.len(),
                 Part::Seq => seq,
                 Part::Data => data,
             })
-            .sum();
-        self.head_len(extensions) + parts + CLOSE.len()
+            .sum()
     }
 
+    /// The subscription's own part ([`Shape::put_own`]).
+    fn own_len(&self, extensions: Option<&str>) -> usize {
+        self.head.len() + extensions.map_or(0, |x| r#""extensions":,"#.len() + x.len())
+    }
+
+    /// Everything before the `data` object's inside.
     fn head_len(&self, extensions: Option<&str>) -> usize {
-        self.head.len()
-            + extensions.map_or(0, |x| r#""extensions":,"#.len() + x.len())
-            + r#""data":{"#.len()
+        self.own_len(extensions) + DATA.len()
     }
 
     /// The first part's length (the buffer allocated per message).
@@ -205,6 +281,18 @@ impl Shape {
             })
             .sum();
         self.head_len(extensions) + upto + CLOSE.len()
+    }
+}
+
+/// How long `wire::put_text_header`'s header for a `len`-byte payload is
+/// (a buffer sized exactly becomes a `Bytes` without another allocation).
+fn header_len(len: usize) -> usize {
+    if len < 126 {
+        2
+    } else if len <= usize::from(u16::MAX) {
+        4
+    } else {
+        10
     }
 }
 

@@ -2,7 +2,9 @@
 //! (its own number, so one connection may hold several on a channel) whose
 //! sink renders each message into the subscription's `next` message
 //! ([`Shape`]) and queues it in the socket's outbox ([`Outlet`]), bounded
-//! by the socket's gauge like every subscription of the socket.
+//! by the socket's gauge like every subscription of the socket. A live
+//! message's body is rendered once per fan-out for all subscriptions with
+//! the same selection ([`Renders`]); each copies it after its own head.
 //!
 //! Its position sits under its own lock, as a socket's do beside its
 //! queue: `Joining` holds live messages until the recovered history is
@@ -19,13 +21,14 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 
 use super::shape::Shape;
-use crate::hub::{DirectSink, Joined};
+use crate::hub::{DirectSink, Joined, OutboundGauge, Renders};
 use crate::node::dialect::{Backlog, Outlet, Step};
 use crate::protocol::wire;
 
-/// Messages whose `data` is at most this many bytes are rendered as one
-/// frame (copying `data` costs less than sharing it in parts); larger
-/// ones are queued in parts around the hub's bytes.
+/// Messages whose `data` is at most this many bytes are queued as one
+/// frame per subscription: its own head and a copy of the body rendered
+/// once per fan-out (for small messages a copy costs less than queueing
+/// parts); larger ones are queued in parts around the hub's bytes.
 const WHOLE_MAX: usize = 1024;
 
 /// A delivery held while joining: its bytes stay counted in the gauge.
@@ -112,37 +115,44 @@ impl OpSink {
 
     /// Renders and queues `seq`; `reserved` is what the gauge already
     /// counts for it (the hub's frame, or nothing for recovered history).
+    /// `renders` holds the bodies rendered of this message so far (the
+    /// fan-out's, or one of this subscription's own for history).
     fn queue(
         &self,
         st: &mut State,
-        seq: u64,
-        frame: &Bytes,
+        (seq, frame): (u64, &Bytes),
         key: Option<Arc<str>>,
         reserved: usize,
+        renders: &mut Renders,
     ) {
         let gauge = self.outlet.gauge();
         let data = wire::message_data_slice(frame, &self.channel, seq);
         let ext = st.first.take();
         match key {
             None if data.len() <= WHOLE_MAX => {
-                let whole = self.shape.render_whole(ext.as_deref(), seq, data);
-                gauge.add(whole.len());
-                gauge.release(reserved);
-                self.outlet.push_frame(whole);
+                let body_key = self.shape.body_key();
+                let frame = match renders.get(body_key) {
+                    Some(body) => self.shape.render_around(ext.as_deref(), body),
+                    None => {
+                        let body = self.shape.render_body(seq, data);
+                        renders.keep(body_key, &body);
+                        self.shape.render_around(ext.as_deref(), &body)
+                    }
+                };
+                recount(gauge, reserved, frame.len());
+                self.outlet.push_frame(frame);
                 st.sent = seq;
             }
             None => {
                 let data = wire::message_data(frame, &self.channel, seq);
-                let parts = self.shape.render(ext.as_deref(), seq, &data);
-                gauge.add(parts.iter().map(Bytes::len).sum());
-                gauge.release(reserved);
-                self.outlet.push(&parts);
+                let mut parts = self.shape.render(ext.as_deref(), seq, &data);
+                recount(gauge, reserved, parts.iter().map(Bytes::len).sum());
+                self.outlet.push(&mut parts);
                 st.sent = seq;
             }
             Some(key) => {
                 let whole = self.shape.render_whole(ext.as_deref(), seq, data);
-                gauge.add(whole.len());
-                gauge.release(reserved);
+                recount(gauge, reserved, whole.len());
                 if self.outlet.push_keyed(&self.slot, key, whole) {
                     st.sent = seq;
                 } else {
@@ -197,7 +207,13 @@ impl OpSink {
         for h in held {
             if h.seq > last && st.broken_at.is_none_or(|b| h.seq < b) {
                 last = h.seq;
-                self.queue(st, h.seq, &h.frame, h.key, h.frame.len());
+                self.queue(
+                    st,
+                    (h.seq, &h.frame),
+                    h.key,
+                    h.frame.len(),
+                    &mut Renders::default(),
+                );
             } else {
                 if h.seq > last {
                     st.dropped += 1;
@@ -239,7 +255,14 @@ impl OpSink {
 }
 
 impl DirectSink for OpSink {
-    fn message(&self, _channel: &Arc<str>, seq: u64, frame: Bytes, key: Option<&Arc<str>>) {
+    fn message(
+        &self,
+        _channel: &Arc<str>,
+        seq: u64,
+        frame: &Bytes,
+        key: Option<&Arc<str>>,
+        renders: &mut Renders,
+    ) {
         let mut st = self.state.lock();
         match &mut st.pos {
             Pos::Live(last) if seq > *last => {
@@ -250,11 +273,11 @@ impl DirectSink for OpSink {
                     self.outlet.gauge().release(frame.len());
                     return;
                 }
-                self.queue(&mut st, seq, &frame, key.cloned(), frame.len());
+                self.queue(&mut st, (seq, frame), key.cloned(), frame.len(), renders);
             }
             Pos::Joining(held) => held.push(Held {
                 seq,
-                frame,
+                frame: frame.clone(),
                 key: key.cloned(),
             }),
             Pos::Recovering {
@@ -263,7 +286,7 @@ impl DirectSink for OpSink {
                 *held_bytes += frame.len();
                 held.push(Held {
                     seq,
-                    frame,
+                    frame: frame.clone(),
                     key: key.cloned(),
                 });
             }
@@ -318,7 +341,7 @@ impl Backlog for OpSink {
             let Some((seq, frame)) = backlog.pop_front() else {
                 break;
             };
-            self.queue(&mut st, seq, &frame, None, 0);
+            self.queue(&mut st, (seq, &frame), None, 0, &mut Renders::default());
             step.moved = true;
         }
         if let Pos::Recovering { held, last, .. } = std::mem::replace(&mut st.pos, Pos::Ended) {
@@ -329,9 +352,22 @@ impl Backlog for OpSink {
     }
 }
 
+/// The gauge counted `reserved` bytes for a message now queued as `len`
+/// (one update, not two: the socket's writer updates it too).
+fn recount(gauge: &OutboundGauge, reserved: usize, len: usize) {
+    if len >= reserved {
+        gauge.add(len - reserved);
+    } else {
+        gauge.release(reserved - len);
+    }
+}
+
 /// `extensions` with `"recovered"` first (§2's answer to `since`).
 fn with_recovered(extensions: &str, recovered: bool) -> String {
     let rest = extensions.strip_prefix('{').unwrap_or("}");
     let sep = if rest.starts_with('}') { "" } else { "," };
     format!("{{\"recovered\":{recovered}{sep}{rest}")
 }
+
+#[cfg(test)]
+mod tests;

@@ -15,6 +15,9 @@ fn next(query: &str, vars: Json, ext: Option<&str>, seq: u64, data: &str) -> (Js
     let whole = shape.render_whole(ext, seq, &data);
     let joined: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
     assert_eq!(joined, whole.to_vec());
+    // The subscription's own head around the shared body is the same frame.
+    let body = shape.render_body(seq, &data);
+    assert_eq!(shape.render_around(ext, &body), whole);
     let v = serde_json::from_slice(wire::payload(&whole)).unwrap();
     (v, parts)
 }
@@ -142,4 +145,55 @@ fn a_large_message_gets_the_long_frame_header() {
         70_000
     );
     assert_eq!(v["payload"]["data"]["messages"]["seq"], 1);
+}
+
+fn shape(query: &str, vars: Json, id: &str) -> Shape {
+    let doc = parse_query(query).unwrap();
+    let (_, op) = doc.operations.iter().next().unwrap();
+    Shape::compile(&doc, &op.node, &Variables::from_json(vars), id, "doc:1")
+}
+
+#[test]
+fn the_body_is_the_selections_and_the_head_the_subscriptions_own() {
+    let plain = r#"subscription { messages(channel: "doc:1") { seq data } }"#;
+    let a = shape(plain, json!({}), "0b6c1e52-6f0e-4a8e-9c3d-2f5a7d1b9e40");
+    let b = shape(plain, json!({}), "1");
+    assert_eq!(a.body_key(), b.body_key(), "ids are not in the body");
+    let body = a.render_body(5, b"[1]");
+    assert_eq!(body, b.render_body(5, b"[1]"));
+    assert_eq!(&body[..], br#""data":{"messages":{"seq":5,"data":[1]}}}}"#);
+    for (s, ext) in [(&a, None), (&b, Some(r#"{"rateLimit":{"cost":3}}"#))] {
+        assert_eq!(s.render_around(ext, &body), s.render_whole(ext, 5, b"[1]"));
+    }
+    // The same selection reached through a fragment and a variable is the
+    // same body.
+    let via = shape(
+        r#"subscription($d: Boolean!) { messages(channel: "doc:1") { ...F data @include(if: $d) } }
+           fragment F on Message { seq }"#,
+        json!({"d": true}),
+        "2",
+    );
+    assert_eq!(via.body_key(), a.body_key());
+    // Any difference in what is selected, or how it is named, is another
+    // body.
+    for other in [
+        r#"subscription { messages(channel: "doc:1") { data seq } }"#,
+        r#"subscription { m: messages(channel: "doc:1") { seq data } }"#,
+        r#"subscription { messages(channel: "doc:1") { s: seq data } }"#,
+        r#"subscription { messages(channel: "doc:1") { seq data channel } }"#,
+        r#"subscription { messages(channel: "doc:1") { seq } }"#,
+        r#"subscription { messages(channel: "doc:1") { data } }"#,
+        r#"subscription { messages(channel: "doc:1") { seq data __typename } }"#,
+        r#"subscription { __typename messages(channel: "doc:1") { seq data } }"#,
+    ] {
+        let o = shape(other, json!({}), "1");
+        assert_ne!(o.body_key(), a.body_key(), "{other}");
+        assert_ne!(o.render_body(5, b"[1]"), body, "{other}");
+    }
+    let skipped = shape(
+        r#"subscription($d: Boolean!) { messages(channel: "doc:1") { seq data @include(if: $d) } }"#,
+        json!({"d": false}),
+        "1",
+    );
+    assert_ne!(skipped.body_key(), a.body_key());
 }
