@@ -6,14 +6,14 @@
 //! the grants and the subscription cap; and an observer on a node with no
 //! members of the channel (one Redis and a three-master Redis Cluster).
 
-use std::time::{Duration, Instant};
-
 use serde_json::{Value, json};
 use tidegate::auth::{Claims, unix_now};
 
-use crate::cluster::{bridge_up, node, prefix};
-use crate::common::{API_KEY, Broker, Client, PATIENCE};
+use crate::cluster::{node, prefix};
+use crate::common::{API_KEY, Broker, Client};
 use crate::graphql_ws::{SUB, connected, next_for, subscribe};
+use crate::presence_cluster::up;
+use crate::presence_single::{conns, sorted};
 use crate::redis_cluster::{Backend, on_both};
 
 const PRESENCE: &str = "subscription($c: String!) { presence(channel: $c) { channel joins { connId info } leaves { connId } } }";
@@ -63,22 +63,6 @@ async fn member(b: &Broker, user: &str, channel: &str) -> (Client, String) {
     c.until(|v| v["type"] == "presence_diff" && conns(&v["joins"]).contains(&conn))
         .await;
     (c, conn)
-}
-
-fn conns(list: &Value) -> Vec<String> {
-    let mut v: Vec<String> = list
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["connId"].as_str().unwrap().to_owned())
-        .collect();
-    v.sort();
-    v
-}
-
-fn sorted(mut v: Vec<String>) -> Vec<String> {
-    v.sort();
-    v
 }
 
 /// The `data.presence` of a `next` for `id`.
@@ -211,15 +195,6 @@ async fn grants_presence_and_the_subscription_cap_refuse_one_operation() {
     g.send(json!({"type":"complete","id":"p"})).await;
     subscribe(&mut g, "y", CHEAP, json!({"c":"note:h"})).await;
     assert_eq!(next_for(&mut g, "y").await["type"], "next");
-}
-
-async fn up(b: &Broker) {
-    bridge_up(b, true).await;
-    let deadline = Instant::now() + PATIENCE;
-    while !b.node.presence.is_up() {
-        assert!(Instant::now() < deadline, "presence never reached Redis");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 async fn an_observer_on_a_node_without_members_gets_them_and_their_diffs(redis: &impl Backend) {

@@ -11,6 +11,7 @@ use tidegate::auth::{Claims, unix_now};
 
 use crate::cluster::{bridge_up, node, prefix};
 use crate::common::{Broker, Client, PATIENCE};
+use crate::presence_single::conns;
 use crate::redis_cluster::{Backend, on_both};
 use crate::redis_server::RedisServer;
 
@@ -45,24 +46,15 @@ async fn join_at(ws: &str, token: &str, channel: &str) -> (Client, String, Value
     (c, conn, ack)
 }
 
-async fn up(b: &Broker) {
+/// The bridge is up and presence reached Redis (shared with the GraphQL
+/// presence tests).
+pub(crate) async fn up(b: &Broker) {
     bridge_up(b, true).await;
     let deadline = Instant::now() + PATIENCE;
     while !b.node.presence.is_up() {
         assert!(Instant::now() < deadline, "presence never reached Redis");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-fn conns(v: &Value) -> Vec<String> {
-    let mut out: Vec<String> = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["connId"].as_str().unwrap().to_owned())
-        .collect();
-    out.sort();
-    out
 }
 
 /// Reads presence through `c` until `pred` holds (the other node's view

@@ -40,7 +40,8 @@ async fn join(b: &Broker, user: &str, channel: &str) -> (Client, String) {
     (c, conn)
 }
 
-fn conns(list: &Value) -> Vec<String> {
+/// The `connId`s of a member list, sorted (shared by the presence tests).
+pub(crate) fn conns(list: &Value) -> Vec<String> {
     let mut v: Vec<String> = list
         .as_array()
         .unwrap()
@@ -51,7 +52,7 @@ fn conns(list: &Value) -> Vec<String> {
     v
 }
 
-fn sorted(mut v: Vec<String>) -> Vec<String> {
+pub(crate) fn sorted(mut v: Vec<String>) -> Vec<String> {
     v.sort();
     v
 }
