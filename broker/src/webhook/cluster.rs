@@ -27,14 +27,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
-use tokio::sync::OnceCell;
 
 use super::event::{Event, kind_of};
 use super::scripts;
-use crate::cluster::redis::{Conn, RedisTarget};
+use crate::cluster::redis::{Conn, Link, RedisTarget};
 use crate::config::{ClusterMode, Config};
 
 const GROUP: &str = "tidegate";
@@ -68,18 +64,9 @@ impl From<&Config> for Params {
     }
 }
 
-/// How the webhooks reach Redis: a reconnecting connection to one Redis,
-/// or a Redis Cluster connection (routing each command to its slot's shard
-/// and following `MOVED`), made at first use since the redis crate has no
-/// lazy one, and kept: it reconnects to a shard by itself.
-enum Link {
-    Single(ConnectionManager),
-    Cluster {
-        client: Box<ClusterClient>,
-        conn: OnceCell<ClusterConnection>,
-    },
-}
-
+/// The webhooks' shared state in Redis, reached over a [`Link`] (one
+/// Redis, or a Redis Cluster connection routing each command to its slot's
+/// shard).
 pub struct Cluster {
     link: Link,
     prefix: String,
@@ -101,25 +88,7 @@ impl Cluster {
         let target = config.redis.clone().map_err(|e| {
             redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "cluster", e))
         })?;
-        let link = if config.sharded {
-            let client = target
-                .cluster_builder()
-                .connection_timeout(COMMAND_TIMEOUT)
-                .response_timeout(COMMAND_TIMEOUT)
-                .retries(1)
-                .build()?;
-            Link::Cluster {
-                client: Box::new(client),
-                conn: OnceCell::new(),
-            }
-        } else {
-            let cm = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(COMMAND_TIMEOUT))
-                .set_response_timeout(Some(COMMAND_TIMEOUT))
-                .set_number_of_retries(1)
-                .set_max_delay(COMMAND_TIMEOUT);
-            Link::Single(ConnectionManager::new_lazy_with_config(target.client, cm)?)
-        };
+        let link = Link::new(&target, config.sharded, COMMAND_TIMEOUT, COMMAND_TIMEOUT)?;
         Ok(Arc::new(Cluster {
             link,
             prefix: config.key_prefix.clone(),
@@ -135,22 +104,7 @@ impl Cluster {
     /// A connection for one call; on Redis Cluster the first call
     /// connects (a failed attempt is retried by the next call).
     async fn conn(&self) -> redis::RedisResult<Conn> {
-        match &self.link {
-            Link::Single(c) => Ok(Conn::Single(c.clone())),
-            Link::Cluster { client, conn } => {
-                let c = conn
-                    .get_or_try_init(|| async {
-                        tokio::time::timeout(COMMAND_TIMEOUT, client.get_async_connection())
-                            .await
-                            .unwrap_or_else(|_| {
-                                Err((redis::ErrorKind::Io, "Redis Cluster connection timed out")
-                                    .into())
-                            })
-                    })
-                    .await?;
-                Ok(Conn::Cluster(c.clone()))
-            }
-        }
+        self.link.conn().await
     }
 
     /// Appends `event`; returns how many old events the trim dropped.

@@ -45,7 +45,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-pub use conn::Conn;
+pub use conn::{Conn, Link};
 pub use control::{ControlSigner, Forged};
 pub use open::RedisTarget;
 use parking_lot::Mutex;

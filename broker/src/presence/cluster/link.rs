@@ -1,6 +1,7 @@
-//! How presence reaches Redis: one Redis through a reconnecting manager,
-//! or a Redis Cluster through a cluster connection that sends each script
-//! to the shard owning its channel's slot (following `MOVED`). The events
+//! How presence hears Redis (its commands go over a
+//! [`crate::cluster::redis::Link`]: one Redis through a reconnecting
+//! manager, or a Redis Cluster connection that sends each script to the
+//! shard owning its channel's slot, following `MOVED`). The events
 //! topic is classic pub/sub on either: on Redis Cluster a `PUBLISH` (from
 //! the join and leave scripts, whatever shard runs them) is forwarded to
 //! every shard, and the node's subscription sits on the shard owning the
@@ -11,78 +12,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{ProtocolVersion, PushInfo, PushKind, Value};
-use tokio::sync::{OnceCell, mpsc};
+use tokio::sync::mpsc;
 
 use super::{COMMAND_TIMEOUT, RedisPresence};
-use crate::cluster::redis::{Conn, RedisTarget};
 
 /// A pause between attempts to reach the events topic again.
 const RETRY: Duration = Duration::from_millis(200);
-
-/// The command connection.
-pub(super) enum Link {
-    Single(ConnectionManager),
-    /// Made at first use (the redis crate has no lazy cluster connection)
-    /// and kept: it reconnects to a shard by itself.
-    Cluster {
-        client: Box<ClusterClient>,
-        conn: OnceCell<ClusterConnection>,
-    },
-}
-
-impl Link {
-    pub(super) fn new(target: &RedisTarget, sharded: bool) -> redis::RedisResult<Link> {
-        if sharded {
-            let client = target
-                .cluster_builder()
-                .connection_timeout(COMMAND_TIMEOUT)
-                .response_timeout(COMMAND_TIMEOUT)
-                .retries(1)
-                .build()?;
-            return Ok(Link::Cluster {
-                client: Box::new(client),
-                conn: OnceCell::new(),
-            });
-        }
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(COMMAND_TIMEOUT))
-            .set_response_timeout(Some(COMMAND_TIMEOUT))
-            .set_number_of_retries(1)
-            .set_max_delay(COMMAND_TIMEOUT);
-        Ok(Link::Single(ConnectionManager::new_lazy_with_config(
-            target.client.clone(),
-            config,
-        )?))
-    }
-
-    /// A connection for one call; `None` when the cluster cannot be
-    /// reached (the next call tries again).
-    pub(super) async fn conn(&self) -> Option<Conn> {
-        match self {
-            Link::Single(c) => Some(Conn::Single(c.clone())),
-            Link::Cluster { client, conn } => {
-                let made = conn
-                    .get_or_try_init(|| async {
-                        match tokio::time::timeout(
-                            COMMAND_TIMEOUT * 2,
-                            client.get_async_connection(),
-                        )
-                        .await
-                        {
-                            Ok(r) => r,
-                            Err(_) => Err((redis::ErrorKind::Io, "timed out").into()),
-                        }
-                    })
-                    .await;
-                made.ok().map(|c| Conn::Cluster(c.clone()))
-            }
-        }
-    }
-}
 
 /// Follows the other nodes' joins and leaves on one Redis; a lost
 /// subscription is an outage until the next renewal succeeds.

@@ -26,9 +26,8 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use super::{Full, Presence, Roster};
-use crate::cluster::redis::RedisTarget;
+use crate::cluster::redis::{Link, RedisTarget};
 use crate::protocol::presence::Member;
-use link::Link;
 use wire::{Event, JOIN, LEAVE, READ, Wire};
 
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
@@ -121,7 +120,7 @@ impl RedisPresence {
     }
 
     pub(super) async fn conn(&self) -> Option<crate::cluster::redis::Conn> {
-        self.link.get()?.conn().await
+        self.link.get()?.conn().await.ok()
     }
 
     /// This node's hash of `channel`'s members.
@@ -219,7 +218,12 @@ impl RedisPresence {
     }
 
     pub(super) fn start(self: Arc<Self>) {
-        match Link::new(&self.target, self.sharded) {
+        match Link::new(
+            &self.target,
+            self.sharded,
+            COMMAND_TIMEOUT,
+            COMMAND_TIMEOUT * 2,
+        ) {
             Ok(l) => {
                 let _ = self.link.set(l);
             }
