@@ -39,7 +39,7 @@ use super::inbound::Pipe;
 use super::outbox::{Next, Outbox};
 
 /// What a transport writes, and what client bytes are to it.
-pub trait Feed {
+pub trait Feed: Unpin {
     /// Fills the (empty) `batch` with the next bytes to write.
     fn fill(
         &mut self,
@@ -100,7 +100,7 @@ enum Phase {
 }
 
 /// Drives one socket's TCP connection until it is closed.
-pub struct Transport<T, F = Frames> {
+pub struct Transport<T, F: Feed = Frames> {
     io: T,
     feed: F,
     /// To the actor's inbound stream; `None` once the client's side ended.

@@ -92,7 +92,7 @@ fn takes(req: &Request, codec: &h1::Codec) -> bool {
         && req.version() == Version::HTTP_11
         && codec.message_type() == MessageType::None
         && !codec.upgrade()
-        && !req.headers().contains_key(actix_http::header::EXPECT)
+        && !req.head().headers.contains_key(actix_http::header::EXPECT)
 }
 
 impl Taker {
@@ -142,7 +142,7 @@ impl Taker {
             }
             scanned = buf.len();
             buf.reserve(1024);
-            let read = actix_rt::time::timeout_at(deadline.into(), io.read_buf(&mut buf));
+            let read = tokio::time::timeout_at(deadline.into(), io.read_buf(&mut buf));
             match read.await {
                 Err(_) => {
                     self.request_timeout(io).await;
