@@ -42,9 +42,15 @@ async fn a_pipelined_request_is_dropped_and_the_close_comes_before_a_clean_fin()
     let mut after = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n".to_vec();
     after.extend(std::iter::repeat_n(b'x', 16 * 1024));
     let tcp = TcpStream::connect(broker.addr).await.unwrap();
-    let mut s = open_pipelined(tcp, broker.addr, &path(&broker, "channel=doc:1"), &[], &after)
-        .await
-        .expect("the stream opened");
+    let mut s = open_pipelined(
+        tcp,
+        broker.addr,
+        &path(&broker, "channel=doc:1"),
+        &[],
+        &after,
+    )
+    .await
+    .expect("the stream opened");
     assert_eq!(
         s.header("content-type").as_deref(),
         Some("text/event-stream")
@@ -78,7 +84,8 @@ async fn a_trickled_stream_head_is_cut_off_by_the_head_deadline() {
         path(&b, "channel=doc:1")
     );
     // A head that starts as a stream's, then is another request's.
-    let other = "GET /v1/sseq HTTP/1.1\r\nHost: t\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    let other =
+        "GET /v1/sseq HTTP/1.1\r\nHost: t\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
     let mut cut = Vec::new();
     for head in [stream.as_str(), other] {
         let s = TcpStream::connect(b.addr).await.unwrap();
@@ -130,5 +137,8 @@ async fn streams_refused_on_a_taken_connection_answer_then_close() {
         .await
         .err()
         .expect("no token");
-    assert_eq!((refused.0, refused.1["error"].as_str()), (401, Some("unauthorized")));
+    assert_eq!(
+        (refused.0, refused.1["error"].as_str()),
+        (401, Some("unauthorized"))
+    );
 }
