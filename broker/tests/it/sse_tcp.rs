@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -17,6 +17,7 @@ use crate::bounds_keepalive::healthz;
 use crate::common::{Broker, PATIENCE};
 use crate::faults_slowloris::{trickle, unfinished};
 use crate::sse_client::{Sse, open_on, open_pipelined};
+use crate::sse_stream::publish;
 
 fn path(broker: &Broker, channels: &str) -> String {
     format!("/v1/sse?token={}&{channels}", broker.token("acme"))
@@ -26,12 +27,6 @@ fn path(broker: &Broker, channels: &str) -> String {
 async fn welcome(s: &mut Sse) {
     assert!(s.next().await.unwrap().retry.is_some(), "retry first");
     assert!(s.event().await.is("welcome"));
-}
-
-async fn publish(broker: &Broker, channel: &str, n: u64) -> u64 {
-    let resp = broker.publish_http(channel, json!({"n": n})).await;
-    assert_eq!(resp.status(), 200);
-    resp.json::<Value>().await.unwrap()["seq"].as_u64().unwrap()
 }
 
 #[actix_rt::test]
