@@ -26,6 +26,10 @@ const COMPACT_MIN: usize = 64;
 struct Entry {
     /// Empty: a tombstone.
     frame: Bytes,
+    /// The rest of the same frame when it is queued as its own head and a
+    /// body other sockets share ([`OutQueue::push_pair`]); empty otherwise.
+    /// One entry, not two (`cont`), so a pair costs one slot of the ring.
+    rest: Bytes,
     slot: Option<Slot>,
     /// A later part of the frame the entry before began (a message sent in
     /// parts, [`OutQueue::push_parts`]): never separated from it.
@@ -62,6 +66,21 @@ impl OutQueue {
     pub fn push(&mut self, frame: Bytes) {
         self.entries.push_back(Entry {
             frame,
+            rest: Bytes::new(),
+            slot: None,
+            cont: false,
+        });
+    }
+
+    /// Queues one frame as `head` (its header and what is the socket's
+    /// own) followed by `rest` (bytes shared with other sockets, not
+    /// copied): one entry, which the transport writes as two slices.
+    #[inline]
+    pub fn push_pair(&mut self, head: Bytes, rest: Bytes) {
+        debug_assert!(!head.is_empty(), "an empty head is a tombstone");
+        self.entries.push_back(Entry {
+            frame: head,
+            rest,
             slot: None,
             cont: false,
         });
@@ -75,6 +94,7 @@ impl OutQueue {
         for (i, part) in parts.iter_mut().enumerate() {
             self.entries.push_back(Entry {
                 frame: std::mem::take(part),
+                rest: Bytes::new(),
                 slot: None,
                 cont: i > 0,
             });
@@ -108,6 +128,7 @@ impl OutQueue {
             self.slots.insert(slot.clone(), self.abs_back());
             self.entries.push_back(Entry {
                 frame,
+                rest: Bytes::new(),
                 slot: Some(slot),
                 cont: false,
             });
@@ -122,6 +143,7 @@ impl OutQueue {
         self.slots.insert(slot.clone(), self.abs_back());
         self.entries.push_back(Entry {
             frame,
+            rest: Bytes::new(),
             slot: Some(slot),
             cont: false,
         });
@@ -136,9 +158,10 @@ impl OutQueue {
             .contains_key(&Arc::new((channel.clone(), key.clone())))
     }
 
-    /// The next frame to send, skipping tombstones.
+    /// The next frame to send, skipping tombstones: its bytes, then the
+    /// shared rest of a pair ([`OutQueue::push_pair`]; empty otherwise).
     #[inline]
-    pub fn pop(&mut self) -> Option<Bytes> {
+    pub fn pop(&mut self) -> Option<(Bytes, Bytes)> {
         loop {
             let e = self.entries.pop_front()?;
             let abs = self.popped;
@@ -150,7 +173,7 @@ impl OutQueue {
                 self.keyed_bytes -= e.frame.len();
             }
             if !e.frame.is_empty() {
-                return Some(e.frame);
+                return Some((e.frame, e.rest));
             }
             self.tombstones -= 1;
         }
@@ -160,13 +183,16 @@ impl OutQueue {
     /// taken already (so the connection stays a valid WebSocket stream);
     /// returns the bytes thrown away.
     pub fn clear(&mut self) -> usize {
-        let rest = self.entries.iter().take_while(|e| e.cont).count();
-        let gone = self.entries.len() - rest;
+        let kept = self.entries.iter().take_while(|e| e.cont).count();
+        let gone = self.entries.len() - kept;
         self.popped += gone as u64;
         self.slots.clear();
         self.tombstones = 0;
         self.keyed_bytes = 0;
-        self.entries.drain(rest..).map(|e| e.frame.len()).sum()
+        self.entries
+            .drain(kept..)
+            .map(|e| e.frame.len() + e.rest.len())
+            .sum()
     }
 
     /// Live frames plus tombstones: what the queue holds in memory.
@@ -204,6 +230,16 @@ mod tests {
         wire::message("cur:1", seq, data)
     }
 
+    /// The next frame popped, a pair's two slices joined as the wire
+    /// carries them.
+    fn whole(q: &mut OutQueue) -> Option<Bytes> {
+        let (frame, rest) = q.pop()?;
+        if rest.is_empty() {
+            return Some(frame);
+        }
+        Some([frame, rest].concat().into())
+    }
+
     fn json(frame: &Bytes) -> serde_json::Value {
         serde_json::from_slice(wire::payload(frame)).unwrap()
     }
@@ -224,9 +260,9 @@ mod tests {
             );
             assert!(q.entries() <= 1 + 5 + 2 * COMPACT_MIN, "{}", q.entries());
         }
-        assert_eq!(q.pop().unwrap(), Bytes::from_static(b"\x81\x02hi"));
+        assert_eq!(whole(&mut q).unwrap(), Bytes::from_static(b"\x81\x02hi"));
         let mut got = Vec::new();
-        while let Some(f) = q.pop() {
+        while let Some(f) = whole(&mut q) {
             got.push(json(&f));
         }
         let seqs: Vec<u64> = got.iter().map(|v| v["seq"].as_u64().unwrap()).collect();
@@ -245,7 +281,7 @@ mod tests {
             Keyed::Queued(_)
         ));
         assert!(q.has_key(&ch, &k));
-        q.pop().unwrap();
+        whole(&mut q).unwrap();
         assert!(!q.has_key(&ch, &k));
         assert!(matches!(
             q.push_keyed(&ch, k.clone(), msg(2, "2"), ROOM),
@@ -260,7 +296,7 @@ mod tests {
             panic!("the unsent frame of the same channel and key is replaced");
         };
         assert_eq!(new, old + r#""conflated":true,"#.len());
-        let order: Vec<u64> = std::iter::from_fn(|| q.pop())
+        let order: Vec<u64> = std::iter::from_fn(|| whole(&mut q))
             .map(|f| json(&f)["seq"].as_u64().unwrap())
             .collect();
         assert_eq!(order, vec![3, 4]);
@@ -294,9 +330,9 @@ mod tests {
         ];
         q.push_parts(&mut parts.clone());
         q.push_parts(&mut parts.clone());
-        assert_eq!(q.pop().unwrap(), parts[0], "the first frame began");
+        assert_eq!(whole(&mut q).unwrap(), parts[0], "the first frame began");
         assert_eq!(q.clear(), 12, "the second frame is thrown away whole");
-        let rest: Vec<Bytes> = std::iter::from_fn(|| q.pop()).collect();
+        let rest: Vec<Bytes> = std::iter::from_fn(|| whole(&mut q)).collect();
         assert_eq!(rest, vec![parts[1].clone(), parts[2].clone()]);
         assert_eq!(q.clear(), 0);
     }
@@ -311,6 +347,35 @@ mod tests {
             panic!()
         };
         assert_eq!(q.clear(), new);
+        assert!(whole(&mut q).is_none());
+    }
+
+    #[test]
+    fn a_pair_is_one_entry_whose_shared_rest_is_not_copied() {
+        let mut q = OutQueue::default();
+        let ch: Arc<str> = Arc::from("cur:1");
+        let body = Bytes::from_static(b"\"data\":{}}}");
+        q.push_pair(Bytes::from_static(b"\x81\x0bhead"), body.clone());
+        q.push_keyed(&ch, Arc::from("a"), msg(1, "1"), ROOM);
+        q.push_pair(Bytes::from_static(b"\x81\x0bdaeh"), body.clone());
+        assert_eq!(q.entries(), 3, "one entry per pair");
+        let (head, rest) = q.pop().unwrap();
+        assert_eq!((&head[..], &rest[..]), (&b"\x81\x0bhead"[..], &body[..]));
+        assert_eq!(rest.as_ptr(), body.as_ptr(), "the shared bytes themselves");
+        assert_eq!(whole(&mut q).unwrap(), msg(1, "1"));
+        let (_, rest) = q.pop().unwrap();
+        assert_eq!(rest.as_ptr(), body.as_ptr());
+        assert!(q.pop().is_none());
+    }
+
+    #[test]
+    fn clear_counts_both_slices_of_a_pair() {
+        let mut q = OutQueue::default();
+        let body = Bytes::from(vec![b'x'; 100]);
+        q.push_pair(Bytes::from_static(b"head"), body.clone());
+        q.push(Bytes::from_static(b"frame"));
+        q.push_pair(Bytes::from_static(b"h"), body);
+        assert_eq!(q.clear(), 4 + 100 + 5 + 1 + 100);
         assert!(q.pop().is_none());
     }
 }

@@ -156,6 +156,21 @@ impl Shape {
         buf.freeze()
     }
 
+    /// The header and head of this subscription's `next` frame around a
+    /// `body` of `body_len` bytes, without `extensions`: queued before a
+    /// body shared by the fan-out ([`Shape::render_body`]), it makes the
+    /// same bytes as [`Shape::render_around`] with neither the body
+    /// copied nor, as long as `body_len` stays the same (the sink keeps
+    /// it), anything allocated per message.
+    pub fn render_head(&self, body_len: usize) -> Bytes {
+        let len = self.head.len() + body_len;
+        let mut buf = BytesMut::with_capacity(header_len(len) + self.head.len());
+        wire::put_text_header(&mut buf, len);
+        buf.put_slice(self.head.as_bytes());
+        debug_assert_eq!(buf.len(), buf.capacity());
+        buf.freeze()
+    }
+
     /// The `next` message for `seq` with `data` (the JSON text of the
     /// message's `data`, a slice of the hub's frame), in parts: header and
     /// head first. `extensions` (a JSON object's text) goes in the payload
