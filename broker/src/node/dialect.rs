@@ -118,8 +118,8 @@ pub trait Outlet: Send + Sync {
     /// bytes as `head` then `body`, with neither allocated nor copied per
     /// connection. An outbox keeps the two as one entry and writes them
     /// as two slices; by default they are queued as parts.
-    fn push_pair(&self, head: Bytes, body: Bytes) {
-        self.push(&mut [head, body]);
+    fn push_pair(&self, head: Bytes, body: Arc<Bytes>) {
+        self.push(&mut [head, Bytes::clone(&body)]);
     }
     /// Queues a conflating channel's message (one whole frame) in place of
     /// the unsent one with `key` in `slot` (§11). `false`: refused, a new

@@ -382,6 +382,7 @@ mod tests {
         let outbox = Outbox::new(gauge.clone(), Arc::new(Metrics::new()), mailbox.recipient());
         let on_drain = mailbox.recipient();
         let body = Bytes::from(br#""data":{"messages":{"seq":7,"data":1}}}"#.to_vec());
+        let shared = Arc::new(body.clone());
         let pair = |id: &str| {
             let head = format!(r#"{{"type":"next","id":"{id}","payload":{{"#);
             let mut h = vec![0x81, (head.len() + body.len()) as u8];
@@ -396,7 +397,7 @@ mod tests {
             if rest.is_empty() {
                 outbox.push_frame(head.clone());
             } else {
-                outbox.push_pair(head.clone(), rest.clone());
+                outbox.push_pair(head.clone(), shared.clone());
             }
         }
         let queued = 2 * body.len() + one.len() + two.len() + plain.len();
@@ -418,7 +419,7 @@ mod tests {
         gauge.add(three.len() + body.len());
         outbox.stop_deliveries(true);
         assert_eq!(gauge.pending(), three.len() + body.len());
-        outbox.push_pair(three, body);
+        outbox.push_pair(three, shared);
         assert_eq!(gauge.pending(), 0, "every byte reserved was sent or released");
         batch.clear();
         assert_ne!(outbox.take(&cx, &mut batch, 64, usize::MAX), Next::Write);

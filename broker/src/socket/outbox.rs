@@ -143,7 +143,7 @@ impl Outbox {
     /// a shared rest (a dialect's message around a body rendered once per
     /// fan-out, `socket/outlet.rs`).
     #[inline]
-    pub(super) fn push_pair_reserved(&self, s: &mut Shared, head: Bytes, rest: Bytes) {
+    pub(super) fn push_pair_reserved(&self, s: &mut Shared, head: Bytes, rest: Arc<Bytes>) {
         if s.state != State::Open {
             self.gauge.release(head.len() + rest.len());
             return;

@@ -37,7 +37,7 @@ impl Outlet for Outbox {
         Outbox::unlock_and_wake(s);
     }
 
-    fn push_pair(&self, head: Bytes, body: Bytes) {
+    fn push_pair(&self, head: Bytes, body: Arc<Bytes>) {
         let mut s = self.lock();
         if s.closing {
             drop(s);

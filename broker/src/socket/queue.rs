@@ -26,15 +26,27 @@ const COMPACT_MIN: usize = 64;
 struct Entry {
     /// Empty: a tombstone.
     frame: Bytes,
-    /// The rest of the same frame when it is queued as its own head and a
-    /// body other sockets share ([`OutQueue::push_pair`]); empty otherwise.
-    /// One entry, not two (`cont`), so a pair costs one slot of the ring.
-    rest: Bytes,
-    slot: Option<Slot>,
+    tag: Tag,
+}
+
+/// What else an [`Entry`] is. One field, not one per kind, so an entry
+/// stays 48 bytes (a `/v1/ws` delivery stores one into a cold ring slot
+/// per socket: a larger entry costs every delivery).
+#[derive(Debug)]
+enum Tag {
+    /// A frame of its own.
+    Whole,
     /// A later part of the frame the entry before began (a message sent in
     /// parts, [`OutQueue::push_parts`]): never separated from it.
-    cont: bool,
+    Cont,
+    /// A conflating channel's frame and its slot.
+    Keyed(Slot),
+    /// `frame` is the head of a frame whose rest, shared with other
+    /// sockets, follows ([`OutQueue::push_pair`]): one entry, not two.
+    Pair(Arc<Bytes>),
 }
+
+const _: () = assert!(std::mem::size_of::<Entry>() == 48);
 
 /// What pushing a keyed frame did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,9 +78,7 @@ impl OutQueue {
     pub fn push(&mut self, frame: Bytes) {
         self.entries.push_back(Entry {
             frame,
-            rest: Bytes::new(),
-            slot: None,
-            cont: false,
+            tag: Tag::Whole,
         });
     }
 
@@ -76,13 +86,11 @@ impl OutQueue {
     /// own) followed by `rest` (bytes shared with other sockets, not
     /// copied): one entry, which the transport writes as two slices.
     #[inline]
-    pub fn push_pair(&mut self, head: Bytes, rest: Bytes) {
+    pub fn push_pair(&mut self, head: Bytes, rest: Arc<Bytes>) {
         debug_assert!(!head.is_empty(), "an empty head is a tombstone");
         self.entries.push_back(Entry {
             frame: head,
-            rest,
-            slot: None,
-            cont: false,
+            tag: Tag::Pair(rest),
         });
     }
 
@@ -94,9 +102,7 @@ impl OutQueue {
         for (i, part) in parts.iter_mut().enumerate() {
             self.entries.push_back(Entry {
                 frame: std::mem::take(part),
-                rest: Bytes::new(),
-                slot: None,
-                cont: i > 0,
+                tag: if i > 0 { Tag::Cont } else { Tag::Whole },
             });
         }
     }
@@ -128,14 +134,12 @@ impl OutQueue {
             self.slots.insert(slot.clone(), self.abs_back());
             self.entries.push_back(Entry {
                 frame,
-                rest: Bytes::new(),
-                slot: Some(slot),
-                cont: false,
+                tag: Tag::Keyed(slot),
             });
             return Keyed::Queued(len);
         };
         let old = std::mem::take(&mut self.entries[i].frame).len();
-        self.entries[i].slot = None;
+        self.entries[i].tag = Tag::Whole;
         self.tombstones += 1;
         let frame = wire::conflated(&frame);
         let new = frame.len();
@@ -143,9 +147,7 @@ impl OutQueue {
         self.slots.insert(slot.clone(), self.abs_back());
         self.entries.push_back(Entry {
             frame,
-            rest: Bytes::new(),
-            slot: Some(slot),
-            cont: false,
+            tag: Tag::Keyed(slot),
         });
         self.maybe_compact();
         Keyed::Replaced { old, new }
@@ -166,14 +168,16 @@ impl OutQueue {
             let e = self.entries.pop_front()?;
             let abs = self.popped;
             self.popped += 1;
-            if let Some(slot) = e.slot
-                && self.slots.get(&slot) == Some(&abs)
-            {
-                self.slots.remove(&slot);
-                self.keyed_bytes -= e.frame.len();
+            match e.tag {
+                Tag::Keyed(slot) if self.slots.get(&slot) == Some(&abs) => {
+                    self.slots.remove(&slot);
+                    self.keyed_bytes -= e.frame.len();
+                }
+                Tag::Pair(rest) => return Some((e.frame, Bytes::clone(&rest))),
+                _ => {}
             }
             if !e.frame.is_empty() {
-                return Some((e.frame, e.rest));
+                return Some((e.frame, Bytes::new()));
             }
             self.tombstones -= 1;
         }
@@ -183,7 +187,11 @@ impl OutQueue {
     /// taken already (so the connection stays a valid WebSocket stream);
     /// returns the bytes thrown away.
     pub fn clear(&mut self) -> usize {
-        let kept = self.entries.iter().take_while(|e| e.cont).count();
+        let kept = self
+            .entries
+            .iter()
+            .take_while(|e| matches!(e.tag, Tag::Cont))
+            .count();
         let gone = self.entries.len() - kept;
         self.popped += gone as u64;
         self.slots.clear();
@@ -191,7 +199,10 @@ impl OutQueue {
         self.keyed_bytes = 0;
         self.entries
             .drain(kept..)
-            .map(|e| e.frame.len() + e.rest.len())
+            .map(|e| match &e.tag {
+                Tag::Pair(rest) => e.frame.len() + rest.len(),
+                _ => e.frame.len(),
+            })
             .sum()
     }
 
@@ -213,7 +224,7 @@ impl OutQueue {
         self.tombstones = 0;
         self.slots.clear();
         for (i, e) in self.entries.iter().enumerate() {
-            if let Some(slot) = &e.slot {
+            if let Tag::Keyed(slot) = &e.tag {
                 self.slots.insert(slot.clone(), self.popped + i as u64);
             }
         }
@@ -355,9 +366,10 @@ mod tests {
         let mut q = OutQueue::default();
         let ch: Arc<str> = Arc::from("cur:1");
         let body = Bytes::from_static(b"\"data\":{}}}");
-        q.push_pair(Bytes::from_static(b"\x81\x0bhead"), body.clone());
+        let shared = Arc::new(body.clone());
+        q.push_pair(Bytes::from_static(b"\x81\x0bhead"), shared.clone());
         q.push_keyed(&ch, Arc::from("a"), msg(1, "1"), ROOM);
-        q.push_pair(Bytes::from_static(b"\x81\x0bdaeh"), body.clone());
+        q.push_pair(Bytes::from_static(b"\x81\x0bdaeh"), shared);
         assert_eq!(q.entries(), 3, "one entry per pair");
         let (head, rest) = q.pop().unwrap();
         assert_eq!((&head[..], &rest[..]), (&b"\x81\x0bhead"[..], &body[..]));
@@ -371,7 +383,7 @@ mod tests {
     #[test]
     fn clear_counts_both_slices_of_a_pair() {
         let mut q = OutQueue::default();
-        let body = Bytes::from(vec![b'x'; 100]);
+        let body = Arc::new(Bytes::from(vec![b'x'; 100]));
         q.push_pair(Bytes::from_static(b"head"), body.clone());
         q.push(Bytes::from_static(b"frame"));
         q.push_pair(Bytes::from_static(b"h"), body);

@@ -143,7 +143,7 @@ impl OpSink {
                 let body = match renders.get(body_key) {
                     Some(body) => body.clone(),
                     None => {
-                        let body = self.shape.render_body(seq, data);
+                        let body = Arc::new(self.shape.render_body(seq, data));
                         renders.keep(body_key, &body);
                         body
                     }
