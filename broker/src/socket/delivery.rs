@@ -379,7 +379,11 @@ mod tests {
         use crate::node::dialect::Outlet;
         let mailbox = Mailbox.start();
         let gauge = Arc::new(OutboundGauge::new(1 << 20));
-        let outbox = Outbox::new(gauge.clone(), Arc::new(Metrics::new()), mailbox.recipient());
+        let outbox = Outbox::new(
+            gauge.clone(),
+            Arc::new(Metrics::new()),
+            mailbox.clone().recipient(),
+        );
         let on_drain = mailbox.recipient();
         let body = Bytes::from(br#""data":{"messages":{"seq":7,"data":1}}}"#.to_vec());
         let shared = Arc::new(body.clone());
@@ -420,7 +424,11 @@ mod tests {
         outbox.stop_deliveries(true);
         assert_eq!(gauge.pending(), three.len() + body.len());
         outbox.push_pair(three, shared);
-        assert_eq!(gauge.pending(), 0, "every byte reserved was sent or released");
+        assert_eq!(
+            gauge.pending(),
+            0,
+            "every byte reserved was sent or released"
+        );
         batch.clear();
         assert_ne!(outbox.take(&cx, &mut batch, 64, usize::MAX), Next::Write);
     }
