@@ -91,6 +91,9 @@ const TURNS: usize = 16;
 /// The most frames, and about the most bytes, one vectored write takes.
 pub(super) const BATCH_FRAMES: usize = 64;
 pub(super) const BATCH_BYTES: usize = 64 * 1024;
+/// The most slices one vectored write takes: a frame queued as a pair
+/// (its own head and a shared body, `socket/queue.rs`) is two.
+const BATCH_SLICES: usize = 2 * BATCH_FRAMES;
 
 enum Phase {
     Open,
@@ -195,9 +198,9 @@ impl<T: AsyncRead + AsyncWrite + Unpin, F: Feed> Transport<T, F> {
                     Next::Abort => return Poll::Ready(Err(())),
                 }
             }
-            let mut slices = [IoSlice::new(&[]); BATCH_FRAMES];
+            let mut slices = [IoSlice::new(&[]); BATCH_SLICES];
             let mut n = 0;
-            for frame in self.batch.iter().take(BATCH_FRAMES) {
+            for frame in self.batch.iter().take(BATCH_SLICES) {
                 slices[n] = IoSlice::new(frame);
                 n += 1;
             }
