@@ -251,7 +251,7 @@ impl Outbox {
 
 /// What the transport is to do next ([`Outbox::take`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Next {
+pub enum Next {
     /// Frames were moved to the transport's batch.
     Write,
     /// Nothing is queued; the transport is woken when something is.
