@@ -20,10 +20,16 @@ use bytes::Bytes;
 
 use crate::protocol::position::pair_token;
 
-/// Entries, by frame address (direct-mapped: a collision replaces the
-/// older entry). More than one batch of frames (`body.rs`, 64), so the
-/// streams that take the same batch one after the other all find it.
-const SLOTS: usize = 256;
+/// Entries, in [`SETS`] sets of [`WAYS`] by frame address: a frame is
+/// looked for in its set only, and a miss replaces the set's oldest
+/// entry. Direct-mapped (one way) was tried first: two frames in flight
+/// at once whose addresses hash alike evicted each other at every stream,
+/// so each of the 1,000 streams of a fan-out rendered them again.
+/// 256 entries cover more than the frames a worker's streams have in
+/// flight at once (a batch is 64 to 256 frames of the same publishes).
+const SETS: usize = 32;
+const WAYS: usize = 8;
+const SLOTS: usize = SETS * WAYS;
 
 /// Larger frames are rendered by each stream and never kept: with
 /// [`SLOTS`], what the memo holds per worker is bounded by 256 frames and
@@ -32,8 +38,8 @@ pub(super) const MAX_FRAME: usize = 4096;
 
 /// One message frame's shared rendering.
 pub(super) struct Message {
-    /// The key (kept alive: see the module's doc).
-    frame: Bytes,
+    /// The key's frame, kept alive (see the module's doc), never read.
+    _frame: Bytes,
     pub(super) channel: Box<str>,
     pub(super) seq: u64,
     /// The position's part for this channel at `seq` as a first pair
@@ -44,17 +50,39 @@ pub(super) struct Message {
     pub(super) event: Bytes,
 }
 
-thread_local! {
-    /// At most [`SLOTS`] entries of frames up to [`MAX_FRAME`] bytes.
-    static MEMO: RefCell<Box<[Option<Message>]>> =
-        RefCell::new((0..SLOTS).map(|_| None).collect());
+/// The keys of one worker's entries, scanned without touching the
+/// entries themselves: a set's keys are 8 × 16 bytes.
+#[derive(Clone, Copy, Default)]
+struct Key {
+    addr: usize,
+    len: u32,
+    /// When the entry was made (the worker's count of misses): the
+    /// smallest in a set is replaced.
+    made: u32,
 }
 
-fn slot(frame: &Bytes) -> usize {
+struct Memo {
+    keys: [Key; SLOTS],
+    entries: Box<[Option<Message>]>,
+    misses: u32,
+}
+
+thread_local! {
+    /// At most [`SLOTS`] entries of frames up to [`MAX_FRAME`] bytes.
+    static MEMO: RefCell<Memo> = RefCell::new(Memo {
+        keys: [Key::default(); SLOTS],
+        entries: (0..SLOTS).map(|_| None).collect(),
+        misses: 0,
+    });
+}
+
+/// The first slot of `frame`'s set.
+fn set(frame: &Bytes) -> usize {
     let addr = frame.as_ptr() as usize as u64;
     // Fibonacci hashing: allocations are aligned, so the low bits alone
-    // would use few slots.
-    (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SLOTS.trailing_zeros())) as usize
+    // would use few sets.
+    let set = (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SETS.trailing_zeros())) as usize;
+    set * WAYS
 }
 
 /// Calls `write` with `frame`'s rendering, made with `render` when this
@@ -67,23 +95,104 @@ pub(super) fn with<R>(
 ) -> Option<R> {
     debug_assert!(frame.len() <= MAX_FRAME);
     MEMO.with(|memo| {
-        let mut memo = memo.borrow_mut();
-        let entry = &mut memo[slot(frame)];
-        let hit = entry
-            .as_ref()
-            .is_some_and(|m| m.frame.as_ptr() == frame.as_ptr() && m.frame.len() == frame.len());
-        if !hit {
-            let (channel, seq, event) = render()?;
-            let mut first_token = String::new();
-            pair_token(true, &channel, seq, &mut first_token);
-            *entry = Some(Message {
-                frame: frame.clone(),
-                channel,
-                seq,
-                first_token,
-                event,
-            });
-        }
-        entry.as_ref().map(write)
+        let memo = &mut *memo.borrow_mut();
+        let first = set(frame);
+        let (addr, len) = (frame.as_ptr() as usize, frame.len() as u32);
+        let ways = &memo.keys[first..first + WAYS];
+        // A key names its frame only while its entry holds that frame
+        // (entries are made with their key and never emptied).
+        let at = match ways.iter().position(|k| k.addr == addr && k.len == len) {
+            Some(way) => first + way,
+            None => {
+                let (channel, seq, event) = render()?;
+                let mut first_token = String::new();
+                pair_token(true, &channel, seq, &mut first_token);
+                let way = (0..WAYS).min_by_key(|w| ways[*w].made).unwrap_or(0);
+                memo.misses = memo.misses.wrapping_add(1);
+                memo.keys[first + way] = Key {
+                    addr,
+                    len,
+                    made: memo.misses,
+                };
+                memo.entries[first + way] = Some(Message {
+                    _frame: frame.clone(),
+                    channel,
+                    seq,
+                    first_token,
+                    event,
+                });
+                first + way
+            }
+        };
+        memo.entries[at].as_ref().map(write)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use bytes::Bytes;
+
+    use super::{WAYS, set, with};
+
+    /// Renders `frame` through the memo, counting renderings in `made`.
+    fn write(frame: &Bytes, made: &Cell<usize>) -> u64 {
+        let render = || {
+            made.set(made.get() + 1);
+            Some((
+                "doc:1".into(),
+                frame.len() as u64,
+                Bytes::from_static(b"event"),
+            ))
+        };
+        with(frame, render, |m| m.seq).unwrap_or(0)
+    }
+
+    #[test]
+    fn frames_of_one_set_in_flight_together_are_each_rendered_once() {
+        // Frames kept alive together, then the ones that share a set: a
+        // direct-mapped memo renders such frames again at every stream.
+        let frames: Vec<Bytes> = (0..4000)
+            .map(|i| Bytes::from(vec![b'x'; 16 + i % 7]))
+            .collect();
+        let first = set(&frames[0]);
+        let same: Vec<&Bytes> = frames
+            .iter()
+            .filter(|f| set(f) == first)
+            .take(WAYS)
+            .collect();
+        assert_eq!(same.len(), WAYS, "4,000 frames fill every set");
+        let made = Cell::new(0);
+        for _stream in 0..3 {
+            for f in &same {
+                assert_eq!(write(f, &made), f.len() as u64);
+            }
+        }
+        assert_eq!(made.get(), WAYS);
+    }
+
+    #[test]
+    fn one_more_frame_than_a_set_holds_replaces_the_oldest() {
+        let frames: Vec<Bytes> = (0..4000).map(|_| Bytes::from(vec![b'y'; 24])).collect();
+        let first = set(&frames[0]);
+        let same: Vec<&Bytes> = frames
+            .iter()
+            .filter(|f| set(f) == first)
+            .take(WAYS + 1)
+            .collect();
+        assert_eq!(same.len(), WAYS + 1);
+        let made = Cell::new(0);
+        for f in &same {
+            write(f, &made);
+        }
+        assert_eq!(made.get(), WAYS + 1);
+        // The newest WAYS are still there; the first was replaced.
+        for f in &same[1..] {
+            write(f, &made);
+        }
+        assert_eq!(made.get(), WAYS + 1);
+        write(same[0], &made);
+        assert_eq!(made.get(), WAYS + 2);
+    }
 }
