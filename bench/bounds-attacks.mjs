@@ -22,6 +22,10 @@
 //                     nothing: how many are open after 30 s
 //   mapped-ban        a dual-stack listener, a ban of 127.0.0.6: does the
 //                     same client, seen as ::ffff:127.0.0.6, get in
+//   recovery-backlog-redis  the same in Redis mode (a node on its own
+//                     redis-server): 10 sockets subscribe with `since` to
+//                     5 channels of 100 x 60 KiB each and never read: RSS
+//                     growth (each join used to copy the whole lists)
 //   redis-history     a node on its own redis-server (16 MiB
 //                     history.cluster_max_bytes): 2,000 publishes of
 //                     60 KiB over 500 channels; the history bytes Redis
@@ -264,6 +268,71 @@ async function recoveryBacklog() {
   }
 }
 
+async function recoveryBacklogRedis() {
+  const redisPort = await freePort();
+  const redis = spawn("redis-server", ["--port", String(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], { stdio: "ignore" });
+  let b;
+  try {
+    await sleep(300);
+    b = await startBroker(
+      (c) =>
+        c
+          .replace('mode = "memory"', 'mode = "redis"')
+          .replace('redis_url = "redis://127.0.0.1:6379/"', `redis_url = "redis://127.0.0.1:${redisPort}/"`)
+          .replace("account_messages_per_sec = 100\n", "account_messages_per_sec = 100000\n")
+          .replace("account_burst = 200\n", "account_burst = 100000\n"),
+      { env: { TIDEGATE_CLUSTER_SECRET: "bounds-attacks-cluster-secret-0123456789" } },
+    );
+    await sleep(500); // the bridge connects
+    const data = "x".repeat(60 * 1024);
+    const channels = 5;
+    const since = [];
+    for (let c = 0; c < channels; c++) {
+      for (let i = 0; i < 100; i++) {
+        const r = await fetch(`${b.http}/v1/publish`, {
+          method: "POST",
+          headers: { authorization: "Bearer tidegate-sample-publish-key", "content-type": "application/json" },
+          body: JSON.stringify({ channel: `doc:rb${c}`, data }),
+        });
+        if (r.status !== 200) throw new Error(`publish ${i}: ${r.status} ${await r.text()}`);
+        const { seq } = await r.json();
+        if (i === 0) since.push(seq - 1);
+      }
+    }
+    await sleep(200);
+    const before = rssKiB(b.child.pid);
+    let peak = before;
+    const sockets = [];
+    const codes = [];
+    const n = 10;
+    for (let i = 0; i < n; i++) {
+      const ws = await openSocket(b.ws, `rbacklog${i}`);
+      ws._socket.pause();
+      ws.once("close", (code) => (codes[i] = code));
+      for (let c = 0; c < channels; c++) {
+        ws.send(JSON.stringify({ type: "subscribe", id: c, channel: `doc:rb${c}`, since: since[c] }));
+      }
+      sockets.push(ws);
+    }
+    const until = Date.now() + 10000;
+    while (Date.now() < until) {
+      peak = Math.max(peak, rssKiB(b.child.pid));
+      await sleep(50);
+    }
+    for (const ws of sockets) ws.terminate();
+    return {
+      historyMiB: +((channels * 100 * data.length) / (1 << 20)).toFixed(1),
+      rssBeforeMiB: +(before / 1024).toFixed(1),
+      rssPeakMiB: +(peak / 1024).toFixed(1),
+      growthMiB: +((peak - before) / 1024).toFixed(1),
+      wholeCopiesWouldBeMiB: +((n * channels * 100 * data.length) / (1 << 20)).toFixed(1),
+    };
+  } finally {
+    if (b) stop(b);
+    process.kill(redis.pid, "SIGKILL");
+  }
+}
+
 async function keepaliveTrickle() {
   const b = await startBroker();
   try {
@@ -464,6 +533,7 @@ async function redisHistory() {
 const ATTACKS = {
   "budget-flood": budgetFlood,
   "recovery-backlog": recoveryBacklog,
+  "recovery-backlog-redis": recoveryBacklogRedis,
   "keepalive-trickle": keepaliveTrickle,
   "upgrade-flood": upgradeFlood,
   "forged-xff": forgedXff,
