@@ -19,8 +19,8 @@
 //! wake.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Weak};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::task::{Context, Waker};
 
 use actix::{Message, Recipient};

@@ -59,7 +59,9 @@ impl Outbox {
             return;
         };
         let read = match s.subs.get_mut(name) {
-            Some(Sub::Recovering { backlog, .. }) => backlog.next_page(budget).zip(backlog.source()),
+            Some(Sub::Recovering { backlog, .. }) => {
+                backlog.next_page(budget).zip(backlog.source())
+            }
             _ => None,
         };
         let (Some((read, source)), Some(me)) = (read, self.me.upgrade()) else {

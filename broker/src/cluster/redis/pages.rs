@@ -38,7 +38,13 @@ impl RedisBridge {
     /// One page; `None` when Redis is away for the channel or does not
     /// answer (the recovery then ends, and says what it lost: it never
     /// waits for Redis to come back).
-    async fn read_page(&self, channel: &str, after: u64, until: u64, budget: usize) -> Option<Page> {
+    async fn read_page(
+        &self,
+        channel: &str,
+        after: u64,
+        until: u64,
+        budget: usize,
+    ) -> Option<Page> {
         let seq_key = self.key("seq", channel);
         let (mut conn, _in_flight) = self.command(&seq_key)?;
         let result: redis::RedisResult<(u64, Vec<Vec<u8>>)> = self
@@ -83,7 +89,9 @@ impl RedisBridge {
                 return out;
             };
             if recovery.fill(read.await) > 0 {
-                tracing::warn!("messages of a catch-up left the cluster's history before they were read");
+                tracing::warn!(
+                    "messages of a catch-up left the cluster's history before they were read"
+                );
             }
         }
     }

@@ -358,7 +358,13 @@ impl Backlog for OpSink {
             // A page's frames are counted in the gauge since they were read.
             let reserved = if paged { frame.len() } else { 0 };
             *page_bytes -= reserved;
-            self.queue(&mut st, (seq, &frame), None, reserved, &mut Renders::default());
+            self.queue(
+                &mut st,
+                (seq, &frame),
+                None,
+                reserved,
+                &mut Renders::default(),
+            );
             step.moved = true;
         }
         if let Pos::Recovering { held, last, .. } = std::mem::replace(&mut st.pos, Pos::Ended) {
