@@ -268,22 +268,33 @@ async function recoveryBacklog() {
   }
 }
 
-async function recoveryBacklogRedis() {
+/** A redis-server of its own on a free loopback port (the caller ends it by PID). */
+const startRedis = async () => {
   const redisPort = await freePort();
   const redis = spawn("redis-server", ["--port", String(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], { stdio: "ignore" });
+  return { redis, redisPort };
+};
+
+/** A broker bridged to the redis-server on `redisPort`, with the account budget raised for the publishes. */
+const startRedisBroker = (redisPort, patch = (c) => c) =>
+  startBroker(
+    (c) =>
+      patch(c)
+        .replace('mode = "memory"', 'mode = "redis"')
+        .replace('redis_url = "redis://127.0.0.1:6379/"', `redis_url = "redis://127.0.0.1:${redisPort}/"`)
+        .replace("account_messages_per_sec = 100\n", "account_messages_per_sec = 100000\n")
+        .replace("account_burst = 200\n", "account_burst = 100000\n"),
+    { env: { TIDEGATE_CLUSTER_SECRET: "bounds-attacks-cluster-secret-0123456789" } },
+  );
+
+async function recoveryBacklogRedis() {
+  const { redis, redisPort } = await startRedis();
   let b;
   try {
     await sleep(300);
-    b = await startBroker(
-      (c) =>
-        c
-          .replace('mode = "memory"', 'mode = "redis"')
-          .replace('redis_url = "redis://127.0.0.1:6379/"', `redis_url = "redis://127.0.0.1:${redisPort}/"`)
-          .replace("account_messages_per_sec = 100\n", "account_messages_per_sec = 100000\n")
-          .replace("account_burst = 200\n", "account_burst = 100000\n"),
-      { env: { TIDEGATE_CLUSTER_SECRET: "bounds-attacks-cluster-secret-0123456789" } },
-    );
-    await sleep(500); // the bridge connects
+    b = await startRedisBroker(redisPort);
+    // Publishes before the bridge is up would go to the node's own history.
+    for (let i = 0; i < 100 && !/^tidegate_cluster_bridge_up 1$/m.test(await (await fetch(`${b.http}/metrics`)).text()); i++) await sleep(100);
     const data = "x".repeat(60 * 1024);
     const channels = 5;
     const since = [];
@@ -320,7 +331,12 @@ async function recoveryBacklogRedis() {
       await sleep(50);
     }
     for (const ws of sockets) ws.terminate();
+    const metrics = await (await fetch(`${b.http}/metrics`)).text();
+    const series = (name) => Number(metrics.match(new RegExp(`^${name.replace(/[{}"]/g, "\\$&")} (\\S+)$`, "m"))?.[1] ?? 0);
     return {
+      joins: series('tidegate_redis_script_duration_seconds_count{script="join"}'),
+      pages: series('tidegate_redis_script_duration_seconds_count{script="page"}'),
+      closed4008: series('tidegate_rejections_total{layer="outbound",reason="slow_consumer_closed"}'),
       historyMiB: +((channels * 100 * data.length) / (1 << 20)).toFixed(1),
       rssBeforeMiB: +(before / 1024).toFixed(1),
       rssPeakMiB: +(peak / 1024).toFixed(1),
@@ -494,21 +510,11 @@ function histBytes(port) {
 }
 
 async function redisHistory() {
-  const redisPort = await freePort();
-  const redis = spawn("redis-server", ["--port", String(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], { stdio: "ignore" });
+  const { redis, redisPort } = await startRedis();
   let b;
   try {
     await sleep(300);
-    b = await startBroker(
-      (c) =>
-        c
-          .replace('mode = "memory"', 'mode = "redis"')
-          .replace('redis_url = "redis://127.0.0.1:6379/"', `redis_url = "redis://127.0.0.1:${redisPort}/"`)
-          .replace("cluster_max_bytes = 268435456", "cluster_max_bytes = 16777216")
-          .replace("account_messages_per_sec = 100\n", "account_messages_per_sec = 100000\n")
-          .replace("account_burst = 200\n", "account_burst = 100000\n"),
-      { env: { TIDEGATE_CLUSTER_SECRET: "bounds-attacks-cluster-secret-0123456789" } },
-    );
+    b = await startRedisBroker(redisPort, (c) => c.replace("cluster_max_bytes = 268435456", "cluster_max_bytes = 16777216"));
     const data = "x".repeat(60 * 1024);
     for (let i = 0; i < 2000; i++) {
       const r = await fetch(`${b.http}/v1/publish`, {

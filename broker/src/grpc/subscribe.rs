@@ -174,7 +174,7 @@ impl Events {
                 }
                 Some(Prelude::Recovered(channel, recovery)) => {
                     if let Some((seq, frame)) = recovery.pop() {
-                        return Poll::Ready(Some(message(&**channel, seq, &frame)));
+                        return Poll::Ready(Some(message(channel, seq, &frame)));
                     }
                     if let Some(read) = self.reading.as_mut() {
                         let page = std::task::ready!(read.as_mut().poll(cx));

@@ -7,11 +7,11 @@
 
 use std::time::Instant;
 
-use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
 use crate::bounds_memory::{
-    RECOVERY, held_to_the_mark_then_4008, history, live_rounds, never_reads, reading, rss,
+    RECOVERY, held_to_the_mark_then_4008, history, never_reads, reading,
+    recovers_every_channel_in_order_then_live, rss,
 };
 use crate::cluster::{bridge_up, node, prefix};
 use crate::common::{Broker, PATIENCE, masked_text, small_window, upgrade_on};
@@ -93,42 +93,9 @@ async fn sockets_recovering_redis_history_without_reading_do_not_grow_the_broker
 async fn a_reading_client_recovers_redis_history_in_order_without_gap_then_live_messages(
     redis: &impl Backend,
 ) {
-    // A 64 KiB mark: pages of at most 32 KiB, four messages each.
+    // A 64 KiB mark: pages of at most 32 KiB, three messages at most.
     let b = bridged(redis, RECOVERY).await;
-    let since = history(&b, 5, 100, 8 << 10).await;
-    let mut c = b.client("acme").await;
-    for (i, since) in since.iter().enumerate() {
-        c.send(json!({
-            "type": "subscribe", "channel": format!("doc:h{i}"), "since": since, "id": i
-        }))
-        .await;
-    }
-    let live = live_rounds(&b, 5, 20);
-    let mut last: Vec<u64> = since.clone();
-    let mut acked = [false; 5];
-    let end: Vec<u64> = since.iter().map(|s| s + 120).collect();
-    while last.iter().zip(&end).any(|(l, e)| l < e) {
-        let v = c.next_json().await;
-        match v["type"].as_str() {
-            Some("ack") => {
-                let i = v["id"].as_u64().unwrap() as usize;
-                assert_eq!(v["recovered"], true, "{v}");
-                // The position: the last recovered, or past it when live
-                // messages were published before the join.
-                assert!(v["seq"].as_u64().unwrap() >= since[i] + 100, "{v}");
-                acked[i] = true;
-            }
-            Some("message") => {
-                let ch: usize = v["channel"].as_str().unwrap()[5..].parse().unwrap();
-                let seq = v["seq"].as_u64().unwrap();
-                assert!(acked[ch], "doc:h{ch}: a message before its ack");
-                assert_eq!(seq, last[ch] + 1, "doc:h{ch}: a gap or a duplicate");
-                last[ch] = seq;
-            }
-            _ => panic!("unexpected {v}"),
-        }
-    }
-    live.await.unwrap();
+    recovers_every_channel_in_order_then_live(&b).await;
     assert!(
         b.metric("tidegate_redis_script_duration_seconds_count{script=\"page\"}")
             .await
