@@ -10,8 +10,9 @@
 use std::sync::Arc;
 
 use actix_web::body::{BoxBody, MessageBody};
+use actix_web::dev::RequestHead;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::header::{self, HeaderMap, HeaderValue};
 use actix_web::http::{Method, StatusCode};
 use actix_web::middleware::Next;
 use actix_web::{HttpResponse, web};
@@ -27,11 +28,15 @@ const MAX_AGE: &str = "600";
 /// The request's `Origin` when it is one of `cors_origins` and the path is
 /// one of [`PATHS`].
 fn allowed(req: &ServiceRequest) -> Option<HeaderValue> {
-    if !PATHS.contains(&req.path()) {
+    let node = req.app_data::<web::Data<Arc<Node>>>()?;
+    allowed_origin(node, req.path(), req.headers())
+}
+
+fn allowed_origin(node: &Node, path: &str, headers: &HeaderMap) -> Option<HeaderValue> {
+    if !PATHS.contains(&path) {
         return None;
     }
-    let origin = req.headers().get(header::ORIGIN)?;
-    let node = req.app_data::<web::Data<Arc<Node>>>()?;
+    let origin = headers.get(header::ORIGIN)?;
     let config = node.config.load();
     let text = origin.to_str().ok()?;
     config
@@ -40,6 +45,20 @@ fn allowed(req: &ServiceRequest) -> Option<HeaderValue> {
         .iter()
         .any(|o| o == text)
         .then(|| origin.clone())
+}
+
+fn allow(origin: HeaderValue, headers: &mut HeaderMap) {
+    headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    headers.insert(header::VARY, HeaderValue::from_static("Origin"));
+}
+
+/// What the middleware adds to the answer of a request that never went
+/// through the app (an SSE stream that took its connection,
+/// `socket/sse/tcp.rs`).
+pub fn decorate(node: &Node, req: &RequestHead, headers: &mut HeaderMap) {
+    if let Some(origin) = allowed_origin(node, req.uri.path(), &req.headers) {
+        allow(origin, headers);
+    }
 }
 
 /// The middleware: a preflight of an allowed origin is answered at once;
@@ -66,9 +85,7 @@ pub async fn middleware(
     }
     let mut res = next.call(req).await?.map_into_boxed_body();
     if let Some(origin) = origin {
-        let headers = res.headers_mut();
-        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-        headers.insert(header::VARY, HeaderValue::from_static("Origin"));
+        allow(origin, res.headers_mut());
     }
     Ok(res)
 }

@@ -4,12 +4,15 @@
 use std::future::Future;
 use std::io;
 use std::net::TcpListener;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix_http::error::DispatchError;
 use actix_http::{HttpService, Protocol, Request, h1};
-use actix_service::{IntoServiceFactory, ServiceFactoryExt, fn_service, map_config};
+use actix_service::{
+    IntoServiceFactory, ServiceFactory, ServiceFactoryExt, fn_factory, fn_service, map_config,
+};
 use actix_tls::accept::TlsError;
 use actix_tls::accept::rustls_0_23::{Acceptor, TlsStream};
 use actix_web::dev::{AppConfig, Service};
@@ -189,14 +192,42 @@ pub async fn serve_with_grpc(
     // Each connection's stream is `Watched`: request heads after the first
     // have a deadline too (`unfinished`).
     let server = match &node.tls.http {
-        None => builder.listen("tidegate", listener, move || {
-            fn_service(|io: TcpStream| async move {
-                let _ = io.set_nodelay(true);
-                let peer = io.peer_addr().ok();
-                Ok::<_, DispatchError>((Watched::new(io), Protocol::Http1, peer))
-            })
-            .and_then(http_service!(Watched<TcpStream>))
-        })?,
+        // A stream that is a connection's first request takes it whole
+        // (`socket/sse/tcp.rs`); the rest goes to the HTTP service.
+        None => {
+            let node = node.clone();
+            builder.listen("tidegate", listener, move || {
+                let http = http_service!(Watched<TcpStream>);
+                let node = node.clone();
+                fn_factory(move || {
+                    let http = http.new_service(());
+                    let node = node.clone();
+                    async move {
+                        let http = Rc::new(http.await?);
+                        // actix-http's defaults, as `HttpService::build`.
+                        let codec = actix_http::ServiceConfig::new(
+                            actix_http::KeepAlive::default(),
+                            request_timeout,
+                            disconnect_timeout,
+                            false,
+                            Some(local),
+                        );
+                        let taker = socket::sse::Taker::new(node, codec, crate::cors::decorate);
+                        Ok::<_, ()>(fn_service(move |io: TcpStream| {
+                            let (http, taker) = (http.clone(), taker.clone());
+                            async move {
+                                let _ = io.set_nodelay(true);
+                                let peer = io.peer_addr().ok();
+                                match taker.first(io).await {
+                                    Some(io) => http.call((io, Protocol::Http1, peer)).await,
+                                    None => Ok(()),
+                                }
+                            }
+                        }))
+                    }
+                })
+            })?
+        }
         // TLS (`[node] tls_cert_file`): the certificate comes from the
         // node's store on every handshake, so SIGHUP swaps it.
         Some(store) => {

@@ -157,19 +157,13 @@ fn too_many(node: &Node, ip: IpAddr) {
     .emit(&node.metrics);
 }
 
-/// Called for every accepted TCP connection: count it against its IP, or
-/// shut it at once when the IP holds too many unfinished ones already.
-/// `watch` is the connection's stream's state; it goes into the
-/// connection's data for the request handlers to update.
-pub fn on_connect(
-    node: &Arc<Node>,
-    watch: &Unfinished,
-    tcp: &actix_web::rt::net::TcpStream,
-    data: &mut Extensions,
-) {
+/// Counts a connection against its IP as it is accepted, or shuts it at
+/// once when the IP holds too many unfinished ones already (`false`).
+/// Done once: [`on_connect`] does it for a connection not counted yet.
+pub fn accept(node: &Arc<Node>, watch: &Unfinished, tcp: &actix_web::rt::net::TcpStream) -> bool {
     let Ok(peer) = tcp.peer_addr() else {
         watch.off();
-        return;
+        return false;
     };
     let ip = peer.ip().to_canonical();
     let config = node.config.load();
@@ -184,13 +178,30 @@ pub fn on_connect(
                 ip,
                 deadline: Duration::from_millis(config.handshake.request_timeout_ms),
             });
-            data.insert(watch.clone());
+            true
         }
         None => {
             too_many(node, ip);
             watch.off();
             // Reading end-of-file, the server drops the connection.
             let _ = socket2::SockRef::from(tcp).shutdown(Shutdown::Both);
+            false
         }
+    }
+}
+
+/// Called for every connection the HTTP service serves: counts it
+/// ([`accept`], unless the listener did already) and puts `watch`, the
+/// connection's stream's state, into the connection's data for the
+/// request handlers to update.
+pub fn on_connect(
+    node: &Arc<Node>,
+    watch: &Unfinished,
+    tcp: &actix_web::rt::net::TcpStream,
+    data: &mut Extensions,
+) {
+    let counted = watch.0.peer.get().is_some() && watch.phase() != Phase::Off;
+    if counted || (watch.phase() != Phase::Off && accept(node, watch, tcp)) {
+        data.insert(watch.clone());
     }
 }

@@ -64,9 +64,13 @@ pub trait DirectSink: Send + Sync {
 /// renderings (past that, a sink renders its own). It allocates nothing
 /// until a sink keeps something, so a channel of plain sockets pays
 /// nothing for it.
+///
+/// A rendering is kept as an `Arc<Bytes>`: a sink that queues it whole in
+/// an entry of its own (a socket queue's pair, `socket/queue.rs`) holds
+/// one pointer per delivery instead of a 32-byte `Bytes`.
 #[derive(Debug, Default)]
 pub struct Renders {
-    entries: Vec<(Arc<[u8]>, Bytes)>,
+    entries: Vec<(Arc<[u8]>, Arc<Bytes>)>,
 }
 
 impl Renders {
@@ -76,7 +80,7 @@ impl Renders {
 
     /// The rendering kept under `key`, if a sink before kept one.
     #[inline]
-    pub fn get(&self, key: &Arc<[u8]>) -> Option<&Bytes> {
+    pub fn get(&self, key: &Arc<[u8]>) -> Option<&Arc<Bytes>> {
         self.entries
             .iter()
             .find(|(k, _)| Arc::ptr_eq(k, key) || **k == **key)
@@ -91,7 +95,7 @@ impl Renders {
 
     /// Keeps `rendered` under `key` for the sinks after this one (unless
     /// [`Renders::MAX`] are kept already).
-    pub fn keep(&mut self, key: &Arc<[u8]>, rendered: &Bytes) {
+    pub fn keep(&mut self, key: &Arc<[u8]>, rendered: &Arc<Bytes>) {
         if self.entries.len() < Self::MAX {
             self.entries.push((key.clone(), rendered.clone()));
         }

@@ -113,6 +113,14 @@ pub trait Outlet: Send + Sync {
     /// Queues one whole frame (its bytes already counted in the gauge),
     /// handing it over without another reference count.
     fn push_frame(&self, frame: Bytes);
+    /// Queues one frame as its own `head` and a `body` shared with other
+    /// connections (its bytes already counted in the gauge): the same
+    /// bytes as `head` then `body`, with neither allocated nor copied per
+    /// connection. An outbox keeps the two as one entry and writes them
+    /// as two slices; by default they are queued as parts.
+    fn push_pair(&self, head: Bytes, body: Arc<Bytes>) {
+        self.push(&mut [head, Bytes::clone(&body)]);
+    }
     /// Queues a conflating channel's message (one whole frame) in place of
     /// the unsent one with `key` in `slot` (§11). `false`: refused, a new
     /// key past the mark; its bytes are released and the drop is counted

@@ -384,4 +384,63 @@ mod tests {
         assert!(sent(&outbox).is_empty());
         assert_eq!(gauge.pending(), 0);
     }
+
+    #[actix_rt::test]
+    async fn a_pair_is_one_frame_in_two_slices_and_the_gauge_stays_exact() {
+        use crate::node::dialect::Outlet;
+        let mailbox = Mailbox.start();
+        let gauge = Arc::new(OutboundGauge::new(1 << 20));
+        let outbox = Outbox::new(
+            gauge.clone(),
+            Arc::new(Metrics::new()),
+            mailbox.clone().recipient(),
+        );
+        let on_drain = mailbox.recipient();
+        let body = Bytes::from(br#""data":{"messages":{"seq":7,"data":1}}}"#.to_vec());
+        let shared = Arc::new(body.clone());
+        let pair = |id: &str| {
+            let head = format!(r#"{{"type":"next","id":"{id}","payload":{{"#);
+            let mut h = vec![0x81, (head.len() + body.len()) as u8];
+            h.extend_from_slice(head.as_bytes());
+            Bytes::from(h)
+        };
+        let (one, two, three) = (pair("1"), pair("2"), pair("3"));
+        let plain = wire::message("doc:1", 7, "1");
+        // As a dialect's sink does: the gauge counts the frame, then queued.
+        for (head, rest) in [(&one, &body), (&plain, &Bytes::new()), (&two, &body)] {
+            gauge.add(head.len() + rest.len());
+            if rest.is_empty() {
+                outbox.push_frame(head.clone());
+            } else {
+                outbox.push_pair(head.clone(), shared.clone());
+            }
+        }
+        let queued = 2 * body.len() + one.len() + two.len() + plain.len();
+        assert_eq!(gauge.pending(), queued);
+        let cx = Context::from_waker(Waker::noop());
+        let mut batch = VecDeque::new();
+        // Two frames, three slices; the body itself, not a copy.
+        assert_eq!(outbox.take(&cx, &mut batch, 2, usize::MAX), Next::Write);
+        assert_eq!(Vec::from(batch.clone()), vec![one, body.clone(), plain]);
+        assert_eq!(batch[1].as_ptr(), body.as_ptr());
+        // The kernel takes part of the first slice, then the rest.
+        let taken: usize = batch.iter().map(Bytes::len).sum();
+        outbox.sent(3, &on_drain);
+        assert_eq!(gauge.pending(), queued - 3);
+        outbox.sent(taken - 3, &on_drain);
+        assert_eq!(gauge.pending(), two.len() + body.len());
+        // A frame queued after the socket stopped is released, and a
+        // discard releases a queued pair whole.
+        gauge.add(three.len() + body.len());
+        outbox.stop_deliveries(true);
+        assert_eq!(gauge.pending(), three.len() + body.len());
+        outbox.push_pair(three, shared);
+        assert_eq!(
+            gauge.pending(),
+            0,
+            "every byte reserved was sent or released"
+        );
+        batch.clear();
+        assert_ne!(outbox.take(&cx, &mut batch, 64, usize::MAX), Next::Write);
+    }
 }

@@ -455,7 +455,10 @@ fn not_websocket(node: &Node, e: &dyn std::fmt::Display, started: Instant) -> Ht
 }
 
 /// Writes a refused handshake's response, then closes the connection.
-async fn refuse<T>(mut framed: Framed<T, h1::Codec>, response: HttpResponse) -> io::Result<()>
+pub(super) async fn refuse<T>(
+    mut framed: Framed<T, h1::Codec>,
+    response: HttpResponse,
+) -> io::Result<()>
 where
     T: AsyncRead + AsyncWrite + Unpin,
 {

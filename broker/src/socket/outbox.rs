@@ -159,6 +159,18 @@ impl Outbox {
         s.queue.push(frame);
     }
 
+    /// [`Outbox::push_reserved`] for one frame queued as its own head and
+    /// a shared rest (a dialect's message around a body rendered once per
+    /// fan-out, `socket/outlet.rs`).
+    #[inline]
+    pub(super) fn push_pair_reserved(&self, s: &mut Shared, head: Bytes, rest: Arc<Bytes>) {
+        if s.state != State::Open {
+            self.gauge.release(head.len() + rest.len());
+            return;
+        }
+        s.queue.push_pair(head, rest);
+    }
+
     /// [`Outbox::push_reserved`] for one frame sent in parts (a dialect's
     /// message around shared bytes, `socket/outlet.rs`).
     pub(super) fn push_parts_reserved(&self, s: &mut Shared, parts: &mut [Bytes]) {
@@ -259,7 +271,7 @@ impl Outbox {
 
 /// What the transport is to do next ([`Outbox::take`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Next {
+pub enum Next {
     /// Frames were moved to the transport's batch.
     Write,
     /// Nothing is queued; the transport is woken when something is.
@@ -274,9 +286,10 @@ pub(super) enum Next {
 
 impl Outbox {
     /// Moves up to `max_frames` queued frames (and about `max_bytes`) into
-    /// the transport's `batch`. They stay counted in the gauge until the
-    /// kernel takes them ([`Outbox::sent`]), so the gauge is exactly the
-    /// bytes the socket has not been able to send.
+    /// the transport's `batch`, a pair's two slices one after the other
+    /// (so the batch holds at most twice `max_frames`). They stay counted
+    /// in the gauge until the kernel takes them ([`Outbox::sent`]), so the
+    /// gauge is exactly the bytes the socket has not been able to send.
     pub(super) fn take(
         &self,
         cx: &Context<'_>,
@@ -286,10 +299,17 @@ impl Outbox {
     ) -> Next {
         let mut s = self.lock();
         let mut bytes = 0;
-        while batch.len() < max_frames && bytes < max_bytes {
-            let Some(frame) = s.queue.pop() else { break };
-            bytes += frame.len();
+        let mut frames = 0;
+        while frames < max_frames && bytes < max_bytes {
+            let Some((frame, rest)) = s.queue.pop() else {
+                break;
+            };
+            frames += 1;
+            bytes += frame.len() + rest.len();
             batch.push_back(frame);
+            if !rest.is_empty() {
+                batch.push_back(rest);
+            }
         }
         if !batch.is_empty() {
             self.in_flight.fetch_add(bytes, Ordering::Relaxed);

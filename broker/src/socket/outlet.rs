@@ -37,6 +37,17 @@ impl Outlet for Outbox {
         Outbox::unlock_and_wake(s);
     }
 
+    fn push_pair(&self, head: Bytes, body: Arc<Bytes>) {
+        let mut s = self.lock();
+        if s.closing {
+            drop(s);
+            self.gauge.release(head.len() + body.len());
+            return;
+        }
+        self.push_pair_reserved(&mut s, head, body);
+        Outbox::unlock_and_wake(s);
+    }
+
     fn push_keyed(&self, slot: &Arc<str>, key: Arc<str>, frame: Bytes) -> bool {
         let mut s = self.lock();
         if s.closing {

@@ -26,11 +26,27 @@ const COMPACT_MIN: usize = 64;
 struct Entry {
     /// Empty: a tombstone.
     frame: Bytes,
-    slot: Option<Slot>,
+    tag: Tag,
+}
+
+/// What else an [`Entry`] is. One field, not one per kind, so an entry
+/// stays 48 bytes (a `/v1/ws` delivery stores one into a cold ring slot
+/// per socket: a larger entry costs every delivery).
+#[derive(Debug)]
+enum Tag {
+    /// A frame of its own.
+    Whole,
     /// A later part of the frame the entry before began (a message sent in
     /// parts, [`OutQueue::push_parts`]): never separated from it.
-    cont: bool,
+    Cont,
+    /// A conflating channel's frame and its slot.
+    Keyed(Slot),
+    /// `frame` is the head of a frame whose rest, shared with other
+    /// sockets, follows ([`OutQueue::push_pair`]): one entry, not two.
+    Pair(Arc<Bytes>),
 }
+
+const _: () = assert!(std::mem::size_of::<Entry>() == 48);
 
 /// What pushing a keyed frame did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,8 +78,19 @@ impl OutQueue {
     pub fn push(&mut self, frame: Bytes) {
         self.entries.push_back(Entry {
             frame,
-            slot: None,
-            cont: false,
+            tag: Tag::Whole,
+        });
+    }
+
+    /// Queues one frame as `head` (its header and what is the socket's
+    /// own) followed by `rest` (bytes shared with other sockets, not
+    /// copied): one entry, which the transport writes as two slices.
+    #[inline]
+    pub fn push_pair(&mut self, head: Bytes, rest: Arc<Bytes>) {
+        debug_assert!(!head.is_empty(), "an empty head is a tombstone");
+        self.entries.push_back(Entry {
+            frame: head,
+            tag: Tag::Pair(rest),
         });
     }
 
@@ -75,8 +102,7 @@ impl OutQueue {
         for (i, part) in parts.iter_mut().enumerate() {
             self.entries.push_back(Entry {
                 frame: std::mem::take(part),
-                slot: None,
-                cont: i > 0,
+                tag: if i > 0 { Tag::Cont } else { Tag::Whole },
             });
         }
     }
@@ -108,13 +134,12 @@ impl OutQueue {
             self.slots.insert(slot.clone(), self.abs_back());
             self.entries.push_back(Entry {
                 frame,
-                slot: Some(slot),
-                cont: false,
+                tag: Tag::Keyed(slot),
             });
             return Keyed::Queued(len);
         };
         let old = std::mem::take(&mut self.entries[i].frame).len();
-        self.entries[i].slot = None;
+        self.entries[i].tag = Tag::Whole;
         self.tombstones += 1;
         let frame = wire::conflated(&frame);
         let new = frame.len();
@@ -122,8 +147,7 @@ impl OutQueue {
         self.slots.insert(slot.clone(), self.abs_back());
         self.entries.push_back(Entry {
             frame,
-            slot: Some(slot),
-            cont: false,
+            tag: Tag::Keyed(slot),
         });
         self.maybe_compact();
         Keyed::Replaced { old, new }
@@ -136,21 +160,24 @@ impl OutQueue {
             .contains_key(&Arc::new((channel.clone(), key.clone())))
     }
 
-    /// The next frame to send, skipping tombstones.
+    /// The next frame to send, skipping tombstones: its bytes, then the
+    /// shared rest of a pair ([`OutQueue::push_pair`]; empty otherwise).
     #[inline]
-    pub fn pop(&mut self) -> Option<Bytes> {
+    pub fn pop(&mut self) -> Option<(Bytes, Bytes)> {
         loop {
             let e = self.entries.pop_front()?;
             let abs = self.popped;
             self.popped += 1;
-            if let Some(slot) = e.slot
-                && self.slots.get(&slot) == Some(&abs)
-            {
-                self.slots.remove(&slot);
-                self.keyed_bytes -= e.frame.len();
+            match e.tag {
+                Tag::Keyed(slot) if self.slots.get(&slot) == Some(&abs) => {
+                    self.slots.remove(&slot);
+                    self.keyed_bytes -= e.frame.len();
+                }
+                Tag::Pair(rest) => return Some((e.frame, Bytes::clone(&rest))),
+                _ => {}
             }
             if !e.frame.is_empty() {
-                return Some(e.frame);
+                return Some((e.frame, Bytes::new()));
             }
             self.tombstones -= 1;
         }
@@ -160,13 +187,23 @@ impl OutQueue {
     /// taken already (so the connection stays a valid WebSocket stream);
     /// returns the bytes thrown away.
     pub fn clear(&mut self) -> usize {
-        let rest = self.entries.iter().take_while(|e| e.cont).count();
-        let gone = self.entries.len() - rest;
+        let kept = self
+            .entries
+            .iter()
+            .take_while(|e| matches!(e.tag, Tag::Cont))
+            .count();
+        let gone = self.entries.len() - kept;
         self.popped += gone as u64;
         self.slots.clear();
         self.tombstones = 0;
         self.keyed_bytes = 0;
-        self.entries.drain(rest..).map(|e| e.frame.len()).sum()
+        self.entries
+            .drain(kept..)
+            .map(|e| match &e.tag {
+                Tag::Pair(rest) => e.frame.len() + rest.len(),
+                _ => e.frame.len(),
+            })
+            .sum()
     }
 
     /// Live frames plus tombstones: what the queue holds in memory.
@@ -187,7 +224,7 @@ impl OutQueue {
         self.tombstones = 0;
         self.slots.clear();
         for (i, e) in self.entries.iter().enumerate() {
-            if let Some(slot) = &e.slot {
+            if let Tag::Keyed(slot) = &e.tag {
                 self.slots.insert(slot.clone(), self.popped + i as u64);
             }
         }
@@ -202,6 +239,16 @@ mod tests {
 
     fn msg(seq: u64, data: &str) -> Bytes {
         wire::message("cur:1", seq, data)
+    }
+
+    /// The next frame popped, a pair's two slices joined as the wire
+    /// carries them.
+    fn whole(q: &mut OutQueue) -> Option<Bytes> {
+        let (frame, rest) = q.pop()?;
+        if rest.is_empty() {
+            return Some(frame);
+        }
+        Some([frame, rest].concat().into())
     }
 
     fn json(frame: &Bytes) -> serde_json::Value {
@@ -224,9 +271,9 @@ mod tests {
             );
             assert!(q.entries() <= 1 + 5 + 2 * COMPACT_MIN, "{}", q.entries());
         }
-        assert_eq!(q.pop().unwrap(), Bytes::from_static(b"\x81\x02hi"));
+        assert_eq!(whole(&mut q).unwrap(), Bytes::from_static(b"\x81\x02hi"));
         let mut got = Vec::new();
-        while let Some(f) = q.pop() {
+        while let Some(f) = whole(&mut q) {
             got.push(json(&f));
         }
         let seqs: Vec<u64> = got.iter().map(|v| v["seq"].as_u64().unwrap()).collect();
@@ -245,7 +292,7 @@ mod tests {
             Keyed::Queued(_)
         ));
         assert!(q.has_key(&ch, &k));
-        q.pop().unwrap();
+        whole(&mut q).unwrap();
         assert!(!q.has_key(&ch, &k));
         assert!(matches!(
             q.push_keyed(&ch, k.clone(), msg(2, "2"), ROOM),
@@ -260,7 +307,7 @@ mod tests {
             panic!("the unsent frame of the same channel and key is replaced");
         };
         assert_eq!(new, old + r#""conflated":true,"#.len());
-        let order: Vec<u64> = std::iter::from_fn(|| q.pop())
+        let order: Vec<u64> = std::iter::from_fn(|| whole(&mut q))
             .map(|f| json(&f)["seq"].as_u64().unwrap())
             .collect();
         assert_eq!(order, vec![3, 4]);
@@ -294,9 +341,9 @@ mod tests {
         ];
         q.push_parts(&mut parts.clone());
         q.push_parts(&mut parts.clone());
-        assert_eq!(q.pop().unwrap(), parts[0], "the first frame began");
+        assert_eq!(whole(&mut q).unwrap(), parts[0], "the first frame began");
         assert_eq!(q.clear(), 12, "the second frame is thrown away whole");
-        let rest: Vec<Bytes> = std::iter::from_fn(|| q.pop()).collect();
+        let rest: Vec<Bytes> = std::iter::from_fn(|| whole(&mut q)).collect();
         assert_eq!(rest, vec![parts[1].clone(), parts[2].clone()]);
         assert_eq!(q.clear(), 0);
     }
@@ -311,6 +358,36 @@ mod tests {
             panic!()
         };
         assert_eq!(q.clear(), new);
+        assert!(whole(&mut q).is_none());
+    }
+
+    #[test]
+    fn a_pair_is_one_entry_whose_shared_rest_is_not_copied() {
+        let mut q = OutQueue::default();
+        let ch: Arc<str> = Arc::from("cur:1");
+        let body = Bytes::from_static(b"\"data\":{}}}");
+        let shared = Arc::new(body.clone());
+        q.push_pair(Bytes::from_static(b"\x81\x0bhead"), shared.clone());
+        q.push_keyed(&ch, Arc::from("a"), msg(1, "1"), ROOM);
+        q.push_pair(Bytes::from_static(b"\x81\x0bdaeh"), shared);
+        assert_eq!(q.entries(), 3, "one entry per pair");
+        let (head, rest) = q.pop().unwrap();
+        assert_eq!((&head[..], &rest[..]), (&b"\x81\x0bhead"[..], &body[..]));
+        assert_eq!(rest.as_ptr(), body.as_ptr(), "the shared bytes themselves");
+        assert_eq!(whole(&mut q).unwrap(), msg(1, "1"));
+        let (_, rest) = q.pop().unwrap();
+        assert_eq!(rest.as_ptr(), body.as_ptr());
+        assert!(q.pop().is_none());
+    }
+
+    #[test]
+    fn clear_counts_both_slices_of_a_pair() {
+        let mut q = OutQueue::default();
+        let body = Arc::new(Bytes::from(vec![b'x'; 100]));
+        q.push_pair(Bytes::from_static(b"head"), body.clone());
+        q.push(Bytes::from_static(b"frame"));
+        q.push_pair(Bytes::from_static(b"h"), body);
+        assert_eq!(q.clear(), 4 + 100 + 5 + 1 + 100);
         assert!(q.pop().is_none());
     }
 }

@@ -10,6 +10,10 @@
 //! buffer and writes the outbox's frames as they are (vectored, no copy),
 //! and an idle socket holds no I/O buffer at all.
 //!
+//! What goes out is the transport's [`Feed`]: a WebSocket's frames as they
+//! are ([`Frames`]), or an SSE stream's events on a connection it took
+//! whole (`socket/sse/feed.rs`).
+//!
 //! Closing follows RFC 6455 §7.1.1: when the socket is done, the close
 //! frame is written, then the write side is shut (the server closes TCP
 //! first), and the connection lingers, discarding, until the client
@@ -34,13 +38,62 @@ use super::Drained;
 use super::inbound::Pipe;
 use super::outbox::{Next, Outbox};
 
+/// What a transport writes, and what client bytes are to it.
+pub trait Feed: Unpin {
+    /// Fills the (empty) `batch` with the next bytes to write.
+    fn fill(
+        &mut self,
+        cx: &Context<'_>,
+        outbox: &Outbox,
+        on_drain: &Recipient<Drained>,
+        batch: &mut VecDeque<Bytes>,
+    ) -> Next;
+    /// `n` bytes of the batch reached the kernel.
+    fn wrote(&mut self, n: usize, outbox: &Outbox, on_drain: &Recipient<Drained>);
+    /// Client bytes read off the connection.
+    fn heard(&mut self, pipe: &Pipe, bytes: &[u8]);
+    /// How many of the batch's bytes the outbox's gauge still counts.
+    fn counted(&self, batch: &VecDeque<Bytes>) -> usize;
+}
+
+/// A WebSocket's feed: the outbox's frames, written as they are, counted
+/// until the kernel takes them; client bytes go to the actor.
+pub struct Frames;
+
+impl Feed for Frames {
+    fn fill(
+        &mut self,
+        cx: &Context<'_>,
+        outbox: &Outbox,
+        _: &Recipient<Drained>,
+        batch: &mut VecDeque<Bytes>,
+    ) -> Next {
+        outbox.take(cx, batch, BATCH_FRAMES, BATCH_BYTES)
+    }
+
+    fn wrote(&mut self, n: usize, outbox: &Outbox, on_drain: &Recipient<Drained>) {
+        outbox.sent(n, on_drain);
+    }
+
+    fn heard(&mut self, pipe: &Pipe, bytes: &[u8]) {
+        pipe.push(bytes);
+    }
+
+    fn counted(&self, batch: &VecDeque<Bytes>) -> usize {
+        batch.iter().map(Bytes::len).sum()
+    }
+}
+
 /// One read's worth of client bytes (on the stack, not kept).
 const READ_CHUNK: usize = 4096;
 /// Reads (and writes) per wake-up before yielding to other connections.
 const TURNS: usize = 16;
 /// The most frames, and about the most bytes, one vectored write takes.
-const BATCH_FRAMES: usize = 64;
-const BATCH_BYTES: usize = 64 * 1024;
+pub(super) const BATCH_FRAMES: usize = 64;
+pub(super) const BATCH_BYTES: usize = 64 * 1024;
+/// The most slices one vectored write takes: a frame queued as a pair
+/// (its own head and a shared body, `socket/queue.rs`) is two.
+const BATCH_SLICES: usize = 2 * BATCH_FRAMES;
 
 enum Phase {
     Open,
@@ -49,15 +102,16 @@ enum Phase {
     Lingering(Pin<Box<actix_rt::time::Sleep>>),
 }
 
-/// Drives one WebSocket's TCP connection until it is closed.
-pub struct Transport<T> {
+/// Drives one socket's TCP connection until it is closed.
+pub struct Transport<T, F: Feed = Frames> {
     io: T,
+    feed: F,
     /// To the actor's inbound stream; `None` once the client's side ended.
     inbound: Option<Rc<Pipe>>,
     outbox: Arc<Outbox>,
     on_drain: Recipient<Drained>,
-    /// Frames taken from the outbox, not yet (wholly) written; still
-    /// counted in the gauge.
+    /// Bytes the feed gave, not yet (wholly) written (a WebSocket's are
+    /// still counted in the gauge: [`Feed::counted`]).
     batch: VecDeque<Bytes>,
     phase: Phase,
     linger: Duration,
@@ -71,8 +125,22 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Transport<T> {
         on_drain: Recipient<Drained>,
         linger: Duration,
     ) -> Self {
+        Transport::with_feed(io, Frames, inbound, outbox, on_drain, linger)
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin, F: Feed> Transport<T, F> {
+    pub(super) fn with_feed(
+        io: T,
+        feed: F,
+        inbound: Rc<Pipe>,
+        outbox: Arc<Outbox>,
+        on_drain: Recipient<Drained>,
+        linger: Duration,
+    ) -> Self {
         Transport {
             io,
+            feed,
             inbound: Some(inbound),
             outbox,
             on_drain,
@@ -102,7 +170,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Transport<T> {
                     self.inbound = None;
                     return Ok(());
                 }
-                Poll::Ready(Ok(())) => pipe.push(buf.filled()),
+                Poll::Ready(Ok(())) => self.feed.heard(pipe, buf.filled()),
                 Poll::Ready(Err(_)) => return Err(()),
                 Poll::Pending => return Ok(()),
             }
@@ -121,8 +189,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Transport<T> {
                     self.batch = VecDeque::new();
                 }
                 match self
-                    .outbox
-                    .take(cx, &mut self.batch, BATCH_FRAMES, BATCH_BYTES)
+                    .feed
+                    .fill(cx, &self.outbox, &self.on_drain, &mut self.batch)
                 {
                     Next::Write => {}
                     Next::Wait => return Poll::Pending,
@@ -130,9 +198,9 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Transport<T> {
                     Next::Abort => return Poll::Ready(Err(())),
                 }
             }
-            let mut slices = [IoSlice::new(&[]); BATCH_FRAMES];
+            let mut slices = [IoSlice::new(&[]); BATCH_SLICES];
             let mut n = 0;
-            for frame in self.batch.iter().take(BATCH_FRAMES) {
+            for frame in self.batch.iter().take(BATCH_SLICES) {
                 slices[n] = IoSlice::new(frame);
                 n += 1;
             }
@@ -140,7 +208,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Transport<T> {
                 Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Err(())),
                 Poll::Ready(Ok(written)) => {
                     self.advance(written);
-                    self.outbox.sent(written, &self.on_drain);
+                    self.feed.wrote(written, &self.outbox, &self.on_drain);
                 }
                 Poll::Pending => return Poll::Pending,
             }
@@ -180,7 +248,7 @@ fn discard<T: AsyncRead + Unpin>(io: &mut T, cx: &mut Context<'_>) -> Poll<()> {
     Poll::Pending
 }
 
-impl<T: AsyncRead + AsyncWrite + Unpin> Future for Transport<T> {
+impl<T: AsyncRead + AsyncWrite + Unpin, F: Feed> Future for Transport<T, F> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
@@ -211,13 +279,13 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Future for Transport<T> {
     }
 }
 
-impl<T> Drop for Transport<T> {
+impl<T, F: Feed> Drop for Transport<T, F> {
     fn drop(&mut self) {
         // The actor's stream ends, so it stops (if it has not).
         if let Some(pipe) = self.inbound.take() {
             pipe.end();
         }
-        let unsent = self.batch.iter().map(Bytes::len).sum();
+        let unsent = self.feed.counted(&self.batch);
         self.outbox.gone(unsent);
     }
 }

@@ -20,8 +20,12 @@ pub struct Watched<T> {
     io: T,
     watch: Unfinished,
     /// The deadline of the head arriving now (one timer per connection,
-    /// made when a later head starts).
+    /// made when a later head starts, or by [`Watched::first_deadline`]).
     timer: Option<Pin<Box<Sleep>>>,
+    /// Bytes the listener read before the HTTP service took the
+    /// connection (the start of its first head, `socket/sse/tcp.rs`):
+    /// read again first. At most one request head.
+    replay: Option<bytes::Bytes>,
 }
 
 impl<T> Watched<T> {
@@ -30,11 +34,30 @@ impl<T> Watched<T> {
             io,
             watch: Unfinished::default(),
             timer: None,
+            replay: None,
         }
     }
 
     pub fn get_ref(&self) -> &T {
         &self.io
+    }
+
+    /// The stream itself, no longer watched (a connection an SSE stream
+    /// took).
+    pub fn into_inner(self) -> T {
+        self.io
+    }
+
+    /// `bytes` are read before anything more from the connection.
+    pub fn replay(&mut self, bytes: bytes::Bytes) {
+        self.replay = (!bytes.is_empty()).then_some(bytes);
+    }
+
+    /// The first head must be whole by `deadline` (the accept's, when the
+    /// listener spent some of its time already: actix's own timeout
+    /// starts later).
+    pub fn first_deadline(&mut self, deadline: std::time::Instant) {
+        self.timer = Some(Box::pin(tokio::time::sleep_until(deadline.into())));
     }
 }
 
@@ -78,6 +101,14 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if let Some(replay) = &mut this.replay {
+            let n = replay.len().min(buf.remaining());
+            buf.put_slice(&replay.split_to(n));
+            if replay.is_empty() {
+                this.replay = None;
+            }
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         match Pin::new(&mut this.io).poll_read(cx, buf) {
             Poll::Ready(Ok(())) if buf.filled().len() > before => {
@@ -87,11 +118,16 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
                 Poll::Ready(Ok(()))
             }
             Poll::Pending => {
-                if this.watch.phase() != Phase::Later {
+                let watched = match this.watch.phase() {
+                    Phase::Later => true,
+                    Phase::First => this.timer.is_some(),
+                    _ => false,
+                };
+                if !watched {
                     this.timer = None;
                     return Poll::Pending;
                 }
-                // Waiting for more of a later head: wake at its deadline.
+                // Waiting for more of a head: wake at its deadline.
                 let expired = this
                     .timer
                     .as_mut()

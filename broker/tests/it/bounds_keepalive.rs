@@ -27,7 +27,7 @@ async fn unfinished(b: &Broker, n: u32) {
 }
 
 /// `GET /healthz` on `s`, keep-alive; reads its whole answer.
-async fn healthz(s: &mut TcpStream) {
+pub async fn healthz(s: &mut TcpStream) {
     s.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
         .await
         .unwrap();

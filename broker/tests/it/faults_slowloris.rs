@@ -15,7 +15,7 @@ const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 /// Waits (polling, with a deadline) until the broker counts `n` unfinished
 /// connections from loopback.
-async fn unfinished(b: &Broker, n: u32) {
+pub async fn unfinished(b: &Broker, n: u32) {
     let deadline = Instant::now() + PATIENCE;
     while b.node.gate.unfinished(LOOPBACK) != n {
         assert!(
@@ -30,7 +30,7 @@ async fn unfinished(b: &Broker, n: u32) {
 /// Sends `head` one byte per `pace` until the server ends the connection;
 /// returns what it answered (empty when it only closed) and how many bytes
 /// went out.
-async fn trickle(mut s: TcpStream, head: Vec<u8>, pace: Duration) -> (String, usize) {
+pub async fn trickle(mut s: TcpStream, head: Vec<u8>, pace: Duration) -> (String, usize) {
     let mut sent = 0;
     let mut answer = Vec::new();
     let mut buf = [0u8; 1024];

@@ -66,6 +66,7 @@ mod sse_ends;
 mod sse_logs;
 mod sse_publish;
 mod sse_stream;
+mod sse_tcp;
 mod tls;
 mod token_refresh;
 mod webhooks;

@@ -52,17 +52,31 @@ pub async fn open(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Res
 }
 
 pub async fn open_on(
+    s: TcpStream,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<Sse, Refused> {
+    open_pipelined(s, addr, path, headers, b"").await
+}
+
+/// [`open_on`], with `after` sent in the same write as the request head
+/// (a pipelined request, or any bytes).
+pub async fn open_pipelined(
     mut s: TcpStream,
     addr: SocketAddr,
     path: &str,
     headers: &[(&str, &str)],
+    after: &[u8],
 ) -> Result<Sse, Refused> {
     let mut req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n");
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
     req.push_str("\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
+    let mut bytes = req.into_bytes();
+    bytes.extend_from_slice(after);
+    s.write_all(&bytes).await.unwrap();
     let mut buf = Vec::new();
     let head_end = loop {
         if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {

@@ -9,11 +9,14 @@
 //! the selection, the channel and the message decide. So one publish's
 //! body is rendered once for every subscription with the same selection
 //! on the channel ([`Shape::body_key`], shared through the hub's
-//! [`Renders`](crate::hub::Renders)), and each subscription writes its own
-//! head and copies the body after it ([`Shape::render_around`]: one small
-//! frame per socket, which measured cheaper than queueing the head and the
-//! shared body as two parts). Large messages are queued in parts around
-//! the hub's own bytes instead ([`Shape::render`]: `data` is not copied).
+//! [`Renders`](crate::hub::Renders)), and each subscription queues its own
+//! head ([`Shape::render_head`], kept while the length stays the same)
+//! and the shared body as one queue entry written as two slices: nothing
+//! allocated or copied per socket, and the kernel copies the body from
+//! one hot buffer instead of from a thousand cold ones. The first `next`,
+//! with `extensions`, is one frame ([`Shape::render_around`]). Large
+//! messages are queued in parts around the hub's own bytes instead
+//! ([`Shape::render`]: `data` is not copied).
 //!
 //! The selection is collected as GraphQL's CollectFields does (aliases,
 //! fields selected twice merged under one response key in first-seen
@@ -152,6 +155,21 @@ impl Shape {
         wire::put_text_header(&mut buf, len);
         self.put_own(&mut buf, extensions);
         buf.put_slice(body);
+        debug_assert_eq!(buf.len(), buf.capacity());
+        buf.freeze()
+    }
+
+    /// The header and head of this subscription's `next` frame around a
+    /// `body` of `body_len` bytes, without `extensions`: queued before a
+    /// body shared by the fan-out ([`Shape::render_body`]), it makes the
+    /// same bytes as [`Shape::render_around`] with neither the body
+    /// copied nor, as long as `body_len` stays the same (the sink keeps
+    /// it), anything allocated per message.
+    pub fn render_head(&self, body_len: usize) -> Bytes {
+        let len = self.head.len() + body_len;
+        let mut buf = BytesMut::with_capacity(header_len(len) + self.head.len());
+        wire::put_text_header(&mut buf, len);
+        buf.put_slice(self.head.as_bytes());
         debug_assert_eq!(buf.len(), buf.capacity());
         buf.freeze()
     }

@@ -4,7 +4,8 @@
 //! ([`Shape`]) and queues it in the socket's outbox ([`Outlet`]), bounded
 //! by the socket's gauge like every subscription of the socket. A live
 //! message's body is rendered once per fan-out for all subscriptions with
-//! the same selection ([`Renders`]); each copies it after its own head.
+//! the same selection ([`Renders`]) and queued, shared, after each one's
+//! own head ([`Outlet::push_pair`]).
 //!
 //! Its position sits under its own lock, as a socket's do beside its
 //! queue: `Joining` holds live messages until the recovered history is
@@ -25,9 +26,10 @@ use crate::node::dialect::{Backlog, Outlet, Step};
 use crate::protocol::wire;
 
 /// Messages whose `data` is at most this many bytes are queued as one
-/// frame per subscription: its own head and a copy of the body rendered
-/// once per fan-out (for small messages a copy costs less than queueing
-/// parts); larger ones are queued in parts around the hub's bytes.
+/// entry per subscription: its own head (kept while the length stays the
+/// same) and the body rendered once per fan-out, shared, written as two
+/// slices; larger ones are queued in parts around the hub's bytes (their
+/// `data` is not copied even once).
 const WHOLE_MAX: usize = 1024;
 
 /// A delivery held while joining: its bytes stay counted in the gauge.
@@ -70,6 +72,12 @@ struct State {
     dropped: u64,
     /// `extensions` for the first `next` (the charge, the recovery).
     first: Option<String>,
+    /// The frame header and head ([`Shape::render_head`]) last queued
+    /// before a shared body, and that body's length: the next body of the
+    /// same length (the usual case: the header encodes only the length)
+    /// takes a reference count instead of an allocation. One per
+    /// subscription.
+    head: Option<(usize, Bytes)>,
 }
 
 pub struct OpSink {
@@ -114,6 +122,7 @@ impl OpSink {
                 broken_at: None,
                 dropped: 0,
                 first,
+                head: None,
             }),
         })
     }
@@ -136,16 +145,34 @@ impl OpSink {
         match key {
             None if data.len() <= WHOLE_MAX => {
                 let body_key = self.shape.body_key();
-                let frame = match renders.get(body_key) {
-                    Some(body) => self.shape.render_around(ext.as_deref(), body),
+                let body = match renders.get(body_key) {
+                    Some(body) => body.clone(),
                     None => {
-                        let body = self.shape.render_body(seq, data);
+                        let body = Arc::new(self.shape.render_body(seq, data));
                         renders.keep(body_key, &body);
-                        self.shape.render_around(ext.as_deref(), &body)
+                        body
                     }
                 };
-                recount(gauge, reserved, frame.len());
-                self.outlet.push_frame(frame);
+                match ext {
+                    // The first `next` only: its head is one of a kind.
+                    Some(x) => {
+                        let frame = self.shape.render_around(Some(&x), &body);
+                        recount(gauge, reserved, frame.len());
+                        self.outlet.push_frame(frame);
+                    }
+                    None => {
+                        let head = match &st.head {
+                            Some((len, head)) if *len == body.len() => head.clone(),
+                            _ => {
+                                let head = self.shape.render_head(body.len());
+                                st.head = Some((body.len(), head.clone()));
+                                head
+                            }
+                        };
+                        recount(gauge, reserved, head.len() + body.len());
+                        self.outlet.push_pair(head, body);
+                    }
+                }
                 st.sent = seq;
             }
             None => {

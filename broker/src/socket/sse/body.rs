@@ -59,6 +59,11 @@ impl Ender {
             let _ = socket2::SockRef::from(&fd).shutdown(Shutdown::Both);
         }
     }
+
+    /// The connection is no longer the stream's (or is gone).
+    pub(super) fn forget(&self) {
+        self.0.take();
+    }
 }
 
 /// The response body of one stream.
@@ -152,7 +157,7 @@ impl Stream for Body {
 impl Drop for Body {
     fn drop(&mut self) {
         // The connection is the dispatcher's again (or gone): forget it.
-        self.ender.0.take();
+        self.ender.forget();
         self.pipe.end();
         let unsent = self.batch.iter().map(Bytes::len).sum();
         self.outbox.gone(unsent);

@@ -5,7 +5,8 @@
 //! shared by the outboxes) and writes the same `event: message` and
 //! `data:` lines for it; only the `id:` line is the stream's own. So the
 //! first stream to write a frame renders those lines here and the others
-//! copy them, with the encoded pair of the message's channel (a stream
+//! copy them (or, on a connection the stream took, write the same bytes:
+//! `feed.rs`), with the encoded pair of the message's channel (a stream
 //! whose position names only that channel copies its whole `id:` too).
 //!
 //! The memo is per worker thread (a stream is written on its worker),
@@ -38,8 +39,9 @@ pub(super) struct Message {
     /// The position's part for this channel at `seq` as a first pair
     /// (`Position::set_encoded`).
     pub(super) first_token: String,
-    /// `event: message` and the `data:` lines, up to the blank line.
-    pub(super) event: Box<[u8]>,
+    /// `event: message` and the `data:` lines, up to the blank line
+    /// (shared: streams on a taken connection write it as it is).
+    pub(super) event: Bytes,
 }
 
 thread_local! {
@@ -60,7 +62,7 @@ fn slot(frame: &Bytes) -> usize {
 /// must be at most [`MAX_FRAME`] bytes.
 pub(super) fn with<R>(
     frame: &Bytes,
-    render: impl FnOnce() -> Option<(Box<str>, u64, Box<[u8]>)>,
+    render: impl FnOnce() -> Option<(Box<str>, u64, Bytes)>,
     write: impl FnOnce(&Message) -> R,
 ) -> Option<R> {
     debug_assert!(frame.len() <= MAX_FRAME);

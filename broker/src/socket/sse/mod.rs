@@ -7,22 +7,28 @@
 //! `Authorization` or the query string), then the same actor with its
 //! bucket, outbound mark and grace, conflation, drain, operators' closes
 //! and token expiry, counted as a connection (account cap, per-IP cap,
-//! the node's registry). Only the writer differs: an actix-web streaming
-//! body of SSE events (`body.rs`, `render.rs`) instead of WebSocket
-//! frames over the upgraded TCP stream. The query string carries the
-//! token, so nothing here logs it (nor the request's URI).
+//! the node's registry). Only the writer differs: SSE events (`render.rs`)
+//! instead of WebSocket frames. A stream that is the first request of a
+//! plain TCP connection takes the connection whole, as an upgraded socket
+//! does (`tcp.rs`: the socket's transport with `feed.rs`); any other (TLS,
+//! a keep-alive connection's later request) is an actix-web streaming
+//! body (`body.rs`). The query string carries the token, so nothing here
+//! logs it (nor the request's URI).
 
 mod actor;
 mod body;
+mod feed;
 mod memo;
 mod render;
+mod tcp;
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use actix_http::RequestHead;
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder, web};
 use bytes::Bytes;
 
 use super::Socket;
@@ -37,6 +43,7 @@ use crate::refusal::refusal;
 use body::Body;
 pub(super) use body::Ender;
 use render::Render;
+pub use tcp::Taker;
 
 /// The path streams are served on.
 pub const PATH: &str = "/v1/sse";
@@ -70,8 +77,9 @@ struct Ask {
 
 /// Reads the query string and `Last-Event-ID`: `Err` is the `bad_request`
 /// message.
-fn ask(req: &HttpRequest) -> Result<Ask, String> {
-    let pairs = web::Query::<Vec<(String, String)>>::from_query(req.query_string())
+fn ask(req: &RequestHead) -> Result<Ask, String> {
+    let query = req.uri.query().unwrap_or_default();
+    let pairs = web::Query::<Vec<(String, String)>>::from_query(query)
         .map_err(|_| "the query string is not form-encoded".to_owned())?
         .into_inner();
     let mut channels: Vec<String> = Vec::new();
@@ -120,23 +128,44 @@ fn ask(req: &HttpRequest) -> Result<Ask, String> {
     })
 }
 
-/// `GET /v1/sse`.
-pub async fn stream(req: HttpRequest, node: web::Data<Arc<Node>>) -> HttpResponse {
-    let node = node.get_ref().clone();
+/// A stream that started: its response's head, and what its writer
+/// takes.
+struct Opened {
+    response: HttpResponseBuilder,
+    started: super::start::Started,
+    /// `retry:`, the body's first bytes.
+    retry: Bytes,
+    render: Render,
+    ender: Ender,
+}
+
+/// `GET /v1/sse` up to the stream's start: the checks, then the actor.
+/// `fd` is the connection's socket, for the [`Ender`]. `Err` is the
+/// refusal.
+async fn open(
+    req: &RequestHead,
+    node: Arc<Node>,
+    fd: Option<std::os::fd::RawFd>,
+) -> Result<Opened, HttpResponse> {
     let started = Instant::now();
     let refuse = |status, code: ErrorCode, account: &str, message: &str| {
         Exceeded::new(Layer::Handshake, code.as_str(), account).emit(&node.metrics);
         node.metrics.handshake_done("refused", started);
         refusal(status, code, message, None)
     };
-    let ask = match ask(&req) {
+    let ask = match ask(req) {
         Ok(a) => a,
         Err(message) => {
-            return refuse(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, "", &message);
+            return Err(refuse(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::BadRequest,
+                "",
+                &message,
+            ));
         }
     };
     let config = node.config.load_full();
-    let admitted = handshake::admit(req.head(), ask.token.as_deref(), &node, &config).await;
+    let admitted = handshake::admit(req, ask.token.as_deref(), &node, &config).await;
     let Admitted {
         identity,
         limits,
@@ -145,7 +174,7 @@ pub async fn stream(req: HttpRequest, node: web::Data<Arc<Node>>) -> HttpRespons
         Ok(a) => a,
         Err(r) => {
             node.metrics.handshake_done("refused", started);
-            return refusal(r.status, r.code, &r.message, r.retry);
+            return Err(refusal(r.status, r.code, &r.message, r.retry));
         }
     };
     // The places `slots` took go back when it is dropped on a refusal.
@@ -155,18 +184,23 @@ pub async fn stream(req: HttpRequest, node: web::Data<Arc<Node>>) -> HttpRespons
         .find(|c| !identity.grants.subscribe.matches(c))
     {
         let message = format!("this token may not subscribe on {c:?}");
-        return refuse(
+        return Err(refuse(
             StatusCode::FORBIDDEN,
             ErrorCode::Forbidden,
             &identity.account,
             &message,
-        );
+        ));
     }
     let max = limits.max_subscriptions as usize;
     if ask.channels.len() > max && !limits.is_dry_run(LimitName::Subscriptions) {
         let message = format!("a connection may hold at most {max} subscriptions");
         let code = ErrorCode::TooManySubscriptions;
-        return refuse(StatusCode::BAD_REQUEST, code, &identity.account, &message);
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            code,
+            &identity.account,
+            &message,
+        ));
     }
     node.metrics.handshake_done("accepted", started);
     let start = ask
@@ -174,31 +208,41 @@ pub async fn stream(req: HttpRequest, node: web::Data<Arc<Node>>) -> HttpRespons
         .iter()
         .map(|c| (c.clone(), ask.position.get(c)))
         .collect();
-    let fd = req
-        .conn_data::<crate::unfinished::Unfinished>()
-        .and_then(|u| u.fd());
     let ender = Ender::new(fd);
     let stream = Stream {
         start,
         ender: ender.clone(),
     };
-    let s = Socket::spawn(identity, limits, slots, node, None, Some(stream));
+    let started = Socket::spawn(identity, limits, slots, node, None, Some(stream));
     let retry = rand::random_range(RETRY_MS);
-    let head = Bytes::from(format!("retry: {retry}\n\n"));
-    let body = Body::new(
-        s.outbox,
-        s.on_drain,
-        s.pipe,
-        head,
-        Render::new(ask.position),
-        ender,
-    );
-    HttpResponse::Ok()
+    let mut response = HttpResponse::Ok();
+    response
         .insert_header((
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/event-stream"),
         ))
         .insert_header((header::CACHE_CONTROL, HeaderValue::from_static("no-cache")))
-        .insert_header(("X-Accel-Buffering", HeaderValue::from_static("no")))
-        .streaming(body)
+        .insert_header(("X-Accel-Buffering", HeaderValue::from_static("no")));
+    Ok(Opened {
+        response,
+        started,
+        retry: Bytes::from(format!("retry: {retry}\n\n")),
+        render: Render::new(ask.position),
+        ender,
+    })
+}
+
+/// `GET /v1/sse` through the router: the stream as a response body.
+pub async fn stream(req: HttpRequest, node: web::Data<Arc<Node>>) -> HttpResponse {
+    let fd = req
+        .conn_data::<crate::unfinished::Unfinished>()
+        .and_then(|u| u.fd());
+    match open(req.head(), node.get_ref().clone(), fd).await {
+        Err(refused) => refused,
+        Ok(mut o) => {
+            let s = o.started;
+            let body = Body::new(s.outbox, s.on_drain, s.pipe, o.retry, o.render, o.ender);
+            o.response.streaming(body)
+        }
+    }
 }

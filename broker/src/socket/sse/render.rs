@@ -16,6 +16,11 @@
 //!   code and reason, after which nothing more is written.
 //!
 //! Other frames (error notices) have no SSE form and are skipped.
+//!
+//! Events go to an [`Out`]: a buffer that takes a copy of everything (the
+//! response body's chunk), or a stream's list of slices, where the shared
+//! part of a message is the memo's own bytes, written without a copy
+//! (`feed.rs`).
 
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::Deserialize;
@@ -30,6 +35,25 @@ const OP_PING: u8 = 0x9;
 const MESSAGE: &[u8] = br#"{"type":"message","#;
 const WELCOME: &[u8] = br#"{"type":"welcome","#;
 const ACK: &[u8] = br#"{"type":"ack","#;
+
+/// Where events are rendered: the stream's own bytes (`id:` lines, its
+/// other events) go to [`Out::own`], a message's shared lines to
+/// [`Out::share`].
+pub(super) trait Out {
+    fn own(&mut self) -> &mut BytesMut;
+    fn share(&mut self, bytes: &Bytes);
+}
+
+/// One buffer: the shared lines are copied in.
+impl Out for BytesMut {
+    fn own(&mut self) -> &mut BytesMut {
+        self
+    }
+
+    fn share(&mut self, bytes: &Bytes) {
+        self.put_slice(bytes);
+    }
+}
 
 /// One stream's rendering state.
 pub(super) struct Render {
@@ -64,26 +88,31 @@ impl Render {
         frame.len() + self.position.token_len() + 40
     }
 
+    /// About the bytes of one `id:` line.
+    pub(super) fn id_hint(&self) -> usize {
+        self.position.token_len() + 8
+    }
+
     /// Appends `frame`'s event (if it has one) to `out`.
-    pub(super) fn frame(&mut self, frame: &Bytes, out: &mut BytesMut) {
+    pub(super) fn frame(&mut self, frame: &Bytes, out: &mut impl Out) {
         if self.closed {
             return;
         }
         let Some(first) = frame.first() else { return };
         let json = wire::payload(frame);
         match first & 0x0f {
-            OP_PING => out.put_slice(b": ping\n\n"),
-            OP_CLOSE => self.close(json, out),
+            OP_PING => out.own().put_slice(b": ping\n\n"),
+            OP_CLOSE => self.close(json, out.own()),
             OP_TEXT => self.text(frame, json, out),
             _ => {}
         }
     }
 
-    fn text(&mut self, frame: &Bytes, json: &[u8], out: &mut BytesMut) {
+    fn text(&mut self, frame: &Bytes, json: &[u8], out: &mut impl Out) {
         if let Some(rest) = json.strip_prefix(MESSAGE) {
             self.message(frame, rest, out);
         } else if json.starts_with(WELCOME) {
-            self.event(out, "welcome", |out| put_data(out, json));
+            self.event(out.own(), "welcome", |out| put_data(out, json));
         } else if json.starts_with(ACK) {
             let Ok(ack) = serde_json::from_slice::<Ack<'_>>(json) else {
                 return;
@@ -91,12 +120,13 @@ impl Render {
             match (ack.recovered, ack.seq) {
                 (Some(recovered), _) => {
                     let data = serde_json::json!({"channel": ack.id, "recovered": recovered});
-                    self.event(out, "recovered", |out| {
+                    self.event(out.own(), "recovered", |out| {
                         put_data(out, data.to_string().as_bytes())
                     });
                 }
                 (None, Some(seq)) => {
                     self.position.set(ack.id, seq);
+                    let out = out.own();
                     self.id(out);
                     out.put_u8(b'\n');
                 }
@@ -122,13 +152,13 @@ impl Render {
     }
 
     /// A message, `rest` its JSON after `{"type":"message",`.
-    fn message(&mut self, frame: &Bytes, rest: &[u8], out: &mut BytesMut) {
+    fn message(&mut self, frame: &Bytes, rest: &[u8], out: &mut impl Out) {
         if frame.len() > memo::MAX_FRAME {
             let Some((channel, seq)) = channel_seq(rest) else {
                 return;
             };
             self.position.set(channel, seq);
-            self.event(out, "message", |out| {
+            self.event(out.own(), "message", |out| {
                 out.put_u8(b'{');
                 put_data(out, rest);
             });
@@ -140,12 +170,12 @@ impl Render {
             event.put_slice(b"event: message\ndata: {");
             put_data(&mut event, rest);
             event.put_slice(b"\n\n");
-            Some((channel.into(), seq, event.into_boxed_slice()))
+            Some((channel.into(), seq, Bytes::from(event)))
         };
         memo::with(frame, render, |m| {
             self.position.set_encoded(&m.channel, m.seq, &m.first_token);
-            self.id(out);
-            out.put_slice(&m.event);
+            self.id(out.own());
+            out.share(&m.event);
         });
     }
 

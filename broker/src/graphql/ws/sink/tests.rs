@@ -102,7 +102,7 @@ fn one_fan_out_renders_a_body_per_selection_and_each_head_is_its_own() {
     assert_eq!(renders.len(), 2);
     for (s, _) in &subs {
         let body = renders.get(s.shape.body_key()).unwrap();
-        assert!(got[s.conn as usize - 1][0].ends_with(body));
+        assert!(got[s.conn as usize - 1].concat().ends_with(body));
     }
     // What each queued is what its gauge counts (the hub's reservation
     // released).
@@ -123,4 +123,50 @@ fn one_fan_out_renders_a_body_per_selection_and_each_head_is_its_own() {
         json!({"type":"next","id":"x\"y","payload":{"data":{"messages":{"seq":12,"data":2}}}}),
         "extensions only on the first"
     );
+}
+
+/// A `next` as it was queued before heads were kept: one buffer.
+fn whole_next(shape: &Shape, seq: u64, data: &[u8]) -> Vec<u8> {
+    shape.render_whole(None, seq, data).to_vec()
+}
+
+#[test]
+fn a_pair_is_the_same_bytes_its_body_shared_and_its_head_kept_while_the_length_holds() {
+    let q = r#"subscription { messages(channel: "doc:1") { seq data } }"#;
+    let a = sink(1, q, "7d0f3a9e-1b2c-4d5e-8f60-718293a4b5c6", None);
+    let b = sink(2, q, "0b1c2d3e-4f50-4a6b-9c7d-8e9fa0b1c2d3", None);
+    let channel: Arc<str> = "doc:1".into();
+    // 11 and 12 give bodies of one length, 100 a longer one; 130 bytes of
+    // data take the frame past 125 bytes (a 4-byte header).
+    let long = format!("\"{}\"", "x".repeat(128));
+    let msgs: [(u64, &str); 4] = [(11, "1"), (12, "2"), (100, "3"), (101, &long)];
+    for (seq, data) in msgs {
+        let frame = wire::message("doc:1", seq, data);
+        let mut renders = Renders::default();
+        for (s, out) in [&a, &b] {
+            out.gauge.add(frame.len());
+            s.message(&channel, seq, &frame, None, &mut renders);
+        }
+    }
+    let (fa, fb) = (a.1.frames.lock().clone(), b.1.frames.lock().clone());
+    for (i, (seq, data)) in msgs.iter().enumerate() {
+        for (s, f) in [(&a.0, &fa), (&b.0, &fb)] {
+            assert_eq!(f[i].len(), 2, "a head and a body");
+            assert_eq!(
+                f[i].concat(),
+                whole_next(&s.shape, *seq, data.as_bytes()),
+                "message {seq}: the same bytes as one buffer"
+            );
+        }
+        assert_eq!(fa[i][1].as_ptr(), fb[i][1].as_ptr(), "one body shared");
+    }
+    let head = |f: &Vec<Vec<Bytes>>, i: usize| f[i][0].as_ptr();
+    assert_eq!(head(&fa, 0), head(&fa, 1), "same length: the head is kept");
+    assert_ne!(head(&fa, 1), head(&fa, 2), "a longer body: a new header");
+    assert_eq!(fa[3][0][1], 126, "a 16-bit length");
+    // The gauge counts exactly what is queued.
+    for (out, f) in [(&a.1, &fa), (&b.1, &fb)] {
+        let queued: usize = f.iter().flatten().map(Bytes::len).sum();
+        assert_eq!(out.gauge.pending(), queued);
+    }
 }
