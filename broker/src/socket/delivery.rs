@@ -394,6 +394,7 @@ mod tests {
             gauge.clone(),
             Arc::new(Metrics::new()),
             mailbox.clone().recipient(),
+            mailbox.clone().recipient(),
         );
         let on_drain = mailbox.recipient();
         let body = Bytes::from(br#""data":{"messages":{"seq":7,"data":1}}}"#.to_vec());
