@@ -22,6 +22,10 @@
 //                     nothing: how many are open after 30 s
 //   mapped-ban        a dual-stack listener, a ban of 127.0.0.6: does the
 //                     same client, seen as ::ffff:127.0.0.6, get in
+//   recovery-backlog-redis  the same in Redis mode (a node on its own
+//                     redis-server): 10 sockets subscribe with `since` to
+//                     5 channels of 100 x 60 KiB each and never read: RSS
+//                     growth (each join used to copy the whole lists)
 //   redis-history     a node on its own redis-server (16 MiB
 //                     history.cluster_max_bytes): 2,000 publishes of
 //                     60 KiB over 500 channels; the history bytes Redis
@@ -264,6 +268,87 @@ async function recoveryBacklog() {
   }
 }
 
+/** A redis-server of its own on a free loopback port (the caller ends it by PID). */
+const startRedis = async () => {
+  const redisPort = await freePort();
+  const redis = spawn("redis-server", ["--port", String(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], { stdio: "ignore" });
+  return { redis, redisPort };
+};
+
+/** A broker bridged to the redis-server on `redisPort`, with the account budget raised for the publishes. */
+const startRedisBroker = (redisPort, patch = (c) => c) =>
+  startBroker(
+    (c) =>
+      patch(c)
+        .replace('mode = "memory"', 'mode = "redis"')
+        .replace('redis_url = "redis://127.0.0.1:6379/"', `redis_url = "redis://127.0.0.1:${redisPort}/"`)
+        .replace("account_messages_per_sec = 100\n", "account_messages_per_sec = 100000\n")
+        .replace("account_burst = 200\n", "account_burst = 100000\n"),
+    { env: { TIDEGATE_CLUSTER_SECRET: "bounds-attacks-cluster-secret-0123456789" } },
+  );
+
+async function recoveryBacklogRedis() {
+  const { redis, redisPort } = await startRedis();
+  let b;
+  try {
+    await sleep(300);
+    b = await startRedisBroker(redisPort);
+    // Publishes before the bridge is up would go to the node's own history.
+    for (let i = 0; i < 100 && !/^tidegate_cluster_bridge_up 1$/m.test(await (await fetch(`${b.http}/metrics`)).text()); i++) await sleep(100);
+    const data = "x".repeat(60 * 1024);
+    const channels = 5;
+    const since = [];
+    for (let c = 0; c < channels; c++) {
+      for (let i = 0; i < 100; i++) {
+        const r = await fetch(`${b.http}/v1/publish`, {
+          method: "POST",
+          headers: { authorization: "Bearer tidegate-sample-publish-key", "content-type": "application/json" },
+          body: JSON.stringify({ channel: `doc:rb${c}`, data }),
+        });
+        if (r.status !== 200) throw new Error(`publish ${i}: ${r.status} ${await r.text()}`);
+        const { seq } = await r.json();
+        if (i === 0) since.push(seq - 1);
+      }
+    }
+    await sleep(200);
+    const before = rssKiB(b.child.pid);
+    let peak = before;
+    const sockets = [];
+    const codes = [];
+    const n = 10;
+    for (let i = 0; i < n; i++) {
+      const ws = await openSocket(b.ws, `rbacklog${i}`);
+      ws._socket.pause();
+      ws.once("close", (code) => (codes[i] = code));
+      for (let c = 0; c < channels; c++) {
+        ws.send(JSON.stringify({ type: "subscribe", id: c, channel: `doc:rb${c}`, since: since[c] }));
+      }
+      sockets.push(ws);
+    }
+    const until = Date.now() + 10000;
+    while (Date.now() < until) {
+      peak = Math.max(peak, rssKiB(b.child.pid));
+      await sleep(50);
+    }
+    for (const ws of sockets) ws.terminate();
+    const metrics = await (await fetch(`${b.http}/metrics`)).text();
+    const series = (name) => Number(metrics.match(new RegExp(`^${name.replace(/[{}"]/g, "\\$&")} (\\S+)$`, "m"))?.[1] ?? 0);
+    return {
+      joins: series('tidegate_redis_script_duration_seconds_count{script="join"}'),
+      pages: series('tidegate_redis_script_duration_seconds_count{script="page"}'),
+      closed4008: series('tidegate_rejections_total{layer="outbound",reason="slow_consumer_closed"}'),
+      historyMiB: +((channels * 100 * data.length) / (1 << 20)).toFixed(1),
+      rssBeforeMiB: +(before / 1024).toFixed(1),
+      rssPeakMiB: +(peak / 1024).toFixed(1),
+      growthMiB: +((peak - before) / 1024).toFixed(1),
+      wholeCopiesWouldBeMiB: +((n * channels * 100 * data.length) / (1 << 20)).toFixed(1),
+    };
+  } finally {
+    if (b) stop(b);
+    process.kill(redis.pid, "SIGKILL");
+  }
+}
+
 async function keepaliveTrickle() {
   const b = await startBroker();
   try {
@@ -425,21 +510,11 @@ function histBytes(port) {
 }
 
 async function redisHistory() {
-  const redisPort = await freePort();
-  const redis = spawn("redis-server", ["--port", String(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], { stdio: "ignore" });
+  const { redis, redisPort } = await startRedis();
   let b;
   try {
     await sleep(300);
-    b = await startBroker(
-      (c) =>
-        c
-          .replace('mode = "memory"', 'mode = "redis"')
-          .replace('redis_url = "redis://127.0.0.1:6379/"', `redis_url = "redis://127.0.0.1:${redisPort}/"`)
-          .replace("cluster_max_bytes = 268435456", "cluster_max_bytes = 16777216")
-          .replace("account_messages_per_sec = 100\n", "account_messages_per_sec = 100000\n")
-          .replace("account_burst = 200\n", "account_burst = 100000\n"),
-      { env: { TIDEGATE_CLUSTER_SECRET: "bounds-attacks-cluster-secret-0123456789" } },
-    );
+    b = await startRedisBroker(redisPort, (c) => c.replace("cluster_max_bytes = 268435456", "cluster_max_bytes = 16777216"));
     const data = "x".repeat(60 * 1024);
     for (let i = 0; i < 2000; i++) {
       const r = await fetch(`${b.http}/v1/publish`, {
@@ -464,6 +539,7 @@ async function redisHistory() {
 const ATTACKS = {
   "budget-flood": budgetFlood,
   "recovery-backlog": recoveryBacklog,
+  "recovery-backlog-redis": recoveryBacklogRedis,
   "keepalive-trickle": keepaliveTrickle,
   "upgrade-flood": upgradeFlood,
   "forged-xff": forgedXff,

@@ -15,6 +15,7 @@ mod channel;
 mod conflation;
 mod gauge;
 mod reads;
+mod recovery;
 mod sink;
 
 use std::collections::VecDeque;
@@ -33,6 +34,7 @@ use crate::protocol::wire;
 use channel::{Channel, ChannelState, Held, Subscribers, recover, trim};
 pub use conflation::conflation_key;
 pub use gauge::{OutboundGauge, Reserve};
+pub use recovery::{Page, PageRead, Pages, Recovery};
 pub use sink::{DirectSink, Renders, Sink, StreamSink};
 
 /// What the hub sends a gRPC stream's queue ([`StreamSink`]).
@@ -70,11 +72,12 @@ impl std::fmt::Debug for Subscriber {
 }
 
 /// What a subscribe found: whether the history covers everything after
-/// `since`, and the held frames to send after the ack.
+/// `since`, and the recovered history to send after the ack (whole in
+/// memory mode, in pages from a cluster's history: [`Recovery`]).
 #[derive(Debug, Default)]
 pub struct Joined {
     pub recovered: Option<bool>,
-    pub backlog: Vec<(u64, Bytes)>,
+    pub backlog: Recovery,
     /// The channel's last `seq` when the subscription went live (in a
     /// cluster, the cluster's): live messages are exactly those above it.
     pub last_seq: u64,
@@ -88,7 +91,7 @@ impl Joined {
     pub fn position(&self) -> u64 {
         self.backlog
             .last()
-            .map_or(self.last_seq, |(seq, _)| self.last_seq.max(*seq))
+            .map_or(self.last_seq, |seq| self.last_seq.max(seq))
     }
 }
 
@@ -346,7 +349,9 @@ impl Hub {
             }
             let mut joined = Joined::default();
             if let Some(since) = since {
-                joined.recovered = Some(recover(st, since, &mut joined.backlog));
+                let mut backlog = Vec::new();
+                joined.recovered = Some(recover(st, since, &mut backlog));
+                joined.backlog = backlog.into();
             }
             if authority && st.seq == 0 {
                 st.seq = seq_floor();

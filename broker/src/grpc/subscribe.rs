@@ -34,7 +34,7 @@ use super::service::{BrokerService, Caller, OpenStream};
 use super::status;
 use crate::charge::{Balance, KeyState, Refusal};
 use crate::config::Limits;
-use crate::hub::{Deliver, OutboundGauge, Sink, StreamSink, Subscriber};
+use crate::hub::{Deliver, OutboundGauge, PageRead, Recovery, Sink, StreamSink, Subscriber};
 use crate::node::Node;
 use crate::protocol::{ErrorCode, channel, wire};
 
@@ -61,16 +61,22 @@ impl Membership {
 
 /// What goes out before live messages: each channel's ack, then its
 /// recovered messages, kept as the frames the history holds (shared with
-/// it in memory mode) and converted only as tonic takes them, so a call
-/// over many channels does not hold a second copy of every history.
+/// it in memory mode; read a page at a time from a cluster's history) and
+/// converted only as tonic takes them, so a call over many channels does
+/// not hold a second copy of every history.
 enum Prelude {
     Ack(SubscribeEvent),
-    Recovered(Arc<str>, u64, bytes::Bytes),
+    Recovered(Arc<str>, Recovery),
 }
 
 /// The events of one `Subscribe` call, as tonic sends them.
 pub struct Events {
     prelude: VecDeque<Prelude>,
+    /// The page of recovered history being read from a cluster's history:
+    /// one at a time per call, of at most half the stream's mark (plus one
+    /// message), read only once tonic asks for the next event, so a
+    /// consumer that stops reading holds at most that one page here.
+    reading: Option<PageRead>,
     live: mpsc::UnboundedReceiver<Deliver>,
     /// Set by the guard: the status that ends the stream.
     end: Option<oneshot::Receiver<Status>>,
@@ -114,12 +120,8 @@ impl Stream for Events {
                 return Poll::Ready(Some(Err(s)));
             }
         }
-        match this.prelude.pop_front() {
-            Some(Prelude::Ack(ev)) => return Poll::Ready(Some(Ok(ev))),
-            Some(Prelude::Recovered(channel, seq, frame)) => {
-                return Poll::Ready(Some(Ok(message(&channel, seq, &frame))));
-            }
-            None => {}
+        if let Some(ev) = std::task::ready!(this.poll_prelude(cx)) {
+            return Poll::Ready(Some(Ok(ev)));
         }
         if this.gauge.is_congested() && this.gauge.pending() < this.gauge.high_water() {
             let dropped = this.gauge.clear_congestion();
@@ -151,6 +153,43 @@ impl Stream for Events {
                 }
                 // Handled by the guard; never queued (see `Sink`).
                 Some(Deliver::Congested) => {}
+            }
+        }
+    }
+}
+
+impl Events {
+    /// The next event of the prelude (`None`: it is all sent): an ack, a
+    /// recovered message, or messages that left a cluster's history before
+    /// their page was read, reported as dropped (`SlowConsumer`) where they
+    /// were lost, after which the recovery continues in order.
+    fn poll_prelude(&mut self, cx: &mut Context<'_>) -> Poll<Option<SubscribeEvent>> {
+        loop {
+            match self.prelude.front_mut() {
+                None => return Poll::Ready(None),
+                Some(Prelude::Ack(_)) => {
+                    if let Some(Prelude::Ack(ev)) = self.prelude.pop_front() {
+                        return Poll::Ready(Some(ev));
+                    }
+                }
+                Some(Prelude::Recovered(channel, recovery)) => {
+                    if let Some((seq, frame)) = recovery.pop() {
+                        return Poll::Ready(Some(message(channel, seq, &frame)));
+                    }
+                    if let Some(read) = self.reading.as_mut() {
+                        let page = std::task::ready!(read.as_mut().poll(cx));
+                        self.reading = None;
+                        let dropped = recovery.fill(page);
+                        if dropped > 0 {
+                            let lost = SlowConsumer { dropped };
+                            return Poll::Ready(Some(event(Event::SlowConsumer(lost))));
+                        }
+                    } else if recovery.wants_page() {
+                        self.reading = recovery.next_page(self.gauge.high_water() / 2);
+                    } else {
+                        self.prelude.pop_front();
+                    }
+                }
             }
         }
     }
@@ -279,6 +318,7 @@ pub async fn start(
     let (end_tx, end_rx) = oneshot::channel();
     let mut events = Events {
         prelude: VecDeque::new(),
+        reading: None,
         live,
         end: Some(end_rx),
         ended: false,
@@ -308,11 +348,11 @@ pub async fn start(
                 recovered: joined.recovered,
                 seq: position,
             }))));
-        for (seq, frame) in joined.backlog {
-            recovered_bytes += frame.len();
+        recovered_bytes += joined.backlog.bytes();
+        if !joined.backlog.is_done() {
             events
                 .prelude
-                .push_back(Prelude::Recovered(name.clone(), seq, frame));
+                .push_back(Prelude::Recovered(name.clone(), joined.backlog));
         }
         // Live messages are exactly those above the position (§11).
         events.last.insert(name, position);

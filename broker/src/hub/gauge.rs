@@ -49,7 +49,13 @@ impl OutboundGauge {
     /// Counts one dropped message (the hub's, or a conflating socket's
     /// own when its distinct keys outgrow the mark).
     pub fn record_drop(&self) -> Reserve {
-        self.dropped.fetch_add(1, Ordering::Relaxed);
+        self.record_drops(1)
+    }
+
+    /// Counts `n` dropped messages at once (recovered history that left a
+    /// cluster's history before its page was read), as one episode.
+    pub fn record_drops(&self, n: u64) -> Reserve {
+        self.dropped.fetch_add(n, Ordering::Relaxed);
         if self.congested.swap(true, Ordering::AcqRel) {
             Reserve::Dropped
         } else {

@@ -138,6 +138,17 @@ pub trait Outlet: Send + Sync {
     /// `backlog` ended before it was all queued: it no longer keeps the
     /// grace running.
     fn forget(&self, backlog: &Arc<dyn Backlog>);
+    /// Reserves the budget of one page of recovered history read from a
+    /// cluster's history, inside the room under half the mark beside
+    /// `held` bytes (already in the gauge) while no other page of the
+    /// socket is being read, as the socket's own subscriptions do
+    /// (`socket/pages.rs`); `None`: not now (a later pump asks again).
+    fn page_room(&self, held: usize) -> Option<usize>;
+    /// The page read with `budget` is done: the reservation is given back.
+    fn page_done(&self, budget: usize);
+    /// A backlog has more to queue (its page arrived): pump every backlog
+    /// now, as when the transport drains.
+    fn pump_backlogs(&self);
 }
 
 /// What one [`Backlog::pump`] did.

@@ -101,7 +101,7 @@ impl Socket {
     /// while joining: each `seq` once, in order (see [`super::outbox::Outbox::joined`]).
     fn joined(&mut self, channel: &str, join: u64, id: Option<&RawValue>, joined: Joined) {
         let ack = id.map(|id| wire::ack(id, Some(joined.position()), joined.recovered));
-        let bytes: usize = joined.backlog.iter().map(|(_, f)| f.len()).sum();
+        let bytes = joined.backlog.bytes();
         if bytes > 0 {
             self.admission
                 .charge_recovered(bytes, std::time::Instant::now());

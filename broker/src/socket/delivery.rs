@@ -9,7 +9,7 @@
 //! positions live beside the queue, under the same lock, where the hub's
 //! delivery and the actor's join completion cannot interleave.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use actix::Message;
@@ -17,7 +17,7 @@ use bytes::Bytes;
 
 use super::outbox::{Outbox, Shared};
 use super::queue::Keyed;
-use crate::hub::{DirectSink, Joined, Renders, Reserve};
+use crate::hub::{DirectSink, Joined, Recovery, Renders, Reserve};
 use crate::metrics::Layer;
 
 /// A drop episode began (the hub dropped a message at the mark, or a
@@ -35,10 +35,11 @@ pub(super) enum Sub {
     /// Waiting for the bridge; live messages are held in `held`.
     Joining { join: u64, held: Vec<Held> },
     /// Acked; the recovered history not yet queued waits in `backlog`
-    /// (queued in slices under the mark, `socket/recovery.rs`) and live
+    /// (queued in slices under the mark, `socket/recovery.rs`; from a
+    /// cluster's history read a page at a time, `socket/pages.rs`) and live
     /// messages above the position `last` are held behind it.
     Recovering {
-        backlog: VecDeque<(u64, Bytes)>,
+        backlog: Recovery,
         held: Vec<Held>,
         last: u64,
     },
@@ -208,7 +209,7 @@ impl Outbox {
             congested |= self.gauge.add_answer(ack.len());
             self.push_reserved(&mut s, ack);
         }
-        if !joined.backlog.is_empty() {
+        if !joined.backlog.is_done() {
             let pumped = self.recover(&mut s, name, joined.backlog, held, last);
             Outbox::unlock_and_wake(s);
             self.signal(pumped, None);
@@ -274,8 +275,13 @@ impl Outbox {
 
     /// A recovering subscription left: see [`Outbox::forget_recovery`].
     fn release_recovering(&self, s: &mut Shared, sub: &Sub) {
-        if let Sub::Recovering { held, .. } = sub {
-            self.forget_recovery(s, held);
+        if let Sub::Recovering { held, backlog, .. } = sub {
+            let paged = if backlog.source().is_some() {
+                backlog.ready().1
+            } else {
+                0
+            };
+            self.forget_recovery(s, held, paged);
         }
     }
 
@@ -334,7 +340,12 @@ mod tests {
     async fn held_then_live_each_seq_once_in_order_and_the_gauge_stays_exact() {
         let mailbox = Mailbox.start();
         let gauge = Arc::new(OutboundGauge::new(1 << 20));
-        let outbox = Outbox::new(gauge.clone(), Arc::new(Metrics::new()), mailbox.recipient());
+        let outbox = Outbox::new(
+            gauge.clone(),
+            Arc::new(Metrics::new()),
+            mailbox.clone().recipient(),
+            mailbox.recipient(),
+        );
         let ch: Arc<str> = Arc::from("doc:1");
         let frame = |seq| wire::message("doc:1", seq, "1");
         // As the hub does: reserve in the gauge, then hand over.
@@ -350,7 +361,7 @@ mod tests {
         let ack = Bytes::from_static(b"ack");
         let joined = Joined {
             recovered: Some(true),
-            backlog: vec![(4, frame(4)), (5, frame(5))],
+            backlog: vec![(4, frame(4)), (5, frame(5))].into(),
             last_seq: 4,
         };
         outbox.joined("doc:1", 1, Some(ack.clone()), joined);
@@ -382,6 +393,7 @@ mod tests {
         let outbox = Outbox::new(
             gauge.clone(),
             Arc::new(Metrics::new()),
+            mailbox.clone().recipient(),
             mailbox.clone().recipient(),
         );
         let on_drain = mailbox.recipient();

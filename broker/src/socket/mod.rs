@@ -11,6 +11,7 @@ pub(crate) mod inbound;
 mod link;
 mod outbox;
 mod outlet;
+mod pages;
 mod presence;
 mod queue;
 mod recovery;
@@ -313,6 +314,14 @@ impl Handler<Congested> for Socket {
 
     fn handle(&mut self, _: Congested, ctx: &mut Context<Self>) {
         self.congested(ctx);
+        // A drop episode on a socket already under its mark (messages lost
+        // from a recovery's page, or a queue the transport emptied before
+        // this arrived) would wait for a `Drained` that only comes when
+        // bytes reach the kernel: with nothing queued, none comes, and the
+        // loss would never be reported. So it is reported now.
+        if self.gauge.is_congested() && self.gauge.pending() < self.gauge.high_water() {
+            <Self as Handler<Drained>>::handle(self, Drained, ctx);
+        }
     }
 }
 
@@ -355,6 +364,8 @@ impl Handler<Drained> for Socket {
         if self.sse.is_some() && !self.closing {
             return self.sse_drained(ctx);
         }
+        // The count below covers them.
+        self.outbox.take_lost();
         let dropped = self.gauge.clear_congestion();
         if !self.closing && self.with_dialect(ctx, |d, link| d.drained(link, dropped)) {
             return;

@@ -19,8 +19,8 @@
 //! wake.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::task::{Context, Waker};
 
 use actix::{Message, Recipient};
@@ -62,6 +62,16 @@ pub(super) struct Shared {
     /// backlog (counted in the gauge, not yet queued): the backlog's room
     /// under the mark leaves them out (`socket/recovery.rs`).
     pub(super) held_bytes: usize,
+    /// Bytes of pages of recovered history read from a cluster's history
+    /// and waiting in their subscriptions (counted in the gauge, not yet
+    /// queued), and the budget of the one page being read: with what is
+    /// queued, under half the mark plus one message (`socket/pages.rs`).
+    pub(super) paged_bytes: usize,
+    pub(super) reading: usize,
+    /// Channels whose recovery lost messages to the history's trimming
+    /// since the socket last reported a drop episode (each at most once:
+    /// bounded by the subscriptions); an SSE stream says so per channel.
+    pub(super) lost: Vec<Arc<str>>,
     /// The socket sent or answered a close frame: live messages are no
     /// longer queued.
     pub(super) closing: bool,
@@ -73,10 +83,14 @@ pub(super) struct Shared {
 /// subscriptions ([`crate::hub::Sink::Socket`]) and the transport.
 pub struct Outbox {
     shared: Mutex<Shared>,
+    /// Itself, for the reads of recovered history it starts (`socket/pages.rs`).
+    pub(super) me: Weak<Outbox>,
     pub(super) gauge: Arc<OutboundGauge>,
     pub(super) metrics: Arc<Metrics>,
-    /// The actor's mailbox, for the start of a drop episode.
+    /// The actor's mailbox, for the start of a drop episode, and for a
+    /// backlog that moves again (or leaves) after a stall.
     pub(super) control: Recipient<Congested>,
+    pub(super) drained: Recipient<Drained>,
     /// Bytes the transport took from the queue but the kernel has not yet
     /// accepted (still in the gauge): conflation's room for new keys
     /// leaves them out, so the gauge stays within the mark plus a frame.
@@ -94,13 +108,18 @@ impl Outbox {
         gauge: Arc<OutboundGauge>,
         metrics: Arc<Metrics>,
         control: Recipient<Congested>,
+        drained: Recipient<Drained>,
     ) -> Arc<Outbox> {
-        Arc::new(Outbox {
+        Arc::new_cyclic(|me| Outbox {
+            me: me.clone(),
             shared: Mutex::new(Shared {
                 queue: OutQueue::default(),
                 subs: Subs::default(),
                 feeds: Vec::new(),
                 held_bytes: 0,
+                paged_bytes: 0,
+                reading: 0,
+                lost: Vec::new(),
                 closing: false,
                 waker: None,
                 state: State::Open,
@@ -108,6 +127,7 @@ impl Outbox {
             gauge,
             metrics,
             control,
+            drained,
             in_flight: AtomicUsize::new(0),
             recovering: AtomicUsize::new(0),
             stalled: AtomicBool::new(false),

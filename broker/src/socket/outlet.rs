@@ -88,6 +88,21 @@ impl Outlet for Outbox {
     fn forget(&self, backlog: &Arc<dyn Backlog>) {
         self.forget_feed(backlog, true);
     }
+
+    fn page_room(&self, held: usize) -> Option<usize> {
+        let mut s = self.lock();
+        self.page_room(&mut s, held)
+    }
+
+    fn page_done(&self, budget: usize) {
+        let mut s = self.lock();
+        Outbox::page_done(self, &mut s, budget);
+    }
+
+    fn pump_backlogs(&self) {
+        let pumped = self.pump_feeds();
+        self.signal(pumped, Some(&self.drained));
+    }
 }
 
 /// A dialect's view of the socket's outbox.

@@ -16,15 +16,14 @@
 //! slow-consumer grace (`Congested`), and one that moves again stops it
 //! (`Drained`): a reader that stopped is closed with 4008 like any other.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use actix::Recipient;
-use bytes::Bytes;
 
 use super::delivery::{Congested, Held, Sub};
 use super::outbox::{Drained, Outbox, Shared, State};
+use crate::hub::Recovery;
 use crate::node::dialect::Backlog;
 
 /// What one [`Outbox::pump`] did.
@@ -54,12 +53,13 @@ impl Outbox {
     /// The room a backlog may fill: half the mark, so live messages of
     /// other channels still fit while a channel recovers.
     fn backlog_room(&self, s: &Shared) -> bool {
-        self.room_beside(s.held_bytes)
+        self.room_beside(s.held_bytes + s.paged_bytes)
     }
 
-    /// Whether a backlog may queue more, `held` live bytes (already in the
-    /// gauge, waiting behind backlogs) left out.
-    fn room_beside(&self, held: usize) -> bool {
+    /// Whether a backlog may queue more, `held` bytes (already in the
+    /// gauge, waiting behind or in backlogs: held live messages, pages
+    /// read) left out.
+    pub(super) fn room_beside(&self, held: usize) -> bool {
         self.gauge.pending().saturating_sub(held) < self.gauge.high_water() / 2
     }
 
@@ -110,7 +110,7 @@ impl Outbox {
         if let Some(i) = at {
             s.feeds.swap_remove(i);
             if ended {
-                self.forget_recovery(&mut s, &[]);
+                self.forget_recovery(&mut s, &[], 0);
             } else {
                 self.recovering.fetch_sub(1, Ordering::AcqRel);
             }
@@ -125,7 +125,7 @@ impl Outbox {
         &self,
         s: &mut Shared,
         name: Arc<str>,
-        backlog: Vec<(u64, Bytes)>,
+        backlog: Recovery,
         held: Vec<Held>,
         last: u64,
     ) -> Pumped {
@@ -133,7 +133,7 @@ impl Outbox {
         s.subs.insert(
             name,
             Sub::Recovering {
-                backlog: VecDeque::from(backlog),
+                backlog,
                 held,
                 last,
             },
@@ -143,7 +143,8 @@ impl Outbox {
     }
 
     /// Queues backlog frames while there is room; a subscription whose
-    /// backlog is all queued goes live (its held messages after it).
+    /// backlog is all queued goes live (its held messages after it). One
+    /// whose page is used up reads its next (`socket/pages.rs`).
     pub(super) fn pump(&self, s: &mut Shared) -> Pumped {
         let mut done = Pumped::default();
         if s.closing || s.state != State::Open {
@@ -162,7 +163,7 @@ impl Outbox {
                 let Some(Sub::Recovering { backlog, .. }) = s.subs.get_mut(&name) else {
                     break;
                 };
-                if backlog.is_empty() {
+                if backlog.is_done() {
                     finished.push(name);
                     break;
                 }
@@ -170,10 +171,17 @@ impl Outbox {
                     done.stalled = true;
                     break;
                 }
-                let Some((_, frame)) = backlog.pop_front() else {
+                let paged = backlog.source().is_some();
+                let Some((_, frame)) = backlog.pop() else {
+                    self.read_page(s, &name);
                     break;
                 };
-                self.gauge.add(frame.len());
+                if paged {
+                    // Counted in the gauge since it was read.
+                    s.paged_bytes -= frame.len();
+                } else {
+                    self.gauge.add(frame.len());
+                }
                 s.queue.push(frame);
                 done.moved = true;
             }
@@ -221,15 +229,22 @@ impl Outbox {
         }
     }
 
-    /// A subscription left while recovering: its held messages leave the
-    /// gauge, and a backlog that was the only one waiting no longer keeps
-    /// the grace running.
-    pub(super) fn forget_recovery(&self, s: &mut Shared, held: &[Held]) {
+    /// A subscription left while recovering: its held messages (and the
+    /// page of history it had read) leave the gauge, and a backlog that was
+    /// the only one waiting no longer keeps the grace running: the socket
+    /// hears so, as when a backlog moves again, or its grace would stay
+    /// started and a later stall would start none.
+    pub(super) fn forget_recovery(&self, s: &mut Shared, held: &[Held], paged: usize) {
         let bytes: usize = held.iter().map(Held::len).sum();
         s.held_bytes -= bytes;
-        self.gauge.release(bytes);
-        if self.recovering.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.stalled.store(false, Ordering::Release);
+        s.paged_bytes -= paged;
+        self.gauge.release(bytes + paged);
+        let over = self.gauge.is_congested() && self.gauge.pending() >= self.gauge.high_water();
+        if self.recovering.fetch_sub(1, Ordering::AcqRel) == 1
+            && self.stalled.swap(false, Ordering::AcqRel)
+            && !over
+        {
+            self.drained.do_send(Drained);
         }
     }
 

@@ -69,6 +69,7 @@ impl Socket {
                 gauge.clone(),
                 node.metrics.clone(),
                 ctx.address().recipient(),
+                ctx.address().recipient(),
             );
             started = Some((outbox.clone(), ctx.address().recipient()));
             let span = tracing::info_span!("socket", conn = %id.label, account = %id.account);

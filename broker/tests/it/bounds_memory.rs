@@ -236,7 +236,15 @@ pub(crate) fn live_rounds(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reading_client_recovers_every_channel_in_order_without_gap_then_live_messages() {
     let broker = Broker::start(&RECOVERY.replace("65536", "262144"));
-    let since = history(&broker, 5, 100, 8 << 10).await;
+    recovers_every_channel_in_order_then_live(&broker).await;
+}
+
+/// A client that reads subscribes with `since` to 5 channels of 100
+/// messages of 8 KiB while 20 rounds of live messages are published: each
+/// channel's ack first (recovered, its position at least the last
+/// recovered), then every `seq` once and in order, recovered then live.
+pub(crate) async fn recovers_every_channel_in_order_then_live(broker: &Broker) {
+    let since = history(broker, 5, 100, 8 << 10).await;
     let mut c = broker.client("acme").await;
     for (i, since) in since.iter().enumerate() {
         c.send(serde_json::json!({
@@ -245,7 +253,7 @@ async fn a_reading_client_recovers_every_channel_in_order_without_gap_then_live_
         .await;
     }
     // Live messages published while the backlogs are being delivered.
-    let live = live_rounds(&broker, 5, 20);
+    let live = live_rounds(broker, 5, 20);
     let mut last: Vec<u64> = since.clone();
     let mut acked = [false; 5];
     let end: Vec<u64> = since.iter().map(|s| s + 120).collect();
@@ -255,6 +263,9 @@ async fn a_reading_client_recovers_every_channel_in_order_without_gap_then_live_
             Some("ack") => {
                 let i = v["id"].as_u64().unwrap() as usize;
                 assert_eq!(v["recovered"], true, "{v}");
+                // The position: the last recovered, or past it when live
+                // messages were published before the join.
+                assert!(v["seq"].as_u64().unwrap() >= since[i] + 100, "{v}");
                 acked[i] = true;
             }
             Some("message") => {

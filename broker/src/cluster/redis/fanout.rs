@@ -3,17 +3,18 @@
 
 use std::sync::atomic::Ordering;
 
-use bytes::Bytes;
 use tokio::sync::oneshot;
+
+use std::sync::Arc;
 
 use super::resharding::invoke_following;
 use super::{RedisBridge, SEQ_TTL_MS, SUBSCRIBE_WAIT, SubCmd, scripts};
 use crate::cluster::{ChannelRead, Pending};
-use crate::hub::{Joined, Subscriber, seq_floor};
+use crate::hub::{Joined, Pages, Recovery, Subscriber, seq_floor};
 use crate::protocol::wire;
 
 /// Parses the `seq` out of a message JSON built by the publish script.
-fn parse_seq(channel: &str, msg: &[u8]) -> Option<u64> {
+pub(super) fn parse_seq(channel: &str, msg: &[u8]) -> Option<u64> {
     let skip = r#"{"type":"message","channel":""#.len() + channel.len() + r#"","seq":"#.len();
     let digits = msg.get(skip..)?;
     let end = digits.iter().position(|b| !b.is_ascii_digit())?;
@@ -102,18 +103,20 @@ impl RedisBridge {
     }
 
     /// The cluster's position for a subscription that just went live, and
-    /// with `since`, the recovery after it from the cluster's history (read
-    /// in the same atomic step, so the backlog ends exactly at the
-    /// position). `None` when Redis could not answer.
+    /// with `since`, whether the cluster's history covers it and the
+    /// recovery after it, read in the same atomic step (so the backlog ends
+    /// exactly at the position) as counts only: its messages are read in
+    /// pages as the subscriber takes them (`pages.rs`). `None` when Redis
+    /// could not answer.
     pub(super) async fn join_position(
         &self,
         channel: &str,
         since: Option<u64>,
-    ) -> Option<(u64, Option<(bool, Vec<(u64, Bytes)>)>)> {
+    ) -> Option<(u64, Option<(bool, Recovery)>)> {
         let seq_key = self.key("seq", channel);
         let (_, ttl, _) = self.history();
         let (mut conn, _in_flight) = self.command(&seq_key)?;
-        let result: redis::RedisResult<(String, String, Vec<Vec<u8>>)> = self
+        let result: redis::RedisResult<(String, String, String, String, u64, u64)> = self
             .metrics
             .time_script(
                 "join",
@@ -123,12 +126,13 @@ impl RedisBridge {
                         .arg(seq_floor())
                         .arg(SEQ_TTL_MS.max(ttl))
                         .arg(if since.is_some() { "1" } else { "0" })
-                        .arg(ttl),
+                        .arg(ttl)
+                        .arg(since.unwrap_or(0)),
                     &mut conn,
                 ),
             )
             .await;
-        let (cur, pos, held) = match result {
+        let (cur, pos, oldest, newest, count, bytes) = match result {
             Ok(r) => r,
             Err(e) => {
                 self.failed_at(&seq_key, &e);
@@ -139,8 +143,16 @@ impl RedisBridge {
         let Some(since) = since else {
             return Some((pos, None));
         };
-        let cur: u64 = cur.parse().unwrap_or(0);
-        Some((pos, Some(recovery(channel, since, cur, &held))))
+        let number = |s: &str| s.parse::<u64>().unwrap_or(0);
+        let held = Held {
+            cur: number(&cur),
+            oldest: number(&oldest),
+            newest: number(&newest),
+            count,
+            bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
+        };
+        let pages = || self.pages(channel);
+        Some((pos, Some(held.recovery(since, pages))))
     }
 
     /// The channel's `seq` and held history from Redis (this node's own
@@ -276,9 +288,9 @@ impl RedisBridge {
                     let (recovered, backlog) = match since {
                         Some(since) => {
                             let (r, b) = this.hub.recover(&channel, since);
-                            (Some(r), b)
+                            (Some(r), b.into())
                         }
-                        None => (None, Vec::new()),
+                        None => (None, Recovery::default()),
                     };
                     Joined {
                         recovered,
@@ -296,29 +308,34 @@ impl RedisBridge {
     }
 }
 
-/// Whether the cluster's history `held` covers everything after `since`
-/// (the counter being at `cur`), and if so the messages after it.
-fn recovery(channel: &str, since: u64, cur: u64, held: &[Vec<u8>]) -> (bool, Vec<(u64, Bytes)>) {
-    if cur == 0 || since > cur {
-        return (false, Vec::new());
+/// What the join script found of the channel's history.
+struct Held {
+    /// The counter (0: none).
+    cur: u64,
+    /// The `seq` of the oldest and newest held message (0: none).
+    oldest: u64,
+    newest: u64,
+    /// The held messages after `since`, and their bytes.
+    count: u64,
+    bytes: usize,
+}
+
+impl Held {
+    /// Whether the history covers everything after `since`, and if so the
+    /// recovery after it, read in pages from `pages()`.
+    fn recovery(&self, since: u64, pages: impl FnOnce() -> Arc<dyn Pages>) -> (bool, Recovery) {
+        if self.cur == 0 || since > self.cur {
+            return (false, Recovery::default());
+        }
+        if since == self.cur {
+            return (true, Recovery::default());
+        }
+        if self.oldest == 0 || self.oldest > since + 1 {
+            return (false, Recovery::default());
+        }
+        let recovery = Recovery::paged(pages(), since, self.newest, self.count, self.bytes);
+        (true, recovery)
     }
-    if since == cur {
-        return (true, Vec::new());
-    }
-    let held: Vec<(u64, &Vec<u8>)> = held
-        .iter()
-        .filter_map(|m| Some((parse_seq(channel, m)?, m)))
-        .collect();
-    let complete = held.first().is_some_and(|(seq, _)| *seq <= since + 1);
-    let backlog = if complete {
-        held.iter()
-            .filter(|(seq, _)| *seq > since)
-            .map(|(seq, m)| (*seq, wire::text(m)))
-            .collect()
-    } else {
-        Vec::new()
-    };
-    (complete, backlog)
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ mod history;
 mod lease;
 mod limits;
 mod open;
+mod pages;
 mod resharding;
 mod scripts;
 mod sharded;

@@ -93,7 +93,7 @@ impl RedisBridge {
         }
         match self.join_position(channel, Some(since)).await {
             Some((_, Some((true, backlog)))) => {
-                for (seq, frame) in backlog {
+                for (seq, frame) in self.read_whole(backlog).await {
                     self.hub.deliver(channel, seq, frame);
                 }
             }

@@ -201,6 +201,11 @@ mod tests {
             backlog.pump(&|_| true);
         }
         fn forget(&self, _: &Arc<dyn crate::node::dialect::Backlog>) {}
+        fn page_room(&self, _: usize) -> Option<usize> {
+            None
+        }
+        fn page_done(&self, _: usize) {}
+        fn pump_backlogs(&self) {}
     }
 
     fn op(outlet: Arc<Kept>) -> PresenceOp {

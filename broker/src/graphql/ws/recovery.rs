@@ -37,7 +37,7 @@ impl GraphqlWs {
         if sink.conn != conn {
             return;
         }
-        let bytes: usize = joined.backlog.iter().map(|(_, f)| f.len()).sum();
+        let bytes = joined.backlog.bytes();
         let kib = u64::try_from(bytes.div_ceil(1024)).unwrap_or(u64::MAX);
         let caller = match &self.caller {
             Some(c) if bytes > 0 && c.limits.costs.recovery_per_kib > 0 => c.clone(),

@@ -15,14 +15,13 @@
 //! with `SLOW_CONSUMER` naming the last `seq` sent, so a resume with
 //! `since` loses nothing and sees nothing twice.
 
-use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 
 use super::shape::Shape;
-use crate::hub::{DirectSink, Joined, OutboundGauge, Renders};
+use crate::hub::{DirectSink, Joined, OutboundGauge, Page, Pages, Recovery, Renders, Reserve};
 use crate::node::dialect::{Backlog, Outlet, Step};
 use crate::protocol::wire;
 
@@ -44,15 +43,18 @@ enum Pos {
     /// Waiting for the bridge (recovery, cluster-wide delivery).
     Joining(Vec<Held>),
     /// The recovered history after `since` (at most `history.size`
-    /// messages; the hub's own frames, not copies, in memory mode), queued
-    /// in slices under the socket's mark as it drains ([`Backlog`], the
-    /// socket's recovery); live messages wait behind it in `held`
-    /// (`held_bytes` of them, counted in the gauge, so the hub stops
-    /// adding at the mark).
+    /// messages; the hub's own frames, not copies, in memory mode; from a
+    /// cluster's history, one page at a time, `page_bytes` of it waiting
+    /// here counted in the gauge, its budget reserved under half the
+    /// socket's mark: `socket/pages.rs`), queued in slices under the
+    /// socket's mark as it drains ([`Backlog`], the socket's recovery);
+    /// live messages wait behind it in `held` (`held_bytes` of them,
+    /// counted in the gauge, so the hub stops adding at the mark).
     Recovering {
-        backlog: VecDeque<(u64, Bytes)>,
+        backlog: Recovery,
         held: Vec<Held>,
         held_bytes: usize,
+        page_bytes: usize,
         last: u64,
     },
     /// The highest `seq` handled (sent or lost).
@@ -79,6 +81,8 @@ struct State {
 }
 
 pub struct OpSink {
+    /// Itself, for the page reads it starts.
+    me: Weak<OpSink>,
     /// The hub subscriber's number (unique on the node).
     pub conn: u64,
     pub channel: Arc<str>,
@@ -105,7 +109,8 @@ impl OpSink {
         outlet: Arc<dyn Outlet>,
         first: Option<String>,
     ) -> Arc<OpSink> {
-        Arc::new(OpSink {
+        Arc::new_cyclic(|me| OpSink {
+            me: me.clone(),
             conn,
             channel: channel.into(),
             shape,
@@ -210,17 +215,15 @@ impl OpSink {
         let last = joined.position();
         // Before anything is queued the client holds everything up to the
         // first recovered `seq`, or up to where the subscription went live.
-        st.sent = joined
-            .backlog
-            .first()
-            .map_or(last, |(seq, _)| seq.saturating_sub(1));
-        if joined.backlog.is_empty() {
+        st.sent = joined.backlog.before_first().unwrap_or(last);
+        if joined.backlog.is_done() {
             self.go_live(&mut st, held, last);
             return;
         }
         st.pos = Pos::Recovering {
-            backlog: VecDeque::from(joined.backlog),
+            backlog: joined.backlog,
             held_bytes: held.iter().map(|h| h.frame.len()).sum(),
+            page_bytes: 0,
             held,
             last,
         };
@@ -260,10 +263,17 @@ impl OpSink {
     pub fn end(self: &Arc<Self>) -> Ended {
         let mut st = self.state.lock();
         let recovering = match std::mem::replace(&mut st.pos, Pos::Ended) {
-            Pos::Joining(held) | Pos::Recovering { held, .. } => {
+            Pos::Joining(held) => {
                 self.outlet
                     .gauge()
                     .release(held.iter().map(|h| h.frame.len()).sum());
+                true
+            }
+            Pos::Recovering {
+                held, page_bytes, ..
+            } => {
+                let bytes: usize = held.iter().map(|h| h.frame.len()).sum();
+                self.outlet.gauge().release(bytes + page_bytes);
                 true
             }
             _ => false,
@@ -352,23 +362,36 @@ impl Backlog for OpSink {
             let Pos::Recovering {
                 backlog,
                 held_bytes,
+                page_bytes,
                 ..
             } = &mut st.pos
             else {
                 step.done = true;
                 return step;
             };
-            if backlog.is_empty() {
+            if backlog.is_done() {
                 break;
             }
-            if !room(*held_bytes) {
+            if !room(*held_bytes + *page_bytes) {
                 step.stalled = true;
                 return step;
             }
-            let Some((seq, frame)) = backlog.pop_front() else {
-                break;
+            let paged = backlog.source().is_some();
+            let Some((seq, frame)) = backlog.pop() else {
+                let waiting = *held_bytes + *page_bytes;
+                self.read_page(&mut st, waiting);
+                return step;
             };
-            self.queue(&mut st, (seq, &frame), None, 0, &mut Renders::default());
+            // A page's frames are counted in the gauge since they were read.
+            let reserved = if paged { frame.len() } else { 0 };
+            *page_bytes -= reserved;
+            self.queue(
+                &mut st,
+                (seq, &frame),
+                None,
+                reserved,
+                &mut Renders::default(),
+            );
             step.moved = true;
         }
         if let Pos::Recovering { held, last, .. } = std::mem::replace(&mut st.pos, Pos::Ended) {
@@ -376,6 +399,78 @@ impl Backlog for OpSink {
         }
         step.done = true;
         step
+    }
+}
+
+impl OpSink {
+    /// Starts reading the next page of the recovery, inside the room the
+    /// socket grants beside `waiting` bytes (`socket/pages.rs`).
+    fn read_page(&self, st: &mut State, waiting: usize) {
+        let Pos::Recovering { backlog, .. } = &mut st.pos else {
+            return;
+        };
+        if !backlog.wants_page() {
+            return;
+        }
+        let Some(budget) = self.outlet.page_room(waiting) else {
+            return;
+        };
+        let (Some(read), Some(source), Some(me)) = (
+            backlog.next_page(budget),
+            backlog.source(),
+            self.me.upgrade(),
+        ) else {
+            self.outlet.page_done(budget);
+            return;
+        };
+        tokio::spawn(async move {
+            let page = read.await;
+            me.paged(&source, budget, page);
+        });
+    }
+
+    /// A page arrived: its frames wait here (counted in the gauge) and are
+    /// pumped now. Messages that left the history before it was read break
+    /// the subscription there, as a drop at the mark does: nothing newer is
+    /// queued, and `SLOW_CONSUMER` says how many were lost and the last
+    /// `seq` sent once the socket reports the episode.
+    fn paged(&self, source: &Arc<dyn Pages>, budget: usize, page: Option<Page>) {
+        let gauge = self.outlet.gauge();
+        let mut st = self.state.lock();
+        let mut lost = 0;
+        if let Pos::Recovering {
+            backlog,
+            page_bytes,
+            ..
+        } = &mut st.pos
+            && backlog.reads_from(source)
+        {
+            lost = backlog.fill(page);
+            let bytes = backlog.ready().1;
+            gauge.add(bytes);
+            *page_bytes += bytes;
+        }
+        if lost > 0 {
+            let first = st.sent + 1;
+            st.broken_at.get_or_insert(first);
+            st.dropped += lost;
+            if let Pos::Recovering {
+                held,
+                last,
+                page_bytes,
+                ..
+            } = std::mem::replace(&mut st.pos, Pos::Ended)
+            {
+                gauge.release(page_bytes);
+                self.go_live(&mut st, held, last);
+            }
+        }
+        drop(st);
+        self.outlet.page_done(budget);
+        if lost > 0 && gauge.record_drops(lost) == Reserve::FirstDrop {
+            self.outlet.congested();
+        }
+        self.outlet.pump_backlogs();
     }
 }
 

@@ -43,6 +43,12 @@ impl Socket {
     /// newer goes out before what was dropped.
     pub(in crate::socket) fn sse_drained(&mut self, ctx: &mut Context<Self>) {
         let rejoins = self.outbox.rejoin_live(&mut self.next_join);
+        // A recovery that lost messages to the history's trimming goes on
+        // with what is left; the stream says `recovered:false` for it.
+        for channel in self.outbox.take_lost() {
+            let lost = wire::ack(&ack_id(&channel), None, Some(false));
+            self.send(lost);
+        }
         let dropped = self.gauge.clear_congestion();
         Exceeded::new(Layer::Outbound, "slow_consumer", &self.id.account)
             .conn(&self.id.label)

@@ -34,6 +34,11 @@ impl Outlet for Recorder {
         backlog.pump(&|_| true);
     }
     fn forget(&self, _: &Arc<dyn crate::node::dialect::Backlog>) {}
+    fn page_room(&self, _: usize) -> Option<usize> {
+        None
+    }
+    fn page_done(&self, _: usize) {}
+    fn pump_backlogs(&self) {}
 }
 
 fn sink(conn: u64, query: &str, id: &str, first: Option<&str>) -> (Arc<OpSink>, Arc<Recorder>) {
@@ -47,7 +52,7 @@ fn sink(conn: u64, query: &str, id: &str, first: Option<&str>) -> (Arc<OpSink>, 
     let s = OpSink::new(conn, "doc:1", shape, out.clone(), first.map(str::to_owned));
     s.joined(Joined {
         recovered: None,
-        backlog: Vec::new(),
+        backlog: Default::default(),
         last_seq: 10,
     });
     (s, out)

@@ -1,0 +1,216 @@
+//! Issue 26: recovery (`since`) from the cluster's history in Redis is read
+//! in pages under the socket's mark, never copied whole: a socket that
+//! never reads holds about its mark and is closed with 4008, a reading one
+//! gets every `seq` once and in order then live, a page trimmed out of the
+//! history is reported (`slow_consumer` with how many) and delivery goes
+//! on in order; gRPC `Subscribe` pages the same way.
+
+use std::time::Instant;
+
+use tokio::io::AsyncWriteExt;
+
+use crate::bounds_memory::{
+    RECOVERY, held_to_the_mark_then_4008, history, never_reads, reading,
+    recovers_every_channel_in_order_then_live, rss,
+};
+use crate::cluster::{bridge_up, node, prefix};
+use crate::common::{Broker, PATIENCE, masked_text, small_window, upgrade_on};
+use crate::redis_cluster::{Backend, on_both};
+use crate::redis_server::RedisServer;
+
+on_both!(
+    a_client_that_recovers_redis_history_and_never_reads_holds_only_its_mark_then_gets_4008,
+    a_reading_client_recovers_redis_history_in_order_without_gap_then_live_messages,
+    a_page_trimmed_out_of_redis_history_is_reported_and_delivery_goes_on_in_order,
+);
+
+/// A node of a cluster on `redis` with `extra` config, bridged.
+async fn bridged(redis: &impl Backend, extra: &str) -> Broker {
+    let b = node(redis, "a", &prefix(), extra);
+    bridge_up(&b, true).await;
+    b
+}
+
+/// A socket that never reads (small window) subscribing with `since` to
+/// `doc:h0`… at `since`.
+async fn never_reading(b: &Broker, since: &[u64]) -> tokio::net::TcpStream {
+    let token = b.token("acme");
+    let mut s = upgrade_on(small_window(b.addr).await, b.addr, &token).await;
+    for (c, since) in since.iter().enumerate() {
+        let frame =
+            format!(r#"{{"type":"subscribe","channel":"doc:h{c}","since":{since},"id":{c}}}"#);
+        s.write_all(&masked_text(frame.as_bytes())).await.unwrap();
+    }
+    s
+}
+
+async fn a_client_that_recovers_redis_history_and_never_reads_holds_only_its_mark_then_gets_4008(
+    redis: &impl Backend,
+) {
+    let b = bridged(redis, &never_reads()).await;
+    // 10 channels × 100 messages × 32 KiB in Redis: 32 MiB, 500 times the
+    // socket's mark.
+    let since = history(&b, 10, 100, 32 << 10).await;
+    let s = never_reading(&b, &since).await;
+    held_to_the_mark_then_4008(&b, s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sockets_recovering_redis_history_without_reading_do_not_grow_the_broker() {
+    let redis = RedisServer::start();
+    // A grace long enough that every socket holds whatever it holds while
+    // the broker is looked at, for a second at least.
+    let config = never_reads().replace("outbound_grace_ms = 300", "outbound_grace_ms = 1000");
+    let b = bridged(&redis, &config).await;
+    let since = history(&b, 10, 100, 32 << 10).await;
+    let before = rss(std::process::id());
+    // 6 sockets × 10 channels of 3.2 MiB: copied whole, 192 MiB.
+    let n = 6;
+    let mut sockets = Vec::new();
+    for _ in 0..n {
+        sockets.push(never_reading(&b, &since).await);
+    }
+    let series = "tidegate_rejections_total{layer=\"outbound\",reason=\"slow_consumer_closed\"}";
+    let deadline = Instant::now() + PATIENCE;
+    let mut worst = 0;
+    while b.metric(series).await < f64::from(n) {
+        assert!(Instant::now() < deadline, "not every socket got 4008");
+        worst = worst.max(rss(std::process::id()).saturating_sub(before));
+        tokio::task::yield_now().await;
+    }
+    println!("broker grew by at most {} KiB", worst >> 10);
+    assert!(
+        worst < 48 << 20,
+        "the broker grew by {} KiB for {n} sockets recovering history they never read",
+        worst >> 10
+    );
+    for s in sockets {
+        let mut c = reading(s).await;
+        assert_eq!(c.closed().await, Some(4008));
+    }
+}
+
+async fn a_reading_client_recovers_redis_history_in_order_without_gap_then_live_messages(
+    redis: &impl Backend,
+) {
+    // A 64 KiB mark: pages of at most 32 KiB, three messages at most.
+    let b = bridged(redis, RECOVERY).await;
+    recovers_every_channel_in_order_then_live(&b).await;
+    assert!(
+        b.metric("tidegate_redis_script_duration_seconds_count{script=\"page\"}")
+            .await
+            >= 5.0 * 25.0,
+        "recovered in pages of at most half the mark"
+    );
+}
+
+async fn a_page_trimmed_out_of_redis_history_is_reported_and_delivery_goes_on_in_order(
+    redis: &impl Backend,
+) {
+    let config = RECOVERY.replace("size = 200", "size = 20")
+        + "outbound_grace_ms = 60000\n[socket]\nsend_buffer_bytes = 4096\n";
+    let b = bridged(redis, &config).await;
+    // 20 messages of 16 KiB: the history holds exactly them.
+    let since = history(&b, 1, 20, 16 << 10).await[0];
+    let s = never_reading(&b, &[since]).await;
+    // The socket's recovery fills half its mark and waits for the reader.
+    let deadline = Instant::now() + PATIENCE;
+    while b.node.sockets.iter().all(|s| s.gauge.pending() < 32 << 10) {
+        assert!(
+            Instant::now() < deadline,
+            "the recovery never filled the mark"
+        );
+        tokio::task::yield_now().await;
+    }
+    // 14 small messages push the 14 oldest out of the 20-message history.
+    for i in 0..14 {
+        b.node.publish("doc:h0", &i.to_string(), "test").await;
+    }
+    let mut c = reading(s).await;
+    assert_eq!(c.next_json().await["type"], "welcome");
+    let ack = c.next_json().await;
+    assert_eq!(ack["recovered"], true, "{ack}");
+    let mut seqs = Vec::new();
+    let mut dropped = None;
+    while seqs.last() != Some(&(since + 34)) {
+        let v = c.next_json().await;
+        match (v["type"].as_str(), v["code"].as_str()) {
+            (Some("message"), _) => seqs.push(v["seq"].as_u64().unwrap()),
+            (Some("budget"), _) => {}
+            (Some("error"), Some("slow_consumer")) => {
+                assert!(dropped.is_none(), "reported twice: {v}");
+                dropped = v["dropped"].as_u64();
+            }
+            _ => panic!("unexpected {v}"),
+        }
+    }
+    // What was queued before the trim, then what the history still held
+    // (from `since + 15`), then live: in order, each once.
+    let before = seqs.iter().take_while(|s| **s <= since + 14).count() as u64;
+    assert!(
+        before < 14,
+        "the socket took the whole history before the trim"
+    );
+    let expected: Vec<u64> = (since + 1..=since + before)
+        .chain(since + 15..=since + 34)
+        .collect();
+    assert_eq!(seqs, expected);
+    if dropped.is_none() {
+        let v = c.next_json().await;
+        assert_eq!(v["code"], "slow_consumer", "{v}");
+        dropped = v["dropped"].as_u64();
+    }
+    assert_eq!(dropped, Some(14 - before), "the lost messages are counted");
+}
+
+#[actix_rt::test]
+async fn a_grpc_subscribe_recovers_redis_history_in_order_in_pages() {
+    use crate::grpc::{authed, connect, subscribe_req};
+    use crate::grpc_subscribe::{next, next_message};
+    use tidegate::grpc::proto::subscribe_event::Event;
+    let redis = RedisServer::start();
+    // An 8 KiB mark: pages of 4 KiB, four messages of 1 KiB each; recovery
+    // free, so the key's bucket does not stand in the way.
+    let b = bridged(
+        &redis,
+        "[history]\nsize = 100\n[plans.free]\noutbound_high_water_bytes = 8192\n\
+         [plans.free.costs]\nrecovery_per_kib = 0\n",
+    )
+    .await;
+    let since = history(&b, 3, 60, 1 << 10).await;
+    let names: Vec<String> = (0..3).map(|c| format!("doc:h{c}")).collect();
+    let req: Vec<(&str, Option<u64>)> = names
+        .iter()
+        .zip(&since)
+        .map(|(n, s)| (n.as_str(), Some(*s)))
+        .collect();
+    let mut c = connect(&b).await;
+    let mut s = c
+        .subscribe(authed(subscribe_req(&req), crate::common::API_KEY))
+        .await
+        .unwrap()
+        .into_inner();
+    for (name, since) in names.iter().zip(&since) {
+        match next(&mut s).await.unwrap() {
+            Some(Event::Ack(a)) => {
+                assert_eq!(&a.channel, name);
+                assert_eq!(a.recovered, Some(true));
+                assert_eq!(a.seq, since + 60);
+            }
+            other => panic!("{other:?}"),
+        }
+        for i in 1..=60 {
+            let m = next_message(&mut s).await;
+            assert_eq!((&m.channel, m.seq), (name, since + i));
+        }
+    }
+    let live = b.node.publish("doc:h1", "1", "test").await;
+    let m = next_message(&mut s).await;
+    assert_eq!((m.channel.as_str(), m.seq), ("doc:h1", live));
+    assert!(
+        b.metric("tidegate_redis_script_duration_seconds_count{script=\"page\"}")
+            .await
+            >= 45.0,
+        "read in pages of at most half the stream's mark"
+    );
+}
