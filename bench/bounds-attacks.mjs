@@ -230,6 +230,9 @@ async function recoveryBacklog() {
   );
   try {
     const data = "x".repeat(60 * 1024);
+    // The position just before the first message: `since: 0` would be
+    // below the clock-derived first `seq` and recover nothing.
+    let since = 0;
     for (let i = 0; i < 100; i++) {
       const r = await fetch(`${b.http}/v1/publish`, {
         method: "POST",
@@ -237,6 +240,8 @@ async function recoveryBacklog() {
         body: JSON.stringify({ channel: "doc:backlog", data }),
       });
       if (r.status !== 200) throw new Error(`publish ${i}: ${r.status} ${await r.text()}`);
+      const { seq } = await r.json();
+      if (i === 0) since = seq - 1;
     }
     await sleep(200);
     const before = rssKiB(b.child.pid);
@@ -247,7 +252,7 @@ async function recoveryBacklog() {
       const ws = await openSocket(b.ws, `backlog${i}`);
       ws._socket.pause();
       ws.once("close", (code) => (codes[i] = code));
-      ws.send(JSON.stringify({ type: "subscribe", id: 1, channel: "doc:backlog", since: 0 }));
+      ws.send(JSON.stringify({ type: "subscribe", id: 1, channel: "doc:backlog", since }));
       sockets.push(ws);
     }
     const until = Date.now() + 10000;
@@ -262,6 +267,8 @@ async function recoveryBacklog() {
       rssPeakMiB: +(peak / 1024).toFixed(1),
       growthMiB: +((peak - before) / 1024).toFixed(1),
       wholeCopiesWouldBeMiB: +((20 * 100 * data.length) / (1 << 20)).toFixed(1),
+      since,
+      closedWith4008: codes.filter((c) => c === 4008).length,
     };
   } finally {
     stop(b);
