@@ -37,18 +37,28 @@
 // Loopback only (127.0.0.0/8, several source addresses); every process it
 // starts is ended by its PID. Not a timed test: the numbers go to
 // bench/README.md ("Bounds from outside") by hand.
-import { spawn } from "node:child_process";
-import { createHmac } from "node:crypto";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
-import { connect, createServer } from "node:net";
-import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
-import { createRequire } from "node:module";
+import { execFileSync } from "node:child_process";
+import { writeFileSync } from "node:fs";
+import { connect } from "node:net";
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
-const require = createRequire(join(ROOT, "client-sdk-ts", "package.json"));
-const WebSocket = require("ws");
+import {
+  BIN,
+  WebSocket,
+  closedWithin,
+  fds,
+  median,
+  openSocket,
+  publishHistory,
+  rssKiB,
+  sleep,
+  startBroker,
+  startRedis,
+  startRedisBroker,
+  statusCounts,
+  stop,
+  token,
+  upgrade,
+} from "./attacks/harness.mjs";
 
 const args = process.argv.slice(2);
 const opt = (name) => {
@@ -57,130 +67,9 @@ const opt = (name) => {
 };
 const ONLY = opt("only")?.split(",");
 const OUT = opt("out");
-const BIN = process.env.TIDEGATE_BIN ?? join(ROOT, "target", "release", "tidegate");
-const SAMPLE_SECRET = "tidegate-sample-secret-do-not-use-in-production";
 const OWN_SECRET = "bounds-attacks-secret-0123456789abcdef";
 const OWN_KEY = "bounds-attacks-publish-key-0123456789";
 const ADMIN_KEY = "bounds-attacks-admin-key-0123456789";
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const freePort = () =>
-  new Promise((resolve) => {
-    const s = createServer().listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-
-const b64 = (o) => Buffer.from(JSON.stringify(o)).toString("base64url");
-function token(sub, secret = SAMPLE_SECRET, channels = ["*"]) {
-  const body = `${b64({ alg: "HS256", typ: "JWT" })}.${b64({
-    sub,
-    exp: Math.floor(Date.now() / 1000) + 3600,
-    sub_channels: channels,
-    pub_channels: channels,
-  })}`;
-  return `${body}.${createHmac("sha256", secret).update(body).digest("base64url")}`;
-}
-
-/** Starts a broker on free ports with `patch` applied to config.toml's text. */
-async function startBroker(patch = (c) => c, { listenHost = "127.0.0.1", env = {} } = {}) {
-  const port = await freePort();
-  const grpcPort = await freePort();
-  const config = patch(readFileSync(join(ROOT, "config.toml"), "utf8"));
-  const dir = mkdtempSync(join(tmpdir(), "tidegate-bounds-"));
-  writeFileSync(join(dir, "config.toml"), config);
-  const listen = listenHost.includes(":") ? `[${listenHost}]:${port}` : `${listenHost}:${port}`;
-  const child = spawn(BIN, ["serve", "--config", join(dir, "config.toml"), "--listen", listen, "--grpc-listen", `127.0.0.1:${grpcPort}`], {
-    stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, RUST_LOG: "warn", ...env },
-  });
-  let stderr = "";
-  child.stderr.on("data", (d) => {
-    stderr = (stderr + d.toString()).slice(-4000);
-  });
-  await new Promise((resolve, reject) => {
-    child.stdout.on("data", (d) => {
-      if (/tidegate listening on/.test(d.toString())) resolve();
-    });
-    child.on("exit", (code) => reject(new Error(`broker exited ${code}: ${stderr}`)));
-  });
-  return { child, port, grpcPort, http: `http://127.0.0.1:${port}`, ws: `ws://127.0.0.1:${port}/v1/ws` };
-}
-
-function stop(b) {
-  try {
-    process.kill(b.child.pid, "SIGKILL");
-  } catch {}
-}
-
-const rssKiB = (pid) => Number(readFileSync(`/proc/${pid}/status`, "utf8").match(/VmRSS:\s+(\d+)/)[1]);
-const fds = (pid) => {
-  try {
-    return require("node:fs").readdirSync(`/proc/${pid}/fd`).length;
-  } catch {
-    return -1;
-  }
-};
-
-/** A raw WebSocket upgrade from `localAddress`; resolves with the status. */
-function upgrade(port, { localAddress = "127.0.0.1", sub = "acme", secret = SAMPLE_SECRET, extra = "", host = "127.0.0.1", keep = false } = {}) {
-  return new Promise((resolve) => {
-    const s = connect({ host, port, localAddress });
-    let buf = "";
-    let done = false;
-    const finish = (status) => {
-      if (done) return;
-      done = true;
-      if (!keep || status !== 101) s.destroy();
-      resolve({ status, socket: s });
-    };
-    s.on("connect", () => {
-      s.write(
-        `GET /v1/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n` +
-          `Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n` +
-          `Sec-WebSocket-Protocol: tidegate.v1, bearer.${token(sub, secret)}\r\n${extra}\r\n`,
-      );
-    });
-    s.on("data", (d) => {
-      buf += d.toString("latin1");
-      const m = buf.match(/^HTTP\/1\.1 (\d{3})/);
-      if (m) finish(Number(m[1]));
-    });
-    s.on("error", () => finish(0));
-    s.on("close", () => finish(0));
-    s.setTimeout(10000, () => finish(-1));
-  });
-}
-
-const statusCounts = (list) => list.reduce((m, s) => ((m[s] = (m[s] ?? 0) + 1), m), {});
-
-async function openSocket(url, sub) {
-  const ws = new WebSocket(url, ["tidegate.v1", `bearer.${token(sub)}`]);
-  await new Promise((resolve, reject) => {
-    ws.once("message", (d) => (JSON.parse(d.toString()).type === "welcome" ? resolve() : reject(new Error(d.toString()))));
-    ws.once("error", reject);
-  });
-  return ws;
-}
-
-/** Resolves when the TCP connection ends (or after `capMs`); with when. */
-function closedWithin(socket, started, capMs) {
-  return new Promise((resolve) => {
-    const t = setTimeout(() => resolve(null), capMs);
-    const end = () => {
-      clearTimeout(t);
-      resolve(Date.now() - started);
-    };
-    if (socket.destroyed || socket.readyState === "closed") return end();
-    socket.once("close", end);
-  });
-}
-
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length ? s[Math.floor(s.length / 2)] : null;
-};
 
 // ---- the attacks ----------------------------------------------------------
 
@@ -230,19 +119,7 @@ async function recoveryBacklog() {
   );
   try {
     const data = "x".repeat(60 * 1024);
-    // The position just before the first message: `since: 0` would be
-    // below the clock-derived first `seq` and recover nothing.
-    let since = 0;
-    for (let i = 0; i < 100; i++) {
-      const r = await fetch(`${b.http}/v1/publish`, {
-        method: "POST",
-        headers: { authorization: "Bearer tidegate-sample-publish-key", "content-type": "application/json" },
-        body: JSON.stringify({ channel: "doc:backlog", data }),
-      });
-      if (r.status !== 200) throw new Error(`publish ${i}: ${r.status} ${await r.text()}`);
-      const { seq } = await r.json();
-      if (i === 0) since = seq - 1;
-    }
+    const since = await publishHistory(b.http, "doc:backlog", 100, data);
     await sleep(200);
     const before = rssKiB(b.child.pid);
     let peak = before;
@@ -276,24 +153,6 @@ async function recoveryBacklog() {
 }
 
 /** A redis-server of its own on a free loopback port (the caller ends it by PID). */
-const startRedis = async () => {
-  const redisPort = await freePort();
-  const redis = spawn("redis-server", ["--port", String(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], { stdio: "ignore" });
-  return { redis, redisPort };
-};
-
-/** A broker bridged to the redis-server on `redisPort`, with the account budget raised for the publishes. */
-const startRedisBroker = (redisPort, patch = (c) => c) =>
-  startBroker(
-    (c) =>
-      patch(c)
-        .replace('mode = "memory"', 'mode = "redis"')
-        .replace('redis_url = "redis://127.0.0.1:6379/"', `redis_url = "redis://127.0.0.1:${redisPort}/"`)
-        .replace("account_messages_per_sec = 100\n", "account_messages_per_sec = 100000\n")
-        .replace("account_burst = 200\n", "account_burst = 100000\n"),
-    { env: { TIDEGATE_CLUSTER_SECRET: "bounds-attacks-cluster-secret-0123456789" } },
-  );
-
 async function recoveryBacklogRedis() {
   const { redis, redisPort } = await startRedis();
   let b;
@@ -306,16 +165,7 @@ async function recoveryBacklogRedis() {
     const channels = 5;
     const since = [];
     for (let c = 0; c < channels; c++) {
-      for (let i = 0; i < 100; i++) {
-        const r = await fetch(`${b.http}/v1/publish`, {
-          method: "POST",
-          headers: { authorization: "Bearer tidegate-sample-publish-key", "content-type": "application/json" },
-          body: JSON.stringify({ channel: `doc:rb${c}`, data }),
-        });
-        if (r.status !== 200) throw new Error(`publish ${i}: ${r.status} ${await r.text()}`);
-        const { seq } = await r.json();
-        if (i === 0) since.push(seq - 1);
-      }
+      since.push(await publishHistory(b.http, `doc:rb${c}`, 100, data));
     }
     await sleep(200);
     const before = rssKiB(b.child.pid);
@@ -512,7 +362,7 @@ async function mappedBan() {
 function histBytes(port) {
   const lua = "local t = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do " +
     "for _, m in ipairs(redis.call('LRANGE', k, 0, -1)) do t = t + #m end end return t";
-  const out = require("node:child_process").execFileSync("redis-cli", ["-p", String(port), "EVAL", lua, "0", "tidegate:hist:*"]);
+  const out = execFileSync("redis-cli", ["-p", String(port), "EVAL", lua, "0", "tidegate:hist:*"]);
   return Number(out.toString().trim());
 }
 
