@@ -24,7 +24,7 @@ pub struct Parser {
 }
 
 fn line_end(b: &[u8]) -> Option<usize> {
-    b.windows(2).position(|w| w == b"\r\n")
+    memchr::memmem::find(b, b"\r\n")
 }
 
 fn bad(what: &str) -> io::Error {

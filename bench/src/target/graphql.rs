@@ -63,9 +63,8 @@ fn next_data(frame: &[u8]) -> Option<&[u8]> {
     const SEQ: &[u8] = br#""seq":"#;
     const DATA: &[u8] = br#","data":"#;
     const END: &[u8] = b"}}}}";
-    let seq = frame.windows(SEQ.len()).position(|w| w == SEQ)?;
-    let rest = &frame[seq..];
-    let at = seq + rest.windows(DATA.len()).position(|w| w == DATA)? + DATA.len();
+    let seq = memchr::memmem::find(frame, SEQ)?;
+    let at = seq + memchr::memmem::find(&frame[seq..], DATA)? + DATA.len();
     let end = frame.len().checked_sub(END.len())?;
     (frame.ends_with(END) && at <= end).then(|| &frame[at..end])
 }
