@@ -120,6 +120,21 @@ impl Position {
         }
     }
 
+    /// When `channel` is the only channel named, records `seq` as its
+    /// last and returns true: the token is then the first pair's part
+    /// alone, which the caller writes (a stream's writer has it rendered
+    /// already), so this one is encoded again only if it is asked for.
+    pub fn set_sole(&mut self, channel: &str, seq: u64) -> bool {
+        match self.0.as_mut_slice() {
+            [only] if only.channel == channel => {
+                only.seq = seq;
+                only.token.clear();
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn pair(&mut self, channel: &str, seq: u64) -> &mut Pair {
         let i = match self.0.iter().position(|p| p.channel == channel) {
             Some(i) => i,
@@ -261,11 +276,18 @@ mod tests {
         };
         let mut first = String::new();
         pair_token(true, "a:1", 9, &mut first);
+        assert!(!p.set_sole("a:1", 8), "no channel named yet");
         p.set_encoded("a:1", 9, &first);
         check(&mut p);
+        assert!(p.set_sole("a:1", 10));
+        assert_eq!(p.get("a:1"), Some(10));
+        check(&mut p);
+        assert!(!p.set_sole("b:2", 3), "not the channel named");
+        assert_eq!(p.get("b:2"), None);
         for seq in [10, 99, 100, 1_000_000_000_000_000] {
             p.set("b:2", seq);
             check(&mut p);
+            assert!(!p.set_sole("a:1", seq), "two channels named");
             first.clear();
             pair_token(true, "a:1", seq + 1, &mut first);
             p.set_encoded("a:1", seq + 1, &first);

@@ -133,7 +133,8 @@ impl Stream for Body {
             }
             // Each event is its frame's JSON, the `id:` line and a few
             // more: sized once instead of grown.
-            let size = this.batch.iter().map(|f| this.render.size_hint(f)).sum();
+            let extra = this.render.event_hint();
+            let size = this.batch.iter().map(|f| f.len() + extra).sum();
             let mut out = BytesMut::with_capacity(size);
             let mut taken = 0;
             for frame in this.batch.drain(..) {

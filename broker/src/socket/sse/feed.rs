@@ -199,10 +199,14 @@ impl Feed for SseFeed {
             let at = batch.len();
             batch.push_back(Bytes::new());
             // Small events are copied in whole, larger ones only their `id:`.
+            let (id, extra) = (self.render.id_hint(), self.render.event_hint());
             let capacity = (self.frames.iter())
-                .map(|f| match f.len() < SHARE_MIN {
-                    true => self.render.size_hint(f),
-                    false => self.render.id_hint(),
+                .map(|f| {
+                    if f.len() < SHARE_MIN {
+                        f.len() + extra
+                    } else {
+                        id
+                    }
                 })
                 .sum();
             let mut slices = Slices::new(capacity, batch);

@@ -6,7 +6,9 @@
 //!
 //! - a message: `id` / `event: message` / `data: {"channel","seq","data"}`
 //!   (the frame's JSON without its `"type"`, `"conflated":true` kept); all
-//!   but the `id:` is rendered once per frame and worker (`memo.rs`);
+//!   but the `id:` is rendered once per frame and worker (`memo.rs`),
+//!   and the `id:` too when the stream's position names only that
+//!   channel;
 //! - the welcome: `id` / `event: welcome` / the frame as `data`;
 //! - a subscription's ack (the stream's own, `socket/sse/actor.rs`): with
 //!   `recovered`, an `event: recovered`; with only a `seq`, where a live
@@ -82,10 +84,10 @@ impl Render {
         self.closed
     }
 
-    /// About the bytes `frame`'s event takes (its JSON, the `id:` line
-    /// and the event's other lines).
-    pub(super) fn size_hint(&self, frame: &[u8]) -> usize {
-        frame.len() + self.position.token_len() + 40
+    /// About the bytes an event takes besides its frame's JSON: its `id:`
+    /// line and its other lines.
+    pub(super) fn event_hint(&self) -> usize {
+        self.position.token_len() + 40
     }
 
     /// About the bytes of one `id:` line.
@@ -109,8 +111,17 @@ impl Render {
     }
 
     fn text(&mut self, frame: &Bytes, json: &[u8], out: &mut impl Out) {
+        // Nearly every frame is a message the memo holds: it is looked up
+        // before anything is parsed.
+        if frame.len() <= memo::MAX_FRAME && self.shared(frame, json, out) {
+            return;
+        }
         if let Some(rest) = json.strip_prefix(MESSAGE) {
-            self.message(frame, rest, out);
+            // One the memo does not take (a message it did take but could
+            // not read has no event).
+            if frame.len() > memo::MAX_FRAME {
+                self.message(rest, out.own());
+            }
         } else if json.starts_with(WELCOME) {
             self.event(out.own(), "welcome", |out| put_data(out, json));
         } else if json.starts_with(ACK) {
@@ -151,32 +162,41 @@ impl Render {
         self.closed = true;
     }
 
-    /// A message, `rest` its JSON after `{"type":"message",`.
-    fn message(&mut self, frame: &Bytes, rest: &[u8], out: &mut impl Out) {
-        if frame.len() > memo::MAX_FRAME {
-            let Some((channel, seq)) = channel_seq(rest) else {
-                return;
-            };
-            self.position.set(channel, seq);
-            self.event(out.own(), "message", |out| {
-                out.put_u8(b'{');
-                put_data(out, rest);
-            });
+    /// A message the memo does not hold, `rest` its JSON after
+    /// `{"type":"message",`.
+    fn message(&mut self, rest: &[u8], out: &mut BytesMut) {
+        let Some((channel, seq)) = channel_seq(rest) else {
             return;
-        }
+        };
+        self.position.set(channel, seq);
+        self.event(out, "message", |out| {
+            out.put_u8(b'{');
+            put_data(out, rest);
+        });
+    }
+
+    /// A message of at most [`memo::MAX_FRAME`] bytes, its shared lines
+    /// from the memo; false when `frame` is not a message.
+    fn shared(&mut self, frame: &Bytes, json: &[u8], out: &mut impl Out) -> bool {
         let render = || {
+            let rest = json.strip_prefix(MESSAGE)?;
             let (channel, seq) = channel_seq(rest)?;
             let mut event = Vec::with_capacity(rest.len() + 32);
             event.put_slice(b"event: message\ndata: {");
             put_data(&mut event, rest);
             event.put_slice(b"\n\n");
-            Some((channel.into(), seq, Bytes::from(event)))
+            Some((channel.into(), seq, event))
         };
         memo::with(frame, render, |m| {
-            self.position.set_encoded(&m.channel, m.seq, &m.first_token);
-            self.id(out.own());
-            out.share(&m.event);
-        });
+            if self.position.set_sole(&m.channel, m.seq) {
+                out.share(&m.whole);
+            } else {
+                self.position.set_encoded(&m.channel, m.seq, &m.first_token);
+                self.id(out.own());
+                out.share(&m.event);
+            }
+        })
+        .is_some()
     }
 
     fn id(&mut self, out: &mut BytesMut) {
@@ -285,7 +305,11 @@ mod tests {
         first.set("doc:s", 1);
         first.set("doc:t", 4);
         let ahead = Render::new(first);
-        for mut r in [alone, behind, ahead] {
+        // Only the message's channel: the memo's whole event, `id:` too.
+        let mut only = Position::default();
+        only.set("doc:s", 2);
+        let sole = Render::new(only);
+        for mut r in [alone, behind, ahead, sole] {
             let t = r.position.get("doc:t");
             for f in [&frame, &big, &frame.clone()] {
                 let e = render(&mut r, f);
@@ -297,6 +321,8 @@ mod tests {
                 let pos = id_of(&e);
                 let seq = if f.len() > memo::MAX_FRAME { 8 } else { 7 };
                 assert_eq!((pos.get("doc:s"), pos.get("doc:t")), (Some(seq), t));
+                assert_eq!(pos, r.position, "the id is the stream's position");
+                assert_eq!(e.lines().next(), Some(&*format!("id: {}", pos.encode())));
             }
         }
     }
