@@ -112,6 +112,9 @@ pub struct Socket {
     last_heard: Instant,
     closing: bool,
     congested_since: Option<Instant>,
+    /// The slow-consumer grace's timer for the current drop episode: one
+    /// at a time, so a socket is closed (and counted) once.
+    grace: Option<SpawnHandle>,
     /// The close at the token's deadline (`socket/refresh.rs`).
     expiry: Option<SpawnHandle>,
     span: tracing::Span,
@@ -331,10 +334,18 @@ impl Socket {
         if self.congested_since.is_none() {
             self.congested_since = Some(Instant::now());
             let grace = Duration::from_millis(self.limits().outbound_grace_ms);
-            ctx.run_later(grace, move |act, ctx| {
+            // An episode that ended and began again within one timer tick
+            // would otherwise leave two timers that both see the grace
+            // passed: the socket would be counted closed twice.
+            if let Some(old) = self.grace.take() {
+                ctx.cancel_future(old);
+            }
+            self.grace = Some(ctx.run_later(grace, move |act, ctx| {
+                act.grace = None;
                 // Still over the mark, or a backlog still cannot move.
                 let stuck = act.gauge.is_congested() || act.outbox.is_stalled();
                 if stuck
+                    && !act.closing
                     && act
                         .congested_since
                         .is_some_and(|since| since.elapsed() >= grace)
@@ -342,7 +353,7 @@ impl Socket {
                     act.socket_event(Layer::Outbound, "slow_consumer_closed");
                     act.close(ctx, CloseCode::SlowConsumer);
                 }
-            });
+            }));
         }
     }
 }

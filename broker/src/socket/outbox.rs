@@ -76,6 +76,10 @@ pub(super) struct Shared {
     /// longer queued.
     pub(super) closing: bool,
     waker: Option<Waker>,
+    /// The transport while the kernel takes no more bytes: woken when the
+    /// socket ends, so a peer that stops reading cannot keep the
+    /// connection (and the batch) past the close timeout.
+    blocked: Option<Waker>,
     pub(super) state: State,
 }
 
@@ -122,6 +126,7 @@ impl Outbox {
                 lost: Vec::new(),
                 closing: false,
                 waker: None,
+                blocked: None,
                 state: State::Open,
             }),
             gauge,
@@ -146,6 +151,23 @@ impl Outbox {
         if let Some(w) = waker {
             w.wake();
         }
+    }
+
+    /// Where the socket is, for a transport the kernel takes no bytes
+    /// from: it is woken when that changes (the socket finishing or
+    /// aborted), which a queued frame would not tell it.
+    pub(super) fn ending(&self, cx: &Context<'_>) -> Ending {
+        let mut s = self.lock();
+        let ending = match s.state {
+            State::Open => Ending::Open,
+            State::Finishing => Ending::Finishing,
+            State::Aborted | State::Gone => return Ending::Abort,
+        };
+        match &mut s.blocked {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            w => *w = Some(cx.waker().clone()),
+        }
+        ending
     }
 
     /// Queues a frame whose bytes are already counted in the gauge (or
@@ -265,8 +287,23 @@ impl Outbox {
         if matches!(s.state, State::Open | State::Finishing) {
             s.state = state;
         }
+        let blocked = s.blocked.take();
         Self::unlock_and_wake(s);
+        if let Some(w) = blocked {
+            w.wake();
+        }
     }
+}
+
+/// How far a socket is from its end, to a transport blocked on the kernel
+/// ([`Outbox::ending`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    Open,
+    /// The socket stopped: what is left has `close_timeout_ms` to go out.
+    Finishing,
+    /// Drop the connection now.
+    Abort,
 }
 
 /// What the transport is to do next ([`Outbox::take`]).

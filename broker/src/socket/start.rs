@@ -101,6 +101,7 @@ impl Socket {
                 last_heard: now,
                 closing: false,
                 congested_since: None,
+                grace: None,
                 expiry: None,
                 span,
                 _alive: node.metrics.alive.actor(crate::alive::ActorKind::Socket),

@@ -19,7 +19,10 @@
 //! first), and the connection lingers, discarding, until the client
 //! closes its side or `close_timeout_ms` passes. Closing at once with
 //! unread bytes would make the kernel answer with a reset, which can
-//! destroy the close frame before the client reads it.
+//! destroy the close frame before the client reads it. A peer that stops
+//! reading does not stretch this: once the socket has ended, the bytes
+//! still to write get `close_timeout_ms`, and an aborted socket's none
+//! (`Transport::blocked`).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -36,7 +39,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::Drained;
 use super::inbound::Pipe;
-use super::outbox::{Next, Outbox};
+use super::outbox::{Ending, Next, Outbox};
 
 /// What a transport writes, and what client bytes are to it.
 pub trait Feed: Unpin {
@@ -115,6 +118,10 @@ pub struct Transport<T, F: Feed = Frames> {
     batch: VecDeque<Bytes>,
     phase: Phase,
     linger: Duration,
+    /// Once the socket has ended, when the rest of its bytes stop being
+    /// waited for: a peer that never reads again does not keep the
+    /// connection.
+    give_up: Option<Pin<Box<actix_rt::time::Sleep>>>,
 }
 
 impl<T: AsyncRead + AsyncWrite + Unpin> Transport<T> {
@@ -147,6 +154,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin, F: Feed> Transport<T, F> {
             batch: VecDeque::new(),
             phase: Phase::Open,
             linger,
+            give_up: None,
         }
     }
 
@@ -210,11 +218,31 @@ impl<T: AsyncRead + AsyncWrite + Unpin, F: Feed> Transport<T, F> {
                     self.advance(written);
                     self.feed.wrote(written, &self.outbox, &self.on_drain);
                 }
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => return self.blocked(cx),
             }
         }
         cx.waker().wake_by_ref();
         Poll::Pending
+    }
+
+    /// The kernel takes no more bytes. The transport waits for it while
+    /// the socket is open; once the socket has ended, what is left gets
+    /// `close_timeout_ms` (the close frame's own time) to go out, and an
+    /// aborted socket none: otherwise a peer that stops reading would hold
+    /// the connection and the batch for as long as it likes, after its
+    /// counts were given back.
+    fn blocked(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ()>> {
+        match self.outbox.ending(cx) {
+            Ending::Open => Poll::Pending,
+            Ending::Abort => Poll::Ready(Err(())),
+            Ending::Finishing => {
+                let linger = self.linger;
+                let give_up = self
+                    .give_up
+                    .get_or_insert_with(|| Box::pin(actix_rt::time::sleep(linger)));
+                give_up.as_mut().poll(cx).map(|()| Err(()))
+            }
+        }
     }
 
     /// Drops the first `n` written bytes from the batch.

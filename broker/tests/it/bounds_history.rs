@@ -84,13 +84,17 @@ async fn a_mere_subscribe_leaves_no_long_lived_counter_and_connection_counts_exp
         (1..=3_000).contains(&first),
         "{conns} expires in {first} ms"
     );
+    // Renewed: a TTL above the one read just before (against `first`
+    // alone, a `first` read right after a renewal could never be passed).
     let deadline = Instant::now() + PATIENCE;
+    let mut before = first;
     loop {
         let now = pttl(&mut conn, &conns).await;
         assert!((1..=3_000).contains(&now), "{conns} expires in {now} ms");
-        if now > first {
+        if now > before {
             break;
         }
+        before = now;
         assert!(
             Instant::now() < deadline,
             "the TTL of {conns} was never renewed"

@@ -88,6 +88,9 @@ async fn sockets_recovering_redis_history_without_reading_do_not_grow_the_broker
         let mut c = reading(s).await;
         assert_eq!(c.closed().await, Some(4008));
     }
+    // Each socket is counted once (two grace timers of one episode once
+    // counted a socket twice, and the loop above stopped early).
+    assert_eq!(b.metric(series).await, f64::from(n));
 }
 
 async fn a_reading_client_recovers_redis_history_in_order_without_gap_then_live_messages(

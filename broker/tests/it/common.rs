@@ -430,7 +430,12 @@ pub async fn upgrade_path(
 
 /// A masked client text frame, as a raw client must send it.
 pub fn masked_text(payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![0x81];
+    masked(0x1, payload)
+}
+
+/// A masked client frame with `opcode` (FIN set).
+pub fn masked(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![0x80 | opcode];
     let len = payload.len();
     if len < 126 {
         f.push(0x80 | len as u8);
