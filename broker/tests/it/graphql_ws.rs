@@ -52,6 +52,41 @@ pub async fn subscribe(c: &mut Client, id: &str, query: &str, variables: Value) 
         .await;
 }
 
+/// A raw `graphql-transport-ws` socket from a never-read small window
+/// that has sent `frames` (for tests of what the broker holds for it);
+/// [`crate::bounds_memory::reading`] reads it later.
+pub async fn never_reading(b: &Broker, frames: &[Value]) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let window = crate::common::small_window(b.addr).await;
+    let mut s =
+        crate::common::upgrade_path(window, b.addr, "/v1/graphql", "graphql-transport-ws").await;
+    for f in frames {
+        s.write_all(&crate::common::masked_text(f.to_string().as_bytes()))
+            .await
+            .unwrap();
+    }
+    s
+}
+
+/// `connection_init` with `Bearer credential`.
+pub fn init(credential: &str) -> Value {
+    json!({"type":"connection_init","payload":{"authorization": format!("Bearer {credential}")}})
+}
+
+/// The `seq`s of the `next` messages (after the `connection_ack`) up to
+/// the first other message, and that message (a subscription's end).
+pub async fn nexts_then_end(c: &mut Client) -> (Vec<u64>, Value) {
+    let mut got = Vec::new();
+    loop {
+        let m = c.next_json().await;
+        match m["type"].as_str() {
+            Some("connection_ack") => continue,
+            Some("next") => got.push(m["payload"]["data"]["messages"]["seq"].as_u64().unwrap()),
+            _ => return (got, m),
+        }
+    }
+}
+
 /// The next message for operation `id` (others are skipped).
 pub async fn next_for(c: &mut Client, id: &str) -> Value {
     c.until(|v| v["id"] == id).await
@@ -431,25 +466,14 @@ async fn an_upgrade_without_the_subprotocol_is_refused_before_the_socket() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_reader_ends_with_slow_consumer_and_resumes_from_last_seq_losing_nothing() {
-    use tokio::io::AsyncWriteExt;
-    use tokio_tungstenite::tungstenite::protocol::Role;
     let b = Broker::start(
         "[plans.free]\naccount_burst = 100000\naccount_messages_per_sec = 100000\n\
          outbound_high_water_bytes = 65536\noutbound_grace_ms = 60000\n\
          [socket]\nsend_buffer_bytes = 4096\n[history]\nsize = 4000\n",
     );
-    let window = crate::common::small_window(b.addr).await;
-    let mut s =
-        crate::common::upgrade_path(window, b.addr, "/v1/graphql", "graphql-transport-ws").await;
-    let init =
-        json!({"type":"connection_init","payload":{"authorization": format!("Bearer {API_KEY}")}});
     let sub =
         json!({"type":"subscribe","id":"s","payload":{"query": SUB, "variables":{"c":"doc:slow"}}});
-    for m in [init, sub] {
-        s.write_all(&crate::common::masked_text(m.to_string().as_bytes()))
-            .await
-            .unwrap();
-    }
+    let s = never_reading(&b, &[init(API_KEY), sub]).await;
     live(&b, "doc:slow", 1).await;
     // Not reading: 2,000 messages of 1 KiB are far past the 64 KiB mark.
     let data = format!("\"{}\"", "x".repeat(1024));
@@ -462,18 +486,8 @@ async fn a_slow_reader_ends_with_slow_consumer_and_resumes_from_last_seq_losing_
         .await;
     assert!(dropped > 0.0, "the mark held: messages were dropped");
     // Now read: every next in order, then the subscription's end.
-    let s = tokio_tungstenite::MaybeTlsStream::Plain(s);
-    let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(s, Role::Client, None).await;
-    let mut c = Client::new(ws, None);
-    let mut got = Vec::new();
-    let end = loop {
-        let m = c.next_json().await;
-        match m["type"].as_str() {
-            Some("connection_ack") => continue,
-            Some("next") => got.push(m["payload"]["data"]["messages"]["seq"].as_u64().unwrap()),
-            _ => break m,
-        }
-    };
+    let mut c = crate::bounds_memory::reading(s).await;
+    let (got, end) = nexts_then_end(&mut c).await;
     let x = &end["payload"][0]["extensions"];
     assert_eq!(
         (end["type"].clone(), end["id"].clone()),

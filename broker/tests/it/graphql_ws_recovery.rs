@@ -6,13 +6,12 @@
 //! then live messages, with no gap and no duplicate.
 
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
 
 use crate::bounds_memory::{
     RECOVERY, held_to_the_mark_then_4008, history, live_rounds, never_reads,
 };
-use crate::common::{API_KEY, Broker, masked_text, small_window, upgrade_path};
-use crate::graphql_ws::{SUB, connected, next_for, subscribe};
+use crate::common::{API_KEY, Broker};
+use crate::graphql_ws::{SUB, connected, init, never_reading, next_for, subscribe};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graphql_subscription_recovering_history_it_never_reads_holds_only_the_mark_then_4008() {
@@ -20,26 +19,12 @@ async fn a_graphql_subscription_recovering_history_it_never_reads_holds_only_the
     // 4 channels × 100 messages × 32 KiB: 12.8 MiB of history, 200 times
     // the socket's mark.
     let since = history(&b, 4, 100, 32 << 10).await;
-    let token = b.token("acme");
-    let mut s = upgrade_path(
-        small_window(b.addr).await,
-        b.addr,
-        "/v1/graphql",
-        "graphql-transport-ws",
-    )
-    .await;
-    let mut frames = vec![
-        json!({"type":"connection_init","payload":{"authorization": format!("Bearer {token}")}}),
-    ];
+    let mut frames = vec![init(&b.token("acme"))];
     for (c, since) in since.iter().enumerate() {
         frames.push(json!({"type":"subscribe","id":format!("s{c}"),
             "payload":{"query": SUB, "variables":{"c":format!("doc:h{c}"),"s":since}}}));
     }
-    for f in frames {
-        s.write_all(&masked_text(f.to_string().as_bytes()))
-            .await
-            .unwrap();
-    }
+    let s = never_reading(&b, &frames).await;
     // While the grace runs out, what the broker holds for the socket stays
     // near its mark whenever it is looked at.
     held_to_the_mark_then_4008(&b, s).await;
