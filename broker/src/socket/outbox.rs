@@ -19,12 +19,13 @@
 //! wake.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Waker};
 
 use actix::{Message, Recipient};
 use bytes::Bytes;
+use futures_util::task::AtomicWaker;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::delivery::{Congested, Subs};
@@ -76,10 +77,6 @@ pub(super) struct Shared {
     /// longer queued.
     pub(super) closing: bool,
     waker: Option<Waker>,
-    /// The transport while the kernel takes no more bytes: woken when the
-    /// socket ends, so a peer that stops reading cannot keep the
-    /// connection (and the batch) past the close timeout.
-    blocked: Option<Waker>,
     pub(super) state: State,
 }
 
@@ -105,6 +102,14 @@ pub struct Outbox {
     /// A backlog is waiting for room under the mark: the socket's
     /// slow-consumer grace is running for it.
     pub(super) stalled: AtomicBool,
+    /// [`Ending`] as a number, kept beside `state` so that a transport the
+    /// kernel takes no bytes from reads it without the lock the hub's
+    /// pushes take.
+    ending: AtomicU8,
+    /// That transport, woken when the socket ends: a peer that stops
+    /// reading cannot keep the connection (and the batch) past the close
+    /// timeout. Pushes do not wake it.
+    blocked: AtomicWaker,
 }
 
 impl Outbox {
@@ -126,7 +131,6 @@ impl Outbox {
                 lost: Vec::new(),
                 closing: false,
                 waker: None,
-                blocked: None,
                 state: State::Open,
             }),
             gauge,
@@ -136,6 +140,8 @@ impl Outbox {
             in_flight: AtomicUsize::new(0),
             recovering: AtomicUsize::new(0),
             stalled: AtomicBool::new(false),
+            ending: AtomicU8::new(Ending::Open as u8),
+            blocked: AtomicWaker::new(),
         })
     }
 
@@ -157,17 +163,12 @@ impl Outbox {
     /// from: it is woken when that changes (the socket finishing or
     /// aborted), which a queued frame would not tell it.
     pub(super) fn ending(&self, cx: &Context<'_>) -> Ending {
-        let mut s = self.lock();
-        let ending = match s.state {
-            State::Open => Ending::Open,
-            State::Finishing => Ending::Finishing,
-            State::Aborted | State::Gone => return Ending::Abort,
-        };
-        match &mut s.blocked {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            w => *w = Some(cx.waker().clone()),
+        self.blocked.register(cx.waker());
+        match self.ending.load(Ordering::Acquire) {
+            0 => Ending::Open,
+            1 => Ending::Finishing,
+            _ => Ending::Abort,
         }
-        ending
     }
 
     /// Queues a frame whose bytes are already counted in the gauge (or
@@ -286,24 +287,28 @@ impl Outbox {
         let mut s = self.lock();
         if matches!(s.state, State::Open | State::Finishing) {
             s.state = state;
+            let ending = match state {
+                State::Open => Ending::Open,
+                State::Finishing => Ending::Finishing,
+                State::Aborted | State::Gone => Ending::Abort,
+            };
+            self.ending.store(ending as u8, Ordering::Release);
         }
-        let blocked = s.blocked.take();
         Self::unlock_and_wake(s);
-        if let Some(w) = blocked {
-            w.wake();
-        }
+        self.blocked.wake();
     }
 }
 
 /// How far a socket is from its end, to a transport blocked on the kernel
 /// ([`Outbox::ending`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub enum Ending {
-    Open,
+    Open = 0,
     /// The socket stopped: what is left has `close_timeout_ms` to go out.
-    Finishing,
+    Finishing = 1,
     /// Drop the connection now.
-    Abort,
+    Abort = 2,
 }
 
 /// What the transport is to do next ([`Outbox::take`]).
@@ -387,6 +392,7 @@ impl Outbox {
     pub(super) fn gone(&self, unsent: usize) {
         let mut s = self.lock();
         s.state = State::Gone;
+        self.ending.store(Ending::Abort as u8, Ordering::Release);
         let bytes = s.queue.clear();
         self.in_flight.store(0, Ordering::Relaxed);
         drop(s);
