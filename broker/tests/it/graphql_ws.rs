@@ -40,8 +40,7 @@ pub async fn open(b: &Broker, authorization: Option<&str>) -> Client {
 /// An acknowledged connection for `credential`.
 pub async fn connected(b: &Broker, credential: &str) -> Client {
     let mut c = open(b, None).await;
-    c.send(json!({"type":"connection_init","payload":{"authorization": format!("Bearer {credential}")}}))
-        .await;
+    c.send(init(credential)).await;
     let ack = c.next_json().await;
     assert_eq!(ack, json!({"type":"connection_ack"}));
     c
@@ -250,8 +249,7 @@ async fn closed_after(b: &Broker, frames: &[Value]) -> Option<u16> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_protocol_error_closes_with_its_code() {
     let b = Broker::start("");
-    let init =
-        json!({"type":"connection_init","payload":{"authorization": format!("Bearer {API_KEY}")}});
+    let init = init(API_KEY);
     let sub = json!({"type":"subscribe","id":"1","payload":{"query":"{ budget { capacity } }"}});
     // 4400: not a protocol message.
     assert_eq!(
