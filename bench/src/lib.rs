@@ -13,6 +13,7 @@
 //!   publish, and events reduced to what scenarios count; the Tidegate
 //!   bench config.
 //! - [`payload`]: the timestamped bytes each publish carries.
+//! - [`find`]: substring search with each needle's searcher built once.
 //! - [`procs`]: starting and killing the brokers, pinning, RSS.
 //! - [`scenario`]: `fanout`, `idle`, `handshakes`, `behaviours`, `storm`,
 //!   `slow`.
@@ -20,6 +21,7 @@
 //! - [`chart`]: SVG charts of the results.
 
 pub mod chart;
+pub mod find;
 pub mod nats;
 pub mod payload;
 pub mod procs;

@@ -181,6 +181,11 @@ struct FanoutArgs {
     /// `broker_cpu_us_per_publish_net`.
     #[arg(long, default_value_t = 0.0)]
     idle: f64,
+    /// Runs every cell this many times, interleaved; the comparisons with
+    /// `/v1/ws` pair the cells of one round, and `*_vs_ws_rounds` gives
+    /// their median.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
 }
 
 #[derive(Args)]
@@ -361,6 +366,7 @@ async fn run(
                 connect_concurrency: a.connect_concurrency,
                 subscribers_per_account: a.per_account,
                 idle_secs: a.idle,
+                rounds: a.rounds.max(1),
             };
             let r = fanout::run(env, kinds, &p).await?;
             ("fanout", json!(p), r)

@@ -24,7 +24,7 @@ pub struct Parser {
 }
 
 fn line_end(b: &[u8]) -> Option<usize> {
-    memchr::memmem::find(b, b"\r\n")
+    crate::finder!(b"\r\n").find(b)
 }
 
 fn bad(what: &str) -> io::Error {

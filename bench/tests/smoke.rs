@@ -186,6 +186,56 @@ fn fanout_over_graphql_subscriptions_is_compared_with_ws() {
 fn fanout_over_sse_streams_is_compared_with_ws() {
     let (r, _) = fanout_beside("sse", "sse_vs_ws");
     assert_eq!(r["results"]["graphql_vs_ws"], serde_json::json!([]));
+    assert_eq!(r["results"]["sse_vs_ws_rounds"][0]["rounds"], 1);
+}
+
+/// `--rounds 2` runs the two cells twice, interleaved, pairs them by
+/// round and gives the median of the two ratios.
+#[test]
+fn fanout_rounds_pair_cells_by_round() {
+    let r = run_beside(
+        "sse",
+        &[
+            "fanout",
+            "--subscribers",
+            "5",
+            "--warmup",
+            "0.2",
+            "--duration",
+            "0.5",
+            "--rounds",
+            "2",
+        ],
+    );
+    let cells = r["results"]["cells"].as_array().unwrap();
+    let order: Vec<(&str, u64)> = (cells.iter())
+        .map(|c| (c["broker"].as_str().unwrap(), c["round"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        order,
+        [("tidegate", 1), ("sse", 1), ("tidegate", 2), ("sse", 2)]
+    );
+    let vs = r["results"]["sse_vs_ws"].as_array().unwrap();
+    let rounds: Vec<u64> = vs.iter().map(|c| c["round"].as_u64().unwrap()).collect();
+    assert_eq!(rounds, [1, 2], "{vs:?}");
+    let summary = &r["results"]["sse_vs_ws_rounds"][0];
+    assert_eq!(summary["rounds"], 2, "{summary}");
+    let ratio = |c: &Value| c["delivered_per_sec_ratio"].as_f64().unwrap();
+    let (low, high) = (
+        ratio(&vs[0]).min(ratio(&vs[1])),
+        ratio(&vs[0]).max(ratio(&vs[1])),
+    );
+    assert_eq!(summary["delivered_per_sec_ratio_lowest"], low, "{summary}");
+    assert_eq!(
+        summary["delivered_per_sec_ratio_highest"], high,
+        "{summary}"
+    );
+    let median = summary["delivered_per_sec_ratio_median"].as_f64().unwrap();
+    assert!((low..=high).contains(&median), "{summary}");
+    for c in cells {
+        assert_eq!(c["subscriber_closes"], 0, "{c}");
+        assert_eq!(c["errors"], serde_json::json!({}), "{c}");
+    }
 }
 
 /// Idle SSE streams are held open beside idle sockets, RSS per stream.

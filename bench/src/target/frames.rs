@@ -7,7 +7,7 @@ use crate::ws::{self, OP_CLOSE, OP_TEXT};
 pub(super) fn tidegate_data(frame: &[u8]) -> Option<&[u8]> {
     const KEY: &[u8] = br#","data":"#;
     // The data is the last field; its key follows the seq near the start.
-    let at = memchr::memmem::find(frame, KEY)? + KEY.len();
+    let at = crate::finder!(KEY).find(frame)? + KEY.len();
     frame.get(at..frame.len().checked_sub(1)?)
 }
 

@@ -63,8 +63,8 @@ fn next_data(frame: &[u8]) -> Option<&[u8]> {
     const SEQ: &[u8] = br#""seq":"#;
     const DATA: &[u8] = br#","data":"#;
     const END: &[u8] = b"}}}}";
-    let seq = memchr::memmem::find(frame, SEQ)?;
-    let at = seq + memchr::memmem::find(&frame[seq..], DATA)? + DATA.len();
+    let seq = crate::finder!(SEQ).find(frame)?;
+    let at = seq + crate::finder!(DATA).find(&frame[seq..])? + DATA.len();
     let end = frame.len().checked_sub(END.len())?;
     (frame.ends_with(END) && at <= end).then(|| &frame[at..end])
 }

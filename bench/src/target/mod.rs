@@ -308,9 +308,14 @@ impl Conn {
                     f(Event::Closed { code: None });
                     break;
                 }
-                let (dec, mut fed) = (&mut self.sse, Ok(()));
-                self.ws.read_bytes(|raw| fed = dec.feed(raw)).await?;
-                fed?;
+                let (dec, mut fed) = (&mut self.sse, Ok((0, true)));
+                self.ws
+                    .read_bytes(|raw| fed = dec.feed_events(raw, |b| f(sse::classify(b))))
+                    .await?;
+                let (seen, go_on) = fed?;
+                if seen > 0 || !go_on {
+                    break;
+                }
             },
             Kind::Nats => {
                 let mut pings = 0;

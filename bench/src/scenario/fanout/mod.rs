@@ -49,12 +49,18 @@ pub struct Params {
     /// Seconds the broker's CPU is measured with every subscriber connected
     /// and nothing published, before the publishers start (0: not measured).
     pub idle_secs: f64,
+    /// Times every cell runs, interleaved: round 1's cells in order, then
+    /// round 2's, and so on.
+    pub rounds: usize,
 }
 
 /// One (broker, subscribers, payload) measurement.
 #[derive(Debug, Clone, Serialize)]
 pub struct FanoutCell {
     pub broker: &'static str,
+    /// Which round (from 1) measured it: comparisons pair cells of one
+    /// round.
+    pub round: usize,
     pub subscribers: usize,
     pub payload_bytes: usize,
     pub published: u64,
@@ -218,6 +224,7 @@ pub async fn run_cell(
     let hist = sh.hist.borrow();
     let cell = FanoutCell {
         broker: kind.name(),
+        round: 1,
         subscribers,
         payload_bytes,
         published: sh.published.get(),
@@ -282,28 +289,33 @@ async fn first_message(target: &Target, accounts: &Accounts, topic: &str) -> Res
 /// Every (subscribers, payload) cell for each broker, Tidegate first.
 pub async fn run(env: &Env, kinds: &[Kind], p: &Params) -> Result<serde_json::Value> {
     let mut cells = Vec::new();
-    for &subs in &p.subscribers {
-        for &bytes in &p.payloads {
-            for &kind in kinds {
-                eprintln!(
-                    "fanout: {} subscribers={subs} payload={bytes} rate={:?}",
-                    kind.name(),
-                    p.rate
-                );
-                let cell = run_cell(env, kind, subs, bytes.max(target::MIN_PAYLOAD), p).await?;
-                eprintln!(
-                    "  delivered/s={} publishes/s={} lost={} p99={}us broker_cpu={} cpu_us/publish={} (net {}) loadgen_cpu={} background_cpu={}",
-                    cell.delivered_per_sec,
-                    cell.publish_rate,
-                    cell.lost,
-                    cell.latency.p99_us,
-                    cell.broker_cpu_cores,
-                    cell.broker_cpu_us_per_publish,
-                    cell.broker_cpu_us_per_publish_net,
-                    cell.loadgen_cpu_cores,
-                    cell.background_cpu_cores
-                );
-                cells.push(cell);
+    let rounds = p.rounds.max(1);
+    for round in 1..=rounds {
+        for &subs in &p.subscribers {
+            for &bytes in &p.payloads {
+                for &kind in kinds {
+                    eprintln!(
+                        "fanout: {} subscribers={subs} payload={bytes} rate={:?} round={round}/{rounds}",
+                        kind.name(),
+                        p.rate
+                    );
+                    let mut cell =
+                        run_cell(env, kind, subs, bytes.max(target::MIN_PAYLOAD), p).await?;
+                    cell.round = round;
+                    eprintln!(
+                        "  delivered/s={} publishes/s={} lost={} p99={}us broker_cpu={} cpu_us/publish={} (net {}) loadgen_cpu={} background_cpu={}",
+                        cell.delivered_per_sec,
+                        cell.publish_rate,
+                        cell.lost,
+                        cell.latency.p99_us,
+                        cell.broker_cpu_cores,
+                        cell.broker_cpu_us_per_publish,
+                        cell.broker_cpu_us_per_publish_net,
+                        cell.loadgen_cpu_cores,
+                        cell.background_cpu_cores
+                    );
+                    cells.push(cell);
+                }
             }
         }
     }
@@ -315,6 +327,8 @@ pub async fn run(env: &Env, kinds: &[Kind], p: &Params) -> Result<serde_json::Va
         "tidegate_vs_relay": chart::compare(&cells, "relay"),
         "graphql_vs_ws": chart::compare_with_ws(&cells, "graphql"),
         "sse_vs_ws": chart::compare_with_ws(&cells, "sse"),
+        "graphql_vs_ws_rounds": chart::over_rounds(&chart::compare_with_ws(&cells, "graphql")),
+        "sse_vs_ws_rounds": chart::over_rounds(&chart::compare_with_ws(&cells, "sse")),
         "cells": cells,
     }))
 }
