@@ -85,10 +85,9 @@ enum Chunk {
 /// pass finding its line ends; only the start of an event a read (or a
 /// chunk) split is copied, into `carry`, and completed from the next
 /// bytes. The first version de-chunked every byte into a buffer of its
-/// own and searched each line separately: its SSE reader cost 317 ns of
-/// load-generator CPU per message against 224 ns for `/v1/ws` frames,
-/// enough to make the client, not the broker, the limit (bench/README,
-/// stop 37).
+/// own and searched each line separately: about 93 ns of load-generator
+/// CPU per message more than reading a `/v1/ws` frame, enough to make the
+/// client, not the broker, the limit (bench/README, stop 37).
 #[derive(Debug)]
 pub struct Decoder {
     chunked: bool,

@@ -322,13 +322,15 @@ pub async fn run(env: &Env, kinds: &[Kind], p: &Params) -> Result<serde_json::Va
     if let Some(path) = &env.chart {
         chart::chart(path, &cells)?;
     }
+    let graphql = chart::compare_with_ws(&cells, "graphql");
+    let sse = chart::compare_with_ws(&cells, "sse");
     Ok(json!({
         "tidegate_vs_nats": chart::compare(&cells, "nats"),
         "tidegate_vs_relay": chart::compare(&cells, "relay"),
-        "graphql_vs_ws": chart::compare_with_ws(&cells, "graphql"),
-        "sse_vs_ws": chart::compare_with_ws(&cells, "sse"),
-        "graphql_vs_ws_rounds": chart::over_rounds(&chart::compare_with_ws(&cells, "graphql")),
-        "sse_vs_ws_rounds": chart::over_rounds(&chart::compare_with_ws(&cells, "sse")),
+        "graphql_vs_ws_rounds": chart::over_rounds(&graphql),
+        "sse_vs_ws_rounds": chart::over_rounds(&sse),
+        "graphql_vs_ws": graphql,
+        "sse_vs_ws": sse,
         "cells": cells,
     }))
 }
