@@ -195,10 +195,15 @@ async fn a_client_that_recovers_history_and_never_reads_holds_only_its_mark_then
     let token = broker.token("acme");
     let mut s = upgrade_on(small_window(broker.addr).await, broker.addr, &token).await;
     for (c, since) in since.iter().enumerate() {
-        let frame = format!(r#"{{"type":"subscribe","channel":"doc:h{c}","since":{since}}}"#);
-        s.write_all(&masked_text(frame.as_bytes())).await.unwrap();
+        s.write_all(&recover(c, *since)).await.unwrap();
     }
     held_to_the_mark_then_4008(&broker, s).await;
+}
+
+/// A masked `subscribe` to `doc:h{c}` from `since` ([`history`]'s channels).
+fn recover(c: usize, since: u64) -> Vec<u8> {
+    let frame = format!(r#"{{"type":"subscribe","channel":"doc:h{c}","since":{since}}}"#);
+    masked_text(frame.as_bytes())
 }
 
 /// A socket that recovers history and never reads (`s`, its 64 KiB mark
@@ -345,4 +350,40 @@ async fn a_grpc_subscribe_pays_for_the_history_it_recovers_before_anything_is_se
         crate::grpc_subscribe::next_message(&mut s).await.seq,
         small + 1
     );
+}
+
+/// A socket that never reads stalls a recovery (its grace starts), leaves
+/// that channel in time (the grace ends: nothing is stuck), and later
+/// stalls a second recovery: that stall starts a grace of its own and
+/// ends with 4008. Leaving a stalled recovery once cleared the stall
+/// without ending the grace, so the first timer found nothing stuck and
+/// the second stall started no timer: the socket was never closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stall_after_leaving_a_stalled_recovery_gets_its_own_grace_and_4008() {
+    let broker = Broker::start(&never_reads());
+    let since = history(&broker, 2, 20, 32 << 10).await;
+    let token = broker.token("acme");
+    let mut s = upgrade_on(small_window(broker.addr).await, broker.addr, &token).await;
+    s.write_all(&recover(0, since[0])).await.unwrap();
+    // Half the 64 KiB mark is queued: the backlog has no room left.
+    let deadline = Instant::now() + PATIENCE;
+    while !broker
+        .node
+        .sockets
+        .iter()
+        .any(|sock| sock.gauge.pending() >= 32 << 10)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the recovery never filled its room"
+        );
+        tokio::task::yield_now().await;
+    }
+    let leave = masked_text(br#"{"type":"unsubscribe","channel":"doc:h0"}"#);
+    s.write_all(&leave).await.unwrap();
+    // Not a wait for an event: the first grace (300 ms) must be over, so
+    // that only a grace of the second stall's own can close the socket.
+    tokio::time::sleep(std::time::Duration::from_millis(900)).await;
+    s.write_all(&recover(1, since[1])).await.unwrap();
+    held_to_the_mark_then_4008(&broker, s).await;
 }
