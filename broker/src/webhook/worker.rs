@@ -220,10 +220,15 @@ impl Endpoint {
             }
             st.paused_until = None;
         }
-        // An unhealthy endpoint gets one probe at a time.
+        // An endpoint that has failed or asked for a pause since its last
+        // success gets one attempt at a time: the event kept for retry goes
+        // first and alone (so it reaches the receiver before anything newer,
+        // as docs/webhooks.md promises), a receiver just out of its pause is
+        // not met with a burst, and an unhealthy one gets a single probe.
+        // The window reopens on the first delivery.
         let cap = match st.health.status(now, &cfg.pacing) {
-            Status::Unhealthy => 1,
-            _ => cfg.pacing.max_in_flight,
+            Status::Healthy => cfg.pacing.max_in_flight,
+            Status::Failing | Status::Unhealthy => 1,
         };
         if st.in_flight >= cap {
             return Step::Idle;

@@ -189,6 +189,63 @@ async fn retry_after_pauses_only_that_endpoint_and_the_retry_keeps_its_id() {
     assert_eq!(limited.next().await.body["data"]["data"]["n"], 2);
 }
 
+/// After a pause the kept event goes out alone: the events queued behind
+/// it wait until its attempt has been answered, then share the window.
+#[tokio::test]
+async fn after_a_pause_the_retry_goes_alone_until_it_is_delivered() {
+    let hold = Duration::from_millis(400);
+    let mut answers = 0;
+    let mut rx = Receiver::start(move |_| {
+        answers += 1;
+        match answers {
+            1 => Reply::Status(429, vec![("retry-after", "1".into())]),
+            2 => Reply::Slow(hold),
+            _ => Reply::ok(),
+        }
+    });
+    let b = Broker::start(&hook("limited", &rx.url, "max_in_flight = 4"));
+    publish(&b, "doc:1", 0).await;
+    let first = rx.next().await;
+    metric_at_least(
+        &b,
+        "tidegate_webhook_deliveries_total{endpoint=\"limited\",outcome=\"paused\"}",
+        1.0,
+    )
+    .await;
+    for n in 1..=3 {
+        publish(&b, "doc:1", n).await;
+    }
+    let retry = rx.next().await;
+    assert_eq!(
+        retry.id, first.id,
+        "the kept event is not the first retried"
+    );
+    // The three newer events are still queued while the retry is answered.
+    assert_eq!(
+        b.metric("tidegate_webhook_queue{endpoint=\"limited\"}")
+            .await,
+        3.0,
+        "events went out beside the retry"
+    );
+    let mut rest = Vec::new();
+    for _ in 0..3 {
+        rest.push(rx.next().await);
+    }
+    for got in &rest {
+        assert!(
+            got.at.duration_since(retry.at) >= hold,
+            "event {} went out {:?} after the retry, before it was answered",
+            got.body["data"]["data"]["n"],
+            got.at.duration_since(retry.at)
+        );
+    }
+    let ns: HashSet<u64> = rest
+        .iter()
+        .map(|g| g.body["data"]["data"]["n"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ns, HashSet::from([1, 2, 3]));
+}
+
 #[tokio::test]
 async fn failures_back_off_and_every_event_is_delivered_by_id() {
     // Each event fails twice (500, then a malformed Retry-After), then succeeds.
