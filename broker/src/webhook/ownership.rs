@@ -154,10 +154,7 @@ impl Endpoint {
                     // The receiver's pause, as the node it answered recorded
                     // it; after it the oldest entry goes out alone, as on
                     // that node (worker.rs, `next_step`).
-                    let now = Instant::now();
-                    let until = now + pause;
-                    st.paused_until = Some(st.paused_until.map_or(until, |u| u.max(until)));
-                    st.health.paused(now);
+                    st.pause(Instant::now(), pause);
                 }
                 drop(st);
                 tracing::info!(target: "tidegate::webhook", endpoint = id, member = %shared.member, pending = n, "owning this endpoint");

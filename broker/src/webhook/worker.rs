@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
@@ -68,6 +68,21 @@ pub(super) struct State {
     pub health: Health,
     /// A 410 disabled the endpoint until its config changes.
     pub gone: bool,
+}
+
+impl State {
+    /// Holds attempts back until at least `until` (a longer hold stands).
+    fn hold_until(&mut self, until: Instant) {
+        self.paused_until = Some(self.paused_until.map_or(until, |u| u.max(until)));
+    }
+
+    /// The receiver asked for a pause of `wait` (its own answer, or one
+    /// another node recorded): hold attempts back that long, and count it
+    /// against health so the kept event then goes out alone (`next_step`).
+    pub(super) fn pause(&mut self, now: Instant, wait: Duration) {
+        self.health.paused(now);
+        self.hold_until(now + wait);
+    }
 }
 
 /// What the worker does next.
@@ -311,16 +326,13 @@ impl Endpoint {
                 (outcome::DELIVERED, false)
             }
             Outcome::Pause(wait, code) => {
-                st.health.paused(now);
-                let until = now + *wait;
-                st.paused_until = Some(st.paused_until.map_or(until, |u| u.max(until)));
+                st.pause(now, *wait);
                 tracing::info!(target: "tidegate::webhook", endpoint = id, event = &*event.id, status = code, pause_ms = wait.as_millis() as u64, "receiver asked for a pause");
                 (outcome::PAUSED, true)
             }
             Outcome::Retry(why) => {
                 let wait = st.health.failure(now, p);
-                let until = now + wait;
-                st.paused_until = Some(st.paused_until.map_or(until, |u| u.max(until)));
+                st.hold_until(now + wait);
                 tracing::info!(target: "tidegate::webhook", endpoint = id, event = &*event.id, attempts = event.attempts, error = %why, retry_in_ms = wait.as_millis() as u64, "attempt failed; will retry");
                 (outcome::RETRY, true)
             }
