@@ -23,7 +23,7 @@ use crate::config::Config;
 use crate::http;
 use crate::node::Node;
 use crate::socket;
-use crate::unfinished::{Unfinished, Watched, WatchedStream};
+use crate::unfinished::{Watched, WatchedStream};
 
 /// How often idle channels are forgotten.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
@@ -111,27 +111,16 @@ pub async fn serve_with_grpc(
             node.metrics.alive.this_runtime("actix");
             let app = App::new()
                 .app_data(data.clone())
-                // A request head arrived whole: its connection is no longer
-                // an unfinished one until it is answered and the next head
-                // starts (see `unfinished`).
-                .wrap_fn(|req, srv| {
-                    let unfinished = req.conn_data::<Unfinished>().cloned();
-                    if let Some(u) = &unfinished {
-                        u.finish();
-                    }
-                    let response = srv.call(req);
-                    async move {
-                        let response = response.await;
-                        if let Some(u) = unfinished {
-                            u.answered();
-                        }
-                        response
-                    }
-                })
                 .configure(routes)
                 // Cross-origin pages for the SSE stream and client
                 // publish (§14, `[http] cors_origins`).
                 .wrap(actix_web::middleware::from_fn(crate::cors::middleware))
+                // Outermost, so it sees every request (a preflight the
+                // CORS layer answers too): the head arrived whole; the
+                // connection stays an unfinished one until the body is
+                // whole too, then until it is answered and the next head
+                // starts (see `unfinished`).
+                .wrap(actix_web::middleware::from_fn(crate::unfinished::middleware))
                 .into_factory()
                 .map_err(|e: actix_web::Error| e.as_response_error().error_response());
             let accepted = accepted.clone();

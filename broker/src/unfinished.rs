@@ -1,15 +1,21 @@
-//! Connections that have not sent their whole request head yet (slowloris
-//! defence, issues 15 and 26). Each TCP connection is counted against its
-//! peer IP while a request head is arriving, for its first request and for
-//! every later one on a keep-alive connection; past
+//! Connections that have not sent their whole request yet (slowloris
+//! defence, issues 15, 26 and 38). Each TCP connection is counted against
+//! its peer IP while a request head or body is arriving, for its first
+//! request and for every later one on a keep-alive connection; past
 //! `handshake.ip_max_unfinished` a new connection is shut at once, and a
 //! keep-alive connection that starts another head is dropped. Every head
 //! must be whole within `handshake.request_timeout_ms` of its start (the
-//! accept for the first, however slowly it trickles in): actix's request
-//! timeout bounds the first (408 and dropped), [`Watched`] every later one
+//! accept for the first, however slowly it trickles in, the TLS handshake
+//! included: `tls.rs`): actix's request timeout bounds the first (408 and
+//! dropped), [`Watched`] every later one and a TLS connection's first
 //! (dropped). Both are counted as `tidegate_rejections_total{layer=
-//! "handshake", reason="request_timeout"}`.
+//! "handshake", reason="request_timeout"}`. A request with a body goes on
+//! counting until the body is whole, which must be within
+//! `http.body_timeout_ms` of its head (`body.rs`; dropped past it, counted
+//! as `{layer="http", reason="body_timeout"}`), whether or not the route
+//! reads it.
 
+mod body;
 mod watched;
 
 use std::cell::{Cell, OnceCell};
@@ -24,6 +30,7 @@ use crate::exceeded::Exceeded;
 use crate::gate::IpSlot;
 use crate::node::Node;
 
+pub use body::middleware;
 pub use watched::{Watched, WatchedStream};
 
 /// Where a connection is in its request/response cycle.
@@ -32,7 +39,11 @@ enum Phase {
     /// The first head is arriving (actix's request timeout bounds it).
     #[default]
     First,
-    /// A head is whole; its request is being handled.
+    /// A head is whole and its request's body is arriving ([`Watched`]
+    /// bounds it, with the body's deadline).
+    Body,
+    /// A head (and its body, if any) is whole; its request is being
+    /// handled.
     Handling,
     /// The request is answered: the next byte starts a new head.
     Answered,
@@ -53,8 +64,10 @@ struct Watch {
     phase: Cell<Phase>,
     /// When the head now arriving started.
     since: Cell<Option<Instant>>,
-    /// The IP's count, held while a head is arriving.
+    /// The IP's count, held while a head or a body is arriving.
     slot: Cell<Option<IpSlot>>,
+    /// When the body arriving now must be whole (in [`Phase::Body`]).
+    body_deadline: Cell<Option<Instant>>,
     /// Set at the accept.
     peer: OnceCell<Peer>,
     /// The connection's socket (not owned: valid while the connection
@@ -71,18 +84,50 @@ struct Peer {
 }
 
 impl Unfinished {
-    /// The request head is complete: the connection no longer counts.
-    pub fn finish(&self) {
-        self.0.slot.take();
-        if self.0.phase.get() != Phase::Off {
+    /// The request head is complete. A request without a body no longer
+    /// counts; one with a body goes on counting until the body is whole
+    /// ([`Unfinished::body_whole`]), which must be within
+    /// `http.body_timeout_ms` from now.
+    pub fn head_whole(&self, body: bool) {
+        if self.0.phase.get() == Phase::Off {
+            return;
+        }
+        let timeout = match (body, self.0.peer.get()) {
+            (true, Some(peer)) => peer.node.config.load().http.body_timeout_ms,
+            _ => {
+                self.0.slot.take();
+                self.0.phase.set(Phase::Handling);
+                return;
+            }
+        };
+        let now = Instant::now();
+        self.0
+            .body_deadline
+            .set(Some(now + Duration::from_millis(timeout)));
+        self.0.phase.set(Phase::Body);
+    }
+
+    /// The request's body is whole: the connection no longer counts.
+    pub fn body_whole(&self) {
+        if self.0.phase.get() == Phase::Body {
+            self.0.slot.take();
+            self.0.body_deadline.set(None);
             self.0.phase.set(Phase::Handling);
         }
     }
 
     /// The request has its response: what arrives next is a new head.
-    pub fn answered(&self) {
-        if self.0.phase.get() == Phase::Handling {
-            self.0.phase.set(Phase::Answered);
+    /// `false` when its body is not whole (nobody read the rest): the
+    /// connection goes on counting, under the body's deadline, until it
+    /// closes, and must not take another request.
+    pub fn answered(&self) -> bool {
+        match self.0.phase.get() {
+            Phase::Handling => {
+                self.0.phase.set(Phase::Answered);
+                true
+            }
+            Phase::Body => false,
+            _ => true,
         }
     }
 
@@ -95,6 +140,11 @@ impl Unfinished {
 
     fn phase(&self) -> Phase {
         self.0.phase.get()
+    }
+
+    /// When the body arriving now must be whole.
+    fn body_deadline(&self) -> Option<Instant> {
+        self.0.body_deadline.get()
     }
 
     /// Bytes arrived. When they start a new head, counts it against the
@@ -134,15 +184,28 @@ const ACTIX_CLOCK_STEP: Duration = Duration::from_millis(500);
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        // Still counted when it closes: it never sent a whole head. Only
-        // the ones that ran out of time are the broker's doing.
+        // Still counted when it closes: it never sent a whole head (or
+        // body). Only the ones that ran out of time are the broker's doing.
         let (Some(peer), Some(since)) = (self.peer.get(), self.since.get()) else {
             return;
         };
-        let timed_out = since.elapsed() + ACTIX_CLOCK_STEP >= peer.deadline;
-        if self.slot.get_mut().is_some() && timed_out {
-            Exceeded::new(crate::metrics::Layer::Handshake, "request_timeout", "")
-                .emit(&peer.node.metrics);
+        if self.slot.get_mut().is_none() {
+            return;
+        }
+        let (layer, reason, timed_out) = match (self.phase.get(), self.body_deadline.get()) {
+            (Phase::Body, Some(deadline)) => (
+                crate::metrics::Layer::Http,
+                "body_timeout",
+                Instant::now() >= deadline,
+            ),
+            _ => (
+                crate::metrics::Layer::Handshake,
+                "request_timeout",
+                since.elapsed() + ACTIX_CLOCK_STEP >= peer.deadline,
+            ),
+        };
+        if timed_out {
+            Exceeded::new(layer, reason, "").emit(&peer.node.metrics);
         }
     }
 }

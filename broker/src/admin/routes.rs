@@ -25,16 +25,29 @@ const FAILURE_REFILL_PER_SEC: f64 = 1.0 / 6.0;
 /// The longest ban (a year); longer is a mistake, not a ban.
 const MAX_TTL_MS: u64 = 365 * 24 * 3600 * 1000;
 
+/// The largest body of an action (`{"account":..,"ttlMs":..}` and the
+/// like need far less): more is 413, and nothing past it is read.
+const MAX_BODY_BYTES: usize = 4096;
+
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.service(resource("/admin").route(web::get().to(page::index)))
-        .service(resource("/admin/{asset}").route(web::get().to(page::asset)))
-        .service(resource("/v1/admin/overview").route(web::get().to(overview_route)))
-        .service(resource("/v1/admin/disconnect").route(web::post().to(disconnect)))
+    // Without an admin key the routes do not exist (the router's 404),
+    // decided from the head: nothing of a body is read.
+    let admin = |path: &str| resource(path).guard(actix_web::guard::fn_guard(exists));
+    cfg.service(admin("/admin").route(web::get().to(page::index)))
+        .service(admin("/admin/{asset}").route(web::get().to(page::asset)))
+        .service(admin("/v1/admin/overview").route(web::get().to(overview_route)))
+        .service(admin("/v1/admin/disconnect").route(web::post().to(disconnect)))
         .service(
-            resource("/v1/admin/ban")
+            admin("/v1/admin/ban")
                 .route(web::post().to(ban))
                 .route(web::delete().to(unban)),
         );
+}
+
+/// The routes' guard: whether this node has an admin key now.
+fn exists(ctx: &actix_web::guard::GuardContext<'_>) -> bool {
+    ctx.app_data::<web::Data<Arc<Node>>>()
+        .is_some_and(|node| enabled(node))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,6 +228,31 @@ fn parse_body(bytes: &[u8]) -> Result<Body, String> {
     serde_json::from_slice(bytes).map_err(|e| format!("the body must be a JSON object: {e}"))
 }
 
+/// An action's body, read only once the key was accepted: at most
+/// [`MAX_BODY_BYTES`] (413 past it, without reading on).
+async fn read_body(
+    node: &Node,
+    action: &'static str,
+    mut payload: web::Payload,
+) -> Result<web::BytesMut, HttpResponse> {
+    use futures_util::StreamExt;
+    let mut body = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| bad_request(node, action, &e.to_string()))?;
+        if body.len() + chunk.len() > MAX_BODY_BYTES {
+            node.metrics.admin_action(action, "payload_too_large");
+            return Err(refusal(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorCode::PayloadTooLarge,
+                &format!("an admin action's body is at most {MAX_BODY_BYTES} bytes"),
+                None,
+            ));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
 fn ban_target(body: &Body) -> Result<BanTarget, String> {
     if body.conn_id.is_some() {
         return Err("a ban names an `account` or an `ip`, not a `connId`".into());
@@ -243,13 +281,17 @@ fn logged(action: &'static str, role_ip: IpAddr, what: &str, closed: usize, extr
 
 async fn disconnect(
     req: HttpRequest,
-    body: web::Bytes,
+    payload: web::Payload,
     node: web::Data<Arc<Node>>,
 ) -> HttpResponse {
     const ACTION: &str = "disconnect";
     let (_, by) = match authorize(&req, &node, Role::Admin, ACTION) {
         Ok(r) => r,
         Err(denied) => return denied.response(),
+    };
+    let body = match read_body(&node, ACTION, payload).await {
+        Ok(b) => b,
+        Err(refused) => return refused,
     };
     let body = match parse_body(&body) {
         Ok(b) => b,
@@ -272,23 +314,25 @@ async fn disconnect(
     HttpResponse::Ok().json(serde_json::json!({ "closed": closed }))
 }
 
-/// The checks a ban and an unban share: the admin key, a JSON body, one
-/// target. The refusal is boxed: it is the rare path.
-fn ban_request(
+/// The checks a ban and an unban share: the admin key (before any of the
+/// body is read), a JSON body, one target. The refusal is boxed: it is
+/// the rare path.
+async fn ban_request(
     req: &HttpRequest,
-    body: &[u8],
+    payload: web::Payload,
     node: &Node,
     action: &'static str,
 ) -> Result<(IpAddr, Body, BanTarget), Box<HttpResponse>> {
     let (_, by) = authorize(req, node, Role::Admin, action).map_err(|d| Box::new(d.response()))?;
-    let body = parse_body(body).map_err(|m| Box::new(bad_request(node, action, &m)))?;
+    let body = read_body(node, action, payload).await.map_err(Box::new)?;
+    let body = parse_body(&body).map_err(|m| Box::new(bad_request(node, action, &m)))?;
     let target = ban_target(&body).map_err(|m| Box::new(bad_request(node, action, &m)))?;
     Ok((by, body, target))
 }
 
-async fn ban(req: HttpRequest, body: web::Bytes, node: web::Data<Arc<Node>>) -> HttpResponse {
+async fn ban(req: HttpRequest, payload: web::Payload, node: web::Data<Arc<Node>>) -> HttpResponse {
     const ACTION: &str = "ban";
-    let (by, body, target) = match ban_request(&req, &body, &node, ACTION) {
+    let (by, body, target) = match ban_request(&req, payload, &node, ACTION).await {
         Ok(r) => r,
         Err(refused) => return *refused,
     };
@@ -319,9 +363,13 @@ async fn ban(req: HttpRequest, body: web::Bytes, node: web::Data<Arc<Node>>) -> 
     HttpResponse::Ok().json(answer)
 }
 
-async fn unban(req: HttpRequest, body: web::Bytes, node: web::Data<Arc<Node>>) -> HttpResponse {
+async fn unban(
+    req: HttpRequest,
+    payload: web::Payload,
+    node: web::Data<Arc<Node>>,
+) -> HttpResponse {
     const ACTION: &str = "unban";
-    let (by, _, target) = match ban_request(&req, &body, &node, ACTION) {
+    let (by, _, target) = match ban_request(&req, payload, &node, ACTION).await {
         Ok(r) => r,
         Err(refused) => return *refused,
     };

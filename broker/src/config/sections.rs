@@ -255,6 +255,11 @@ pub struct HttpSection {
     pub max_batch: usize,
     /// Largest request body for `/v1/publish/batch`.
     pub max_batch_bytes: usize,
+    /// A request body must be whole within this time of its head (slow
+    /// bodies: the connection counts toward `handshake.ip_max_unfinished`
+    /// until then, and is dropped past it). Read for each request, so a
+    /// reload applies to the next one.
+    pub body_timeout_ms: u64,
     /// Origins of pages allowed to open `/v1/sse` and call
     /// `/v1/client/publish` cross-origin (§14; empty: same origin only).
     pub cors_origins: Vec<String>,
@@ -265,6 +270,7 @@ impl Default for HttpSection {
         HttpSection {
             max_batch: 100,
             max_batch_bytes: 1024 * 1024,
+            body_timeout_ms: 10_000,
             cors_origins: Vec::new(),
         }
     }

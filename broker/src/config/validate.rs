@@ -148,6 +148,10 @@ pub(super) fn validate_node(
         "http.max_batch: must be at least 1".into(),
     );
     need(
+        http.body_timeout_ms >= 1,
+        "http.body_timeout_ms: must be at least 1".into(),
+    );
+    need(
         cluster.lease_ms >= 100,
         "cluster.lease_ms: must be at least 100".into(),
     );

@@ -1,5 +1,6 @@
 //! The HTTP listener's connection stream: the TCP stream, watched for
-//! request heads after the first (actix bounds only the first).
+//! request heads after the first (actix bounds only the first), for a TLS
+//! connection's handshake and first head, and for request bodies.
 
 use std::future::Future;
 use std::io;
@@ -14,13 +15,15 @@ use tokio::time::Sleep;
 use super::{Phase, Unfinished};
 
 /// A TCP stream that drops its connection when a request head after the
-/// first is not whole in time (or its IP holds too many unfinished heads).
-/// Under TLS it sits below the TLS layer: records count as bytes.
+/// first, or a request body, is not whole in time (or its IP holds too
+/// many unfinished heads). Under TLS it sits below the TLS layer: records
+/// count as bytes.
 pub struct Watched<T> {
     io: T,
     watch: Unfinished,
-    /// The deadline of the head arriving now (one timer per connection,
-    /// made when a later head starts, or by [`Watched::first_deadline`]).
+    /// The deadline of the head or body arriving now (one timer per
+    /// connection, made when a later head starts, by
+    /// [`Watched::first_deadline`], or for a body, reset to its deadline).
     timer: Option<Pin<Box<Sleep>>>,
     /// Bytes the listener read before the HTTP service took the
     /// connection (the start of its first head, `socket/sse/tcp.rs`):
@@ -90,8 +93,20 @@ impl WatchedStream for TlsStream<Watched<TcpStream>> {
 fn timed_out() -> io::Error {
     io::Error::new(
         io::ErrorKind::TimedOut,
-        "the request head did not arrive in time",
+        "the request head or body did not arrive in time",
     )
+}
+
+impl<T> Watched<T> {
+    /// The timer, set for `deadline` (made or reset only when it changes).
+    fn arm(&mut self, deadline: std::time::Instant) {
+        let at = tokio::time::Instant::from_std(deadline);
+        match &mut self.timer {
+            Some(t) if t.deadline() == at => {}
+            Some(t) => t.as_mut().reset(at),
+            None => self.timer = Some(Box::pin(tokio::time::sleep_until(at))),
+        }
+    }
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
@@ -121,13 +136,20 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
                 let watched = match this.watch.phase() {
                     Phase::Later => true,
                     Phase::First => this.timer.is_some(),
+                    Phase::Body => match this.watch.body_deadline() {
+                        Some(deadline) => {
+                            this.arm(deadline);
+                            true
+                        }
+                        None => false,
+                    },
                     _ => false,
                 };
                 if !watched {
                     this.timer = None;
                     return Poll::Pending;
                 }
-                // Waiting for more of a head: wake at its deadline.
+                // Waiting for more of a head or body: wake at its deadline.
                 let expired = this
                     .timer
                     .as_mut()
