@@ -8,13 +8,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_http::error::DispatchError;
 use actix_http::{HttpService, Protocol, Request, h1};
 use actix_service::{
     IntoServiceFactory, ServiceFactory, ServiceFactoryExt, fn_factory, fn_service, map_config,
 };
-use actix_tls::accept::TlsError;
-use actix_tls::accept::rustls_0_23::{Acceptor, TlsStream};
+use actix_tls::accept::rustls_0_23::TlsStream;
 use actix_web::dev::{AppConfig, Service};
 use actix_web::rt::net::TcpStream;
 use actix_web::{App, web};
@@ -23,7 +21,7 @@ use crate::config::Config;
 use crate::http;
 use crate::node::Node;
 use crate::socket;
-use crate::unfinished::{Watched, WatchedStream};
+use crate::unfinished::{self, Watched, WatchedStream};
 
 /// How often idle channels are forgotten.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
@@ -218,31 +216,37 @@ pub async fn serve_with_grpc(
             })?
         }
         // TLS (`[node] tls_cert_file`): the certificate comes from the
-        // node's store on every handshake, so SIGHUP swaps it.
+        // node's store on every handshake, so SIGHUP swaps it. The
+        // handshake is part of the unfinished request: counted per
+        // address from the accept, under the head's deadline
+        // (`unfinished/tls.rs`).
         Some(store) => {
-            let tls = crate::tls::server_config(store.clone(), &[b"http/1.1"]);
+            let tls = Arc::new(crate::tls::server_config(store.clone(), &[b"http/1.1"]));
+            let node = node.clone();
             builder.listen("tidegate", listener, move || {
-                let mut acceptor = Acceptor::new(tls.clone());
-                // The TLS handshake shares the request head's deadline.
-                acceptor.set_handshake_timeout(request_timeout);
-                fn_service(|io: TcpStream| async move {
-                    let _ = io.set_nodelay(true);
-                    Ok::<_, TlsError<io::Error, DispatchError>>(Watched::new(io))
+                let http = http_service!(TlsStream<Watched<TcpStream>>);
+                let acceptor = tokio_rustls::TlsAcceptor::from(tls.clone());
+                let node = node.clone();
+                fn_factory(move || {
+                    let http = http.new_service(());
+                    let (node, acceptor) = (node.clone(), acceptor.clone());
+                    async move {
+                        let http = Rc::new(http.await?);
+                        Ok::<_, ()>(fn_service(move |io: TcpStream| {
+                            let (http, node, acceptor) =
+                                (http.clone(), node.clone(), acceptor.clone());
+                            async move {
+                                let Some(io) =
+                                    unfinished::tls::handshake(&node, &acceptor, io).await
+                                else {
+                                    return Ok(());
+                                };
+                                let peer = io.tcp().peer_addr().ok();
+                                http.call((io, Protocol::Http1, peer)).await
+                            }
+                        }))
+                    }
                 })
-                .and_then(
-                    acceptor
-                        .map_init_err(|_| ())
-                        .map_err(TlsError::into_service_error),
-                )
-                .and_then(|io: TlsStream<Watched<TcpStream>>| async move {
-                    let peer = io.tcp().peer_addr().ok();
-                    Ok((io, Protocol::Http1, peer))
-                })
-                .and_then(
-                    http_service!(TlsStream<Watched<TcpStream>>)
-                        .map_err(TlsError::Service)
-                        .map_init_err(|_| ()),
-                )
             })?
         }
     }

@@ -16,6 +16,7 @@
 //! reads it.
 
 mod body;
+pub mod tls;
 mod watched;
 
 use std::cell::{Cell, OnceCell};

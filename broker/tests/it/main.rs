@@ -17,6 +17,7 @@ mod bounds_keepalive;
 mod bounds_memory;
 mod bounds_redis_history;
 mod bounds_redis_recovery;
+mod bounds_tls;
 mod certs;
 mod channels;
 mod cli;

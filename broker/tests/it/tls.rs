@@ -29,7 +29,7 @@ fn tls_config(cert: &std::path::Path, key: &std::path::Path) -> String {
 
 /// A TLS connection to `addr` verified with `client`'s roots, and the
 /// leaf certificate the server presented.
-async fn tls_to(
+pub async fn tls_to(
     addr: std::net::SocketAddr,
     client: Arc<rustls::ClientConfig>,
 ) -> (
