@@ -218,12 +218,16 @@ impl Position {
     /// Whether a position naming every one of `channels` (at the largest
     /// `seq`) fits [`MAX_POSITION_BYTES`].
     pub fn fits<'a>(channels: impl IntoIterator<Item = &'a str>) -> bool {
-        // Each pair is a whole number of base64 groups (`pair_token`).
-        let token: usize = channels
-            .into_iter()
-            .map(|c| (c.len() + 2 + MAX_SEQ_DIGITS).div_ceil(3) * 4)
-            .sum();
+        let token: usize = channels.into_iter().map(Position::room).sum();
         token <= MAX_POSITION_BYTES
+    }
+
+    /// The most bytes `channel`'s pair takes in a token (at the largest
+    /// `seq`): what a stream naming it must leave room for. At least 28,
+    /// so at most 146 channels fit a position.
+    pub fn room(channel: &str) -> usize {
+        // Each pair is a whole number of base64 groups (`pair_token`).
+        (channel.len() + 2 + MAX_SEQ_DIGITS).div_ceil(3) * 4
     }
 }
 

@@ -15,6 +15,7 @@ mod bounds_handshake;
 mod bounds_history;
 mod bounds_keepalive;
 mod bounds_memory;
+mod bounds_query;
 mod bounds_redis_history;
 mod bounds_redis_recovery;
 mod bounds_tls;

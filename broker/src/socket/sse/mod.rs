@@ -22,6 +22,7 @@ mod memo;
 mod render;
 mod tcp;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -68,32 +69,85 @@ impl Stream {
     }
 }
 
-/// What the request asks for, before any check that costs something.
+/// What the request asks for, read once the request is admitted.
 struct Ask {
     channels: Vec<String>,
-    token: Option<String>,
     position: Position,
 }
 
-/// Reads the query string and `Last-Event-ID`: `Err` is the `bad_request`
-/// message.
+/// The request's credential: the `Authorization` header's bearer token,
+/// else the query string's (last) `token`. Nothing else of the query is
+/// read or decoded before the §1 layers ran (issue 38: a query string
+/// costs its parse only to an admitted caller).
+fn credential(req: &RequestHead) -> Option<String> {
+    let bearer = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|t| t.trim().to_owned());
+    bearer
+        .or_else(|| query_token(req.uri.query().unwrap_or_default()))
+        .filter(|t| !t.is_empty())
+}
+
+/// The query's last `token`, in one pass: only a pair whose key can be
+/// `token` (itself, or percent-encoded) is decoded.
+fn query_token(query: &str) -> Option<String> {
+    const KEY: &str = "token";
+    let mut token = None;
+    for pair in query.split('&') {
+        let key = pair.split('=').next().unwrap_or_default();
+        let maybe = key == KEY || (key.contains('%') && key.len() <= 3 * KEY.len());
+        if !maybe {
+            continue;
+        }
+        if let Ok(q) = web::Query::<Vec<(String, String)>>::from_query(pair)
+            && let Some((k, v)) = q.into_inner().pop()
+            && k == KEY
+        {
+            token = Some(v);
+        }
+    }
+    token
+}
+
+/// Reads the query string's channels and the position (`Last-Event-ID`,
+/// else `lastEventId`): `Err` is the `bad_request` message. Linear in the
+/// query, and the channels kept are capped by what a position can name
+/// ([`Position::room`]: at most 146), so a query of thousands of channels
+/// stops at the first one past that.
 fn ask(req: &RequestHead) -> Result<Ask, String> {
     let query = req.uri.query().unwrap_or_default();
     let pairs = web::Query::<Vec<(String, String)>>::from_query(query)
         .map_err(|_| "the query string is not form-encoded".to_owned())?
         .into_inner();
+    let too_long = || {
+        format!(
+            "the channels' names are too long for a position (at most {} bytes)",
+            crate::protocol::position::MAX_POSITION_BYTES
+        )
+    };
     let mut channels: Vec<String> = Vec::new();
-    let (mut token, mut last_event_id) = (None, None);
-    for (key, value) in pairs {
+    // The channels named so far: bounded like `channels`.
+    let mut named: HashSet<&str> = HashSet::new();
+    let mut room = 0;
+    let mut last_event_id = None;
+    for (key, value) in &pairs {
         match key.as_str() {
             "channel" => {
-                channel::validate(&value).map_err(|why| format!("channel {value:?}: {why}"))?;
-                if !channels.contains(&value) {
-                    channels.push(value);
+                if named.contains(value.as_str()) {
+                    continue;
                 }
+                channel::validate(value).map_err(|why| format!("channel {value:?}: {why}"))?;
+                room += Position::room(value);
+                if room > crate::protocol::position::MAX_POSITION_BYTES {
+                    return Err(too_long());
+                }
+                named.insert(value);
+                channels.push(value.clone());
             }
-            "token" => token = Some(value),
-            "lastEventId" => last_event_id = Some(value),
+            "lastEventId" => last_event_id = Some(value.as_str()),
             _ => {}
         }
     }
@@ -101,31 +155,15 @@ fn ask(req: &RequestHead) -> Result<Ask, String> {
     let header = req
         .headers()
         .get("last-event-id")
-        .map(|v| v.to_str().map(str::to_owned))
+        .map(HeaderValue::to_str)
         .transpose()
         .map_err(|_| "Last-Event-ID is not a position this broker wrote".to_owned())?;
     let mut position = match header.or(last_event_id).filter(|p| !p.is_empty()) {
-        Some(p) => Position::decode(&p).map_err(|e| format!("Last-Event-ID: {e}"))?,
+        Some(p) => Position::decode(p).map_err(|e| format!("Last-Event-ID: {e}"))?,
         None => Position::default(),
     };
-    position.retain(|c| channels.iter().any(|x| x == c));
-    if !Position::fits(channels.iter().map(String::as_str)) {
-        return Err(format!(
-            "the channels' names are too long for a position (at most {} bytes)",
-            crate::protocol::position::MAX_POSITION_BYTES
-        ));
-    }
-    let bearer = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(|t| t.trim().to_owned());
-    Ok(Ask {
-        channels,
-        token: bearer.or(token).filter(|t| !t.is_empty()),
-        position,
-    })
+    position.retain(|c| named.contains(c));
+    Ok(Ask { channels, position })
 }
 
 /// A stream that started: its response's head, and what its writer
@@ -153,19 +191,9 @@ async fn open(
         node.metrics.handshake_done("refused", started);
         refusal(status, code, message, None)
     };
-    let ask = match ask(req) {
-        Ok(a) => a,
-        Err(message) => {
-            return Err(refuse(
-                StatusCode::BAD_REQUEST,
-                ErrorCode::BadRequest,
-                "",
-                &message,
-            ));
-        }
-    };
     let config = node.config.load_full();
-    let admitted = handshake::admit(req, ask.token.as_deref(), &node, &config).await;
+    let token = credential(req);
+    let admitted = handshake::admit(req, token.as_deref(), &node, &config).await;
     let Admitted {
         identity,
         limits,
@@ -178,6 +206,17 @@ async fn open(
         }
     };
     // The places `slots` took go back when it is dropped on a refusal.
+    let ask = match ask(req) {
+        Ok(a) => a,
+        Err(message) => {
+            return Err(refuse(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::BadRequest,
+                &identity.account,
+                &message,
+            ));
+        }
+    };
     if let Some(c) = ask
         .channels
         .iter()
