@@ -15,6 +15,12 @@ use serde::{Deserialize, Serialize};
 use crate::config::{AuthSection, KeySource, VerifyKey};
 use crate::protocol::glob::GlobSet;
 
+/// The longest `sub` a token may carry (like a channel name's 128 bytes):
+/// the account id becomes part of Redis key names, bucket names, metrics'
+/// exceeded events and log lines, so it is bounded before anything uses
+/// it.
+pub const MAX_SUB_BYTES: usize = 128;
+
 /// The claims Tidegate reads from a token (§1).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Claims {
@@ -94,6 +100,10 @@ pub enum AuthError {
     Malformed(String),
     #[error("token has an empty `sub`")]
     EmptySubject,
+    /// `sub` names Redis keys, buckets and log lines: bounded like a
+    /// channel name.
+    #[error("token `sub` is {0} bytes long; it must be at most {MAX_SUB_BYTES}")]
+    SubjectTooLong(usize),
     /// The `info` claim is not an object, or is too large (§13).
     #[error("{0}")]
     BadInfo(String),
@@ -271,6 +281,9 @@ impl Authenticator {
         }
         if claims.sub.is_empty() {
             return Err(AuthError::EmptySubject);
+        }
+        if claims.sub.len() > MAX_SUB_BYTES {
+            return Err(AuthError::SubjectTooLong(claims.sub.len()));
         }
         if let Some(info) = &claims.info {
             crate::protocol::presence::check_info(info).map_err(AuthError::BadInfo)?;

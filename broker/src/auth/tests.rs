@@ -86,6 +86,21 @@ fn refuses_expired_bad_signature_and_alg_none() {
 }
 
 #[test]
+fn a_sub_longer_than_its_limit_is_refused_and_the_limit_is_accepted() {
+    let auth = Authenticator::new(SECRET, 0).unwrap();
+    let with_sub = |n: usize| Claims {
+        sub: "a".repeat(n),
+        ..claims(unix_now() + 60)
+    };
+    assert!(auth.verify(&auth.mint(&with_sub(MAX_SUB_BYTES))).is_ok());
+    let err = auth
+        .verify(&auth.mint(&with_sub(MAX_SUB_BYTES + 1)))
+        .unwrap_err();
+    assert_eq!(err, AuthError::SubjectTooLong(MAX_SUB_BYTES + 1));
+    assert!(err.to_string().contains("at most 128"), "{err}");
+}
+
+#[test]
 fn hs512_is_refused() {
     let auth = Authenticator::new(SECRET, 0).unwrap();
     let t = sign(Algorithm::HS512, None, &valid(), &hs(SECRET));
