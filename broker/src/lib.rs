@@ -41,7 +41,7 @@
 //!    held in Redis under each node's lease).
 //! 3. **Node**: [`node`] (what a node shares and how operator actions apply
 //!    to its connections; it knows no front), [`unfinished`] (connections
-//!    whose request head is not complete yet).
+//!    whose request is not complete yet: TLS handshake, head or body).
 //! 4. **Fronts**, which never import each other: [`socket`] (one actix
 //!    actor per WebSocket owning its buckets, subscriptions and outbound
 //!    queue; the handshake in `socket/handshake.rs`), [`http`] (publish
