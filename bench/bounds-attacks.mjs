@@ -35,6 +35,17 @@
 //                     history.cluster_max_bytes): 2,000 publishes of
 //                     60 KiB over 500 channels; the history bytes Redis
 //                     holds, read back from Redis
+//   slow-body         (issue 38, bench/attacks/door.mjs) 300 admin bans
+//                     without a key and 300 keyed publishes from two
+//                     addresses, each declaring 262,000 bytes and sending
+//                     7: descriptors and RSS held 2 s and 13 s in, and
+//                     whether 20 other clients got answers
+//   tls-silent        (issue 38) 1,200 silent TCP connections from one
+//                     address to a TLS listener: how many of 20 HTTPS
+//                     clients from other addresses were answered, how fast
+//   sse-query         (issue 38) 8 loops for 5 s of `/v1/sse` with a 63 KB
+//                     query and no token from one address: broker CPU per
+//                     request and the answers by status
 //
 //   TIDEGATE_BIN=target/release/tidegate node bench/bounds-attacks.mjs \
 //     [--only NAME[,NAME]] [--out FILE]
@@ -65,6 +76,7 @@ import {
   upgrade,
 } from "./attacks/harness.mjs";
 import { closeUnread } from "./attacks/close-unread.mjs";
+import { slowBody, sseQuery, tlsSilent } from "./attacks/door.mjs";
 
 const args = process.argv.slice(2);
 const opt = (name) => {
@@ -410,6 +422,9 @@ const ATTACKS = {
   "mapped-ban": mappedBan,
   "redis-history": redisHistory,
   "close-unread": closeUnread,
+  "slow-body": slowBody,
+  "tls-silent": tlsSilent,
+  "sse-query": sseQuery,
 };
 
 const report = { binary: BIN, date: new Date().toISOString(), results: {} };
