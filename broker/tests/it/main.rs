@@ -15,6 +15,7 @@ mod bounds_history;
 mod bounds_keepalive;
 mod bounds_memory;
 mod bounds_redis_history;
+mod bounds_redis_reads;
 mod bounds_redis_recovery;
 mod certs;
 mod channels;

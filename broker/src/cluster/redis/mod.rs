@@ -19,6 +19,9 @@
 //!   `cluster.max_pending` commands in flight. On reconnection the node
 //!   raises every channel counter above the `seq`s it issued, re-asserts its
 //!   connection counts and resubscribes, and only then reports itself up.
+//! - **Reads by `seq`**: a channel's `seq`, its newest messages and a
+//!   join's recovery read about what they return, never the whole list
+//!   (`reads.rs`).
 
 mod admin;
 mod conn;
@@ -31,6 +34,7 @@ mod lease;
 mod limits;
 mod open;
 mod pages;
+mod reads;
 mod resharding;
 mod scripts;
 mod sharded;
@@ -356,8 +360,8 @@ impl Bridge for RedisBridge {
         self.refund_account_impl(account, units, limits)
     }
 
-    fn read_channel(&self, channel: &str) -> Pending<ChannelRead> {
-        self.read_channel_impl(channel)
+    fn read_channel(&self, channel: &str, last: usize, after: u64) -> Pending<ChannelRead> {
+        self.read_channel_impl(channel, last, after)
     }
 
     fn occupied(&self, prefix: &str) -> Vec<(Arc<str>, u64)> {
