@@ -58,6 +58,7 @@ mod presence_webhooks;
 mod process;
 mod receiver;
 mod redis_cluster;
+mod redis_key_expiry;
 mod redis_server;
 mod rules;
 mod slow_consumer;

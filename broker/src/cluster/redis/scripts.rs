@@ -207,7 +207,10 @@ return 1
 });
 
 /// Renews this node's lease, forgets expired ones, and returns how many
-/// nodes are live. KEYS: the node leases. ARGV: node id, lease ms.
+/// nodes are live. The set expires with its latest lease (scores are
+/// Redis ms, as its clock's): past it every member has expired anyway, and
+/// a live node renews its own every third of a lease.
+/// KEYS: the node leases. ARGV: node id, lease ms.
 pub static LEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -215,6 +218,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local latest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
+redis.call('PEXPIREAT', KEYS[1], string.format('%d', tonumber(latest) + 1))
 return redis.call('ZCARD', KEYS[1])
 "#,
     )
