@@ -35,6 +35,12 @@
 //                     history.cluster_max_bytes): 2,000 publishes of
 //                     60 KiB over 500 channels; the history bytes Redis
 //                     holds, read back from Redis
+//   redis-reads       a node on its own redis-server with 2,000 x 3 KiB
+//                     of history on one channel; one client loops over
+//                     1-unit reads of it (GraphQL seq, history(last: 1),
+//                     a join with since at the current seq) at about
+//                     100/s for 10 s: Redis CPU (INFO cpu) per second and
+//                     per unit; then a TTL census of every key (issue 38)
 //
 //   TIDEGATE_BIN=target/release/tidegate node bench/bounds-attacks.mjs \
 //     [--only NAME[,NAME]] [--out FILE]
@@ -65,6 +71,7 @@ import {
   upgrade,
 } from "./attacks/harness.mjs";
 import { closeUnread } from "./attacks/close-unread.mjs";
+import { redisReads } from "./attacks/redis.mjs";
 
 const args = process.argv.slice(2);
 const opt = (name) => {
@@ -410,6 +417,7 @@ const ATTACKS = {
   "mapped-ban": mappedBan,
   "redis-history": redisHistory,
   "close-unread": closeUnread,
+  "redis-reads": redisReads,
 };
 
 const report = { binary: BIN, date: new Date().toISOString(), results: {} };
