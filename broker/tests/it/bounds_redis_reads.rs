@@ -5,8 +5,9 @@
 //! gRPC each make Redis read and send about what they return, as Redis's
 //! own counters say: the bytes it sent (`INFO stats`), the list commands
 //! it ran (`INFO commandstats`, which counts those a script runs), and how
-//! long each script call took (`SLOWLOG`, as a shape: no slower on the
-//! long history than on a 20-message one).
+//! long each script call took (`SLOWLOG`, as a shape: the median call on
+//! the long history within a small factor of the one on a 20-message
+//! history, where reading the list would make it a hundred times slower).
 
 use futures_util::future::join_all;
 use serde_json::json;
@@ -260,7 +261,7 @@ async fn reads_of_a_long_redis_history_read_only_what_they_return(redis: &impl B
 
     // (what, on the long history, on the short one)
     let mut checks: Vec<(&str, PerRead, PerRead)> = Vec::new();
-    const N: u64 = 6;
+    const N: u64 = 8;
     for what in [
         "graphql",
         "ws since=seq",
@@ -296,7 +297,7 @@ async fn reads_of_a_long_redis_history_read_only_what_they_return(redis: &impl B
             long_r.list_reads
         );
         assert!(
-            long_r.median_us <= 5 * short_r.median_us.max(1),
+            long_r.median_us <= 10 * short_r.median_us.max(1),
             "{what}: a script call on a {LONG}-message history took {} µs (median), \
              {} µs on a {SHORT}-message one",
             long_r.median_us,
