@@ -46,6 +46,12 @@
 //   sse-query         (issue 38) 8 loops for 5 s of `/v1/sse` with a 63 KB
 //                     query and no token from one address: broker CPU per
 //                     request and the answers by status
+//   redis-reads       a node on its own redis-server with 2,000 x 3 KiB
+//                     of history on one channel; one client loops over
+//                     1-unit reads of it (GraphQL seq, history(last: 1),
+//                     a join with since at the current seq) at about
+//                     100/s for 10 s: Redis CPU (INFO cpu) per second and
+//                     per unit; then a TTL census of every key (issue 38)
 //
 //   TIDEGATE_BIN=target/release/tidegate node bench/bounds-attacks.mjs \
 //     [--only NAME[,NAME]] [--out FILE]
@@ -77,6 +83,7 @@ import {
 } from "./attacks/harness.mjs";
 import { closeUnread } from "./attacks/close-unread.mjs";
 import { slowBody, sseQuery, tlsSilent } from "./attacks/door.mjs";
+import { redisReads } from "./attacks/redis.mjs";
 
 const args = process.argv.slice(2);
 const opt = (name) => {
@@ -425,6 +432,7 @@ const ATTACKS = {
   "slow-body": slowBody,
   "tls-silent": tlsSilent,
   "sse-query": sseQuery,
+  "redis-reads": redisReads,
 };
 
 const report = { binary: BIN, date: new Date().toISOString(), results: {} };

@@ -143,8 +143,8 @@ export const startRedis = async () => {
   return { redis, redisPort };
 };
 
-/** A broker bridged to the redis-server on `redisPort`, with the account budget raised for the publishes. */
-export const startRedisBroker = (redisPort, patch = (c) => c) =>
+/** A broker bridged to the redis-server on `redisPort`, with the account budget raised for the publishes (and `env` added to its environment). */
+export const startRedisBroker = (redisPort, patch = (c) => c, env = {}) =>
   startBroker(
     (c) =>
       patch(c)
@@ -152,7 +152,7 @@ export const startRedisBroker = (redisPort, patch = (c) => c) =>
         .replace('redis_url = "redis://127.0.0.1:6379/"', `redis_url = "redis://127.0.0.1:${redisPort}/"`)
         .replace("account_messages_per_sec = 100\n", "account_messages_per_sec = 100000\n")
         .replace("account_burst = 200\n", "account_burst = 100000\n"),
-    { env: { TIDEGATE_CLUSTER_SECRET: "bounds-attacks-cluster-secret-0123456789" } },
+    { env: { TIDEGATE_CLUSTER_SECRET: "bounds-attacks-cluster-secret-0123456789", ...env } },
   );
 
 

@@ -99,9 +99,9 @@ impl Bridge for MemoryBridge {
         )
     }
 
-    fn read_channel(&self, channel: &str) -> Pending<ChannelRead> {
+    fn read_channel(&self, channel: &str, last: usize, after: u64) -> Pending<ChannelRead> {
         let (seq, held) = self.hub.held(channel);
-        Pending::Ready(ChannelRead { seq, held })
+        Pending::Ready(ChannelRead::newest(seq, held, last, after))
     }
 
     fn occupied(&self, prefix: &str) -> Vec<(Arc<str>, u64)> {

@@ -68,8 +68,22 @@ pub struct KeyCharge {
 #[derive(Debug, Clone, Default)]
 pub struct ChannelRead {
     pub seq: u64,
-    /// Held messages as message frames (see `protocol::wire::message`).
+    /// Held messages as message frames (see `protocol::wire::message`),
+    /// oldest first: those the read asked for.
     pub held: Vec<(u64, bytes::Bytes)>,
+}
+
+impl ChannelRead {
+    /// The read of `last` messages after `after` out of a whole history
+    /// (`held`, oldest first), as a bridge that holds it in memory answers
+    /// [`Bridge::read_channel`].
+    pub fn newest(seq: u64, held: Vec<(u64, bytes::Bytes)>, last: usize, after: u64) -> Self {
+        let from = held.partition_point(|(s, _)| *s <= after);
+        let from = from.max(held.len().saturating_sub(last));
+        let mut held = held;
+        held.drain(..from);
+        ChannelRead { seq, held }
+    }
 }
 
 /// An account connection cap was reached.
@@ -122,10 +136,12 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
     fn refund_key(&self, key: &str, units: f64, capacity: f64, rate: f64) -> Pending<u64>;
     /// The same for the account budget.
     fn refund_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<u64>;
-    /// The channel's last `seq` (cluster-wide; 0: none) and its held
-    /// history, oldest first, for reads that do not subscribe (GraphQL's
-    /// `Channel.seq` and `history`).
-    fn read_channel(&self, channel: &str) -> Pending<ChannelRead>;
+    /// The channel's last `seq` (cluster-wide; 0: none) and its newest
+    /// `last` held messages with a `seq` above `after`, oldest first (with
+    /// `last` 0, the `seq` alone), for reads that do not subscribe
+    /// (GraphQL's `Channel.seq` and `history`). Only what is returned is
+    /// read (issue 38: a one-unit read must not copy a whole history).
+    fn read_channel(&self, channel: &str, last: usize, after: u64) -> Pending<ChannelRead>;
     /// Channels starting with `prefix` that have subscribers (cluster-wide:
     /// this node's and the other nodes' last reported counts), with their
     /// subscriber counts, in no order. Never waits on Redis.
@@ -170,3 +186,30 @@ pub trait Events: Send + Sync {
 
 #[cfg(test)]
 mod properties;
+
+#[cfg(test)]
+mod tests {
+    use super::ChannelRead;
+
+    fn held(seqs: &[u64]) -> Vec<(u64, bytes::Bytes)> {
+        seqs.iter().map(|s| (*s, bytes::Bytes::new())).collect()
+    }
+
+    fn seqs(r: &ChannelRead) -> Vec<u64> {
+        r.held.iter().map(|(s, _)| *s).collect()
+    }
+
+    #[test]
+    fn a_read_keeps_the_newest_asked_for_after_since() {
+        let all = [3, 4, 9, 10, 11];
+        let read = |last, after| seqs(&ChannelRead::newest(11, held(&all), last, after));
+        assert_eq!(read(0, 0), Vec::<u64>::new(), "last 0: the seq alone");
+        assert_eq!(read(2, 0), vec![10, 11]);
+        assert_eq!(read(50, 0), all.to_vec());
+        assert_eq!(read(50, 4), vec![9, 10, 11]);
+        assert_eq!(read(50, 5), vec![9, 10, 11], "since inside a jump");
+        assert_eq!(read(1, 5), vec![11]);
+        assert_eq!(read(50, 11), Vec::<u64>::new());
+        assert_eq!(ChannelRead::newest(11, held(&all), 1, 0).seq, 11);
+    }
+}

@@ -16,7 +16,10 @@
 //!   honours too.
 //!
 //! Keys share the `{<endpoint>}` hash tag: `{prefix}wh:{<endpoint>}:q`
-//! (stream), `:owner`, `:pause`. Occupancy lives in
+//! (stream), `:owner`, `:pause`. Every key expires: the stream a day after
+//! its last append or owner's read, the lock and the pause with their own
+//! time, the leases with the latest lease, occupancy a day after its last
+//! change, the `limit.exceeded` marks after two minutes. Occupancy lives in
 //! `{prefix}occ:{<channel>}` (see `occupancy.rs`), the webhook leases in
 //! `{prefix}wh:nodes`. Every script touches one slot only, so the same
 //! queues work on Redis Cluster (`cluster.mode = "redis-cluster"`): there,
@@ -36,8 +39,16 @@ use crate::config::{ClusterMode, Config};
 const GROUP: &str = "tidegate";
 /// Redis calls slower than this fail (and are retried by their loop).
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
-/// Occupancy state outlives its last change by this much.
+/// Occupancy state outlives its last change (a join or leave of any node)
+/// by this much: far longer than any vacated delay, so an expiry only
+/// forgets a channel no node has touched for a day.
 const OCCUPANCY_TTL_MS: u64 = 24 * 3600 * 1000;
+/// An endpoint's stream outlives its last append or owner's read by this
+/// much. The owner reads it every poll while any node serves the endpoint
+/// (retries of a receiver that is down included), so only the stream of an
+/// endpoint no node serves any more (removed from the config, or the whole
+/// cluster down for a day) expires with its events.
+const QUEUE_TTL_MS: u64 = 24 * 3600 * 1000;
 
 /// What the webhooks need of the config to reach Redis.
 #[derive(Debug, Clone)]
@@ -120,6 +131,7 @@ impl Cluster {
             .arg(event.kind)
             .arg(&event.body[..])
             .arg(max)
+            .arg(QUEUE_TTL_MS)
             .invoke_async(&mut self.conn().await?)
             .await
     }
@@ -139,6 +151,7 @@ impl Cluster {
             .key(self.key(endpoint, "q"))
             .arg(GROUP)
             .arg(&self.member)
+            .arg(QUEUE_TTL_MS)
             .invoke_async::<i64>(&mut self.conn().await?)
             .await
             .map(drop)
@@ -157,6 +170,7 @@ impl Cluster {
             .arg(&self.member)
             .arg(count.max(1))
             .arg(start)
+            .arg(QUEUE_TTL_MS)
             .invoke_async(&mut self.conn().await?)
             .await?;
         let mut out = Vec::with_capacity(flat.len() / 4);
@@ -267,6 +281,7 @@ impl Cluster {
                 .key(self.occupancy_key(channel))
                 .key(self.leases())
                 .arg(&self.member)
+                .arg(OCCUPANCY_TTL_MS)
                 .invoke_async(&mut conn)
                 .await;
         }
@@ -278,6 +293,7 @@ impl Cluster {
         scripts::LEAVE_LIVE
             .key(self.occupancy_key(channel))
             .arg(&self.member)
+            .arg(OCCUPANCY_TTL_MS)
             .arg(live)
             .invoke_async(&mut conn)
             .await

@@ -6,12 +6,14 @@ use std::sync::LazyLock;
 use redis::Script;
 
 /// Appends an event to an endpoint's stream and trims it to `queue_max`
-/// (oldest first). KEYS: stream. ARGV: event id, type, body, queue_max.
+/// (oldest first), renewing the stream's TTL (`cluster.rs`, `QUEUE_TTL_MS`).
+/// KEYS: stream. ARGV: event id, type, body, queue_max, ttl ms.
 /// Returns how many events the trim dropped.
 pub static ENQUEUE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 redis.call('XADD', KEYS[1], '*', 'i', ARGV[1], 'k', ARGV[2], 'b', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
 local max = tonumber(ARGV[4])
 if redis.call('XLEN', KEYS[1]) > max then
   return redis.call('XTRIM', KEYS[1], 'MAXLEN', max)
@@ -41,11 +43,13 @@ return 0
 });
 
 /// A new owner takes over every pending entry (a dead or deposed owner's),
-/// creating the group if needed. KEYS: stream. ARGV: group, member.
+/// creating the group (and the stream, with its TTL) if needed.
+/// KEYS: stream. ARGV: group, member, ttl ms.
 pub static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local ok = pcall(redis.call, 'XGROUP', 'CREATE', KEYS[1], ARGV[1], '0', 'MKSTREAM')
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
 local cursor = '0-0'
 repeat
   local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, cursor, 'COUNT', 1000, 'JUSTID')
@@ -58,12 +62,15 @@ return 1
 
 /// Reads up to COUNT entries for this consumer: its own pending ones
 /// (start "0") or new ones (start ">"). Entries trimmed away while pending
-/// are acknowledged and skipped. KEYS: stream. ARGV: group, member, count,
-/// start. Returns a flat list: entry, id, type, body, ...
+/// are acknowledged and skipped. The owner's reads renew the stream's TTL,
+/// so events wait for a receiver that is down as long as a node serves the
+/// endpoint. KEYS: stream. ARGV: group, member, count, start, ttl ms.
+/// Returns a flat list: entry, id, type, body, ...
 pub static READ: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
 local out = {}
 if not r then return out end
 for _, e in ipairs(r[1][2]) do
@@ -106,7 +113,9 @@ return 1
     )
 });
 
-/// Renews this node's webhook lease. KEYS: leases. ARGV: member, ttl ms.
+/// Renews this node's webhook lease. The set expires with its latest
+/// lease (Redis ms): past it no member is live, and a live node renews its
+/// own every third of a lease. KEYS: leases. ARGV: member, ttl ms.
 pub static LEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -114,6 +123,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local latest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
+redis.call('PEXPIREAT', KEYS[1], string.format('%d', tonumber(latest) + 1))
 return 1
 "#,
     )
@@ -138,13 +149,16 @@ return out
 });
 
 /// This node lost the channel's last local subscriber. KEYS: occupancy
-/// hash, webhook leases. ARGV: member. Returns the new generation if no
-/// live node has subscribers left (a dead node's claim is dropped), else 0.
+/// hash, webhook leases. ARGV: member, ttl ms. Returns the new generation
+/// if no live node has subscribers left (a dead node's claim is dropped),
+/// else 0. The hash's TTL is renewed (the generation's `HINCRBY` would
+/// create a hash that expired meanwhile without one).
 pub static LEAVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 redis.call('HDEL', KEYS[1], 'n:' .. ARGV[1])
 local gen = redis.call('HINCRBY', KEYS[1], 'gen', 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
@@ -172,14 +186,16 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%d', now), '+i
 });
 
 /// [`LEAVE`] on the channel's hash alone, with the live members read just
-/// before. KEYS: occupancy hash. ARGV: member, then the live members.
+/// before. KEYS: occupancy hash. ARGV: member, ttl ms, then the live
+/// members.
 pub static LEAVE_LIVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 redis.call('HDEL', KEYS[1], 'n:' .. ARGV[1])
 local gen = redis.call('HINCRBY', KEYS[1], 'gen', 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local live = {}
-for i = 2, #ARGV do live[ARGV[i]] = true end
+for i = 3, #ARGV do live[ARGV[i]] = true end
 for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
   if string.sub(f, 1, 2) == 'n:' then
     if live[string.sub(f, 3)] then return 0 end

@@ -6,7 +6,7 @@
 //!   target's key, `account:acme` / `ip:203.0.113.7`; score its expiry in
 //!   Unix ms), so a node that starts later or comes back from an outage
 //!   reads the list in force. Expired bans are dropped whenever the list is
-//!   read or written.
+//!   read or written, and the list expires a minute after its latest ban.
 //! - `{prefix}admin:{ops}:nodes` (hash: member → overview snapshot JSON)
 //!   and `{prefix}admin:{ops}:alive` (sorted set: member → expiry, Redis
 //!   ms): a node that stops renewing its snapshot drops out of the overview
@@ -23,31 +23,58 @@ use super::{COMMAND_TIMEOUT, Conn, RedisBridge};
 /// The prefix of operator messages on the control channel.
 pub const ADMIN_MESSAGE: &str = "admin:";
 
-/// Stores a ban, first dropping the expired ones. KEYS: bans. ARGV: target
-/// key, expiry (Unix ms), now (Unix ms).
+/// The Lua that gives the ban list (KEYS[1]) the TTL of its latest ban,
+/// counted from `now` (Unix ms, the node's clock, as the bans' expiries
+/// are) plus [`BAN_SLACK_MS`] for the nodes' clocks to disagree: the list
+/// goes when its last ban would have.
+const EXPIRE_WITH_LATEST: &str = r#"
+local latest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
+if latest then
+  local ttl = math.max(1, tonumber(latest) - tonumber(now)) + {slack}
+  redis.call('PEXPIRE', KEYS[1], string.format('%d', ttl))
+end
+"#;
+
+/// How much longer than its latest ban the ban list lives.
+const BAN_SLACK_MS: u64 = 60_000;
+
+fn expire_with_latest() -> String {
+    EXPIRE_WITH_LATEST.replace("{slack}", &BAN_SLACK_MS.to_string())
+}
+
+/// Stores a ban, first dropping the expired ones; the list lives as long
+/// as its latest ban. KEYS: bans. ARGV: target key, expiry (Unix ms), now
+/// (Unix ms).
 static SET_BAN: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(&format!(
         r#"
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[3])
-if tonumber(ARGV[2]) > tonumber(ARGV[3]) then
+local now = ARGV[3]
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if tonumber(ARGV[2]) > tonumber(now) then
   redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 end
+{}
 return 1
 "#,
-    )
+        expire_with_latest()
+    ))
 });
 
-/// The bans in force, the expired ones dropped. KEYS: bans. ARGV: now
-/// (Unix ms). Returns a flat list: target key, expiry, ...
+/// The bans in force, the expired ones dropped (and the list's TTL set, for
+/// a list an older version left without one). KEYS: bans. ARGV: now (Unix
+/// ms). Returns a flat list: target key, expiry, ...
 static BANS: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(&format!(
         r#"
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local now = ARGV[1]
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+{}
 local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 for i = 2, #all, 2 do all[i] = string.format('%d', tonumber(all[i])) end
 return all
 "#,
-    )
+        expire_with_latest()
+    ))
 });
 
 /// The Lua that drops the snapshots whose node stopped renewing them (and

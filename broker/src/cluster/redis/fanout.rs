@@ -8,7 +8,7 @@ use tokio::sync::oneshot;
 use std::sync::Arc;
 
 use super::resharding::invoke_following;
-use super::{RedisBridge, SEQ_TTL_MS, SUBSCRIBE_WAIT, SubCmd, scripts};
+use super::{RedisBridge, SEQ_TTL_MS, SUBSCRIBE_WAIT, SubCmd, reads};
 use crate::cluster::{ChannelRead, Pending};
 use crate::hub::{Joined, Pages, Recovery, Subscriber, seq_floor};
 use crate::protocol::wire;
@@ -155,13 +155,19 @@ impl RedisBridge {
         Some((pos, Some(held.recovery(since, pages))))
     }
 
-    /// The channel's `seq` and held history from Redis (this node's own
-    /// view while Redis is away or does not answer).
-    pub(super) fn read_channel_impl(&self, channel: &str) -> Pending<ChannelRead> {
+    /// The channel's `seq` and its newest `last` held messages after
+    /// `after` from Redis, reading only those ([`reads::HISTORY`]); this
+    /// node's own view while Redis is away or does not answer.
+    pub(super) fn read_channel_impl(
+        &self,
+        channel: &str,
+        last: usize,
+        after: u64,
+    ) -> Pending<ChannelRead> {
         let seq_key = self.key("seq", channel);
-        let local = |hub: &crate::hub::Hub, channel: &str| {
+        let local = move |hub: &crate::hub::Hub, channel: &str| {
             let (seq, held) = hub.held(channel);
-            ChannelRead { seq, held }
+            ChannelRead::newest(seq, held, last, after)
         };
         if !self.up_at(&seq_key) {
             return Pending::Ready(local(&self.hub, channel));
@@ -177,9 +183,11 @@ impl RedisBridge {
                 .time_script(
                     "read_channel",
                     invoke_following(
-                        scripts::READ_CHANNEL
+                        reads::HISTORY
                             .key(&seq_key)
-                            .key(this.key("hist", &channel)),
+                            .key(this.key("hist", &channel))
+                            .arg(u64::try_from(last).unwrap_or(u64::MAX))
+                            .arg(after),
                         &mut conn,
                     ),
                 )

@@ -26,7 +26,7 @@ use std::sync::LazyLock;
 
 use redis::{Script, ScriptInvocation};
 
-use super::{RedisBridge, scripts};
+use super::{RedisBridge, reads, scripts};
 
 /// The fence, run right after a script has read the counter (`cur`, false
 /// when missing) from KEYS[1]; KEYS[3] is the owner key. `{clock}` and
@@ -63,13 +63,13 @@ static PUBLISH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&fenced(&source, "ARGV[7]", "ARGV[8]"))
 });
 
-/// [`scripts::JOIN`] on Redis Cluster, fenced, so the position a joining
+/// [`reads::JOIN`] on Redis Cluster, fenced, so the position a joining
 /// subscriber gets is already past the old master's `seq`s.
 static JOIN: LazyLock<Script> = LazyLock::new(|| {
     // The owner key of a counter this join creates lives as short as
     // the counter (ARGV[5]).
     Script::new(&fenced(
-        scripts::JOIN_SOURCE,
+        &reads::JOIN_SOURCE,
         "ARGV[2]",
         "(cur and ARGV[3] or ARGV[5])",
     ))
@@ -93,7 +93,7 @@ impl RedisBridge {
         channel: &str,
         seq_key: &str,
     ) -> ScriptInvocation<'static> {
-        self.counter_invocation(&scripts::JOIN, &JOIN, channel, seq_key)
+        self.counter_invocation(&reads::JOIN, &JOIN, channel, seq_key)
     }
 
     fn counter_invocation(
@@ -118,7 +118,7 @@ mod tests {
 
     #[test]
     fn the_fence_follows_the_counter_read_with_the_scripts_own_arguments() {
-        let s = fenced(scripts::JOIN_SOURCE, "ARGV[2]", "ARGV[3]");
+        let s = fenced(&reads::JOIN_SOURCE, "ARGV[2]", "ARGV[3]");
         let read = s.find(READ).unwrap();
         let fence = s.find("CLUSTER', 'MYID'").unwrap();
         let pos = s.find("local pos = cur").unwrap();

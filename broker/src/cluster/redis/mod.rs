@@ -19,6 +19,35 @@
 //!   `cluster.max_pending` commands in flight. On reconnection the node
 //!   raises every channel counter above the `seq`s it issued, re-asserts its
 //!   connection counts and resubscribes, and only then reports itself up.
+//! - **Reads by `seq`**: a channel's `seq`, its newest messages and a
+//!   join's recovery read about what they return, never the whole list
+//!   (`reads.rs`).
+//!
+//! # Every key expires
+//!
+//! Each key's writes renew its TTL, which is chosen so that nothing a key
+//! holds is lost while it still matters:
+//!
+//! - `seq:` (a channel's counter): a publish gives it 24 h (at least
+//!   `history.ttl_ms`), a join that creates it `history.ttl_ms`. It always
+//!   outlives the channel's `hist:` list, so a counter that expired had no
+//!   history left to recover, and the channel starts again from the clock
+//!   floor (ms × 1000), above every `seq` it issued: `seq` never goes back.
+//!   `own:` (Redis Cluster, `fence.rs`) lives as its counter.
+//! - `hist:`: `history.ttl_ms` from the last publish (each message also
+//!   leaves after it, `history.rs`); `hidx:`/`hbytes:` the same from the last
+//!   flush, so no entry in them is older than their key.
+//! - `key:`, `hs:`, `acct:` (buckets): the time to refill after the last
+//!   charge (plus the credit horizon for accounts); a bucket that expired
+//!   was full, as a missing one reads.
+//! - `conns:`: three leases after the last reserve or renewal of a node
+//!   counting in it (`lease.rs`).
+//! - `nodes` (leases): with its latest lease, past which no member is live;
+//!   `subs:` (`counts.rs`): a lease, renewed every second.
+//! - `admin:{ops}:bans`: a minute after its latest ban; the overview's
+//!   `admin:{ops}:nodes` and `alive`: a snapshot's ttl (`admin.rs`).
+//!
+//! The webhooks' keys are listed in `webhook/cluster.rs`.
 
 mod admin;
 mod conn;
@@ -31,6 +60,7 @@ mod lease;
 mod limits;
 mod open;
 mod pages;
+mod reads;
 mod resharding;
 mod scripts;
 mod sharded;
@@ -356,8 +386,8 @@ impl Bridge for RedisBridge {
         self.refund_account_impl(account, units, limits)
     }
 
-    fn read_channel(&self, channel: &str) -> Pending<ChannelRead> {
-        self.read_channel_impl(channel)
+    fn read_channel(&self, channel: &str, last: usize, after: u64) -> Pending<ChannelRead> {
+        self.read_channel_impl(channel, last, after)
     }
 
     fn occupied(&self, prefix: &str) -> Vec<(Arc<str>, u64)> {

@@ -1,7 +1,7 @@
 //! A recovery's pages, read from the cluster's history (`hist:` list of the
 //! channel, one slot on Redis Cluster) as the subscriber takes them: the
 //! join only counts what `since` recovers (`fanout.rs`), and each page is
-//! one [`scripts::PAGE`] call of at most the budget the subscriber gives
+//! one [`reads::PAGE`] call of at most the budget the subscriber gives
 //! (half its outbound mark), so no subscriber ever holds a copy of a whole
 //! history.
 
@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::fanout::parse_seq;
 use super::resharding::invoke_following;
-use super::{RedisBridge, scripts};
+use super::{RedisBridge, reads};
 use crate::hub::{Page, PageRead, Pages, Recovery};
 use crate::protocol::wire;
 
@@ -52,7 +52,7 @@ impl RedisBridge {
             .time_script(
                 "page",
                 invoke_following(
-                    scripts::PAGE
+                    reads::PAGE
                         .key(self.key("hist", channel))
                         .arg(after)
                         .arg(until)

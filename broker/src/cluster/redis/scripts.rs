@@ -1,4 +1,5 @@
-//! The Lua scripts of the Redis bridge. Each runs atomically in Redis and
+//! The Lua scripts of the Redis bridge (those that read a channel's
+//! history list are in `reads.rs`). Each runs atomically in Redis and
 //! costs one round trip (EVALSHA). Numbers that leave Lua as strings go
 //! through `string.format('%d')`: Lua 5.1's default conversion keeps 14
 //! significant digits, and `seq` values have 16.
@@ -44,93 +45,6 @@ end
 redis.call('PUBLISH', ARGV[1], msg)
 return { seq, kept, popped }
 "#;
-
-/// Joining a channel: the `seq` the counter had ('0': none), the position
-/// the subscription starts from, and (when ARGV[4] is '1') what recovery
-/// after `since` (ARGV[6]) would deliver, read atomically but without the
-/// messages themselves: the `seq` of the oldest and newest held message
-/// ('0': none) and the count and bytes of those after `since` (the
-/// messages are read later in pages, [`PAGE`]). A missing counter is
-/// created as a publish would start it (the node's floor or the clock
-/// floor), so the position exists before the first message and `since`
-/// from it works. A counter a join creates lives only ARGV[5] ms (the
-/// history's TTL), so a mere subscribe leaves nothing long-lived behind (a
-/// publish gives the counter its full TTL).
-/// KEYS: seq counter, history list. ARGV: node floor, clock floor, counter
-/// TTL ms, with history, a new counter's TTL ms, since.
-pub static JOIN: LazyLock<Script> = LazyLock::new(|| Script::new(JOIN_SOURCE));
-
-/// The source of [`JOIN`].
-pub const JOIN_SOURCE: &str = r#"
-local cur = redis.call('GET', KEYS[1])
-local pos = cur
-if not cur then
-  pos = string.format('%d', math.max(tonumber(ARGV[1]), tonumber(ARGV[2])))
-  redis.call('SET', KEYS[1], pos, 'PX', ARGV[5])
-end
-local oldest, newest, count, bytes = '0', '0', 0, 0
-if ARGV[4] == '1' then
-  local since = tonumber(ARGV[6])
-  local n = redis.call('LLEN', KEYS[2])
-  local i = 0
-  while i < n do
-    local chunk = redis.call('LRANGE', KEYS[2], i, i + 63)
-    for _, m in ipairs(chunk) do
-      local s = string.match(m, '"seq":(%d+)') or '0'
-      if oldest == '0' then oldest = s end
-      newest = s
-      if tonumber(s) > since then
-        count = count + 1
-        bytes = bytes + #m
-      end
-    end
-    i = i + 64
-  end
-end
-return { cur or '0', pos, oldest, newest, count, bytes }
-"#;
-
-/// One page of a recovery: the oldest held messages with ARGV[1] < `seq`
-/// <= ARGV[2], stopping before ARGV[3] bytes are passed (at least one
-/// message), and how many of that range the list still holds (fewer than
-/// the recovery expects: some were trimmed away). Reads one list, so one
-/// slot on Redis Cluster; the list is in `seq` order, so the range is
-/// found by binary search, never copied whole.
-/// KEYS: history list. ARGV: after, until, byte budget.
-/// Returns {held, {message...}}.
-pub static PAGE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local after, upto, budget = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local key = KEYS[1]
-local function seq(i)
-  return tonumber(string.match(redis.call('LINDEX', key, i), '"seq":(%d+)') or '0')
-end
-local n = redis.call('LLEN', key)
-local lo, hi = 0, n
-while lo < hi do
-  local mid = math.floor((lo + hi) / 2)
-  if seq(mid) > after then hi = mid else lo = mid + 1 end
-end
-local first = lo
-hi = n
-while lo < hi do
-  local mid = math.floor((lo + hi) / 2)
-  if seq(mid) > upto then hi = mid else lo = mid + 1 end
-end
-local stop = lo
-local out, bytes, i = {}, 0, first
-while i < stop do
-  local m = redis.call('LINDEX', key, i)
-  if #out > 0 and bytes + #m > budget then break end
-  out[#out + 1] = m
-  bytes = bytes + #m
-  i = i + 1
-end
-return { stop - first, out }
-"#,
-    )
-});
 
 /// Raises a `seq` counter to at least ARGV[1] (after an outage, so the
 /// cluster never reissues a `seq` a node handed out alone).
@@ -185,16 +99,6 @@ if not tokens then return math.floor(cap) end
 tokens = math.min(cap, tokens + tonumber(ARGV[2]))
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens))
 return math.floor(tokens)
-"#,
-    )
-});
-
-/// A channel's last `seq` ('0': none) and its held history, read together
-/// without changing anything. KEYS: seq counter, history list.
-pub static READ_CHANNEL: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-return { redis.call('GET', KEYS[1]) or '0', redis.call('LRANGE', KEYS[2], 0, -1) }
 "#,
     )
 });
@@ -303,7 +207,10 @@ return 1
 });
 
 /// Renews this node's lease, forgets expired ones, and returns how many
-/// nodes are live. KEYS: the node leases. ARGV: node id, lease ms.
+/// nodes are live. The set expires with its latest lease (scores are
+/// Redis ms, as its clock's): past it every member has expired anyway, and
+/// a live node renews its own every third of a lease.
+/// KEYS: the node leases. ARGV: node id, lease ms.
 pub static LEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -311,6 +218,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local latest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
+redis.call('PEXPIREAT', KEYS[1], string.format('%d', tonumber(latest) + 1))
 return redis.call('ZCARD', KEYS[1])
 "#,
     )

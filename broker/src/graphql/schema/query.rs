@@ -108,7 +108,7 @@ impl Channel {
         Seq(ticket(ctx)
             .node
             .bridge
-            .read_channel(&self.name)
+            .read_channel(&self.name, 0, 0)
             .wait()
             .await
             .seq)
@@ -128,13 +128,13 @@ impl Channel {
         since: Option<Seq>,
     ) -> Result<Vec<Message>> {
         let last = count("last", last, 50)?;
+        let after = since.map_or(0, |s| s.0);
         let read = ticket(ctx)
             .node
             .bridge
-            .read_channel(&self.name)
+            .read_channel(&self.name, last, after)
             .wait()
             .await;
-        let after = since.map_or(0, |s| s.0);
         let held: Vec<_> = read.held.iter().filter(|(seq, _)| *seq > after).collect();
         let skip = held.len().saturating_sub(last);
         Ok(held
