@@ -29,6 +29,11 @@ pub(super) struct Refused {
     pub code: Code,
     pub message: String,
     pub extra: Vec<(&'static str, ConstValue)>,
+    /// The request was read and found unusable (unparsable, invalid, too
+    /// deep or too large): it costs the caller `costs.malformed`, as a
+    /// malformed frame does on a socket. Nothing before the credential
+    /// and no refusal that read nothing (406, 415) is charged.
+    pub malformed: bool,
 }
 
 impl Refused {
@@ -40,6 +45,7 @@ impl Refused {
             code,
             message: message.into(),
             extra: Vec::new(),
+            malformed: false,
         }
     }
 
@@ -51,7 +57,14 @@ impl Refused {
             code,
             message: message.into(),
             extra: Vec::new(),
+            malformed: false,
         }
+    }
+
+    /// Charged `costs.malformed` ([`Refused::malformed`]).
+    pub fn malformed(mut self) -> Refused {
+        self.malformed = true;
+        self
     }
 
     pub fn with(mut self, key: &'static str, value: impl Into<ConstValue>) -> Refused {
@@ -107,7 +120,8 @@ pub(super) async fn read_post(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 Code::PayloadTooLarge,
                 format!("the request body is larger than {limit} bytes"),
-            ));
+            )
+            .malformed());
         }
         body.extend_from_slice(&chunk);
     }
@@ -190,9 +204,10 @@ pub(super) fn read_get(req: &HttpRequest) -> Result<Params, Refused> {
     })
 }
 
-/// Malformed request parameters: 400 whatever the media type.
+/// Malformed request parameters: 400 whatever the media type, charged
+/// `costs.malformed`.
 pub(super) fn bad_params(message: impl Into<String>) -> Refused {
-    Refused::status(StatusCode::BAD_REQUEST, Code::BadRequest, message)
+    Refused::status(StatusCode::BAD_REQUEST, Code::BadRequest, message).malformed()
 }
 
 /// Bytes of `v` as compact JSON, without building the text.
