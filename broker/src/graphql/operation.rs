@@ -25,7 +25,7 @@ use super::charge::{self, Balance};
 use super::over_http::{MAX_DOCUMENT_BYTES, MAX_TEXT_NESTING};
 use super::pricing::{self, Refusal, Weights};
 use super::reply::{Media, RateLimit, Reply};
-use super::request::{Params, Refused, json_len, text_nesting};
+use super::request::{Params, Refused, text_nesting};
 use super::schema::{Code, SCHEMA};
 use crate::config::LimitName;
 use crate::exceeded::Exceeded;
@@ -286,13 +286,15 @@ fn price(node: &Node, caller: &Caller, params: Params, via: Via) -> Result<Price
     };
     let costs = &caller.limits.costs;
     let bridge = &node.bridge;
-    let publish = |channel: &str, data: &ConstValue| -> u64 {
-        let len = json_len(data);
-        u64::from(crate::pricing::publish(
-            costs,
-            len,
-            bridge.subscribers(channel),
-        ))
+    // A name longer than a channel's is refused by the resolver: no
+    // lookup for it.
+    let publish = |channel: &str, len: usize| -> u64 {
+        let subscribers = if channel.len() <= crate::protocol::channel::MAX_CHANNEL_LEN {
+            bridge.subscribers(channel)
+        } else {
+            0
+        };
+        u64::from(crate::pricing::publish(costs, len, subscribers))
     };
     let estimate = pricing::estimate(
         &doc,

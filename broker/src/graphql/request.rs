@@ -210,23 +210,6 @@ pub(super) fn bad_params(message: impl Into<String>) -> Refused {
     Refused::status(StatusCode::BAD_REQUEST, Code::BadRequest, message).malformed()
 }
 
-/// Bytes of `v` as compact JSON, without building the text.
-pub(super) fn json_len(v: &ConstValue) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut c = Count(0);
-    let _ = serde_json::to_writer(&mut c, v);
-    c.0
-}
-
 /// The deepest nesting of `{`, `[` and `(` outside strings and comments.
 pub(crate) fn text_nesting(text: &str) -> usize {
     let b = text.as_bytes();
@@ -274,11 +257,5 @@ mod tests {
         assert_eq!(text_nesting("{ a # {{{{\n }"), 1);
         assert_eq!(text_nesting(r#"{ a(s: """ {{{ \""" {{ """) }"#), 2);
         assert_eq!(text_nesting(&"{".repeat(1000)), 1000);
-    }
-
-    #[test]
-    fn json_is_measured_compact() {
-        let v = ConstValue::from_json(serde_json::json!({"a": [1, 2], "b": "x"})).unwrap();
-        assert_eq!(json_len(&v), r#"{"a":[1,2],"b":"x"}"#.len());
     }
 }

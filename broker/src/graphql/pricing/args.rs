@@ -6,8 +6,6 @@
 //! `true` is false), and a list argument given one value as a list of
 //! that one value (GraphQL's input coercion).
 
-use std::borrow::Cow;
-
 use async_graphql::parser::Positioned;
 use async_graphql::parser::types::{Directive, Field, OperationDefinition, VariableDefinition};
 use async_graphql_value::{ConstValue, Name, Value, Variables};
@@ -47,7 +45,7 @@ impl<'a> Args<'a> {
 
     /// A variable's value: sent, else its default (for a caller that did
     /// not [`coerce`]).
-    fn variable(&self, name: &Name) -> Option<&'a ConstValue> {
+    pub fn variable(&self, name: &Name) -> Option<&'a ConstValue> {
         self.variables.get(name).or_else(|| {
             self.definitions
                 .iter()
@@ -75,26 +73,6 @@ impl<'a> Args<'a> {
             Value::Variable(name) => matches!(self.variable(name), Some(ConstValue::Boolean(true))),
             _ => false,
         }
-    }
-
-    /// `v` with its variables filled in (a variable given whole is not
-    /// copied).
-    pub fn constant(&self, v: &Value) -> Cow<'a, ConstValue> {
-        if let Value::Variable(name) = v {
-            return match self.variable(name) {
-                Some(c) => Cow::Borrowed(c),
-                None => Cow::Owned(ConstValue::Null),
-            };
-        }
-        Cow::Owned(
-            v.clone()
-                .into_const_with(|name| {
-                    Ok::<_, std::convert::Infallible>(
-                        self.variable(&name).cloned().unwrap_or(ConstValue::Null),
-                    )
-                })
-                .unwrap_or(ConstValue::Null),
-        )
     }
 
     /// Whether `@skip`/`@include` leave the selection out: a `@skip` whose

@@ -27,9 +27,10 @@ use std::collections::HashMap;
 
 use async_graphql::parser::Positioned;
 use async_graphql::parser::types::{ExecutableDocument, OperationDefinition, OperationType};
-use async_graphql_value::{ConstValue, Variables};
+use async_graphql_value::Variables;
 
 use crate::config::Costs;
+use publishes::Publishes;
 use walk::Walk;
 
 /// What any operation costs at least (§12 amended: none is free).
@@ -57,15 +58,16 @@ impl Weights {
     }
 }
 
-/// The price of publishing `data` on `channel`: the caller's cost table,
-/// size and the channel's fan-out included (`pricing::publish`).
+/// The price of publishing `len` bytes of `data` (its compact JSON) on
+/// `channel`: the caller's cost table, size and the channel's fan-out
+/// included (`pricing::publish`).
 pub trait PublishPrice {
-    fn price(&self, channel: &str, data: &ConstValue) -> u64;
+    fn price(&self, channel: &str, len: usize) -> u64;
 }
 
-impl<F: Fn(&str, &ConstValue) -> u64> PublishPrice for F {
-    fn price(&self, channel: &str, data: &ConstValue) -> u64 {
-        self(channel, data)
+impl<F: Fn(&str, usize) -> u64> PublishPrice for F {
+    fn price(&self, channel: &str, len: usize) -> u64 {
+        self(channel, len)
     }
 }
 
@@ -234,6 +236,7 @@ pub fn estimate(
         args: Args::new(variables, &op.node),
         w,
         publish,
+        publishes: Publishes::new(),
         fragments: HashMap::new(),
         sized_lists: false,
         nesting: 0,
@@ -254,11 +257,13 @@ pub fn estimate(
 mod actual;
 mod args;
 mod collect;
+mod publishes;
 mod walk;
 
 pub use actual::actual;
-pub use args::{Args, coerce, items};
+pub use args::{Args, coerce};
 pub use collect::{Collected, collect};
+pub use publishes::json_len;
 
 #[cfg(test)]
 mod tests;

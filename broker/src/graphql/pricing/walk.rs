@@ -11,9 +11,9 @@
 use std::collections::HashMap;
 
 use async_graphql::parser::types::{ExecutableDocument, Field, Selection, SelectionSet};
-use async_graphql_value::ConstValue;
 
-use super::args::{Args, items};
+use super::args::Args;
+use super::publishes::Publishes;
 use super::{Kind, PublishPrice, Refusal, Ty, Weights, field, ty};
 
 /// How far selection sets and fragments may nest inside one another while
@@ -35,6 +35,8 @@ pub(super) struct Walk<'a> {
     pub args: Args<'a>,
     pub w: Weights,
     pub publish: &'a dyn PublishPrice,
+    /// Each publish's and batch's price, variables measured once.
+    pub publishes: Publishes<'a>,
     /// Fragments measured so far (`None` while one is being measured: met
     /// again, it spreads itself). Bounded by the document's fragments.
     pub fragments: HashMap<&'a str, Option<Measured>>,
@@ -144,40 +146,12 @@ impl<'a> Walk<'a> {
                 )
             }
             Kind::Publish => {
-                let channel = f
-                    .get_argument("channel")
-                    .map(|v| self.args.constant(&v.node));
-                let data = f.get_argument("data").map(|v| self.args.constant(&v.node));
-                let channel = match channel.as_deref() {
-                    Some(ConstValue::String(s)) => s.as_str(),
-                    _ => "",
-                };
-                let data = data.as_deref().unwrap_or(&ConstValue::Null);
-                let under = self.set(below, Ty::Unknown, depth)?;
-                (self.publish.price(channel, data), under)
+                let cost = self.publishes.publish(&self.args, f, self.publish);
+                (cost, self.set(below, Ty::Unknown, depth)?)
             }
             Kind::PublishBatch => {
-                let messages = f
-                    .get_argument("messages")
-                    .map(|v| self.args.constant(&v.node));
-                let mut cost = 0u64;
-                // One message given without a list is a list of one, as
-                // the executor coerces it.
-                for m in messages.as_deref().map_or(&[][..], items) {
-                    let (channel, data) = match m {
-                        ConstValue::Object(o) => (
-                            match o.get("channel") {
-                                Some(ConstValue::String(s)) => s.as_str(),
-                                _ => "",
-                            },
-                            o.get("data").unwrap_or(&ConstValue::Null),
-                        ),
-                        _ => ("", &ConstValue::Null),
-                    };
-                    cost = cost.saturating_add(self.publish.price(channel, data));
-                }
-                let under = self.set(below, Ty::Unknown, depth)?;
-                (cost, under)
+                let cost = self.publishes.batch(&self.args, f, self.publish);
+                (cost, self.set(below, Ty::Unknown, depth)?)
             }
         };
         Ok(Measured {

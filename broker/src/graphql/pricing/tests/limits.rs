@@ -217,3 +217,24 @@ fn a_subscription_renders_each_field_once_per_message() {
     // 1 + 1 + 50×2 + 1 + 50×1
     assert_eq!(price_with(q, none).unwrap().cost, 1 + 1 + 100 + 1 + 50);
 }
+
+#[test]
+fn a_publish_is_priced_by_the_compact_json_it_publishes() {
+    // A price of one unit per byte shows the length the pricer measured.
+    let by_len = |_: &str, len: usize| len as u64;
+    let q = r#"mutation($d: JSON!, $m: [PublishInput!]!) {
+        a: publish(channel: "c", data: {x: [1, "two", null], y: $d, z: ENUM}) { seq }
+        b: publish(channel: "c", data: $d) { seq }
+        c: publishBatch(messages: $m) { seq }
+        d: publishBatch(messages: [{channel: "c", data: $d}, {channel: "c", data: 7}]) { seq }
+        e: publishBatch(messages: $m) { seq } }"#;
+    let d = serde_json::json!({"k": "vé\"l", "n": 1.5});
+    let m = serde_json::json!([{"channel": "c", "data": [true]}, {"channel": "c", "data": "s"}]);
+    let vars = Variables::from_json(serde_json::json!({"d": d, "m": m}));
+    let doc = parse_query(q).unwrap();
+    let e = estimate(&doc, None, &vars, weights(), &by_len).unwrap();
+    let len = |v: serde_json::Value| serde_json::to_string(&v).unwrap().len() as u64;
+    let a = len(serde_json::json!({"x": [1, "two", null], "y": d, "z": "ENUM"}));
+    let batch = len(serde_json::json!([true])) + len(serde_json::json!("s"));
+    assert_eq!(e.cost, a + len(d.clone()) + batch + (len(d) + 1) + batch);
+}
