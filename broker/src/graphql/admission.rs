@@ -55,6 +55,8 @@ pub struct Extra {
     pub refused: Option<Duration>,
     /// A shadowed refusal (dry run).
     pub would_refuse: bool,
+    /// A payment past `graphql_max_single`, refused for that alone.
+    pub too_expensive: bool,
 }
 
 /// What a subscription's resolver found the socket should start.
@@ -109,14 +111,20 @@ impl Ticket {
     /// and is about to hand over (`what` names it in the refusal): taken
     /// from the caller's bucket, or the field's error. Past the caller's
     /// `graphql_max_single` it could never fit: `QUERY_TOO_EXPENSIVE`.
-    pub async fn pay(&self, units: u64, what: &str) -> async_graphql::Result<()> {
+    pub async fn pay(
+        &self,
+        units: u64,
+        what: impl FnOnce() -> String,
+    ) -> async_graphql::Result<()> {
         if units == 0 {
             return Ok(());
         }
+        let what = what();
         let max = self
             .caller
             .max_single(self.node.bridge.account_share(&self.caller.account));
         if units > max && !self.shadow {
+            self.extra.lock().too_expensive = true;
             return Err(Code::QueryTooExpensive
                 .error(format!(
                     "{what} costs {units} units, above the maximum of {max}; request fewer or \

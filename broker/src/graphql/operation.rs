@@ -417,9 +417,10 @@ async fn execute(
     }
     // What a resolver read but could not pay for to hand over was work
     // done all the same: its estimate is not given back.
+    let unpaid = extra.refused.is_some() || extra.too_expensive;
     if let Some((doc, variables, name)) = kept
         && outcome.charged > 0
-        && extra.refused.is_none()
+        && !unpaid
     {
         let w = Weights::new(&caller.limits.costs);
         let actual = pricing::actual(&doc, name.as_deref(), &variables, w, &response.data);

@@ -289,6 +289,32 @@ async fn a_history_read_pays_for_the_bytes_it_renders() {
     assert_eq!(a.body["errors"][0]["extensions"]["code"], "RATE_LIMITED");
     assert!(!a.text.contains(&big[..100]), "no data was sent");
     assert_eq!(a.rate()["cost"], 10, "{}", brief(&a));
+    // Bytes that could never fit the bucket (65 units past a capacity of
+    // 60) are refused as too expensive, with nothing handed over and the
+    // estimate kept: the read was done.
+    let small = Broker::start(&slow(60));
+    for _ in 0..4 {
+        assert_eq!(
+            small.publish_http("doc:big", json!(big)).await.status(),
+            200
+        );
+    }
+    let q = "{ channel(name: \"doc:big\") { history(last: 4) { data } } }";
+    let a = query(&small, q, json!({})).await;
+    assert_eq!(a.status, 200, "{}", brief(&a));
+    let x = &a.body["errors"][0]["extensions"];
+    assert_eq!(
+        (&x["code"], &x["cost"], &x["max"]),
+        (&json!("QUERY_TOO_EXPENSIVE"), &json!(65), &json!(60))
+    );
+    assert!(!a.text.contains(&big[..100]), "no data was sent");
+    assert_eq!(
+        a.rate()["cost"],
+        6,
+        "1 + 1 + 4, not refunded: {}",
+        brief(&a)
+    );
+    assert_eq!(remaining(&a), 56 - 6);
 }
 
 #[tokio::test]

@@ -56,10 +56,9 @@ impl Query {
         }
         let t = ticket(ctx);
         let known = t.node.hub.channel_count();
-        t.pay(
-            scan_price(&t.caller.limits.costs, known),
-            "scanning the node's channels",
-        )
+        t.pay(scan_price(&t.caller.limits.costs, known), || {
+            format!("scanning the node's {known} channels")
+        })
         .await?;
         let mut names: Vec<_> = t
             .node
@@ -177,10 +176,9 @@ impl Channel {
         let renders = ctx.look_ahead().field("data").selection_fields().len();
         let bytes: usize = messages.iter().map(|(_, d)| d.len()).sum();
         let units = crate::pricing::recovery(&t.caller.limits.costs, bytes.saturating_mul(renders));
-        t.pay(
-            u64::from(units),
-            &format!("the history's data ({bytes} bytes, rendered {renders} times)"),
-        )
+        t.pay(u64::from(units), || {
+            format!("the history's data ({bytes} bytes, rendered {renders} times)")
+        })
         .await?;
         Ok(messages
             .into_iter()
