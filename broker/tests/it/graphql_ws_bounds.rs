@@ -50,7 +50,7 @@ async fn a_subscription_that_would_render_a_field_twice_is_refused_and_charged()
     }
     for e in errors.values() {
         assert_eq!(e["type"], "error", "{e}");
-        assert_eq!(code(&e), "BAD_REQUEST", "{e}");
+        assert_eq!(code(e), "BAD_REQUEST", "{e}");
         let message = e["payload"][0]["message"].as_str().unwrap();
         assert!(message.contains("a subscription"), "{message}");
     }
