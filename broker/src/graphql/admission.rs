@@ -21,6 +21,8 @@ use super::caller::Caller;
 use super::charge::{self, Balance, Taken};
 use super::schema::{Budget, Code};
 use crate::config::LimitName;
+use crate::exceeded::Exceeded;
+use crate::metrics::Layer;
 use crate::node::Node;
 
 /// One operation's way through the limiter, shared by the handler, the
@@ -125,6 +127,12 @@ impl Ticket {
             .max_single(self.node.bridge.account_share(&self.caller.account));
         if units > max && !self.shadow {
             self.extra.lock().too_expensive = true;
+            Exceeded::new(
+                Layer::Graphql,
+                Code::QueryTooExpensive.reason(),
+                &self.caller.account,
+            )
+            .emit(&self.node.metrics);
             return Err(Code::QueryTooExpensive
                 .error(format!(
                     "{what} costs {units} units, above the maximum of {max}; request fewer or \
