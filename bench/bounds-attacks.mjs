@@ -52,6 +52,20 @@
 //                     a join with since at the current seq) at about
 //                     100/s for 10 s: Redis CPU (INFO cpu) per second and
 //                     per unit; then a TTL census of every key (issue 38)
+//   graphql-*         issue 38's GraphQL classes (bench/attacks/graphql.mjs):
+//                     fragments spreading the next twice at 8-22 levels on
+//                     one worker (status, CPU per document, /healthz while
+//                     two run); @skip with a default not sent (bytes read,
+//                     publishes made, units); publishBatch given one object
+//                     under 400 and 50 aliases (publishes/s, balance);
+//                     3,200 and 250 aliases of prices, 250 of budget (units,
+//                     bytes and CPU per request, /healthz); introspection
+//                     past the depth limit; history of 16 KiB messages
+//                     (units per MiB against a socket recovery's); a
+//                     subscription selecting data under 20 aliases (bytes
+//                     one 60 KiB publish delivers); parse and validation
+//                     errors and channels(first: 0 / 1) over 20,000
+//                     channels (units, CPU per request)
 //
 //   TIDEGATE_BIN=target/release/tidegate node bench/bounds-attacks.mjs \
 //     [--only NAME[,NAME]] [--out FILE]
@@ -84,6 +98,7 @@ import {
 import { closeUnread } from "./attacks/close-unread.mjs";
 import { slowBody, sseQuery, tlsSilent } from "./attacks/door.mjs";
 import { redisReads } from "./attacks/redis.mjs";
+import { graphqlAttacks } from "./attacks/graphql.mjs";
 
 const args = process.argv.slice(2);
 const opt = (name) => {
@@ -433,6 +448,7 @@ const ATTACKS = {
   "tls-silent": tlsSilent,
   "sse-query": sseQuery,
   "redis-reads": redisReads,
+  ...graphqlAttacks,
 };
 
 const report = { binary: BIN, date: new Date().toISOString(), results: {} };

@@ -1,12 +1,14 @@
 //! GraphQL pricing (§12, seed 004: "pricing must be cheaper than the work
 //! it protects"): the broker's own `graphql::pricing::estimate` on a
 //! 200-field document already parsed (what the server does after parsing),
-//! the same document through a fragment spread 40 times, and, for scale,
-//! parsing it (the parse is async-graphql's, paid before pricing anyway).
+//! the same document through a fragment spread 40 times, a 30-level
+//! fragment chain refused as too complex (2^30 fields once expanded,
+//! measured from one walk of each fragment), and, for scale, parsing it
+//! (the parse is async-graphql's, paid before pricing anyway).
 
 use std::hint::black_box;
 
-use async_graphql_value::{ConstValue, Variables};
+use async_graphql_value::Variables;
 use criterion::{Criterion, criterion_group, criterion_main};
 use tidegate::config::Costs;
 use tidegate::graphql::pricing::{Weights, estimate};
@@ -33,7 +35,21 @@ fn with_fragment() -> String {
     q
 }
 
-fn publish(_: &str, _: &ConstValue) -> u64 {
+/// Each fragment spreads the next twice, `levels` deep.
+fn fragment_chain(levels: usize) -> String {
+    let mut q = String::from("{ ...F0 } ");
+    for i in 0..levels {
+        q.push_str(&format!(
+            "fragment F{i} on Query {{ ...F{} ...F{} }} ",
+            i + 1,
+            i + 1
+        ));
+    }
+    q.push_str(&format!("fragment F{levels} on Query {{ __typename }}"));
+    q
+}
+
+fn publish(_: &str, _: usize) -> u64 {
     1
 }
 
@@ -53,6 +69,11 @@ fn pricing(c: &mut Criterion) {
     let frag = async_graphql::parser::parse_query(with_fragment()).unwrap();
     g.bench_function("estimate_fragment_spread_40_times", |b| {
         b.iter(|| black_box(estimate(black_box(&frag), None, &vars, w, &publish)))
+    });
+    let chain = async_graphql::parser::parse_query(fragment_chain(30)).unwrap();
+    assert!(estimate(&chain, None, &vars, w, &publish).is_err());
+    g.bench_function("refuse_fragment_chain_30_levels", |b| {
+        b.iter(|| black_box(estimate(black_box(&chain), None, &vars, w, &publish)))
     });
     g.bench_function("parse_200_fields", |b| {
         b.iter(|| black_box(async_graphql::parser::parse_query(black_box(&text)).unwrap()))

@@ -375,9 +375,10 @@ pub fn webhook_answers(data: &[u8]) -> usize {
 
 /// A GraphQL document (`/v1/graphql`, §12), through what the server runs
 /// before a charge: the size and bracket-nesting limits, the parse and the
-/// price (default weights, a publish priced by its data's length), then
-/// the actual cost against a response without data (which must be 0).
-/// Returns the price, or `None` when refused.
+/// price and its measures (default weights, a publish priced by its
+/// data's length), then the actual cost against a response without data
+/// (which must be the minimum: no operation is free). Returns the price,
+/// or `None` when refused.
 pub fn graphql_document(data: &[u8]) -> Option<u64> {
     use crate::graphql::{over_http, pricing};
     let text = std::str::from_utf8(data).ok()?;
@@ -389,11 +390,18 @@ pub fn graphql_document(data: &[u8]) -> Option<u64> {
     let doc = async_graphql::parser::parse_query(text).ok()?;
     let w = pricing::Weights::new(&crate::config::Costs::default());
     let vars = async_graphql::Variables::default();
-    let publish = |_: &str, d: &async_graphql_value::ConstValue| {
-        serde_json::to_vec(d).map_or(1, |v| 1 + v.len() as u64 / 1024)
-    };
+    let publish = |_: &str, len: usize| 1 + len as u64 / 1024;
     let e = pricing::estimate(&doc, None, &vars, w, &publish).ok()?;
+    assert!(e.cost >= pricing::MIN_COST, "no operation is free");
+    assert!(
+        e.fields <= w.max_fields,
+        "admitted within the expanded size"
+    );
     let actual = pricing::actual(&doc, None, &vars, w, &async_graphql_value::ConstValue::Null);
-    assert_eq!(actual, 0, "nothing returned costs nothing");
+    assert_eq!(
+        actual,
+        pricing::MIN_COST,
+        "nothing returned costs the minimum"
+    );
     Some(e.cost)
 }

@@ -48,8 +48,8 @@
 //!    and batch, `/healthz`, `/readyz`, `/metrics`), [`grpc`]
 //!    (`tidegate.v1.Broker` on its own runtime), [`admin`] (the operators'
 //!    routes and page, §10), [`graphql`] (the GraphQL API, §12: documents
-//!    priced before they run, charged to the bucket HTTP and gRPC share,
-//!    refunded after).
+//!    priced and measured before they run, charged to the bucket HTTP and
+//!    gRPC share, run on a runtime of their own, refunded after).
 //! 5. **Top**: [`drain`] (the staggered SIGTERM drain), [`reload`] (SIGHUP
 //!    and file-change reloads), [`server`] (routes, listeners and
 //!    `run(listener, config, shutdown)`, the entry point of the binary and

@@ -22,6 +22,16 @@ pub fn publish(costs: &Costs, data_len: usize, subscribers: u64) -> u32 {
         .saturating_add(costs.publish_per_1k_subscribers.saturating_mul(thousands))
 }
 
+/// Units for `bytes` of history delivered to a client (a socket's or a
+/// subscription's recovery, a GraphQL `history` read's `data`):
+/// `recovery_per_kib` per started KiB. The one price of history bytes,
+/// whichever front reads them. Saturates.
+#[inline]
+pub fn recovery(costs: &Costs, bytes: usize) -> u32 {
+    let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
+    kib.saturating_mul(costs.recovery_per_kib)
+}
+
 /// The price of a presence read of at most `limit` members (§13):
 /// `presence` per started 100 of `limit`.
 #[inline]
@@ -70,6 +80,19 @@ mod tests {
     fn saturates() {
         let c = costs(u32::MAX, u32::MAX);
         assert_eq!(publish(&c, 1 << 20, u64::MAX), u32::MAX);
+    }
+
+    #[test]
+    fn history_bytes_cost_per_started_kib() {
+        let c = Costs {
+            recovery_per_kib: 2,
+            ..Costs::default()
+        };
+        assert_eq!(recovery(&c, 0), 0);
+        assert_eq!(recovery(&c, 1), 2);
+        assert_eq!(recovery(&c, 1024), 2);
+        assert_eq!(recovery(&c, 1025), 4);
+        assert_eq!(recovery(&c, usize::MAX), u32::MAX);
     }
 
     #[test]

@@ -97,6 +97,8 @@ pub async fn serve_with_grpc(
     // The main thread's runtime (sweeper, admin, bridge) and, as each
     // builds its app, every worker's: their tasks in /metrics.
     node.metrics.alive.this_runtime("actix");
+    // GraphQL operations run on their own runtime, off the workers.
+    crate::graphql::executor::start(&node);
     let workers_node = node.clone();
     let request_timeout = Duration::from_millis(config.handshake.request_timeout_ms);
     let disconnect_timeout = Duration::from_millis(config.socket.close_timeout_ms);

@@ -175,8 +175,7 @@ impl Admission {
     /// recovery already happened; the connection's next frames wait for
     /// the refill). Returns the units charged.
     pub fn charge_recovered(&mut self, bytes: usize, now: Instant) -> u32 {
-        let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
-        let units = kib.saturating_mul(self.limits.costs.recovery_per_kib);
+        let units = crate::pricing::recovery(&self.limits.costs, bytes);
         if units > 0 {
             self.messages.force_take(f64::from(units), now);
         }

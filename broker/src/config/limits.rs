@@ -141,8 +141,15 @@ pub struct Costs {
     /// GraphQL: an introspection field (`__schema`, `__type`), its whole
     /// subtree included.
     pub graphql_introspection: u32,
-    /// GraphQL: the deepest selection accepted (`{ a { b } }` is 2).
+    /// GraphQL: the deepest selection accepted (`{ a { b } }` is 2),
+    /// introspection included.
     pub graphql_max_depth: u32,
+    /// GraphQL: the most fields one document may select once its fragments
+    /// are expanded where they are spread (aliases and `__typename`
+    /// counted, `@skip` not honoured): past it the document is refused
+    /// with `QUERY_TOO_COMPLEX` before any of it runs, so the work of
+    /// validating and running it stays proportional to what was paid.
+    pub graphql_max_fields: u32,
     /// GraphQL: the largest price of one operation; 0 means the capacity of
     /// the bucket the caller is charged from (so an operation that could
     /// never fit is told so).
@@ -169,6 +176,7 @@ impl Default for Costs {
             graphql_list_size: 50,
             graphql_introspection: 100,
             graphql_max_depth: 10,
+            graphql_max_fields: 500,
             graphql_max_single: 0,
         }
     }
@@ -350,6 +358,11 @@ impl Limits {
             (1..=64).contains(&self.costs.graphql_max_depth),
             "costs.graphql_max_depth",
             "must be between 1 and 64",
+        );
+        need(
+            self.costs.graphql_max_fields >= 1,
+            "costs.graphql_max_fields",
+            "must be at least 1",
         );
         need(
             self.costs.graphql_list_size >= 1,

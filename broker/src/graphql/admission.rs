@@ -1,21 +1,28 @@
 //! Consume (§12): the request's [`Ticket`] carries the caller and the
 //! price, and the [`Admission`] extension takes the price from the
 //! caller's bucket once the document has passed validation and before
-//! anything executes (so an invalid document is never charged, and a
-//! refusal runs nothing). A plan with `dry_run = ["graphql"]` is charged
-//! what its bucket holds and never refused: the ticket records that it
-//! would have been.
+//! anything executes (a refusal runs nothing; an invalid document is
+//! charged `costs.malformed` instead, by the operation's handler). A plan
+//! with `dry_run = ["graphql"]` is charged what its bucket holds and
+//! never refused: the ticket records that it would have been.
+//!
+//! Where a result can outgrow its estimate, the resolver pays the rest
+//! before it hands the result over ([`Ticket::pay`]): the bytes of `data`
+//! a `history` read renders, the channels `channels` scans. Refused, the
+//! field fails with `RATE_LIMITED` and the response is a 429.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextValidation};
-use async_graphql::{ErrorExtensionValues, ServerError, ValidationResult};
+use async_graphql::{ErrorExtensionValues, ErrorExtensions, ServerError, ValidationResult};
 
 use super::caller::Caller;
-use super::charge::{self, Taken};
-use super::schema::Code;
+use super::charge::{self, Balance, Taken};
+use super::schema::{Budget, Code};
 use crate::config::LimitName;
+use crate::exceeded::Exceeded;
+use crate::metrics::Layer;
 use crate::node::Node;
 
 /// One operation's way through the limiter, shared by the handler, the
@@ -28,8 +35,30 @@ pub struct Ticket {
     /// Shadow mode: price and count, never refuse.
     pub shadow: bool,
     pub outcome: parking_lot::Mutex<Outcome>,
+    /// What resolvers paid beyond the estimate ([`Ticket::pay`]).
+    pub extra: parking_lot::Mutex<Extra>,
     /// A subscription's resolver ran (over the socket): what to start.
     pub subscribe: parking_lot::Mutex<Option<Start>>,
+    /// `budget`, read once per operation however often it is selected
+    /// (aliases weigh nothing; one bucket read serves them all).
+    pub budget: tokio::sync::OnceCell<Budget>,
+    /// `prices`' document, built once per operation, likewise.
+    pub prices: tokio::sync::OnceCell<Arc<str>>,
+}
+
+/// What resolvers paid beyond the estimate.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Extra {
+    /// Units taken.
+    pub charged: u64,
+    /// The balance after the last take.
+    pub balance: Option<Balance>,
+    /// A take the bucket refused: until it would fit.
+    pub refused: Option<Duration>,
+    /// A shadowed refusal (dry run).
+    pub would_refuse: bool,
+    /// A payment past `graphql_max_single`, refused for that alone.
+    pub too_expensive: bool,
 }
 
 /// What a subscription's resolver found the socket should start.
@@ -69,8 +98,69 @@ impl Ticket {
             estimate,
             shadow,
             outcome: parking_lot::Mutex::new(Outcome::default()),
+            extra: parking_lot::Mutex::new(Extra::default()),
             subscribe: parking_lot::Mutex::new(None),
+            budget: tokio::sync::OnceCell::new(),
+            prices: tokio::sync::OnceCell::new(),
         }
+    }
+
+    pub fn extra(&self) -> Extra {
+        *self.extra.lock()
+    }
+
+    /// Pays `units` more than the estimate for work a resolver has done
+    /// and is about to hand over (`what` names it in the refusal): taken
+    /// from the caller's bucket, or the field's error. Past the caller's
+    /// `graphql_max_single` it could never fit: `QUERY_TOO_EXPENSIVE`.
+    pub async fn pay(
+        &self,
+        units: u64,
+        what: impl FnOnce() -> String,
+    ) -> async_graphql::Result<()> {
+        if units == 0 {
+            return Ok(());
+        }
+        let what = what();
+        let max = self
+            .caller
+            .max_single(self.node.bridge.account_share(&self.caller.account));
+        if units > max && !self.shadow {
+            self.extra.lock().too_expensive = true;
+            Exceeded::new(
+                Layer::Graphql,
+                Code::QueryTooExpensive.reason(),
+                &self.caller.account,
+            )
+            .emit(&self.node.metrics);
+            return Err(Code::QueryTooExpensive
+                .error(format!(
+                    "{what} costs {units} units, above the maximum of {max}; request fewer or \
+                 smaller items"
+                ))
+                .extend_with(|_, x| {
+                    x.set("cost", units);
+                    x.set("max", max);
+                }));
+        }
+        let taken = charge::charge(&self.node, &self.caller, units).await;
+        let mut extra = self.extra.lock();
+        extra.balance = Some(taken.balance);
+        if taken.allowed {
+            extra.charged = extra.charged.saturating_add(units);
+            return Ok(());
+        }
+        if taken.shadowed {
+            extra.would_refuse = true;
+            return Ok(());
+        }
+        extra.refused = Some(taken.retry_after);
+        let e = rate_limited(units, &taken);
+        Err(async_graphql::Error {
+            message: format!("{}: {what} costs {units} units", e.message),
+            source: None,
+            extensions: e.extensions,
+        })
     }
 
     pub fn outcome(&self) -> Outcome {

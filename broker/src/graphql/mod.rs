@@ -16,6 +16,9 @@
 //!   takes from and gives back to a bucket; [`admission`]: the charge
 //!   between validation and execution.
 //! - [`documents`]: parsed documents kept by their text (bounded).
+//! - [`operation`]: one operation's way (price, refuse, charge, execute,
+//!   refund), over HTTP and the socket alike, run on the GraphQL runtime
+//!   ([`executor`]) off the actix workers.
 //! - [`over_http`]: `POST`/`GET /v1/graphql` after GraphQL over HTTP
 //!   (`request.rs` reads its parameters);
 //!   [`reply`]: media types, statuses and the runtime signal.
@@ -29,6 +32,8 @@ pub mod admission;
 pub mod caller;
 pub mod charge;
 pub mod documents;
+pub mod executor;
+mod operation;
 pub mod over_http;
 pub mod prices;
 pub mod pricing;

@@ -29,6 +29,11 @@ pub(super) struct Refused {
     pub code: Code,
     pub message: String,
     pub extra: Vec<(&'static str, ConstValue)>,
+    /// The request was read and found unusable (unparsable, invalid, too
+    /// deep or too large): it costs the caller `costs.malformed`, as a
+    /// malformed frame does on a socket. Nothing before the credential
+    /// and no refusal that read nothing (406, 415) is charged.
+    pub malformed: bool,
 }
 
 impl Refused {
@@ -40,6 +45,7 @@ impl Refused {
             code,
             message: message.into(),
             extra: Vec::new(),
+            malformed: false,
         }
     }
 
@@ -51,7 +57,14 @@ impl Refused {
             code,
             message: message.into(),
             extra: Vec::new(),
+            malformed: false,
         }
+    }
+
+    /// Charged `costs.malformed` ([`Refused::malformed`]).
+    pub fn malformed(mut self) -> Refused {
+        self.malformed = true;
+        self
     }
 
     pub fn with(mut self, key: &'static str, value: impl Into<ConstValue>) -> Refused {
@@ -107,7 +120,8 @@ pub(super) async fn read_post(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 Code::PayloadTooLarge,
                 format!("the request body is larger than {limit} bytes"),
-            ));
+            )
+            .malformed());
         }
         body.extend_from_slice(&chunk);
     }
@@ -190,26 +204,10 @@ pub(super) fn read_get(req: &HttpRequest) -> Result<Params, Refused> {
     })
 }
 
-/// Malformed request parameters: 400 whatever the media type.
+/// Malformed request parameters: 400 whatever the media type, charged
+/// `costs.malformed`.
 pub(super) fn bad_params(message: impl Into<String>) -> Refused {
-    Refused::status(StatusCode::BAD_REQUEST, Code::BadRequest, message)
-}
-
-/// Bytes of `v` as compact JSON, without building the text.
-pub(super) fn json_len(v: &ConstValue) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut c = Count(0);
-    let _ = serde_json::to_writer(&mut c, v);
-    c.0
+    Refused::status(StatusCode::BAD_REQUEST, Code::BadRequest, message).malformed()
 }
 
 /// The deepest nesting of `{`, `[` and `(` outside strings and comments.
@@ -259,11 +257,5 @@ mod tests {
         assert_eq!(text_nesting("{ a # {{{{\n }"), 1);
         assert_eq!(text_nesting(r#"{ a(s: """ {{{ \""" {{ """) }"#), 2);
         assert_eq!(text_nesting(&"{".repeat(1000)), 1000);
-    }
-
-    #[test]
-    fn json_is_measured_compact() {
-        let v = ConstValue::from_json(serde_json::json!({"a": [1, 2], "b": "x"})).unwrap();
-        assert_eq!(json_len(&v), r#"{"a":[1,2],"b":"x"}"#.len());
     }
 }

@@ -360,9 +360,7 @@ pub async fn start(
     // The history recovered is paid for once known (`recovery_per_kib` per
     // started KiB): a key that cannot pay has its call ended (dropping
     // `events` leaves the hub) before anything is sent.
-    let units = u32::try_from(recovered_bytes.div_ceil(1024))
-        .unwrap_or(u32::MAX)
-        .saturating_mul(caller.limits.costs.recovery_per_kib);
+    let units = crate::pricing::recovery(&caller.limits.costs, recovered_bytes);
     if units > 0 {
         match svc.charge(&caller, units, None).await {
             Ok(admitted) => {

@@ -1,14 +1,15 @@
 //! The actual cost after execution (§12's refund): the estimate's sum
-//! with every list sized by what it returned.
+//! with every list sized by what it returned, at least [`MIN_COST`].
 
 use async_graphql::parser::types::{ExecutableDocument, Selection, SelectionSet};
 use async_graphql_value::{ConstValue, Variables};
 
-use super::{Args, Kind, Ty, Weights, field, operation, root};
+use super::{Args, Kind, MIN_COST, Ty, Weights, field, operation, root};
 
 /// The same sum as [`estimate`], with every list sized by what it
-/// returned in `data` (the response's `data`). Mutations and operations
-/// without sized lists cost their estimate; this is for the rest.
+/// returned in `data` (the response's `data`), and never below
+/// [`MIN_COST`]. Mutations and operations without sized lists cost their
+/// estimate; this is for the rest.
 pub fn actual(
     doc: &ExecutableDocument,
     name: Option<&str>,
@@ -17,14 +18,11 @@ pub fn actual(
     data: &ConstValue,
 ) -> u64 {
     let Some(op) = operation(doc, name) else {
-        return 0;
+        return MIN_COST;
     };
-    let args = Args {
-        variables,
-        definitions: &op.node.variable_definitions,
-    };
+    let args = Args::new(variables, &op.node);
     let mut seen = Vec::new();
-    actual_set(
+    let cost = actual_set(
         doc,
         &args,
         w,
@@ -32,7 +30,8 @@ pub fn actual(
         root(op.node.ty),
         data,
         &mut seen,
-    )
+    );
+    cost.max(MIN_COST)
 }
 
 /// `seen`: the fragments being walked (a cycle walks as nothing).

@@ -1,34 +1,40 @@
 //! GraphQL's cost function (§12, seed 004): a document is priced from its
 //! parsed form and its variables, before anything executes, in one walk
-//! that is linear in the document (each fragment is priced once, however
-//! often it is spread). After execution, [`actual`] sums the same prices
-//! with every list sized by what it returned, for the refund.
+//! that is linear in the document (each fragment is walked once, however
+//! often it is spread: `walk.rs`). Price what runs: the pricer reads the
+//! operation as the executor will run it (`args.rs`: variables with their
+//! defaults, `@skip`/`@include` decided on them, a list input given one
+//! value as a list of one). After execution, [`actual`] sums the same
+//! prices with every list sized by what it returned, for the refund.
 //!
 //! The rules: every selected field costs `graphql_field`, times the sizes
 //! of the lists above it (a list field is not multiplied by its own size;
 //! its children are). A list's size is its `first`/`last` argument, as
 //! given or as the schema defaults it; a list without one is sized
-//! `graphql_list_size`. `budget`, `prices` and `__typename` cost nothing;
+//! `graphql_list_size`. `budget`, `prices` and `__typename` weigh nothing;
 //! `__schema` and `__type` cost `graphql_introspection` once for their
 //! subtree; `publish` costs what an HTTP publish of that message costs and
 //! `publishBatch` the sum of its messages (their selections add nothing:
-//! the publish is the work). Deeper than `graphql_max_depth` is refused.
+//! the publish is the work). Every operation costs at least 1.
+//!
+//! The limits, measured in the same walk: deeper than `graphql_max_depth`
+//! (introspection included), more than `graphql_max_fields` fields once
+//! fragments are expanded where they are spread (aliases included), a
+//! fragment that spreads itself; and a subscription renders each field
+//! once per message (`collect.rs`).
 
 use std::collections::HashMap;
 
 use async_graphql::parser::Positioned;
-use async_graphql::parser::types::{
-    ExecutableDocument, Field, OperationDefinition, OperationType, Selection, SelectionSet,
-    VariableDefinition,
-};
-use async_graphql_value::{ConstValue, Name, Value, Variables};
+use async_graphql::parser::types::{ExecutableDocument, OperationDefinition, OperationType};
+use async_graphql_value::Variables;
 
 use crate::config::Costs;
+use publishes::Publishes;
+use walk::Walk;
 
-/// How far selection sets and fragments may nest inside one another while
-/// they are priced (fragments and inline fragments add no depth, so a
-/// chain of them is bounded here). Past it the document is too deep.
-const MAX_NESTING: u32 = 64;
+/// What any operation costs at least (§12 amended: none is free).
+pub const MIN_COST: u64 = 1;
 
 /// The numbers of the plan's cost table that pricing reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +43,7 @@ pub struct Weights {
     pub list_size: u64,
     pub introspection: u64,
     pub max_depth: u32,
+    pub max_fields: u64,
 }
 
 impl Weights {
@@ -46,41 +53,56 @@ impl Weights {
             list_size: u64::from(costs.graphql_list_size),
             introspection: u64::from(costs.graphql_introspection),
             max_depth: costs.graphql_max_depth,
+            max_fields: u64::from(costs.graphql_max_fields),
         }
     }
 }
 
-/// The price of publishing `data` on `channel`: the caller's cost table,
-/// size and the channel's fan-out included (`pricing::publish`).
+/// The price of publishing `len` bytes of `data` (its compact JSON) on
+/// `channel`: the caller's cost table, size and the channel's fan-out
+/// included (`pricing::publish`).
 pub trait PublishPrice {
-    fn price(&self, channel: &str, data: &ConstValue) -> u64;
+    fn price(&self, channel: &str, len: usize) -> u64;
 }
 
-impl<F: Fn(&str, &ConstValue) -> u64> PublishPrice for F {
-    fn price(&self, channel: &str, data: &ConstValue) -> u64 {
-        self(channel, data)
+impl<F: Fn(&str, usize) -> u64> PublishPrice for F {
+    fn price(&self, channel: &str, len: usize) -> u64 {
+        self(channel, len)
     }
 }
 
-/// What an operation is estimated to cost.
+/// What an operation is estimated to cost, and its measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Estimate {
+    /// At least [`MIN_COST`].
     pub cost: u64,
     pub depth: u32,
-    /// The operation's type (`None`: no operation matched; execution says
-    /// why, and the price is 0).
-    pub operation: Option<OperationType>,
+    /// Fields selected with fragments expanded (at most `max_fields`).
+    pub fields: u64,
+    pub operation: OperationType,
     /// Some list was sized by an argument or an assumption: what it
     /// returns may be smaller, so [`actual`] is worth computing.
     pub sized_lists: bool,
 }
 
-/// The document is deeper than the plan allows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("query depth {depth} exceeds the maximum of {max}; select fewer nested fields")]
-pub struct TooDeep {
-    pub depth: u32,
-    pub max: u32,
+/// Why a document is refused before any of it runs (each costs the
+/// caller `costs.malformed`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("query depth {depth} exceeds the maximum of {max}; select fewer nested fields")]
+    TooDeep { depth: u32, max: u32 },
+    /// `fields`: counted when the walk stopped (at least that many).
+    #[error(
+        "the document selects more than {max} fields once its fragments are expanded where \
+         they are spread; select fewer fields or spread fewer fragments"
+    )]
+    TooComplex { fields: u64, max: u64 },
+    #[error("Cannot spread fragment \"{0}\" within itself")]
+    Cycle(String),
+    #[error("{0}")]
+    NoOperation(String),
+    #[error("{0}")]
+    Subscription(String),
 }
 
 /// The schema's types, as far as pricing needs them.
@@ -186,297 +208,62 @@ pub fn operation<'a>(
     .map(|(_, op)| op)
 }
 
-/// What one field or selection set costs at multiplier 1, and how deep.
-#[derive(Debug, Clone, Copy, Default)]
-struct Priced {
-    cost: u64,
-    depth: u32,
-}
-
-/// The values a document's arguments refer to.
-struct Args<'a> {
-    variables: &'a Variables,
-    definitions: &'a [Positioned<VariableDefinition>],
-}
-
-impl<'a> Args<'a> {
-    fn variable(&self, name: &Name) -> Option<&'a ConstValue> {
-        self.variables.get(name).or_else(|| {
-            self.definitions
-                .iter()
-                .find(|d| d.node.name.node == *name)
-                .and_then(|d| d.node.default_value())
-        })
-    }
-
-    fn int(&self, v: &Value) -> Option<i64> {
-        match v {
-            Value::Number(n) => n.as_i64(),
-            Value::Variable(name) => match self.variable(name)? {
-                ConstValue::Number(n) => n.as_i64(),
-                _ => None,
-            },
-            _ => None,
-        }
-    }
-
-    fn boolean(&self, v: &Value) -> Option<bool> {
-        match v {
-            Value::Boolean(b) => Some(*b),
-            Value::Variable(name) => match self.variable(name)? {
-                ConstValue::Boolean(b) => Some(*b),
-                _ => None,
-            },
-            _ => None,
-        }
-    }
-
-    /// `v` with its variables filled in (a variable given whole is not
-    /// copied).
-    fn constant(&self, v: &Value) -> std::borrow::Cow<'a, ConstValue> {
-        if let Value::Variable(name) = v {
-            return match self.variable(name) {
-                Some(c) => std::borrow::Cow::Borrowed(c),
-                None => std::borrow::Cow::Owned(ConstValue::Null),
-            };
-        }
-        std::borrow::Cow::Owned(
-            v.clone()
-                .into_const_with(|name| {
-                    Ok::<_, std::convert::Infallible>(
-                        self.variable(&name).cloned().unwrap_or(ConstValue::Null),
-                    )
-                })
-                .unwrap_or(ConstValue::Null),
-        )
-    }
-
-    /// `@skip(if: true)` or `@include(if: false)`.
-    fn skipped(&self, directives: &[Positioned<async_graphql::parser::types::Directive>]) -> bool {
-        directives.iter().any(|d| {
-            let on = d
-                .node
-                .get_argument("if")
-                .and_then(|v| self.boolean(&v.node));
-            match d.node.name.node.as_str() {
-                "skip" => on == Some(true),
-                "include" => on == Some(false),
-                _ => false,
-            }
-        })
-    }
-
-    fn size(&self, f: &Field, size: Size, assumed: u64) -> u64 {
-        match size {
-            Size::Assumed => assumed,
-            Size::Arg(name, default) => match f.get_argument(name).map(|v| &v.node) {
-                None | Some(Value::Null) => default,
-                Some(v) => self.int(v).map_or(default, |n| n.max(0) as u64),
-            },
-        }
-    }
-}
-
-struct Walk<'a> {
-    doc: &'a ExecutableDocument,
-    args: Args<'a>,
-    w: Weights,
-    publish: &'a dyn PublishPrice,
-    /// Fragments priced so far (`None` while one is being priced: a cycle,
-    /// which validation refuses, prices as nothing). Bounded by the
-    /// document's fragments.
-    fragments: HashMap<&'a str, Option<Priced>>,
-    sized_lists: bool,
-    nesting: u32,
-}
-
-impl<'a> Walk<'a> {
-    fn too_deep(&self, depth: u32) -> TooDeep {
-        TooDeep {
-            depth,
-            max: self.w.max_depth,
-        }
-    }
-
-    /// The cost of `set` (on `ty`) at multiplier 1, and its depth; refused
-    /// as soon as it is known to be too deep.
-    fn set(&mut self, set: &'a SelectionSet, ty: Ty, depth: u32) -> Result<Priced, TooDeep> {
-        self.nesting += 1;
-        if self.nesting > MAX_NESTING {
-            return Err(self.too_deep(depth.max(self.w.max_depth + 1)));
-        }
-        let mut out = Priced::default();
-        for item in &set.items {
-            let p = match &item.node {
-                Selection::Field(f) => {
-                    if self.args.skipped(&f.node.directives) {
-                        continue;
-                    }
-                    self.field(&f.node, ty, depth + 1)?
-                }
-                Selection::FragmentSpread(s) => {
-                    if self.args.skipped(&s.node.directives) {
-                        continue;
-                    }
-                    self.fragment(s.node.fragment_name.node.as_str(), ty, depth)?
-                }
-                Selection::InlineFragment(i) => {
-                    if self.args.skipped(&i.node.directives) {
-                        continue;
-                    }
-                    self.set(&i.node.selection_set.node, ty, depth)?
-                }
-            };
-            out.cost = out.cost.saturating_add(p.cost);
-            out.depth = out.depth.max(p.depth);
-        }
-        self.nesting -= 1;
-        Ok(out)
-    }
-
-    /// A spread fragment: priced once, then reused (the price of a
-    /// selection set does not depend on where it is spread; the depth
-    /// adds to the spread's).
-    fn fragment(&mut self, name: &'a str, ty: Ty, depth: u32) -> Result<Priced, TooDeep> {
-        let p = match self.fragments.get(name) {
-            Some(Some(p)) => *p,
-            Some(None) => Priced::default(),
-            None => {
-                let Some(def) = self.doc.fragments.get(name) else {
-                    return Ok(Priced::default());
-                };
-                self.fragments.insert(name, None);
-                let p = self.set(&def.node.selection_set.node, ty, 0)?;
-                self.fragments.insert(name, Some(p));
-                p
-            }
-        };
-        if depth + p.depth > self.w.max_depth {
-            return Err(self.too_deep(depth + p.depth));
-        }
-        Ok(Priced {
-            cost: p.cost,
-            depth: p.depth,
-        })
-    }
-
-    fn field(&mut self, f: &'a Field, ty: Ty, depth: u32) -> Result<Priced, TooDeep> {
-        if depth > self.w.max_depth {
-            return Err(self.too_deep(depth));
-        }
-        let below = &f.selection_set.node;
-        let (cost, under) = match field(ty, f.name.node.as_str()) {
-            Kind::Introspection => {
-                return Ok(Priced {
-                    cost: self.w.introspection,
-                    depth: 1,
-                });
-            }
-            // A leaf with a selection is not in the schema (validation
-            // refuses it); its depth still counts.
-            Kind::Leaf if below.items.is_empty() => (self.w.field, Priced::default()),
-            Kind::Leaf => {
-                let under = self.set(below, Ty::Unknown, depth)?;
-                (self.w.field.saturating_add(under.cost), under)
-            }
-            Kind::Free => (0, self.set(below, Ty::Unknown, depth)?),
-            Kind::Object(child) => {
-                let under = self.set(below, child, depth)?;
-                (self.w.field.saturating_add(under.cost), under)
-            }
-            Kind::List(child, size) => {
-                self.sized_lists = true;
-                let n = self.args.size(f, size, self.w.list_size);
-                let under = self.set(below, child, depth)?;
-                (
-                    self.w.field.saturating_add(n.saturating_mul(under.cost)),
-                    under,
-                )
-            }
-            Kind::Publish => {
-                let channel = f
-                    .get_argument("channel")
-                    .map(|v| self.args.constant(&v.node));
-                let data = f.get_argument("data").map(|v| self.args.constant(&v.node));
-                let channel = match channel.as_deref() {
-                    Some(ConstValue::String(s)) => s.as_str(),
-                    _ => "",
-                };
-                let data = data.as_deref().unwrap_or(&ConstValue::Null);
-                let under = self.set(below, Ty::Unknown, depth)?;
-                (self.publish.price(channel, data), under)
-            }
-            Kind::PublishBatch => {
-                let messages = f
-                    .get_argument("messages")
-                    .map(|v| self.args.constant(&v.node));
-                let mut cost = 0u64;
-                if let Some(ConstValue::List(list)) = messages.as_deref() {
-                    for m in list {
-                        let (channel, data) = match m {
-                            ConstValue::Object(o) => (
-                                match o.get("channel") {
-                                    Some(ConstValue::String(s)) => s.as_str(),
-                                    _ => "",
-                                },
-                                o.get("data").unwrap_or(&ConstValue::Null),
-                            ),
-                            _ => ("", &ConstValue::Null),
-                        };
-                        cost = cost.saturating_add(self.publish.price(channel, data));
-                    }
-                }
-                let under = self.set(below, Ty::Unknown, depth)?;
-                (cost, under)
-            }
-        };
-        Ok(Priced {
-            cost,
-            depth: 1 + under.depth,
-        })
-    }
-}
-
 /// Prices the operation `name` (or the only one) of `doc` with
-/// `variables`. No operation matching is priced 0: execution refuses it.
+/// `variables` (sent; defaults are read from the operation, as
+/// [`coerce`] fills them in for the executor), and measures it against
+/// the plan's limits: too deep, too large once its fragments are
+/// expanded, a fragment that spreads itself, no operation to run, a
+/// subscription that would render a field twice per message. Every
+/// operation costs at least 1: none is free.
 pub fn estimate(
     doc: &ExecutableDocument,
     name: Option<&str>,
     variables: &Variables,
     w: Weights,
     publish: &dyn PublishPrice,
-) -> Result<Estimate, TooDeep> {
+) -> Result<Estimate, Refusal> {
     let Some(op) = operation(doc, name) else {
-        return Ok(Estimate {
-            cost: 0,
-            depth: 0,
-            operation: None,
-            sized_lists: false,
-        });
+        return Err(Refusal::NoOperation(match name {
+            Some(name) => format!("the document has no operation named {name:?}"),
+            None if doc.operations.iter().next().is_none() => {
+                "the document has no operation".to_owned()
+            }
+            None => "the document has several operations: name one (operationName)".to_owned(),
+        }));
     };
     let mut walk = Walk {
         doc,
-        args: Args {
-            variables,
-            definitions: &op.node.variable_definitions,
-        },
+        args: Args::new(variables, &op.node),
         w,
         publish,
+        publishes: Publishes::new(),
         fragments: HashMap::new(),
         sized_lists: false,
         nesting: 0,
     };
-    let p = walk.set(&op.node.selection_set.node, root(op.node.ty), 0)?;
+    let m = walk.set(&op.node.selection_set.node, root(op.node.ty), 0)?;
+    if op.node.ty == OperationType::Subscription {
+        collect::subscription(doc, &walk.args, &op.node.selection_set.node)?;
+    }
     Ok(Estimate {
-        cost: p.cost,
-        depth: p.depth,
-        operation: Some(op.node.ty),
+        cost: m.cost.max(MIN_COST),
+        depth: m.depth,
+        fields: m.fields,
+        operation: op.node.ty,
         sized_lists: walk.sized_lists,
     })
 }
 
 mod actual;
+mod args;
+mod collect;
+mod publishes;
+mod walk;
+
 pub use actual::actual;
+pub use args::{Args, coerce};
+pub use collect::{Collected, collect};
+pub use publishes::json_len;
 
 #[cfg(test)]
 mod tests;

@@ -15,7 +15,7 @@ use async_graphql::{
 };
 
 pub use mutation::Mutation;
-pub use query::{Channel, Query};
+pub use query::{Channel, Query, SCAN_PER_UNIT};
 pub use subscription::Subscription;
 
 pub type ApiSchema = Schema<Query, Mutation, Subscription>;
@@ -161,6 +161,7 @@ pub enum Code {
     RateLimited,
     QueryTooExpensive,
     QueryTooDeep,
+    QueryTooComplex,
     Draining,
     NotAcceptable,
     UnsupportedMediaType,
@@ -178,6 +179,7 @@ impl Code {
             Code::RateLimited => "RATE_LIMITED",
             Code::QueryTooExpensive => "QUERY_TOO_EXPENSIVE",
             Code::QueryTooDeep => "QUERY_TOO_DEEP",
+            Code::QueryTooComplex => "QUERY_TOO_COMPLEX",
             Code::Draining => "DRAINING",
             Code::NotAcceptable => "NOT_ACCEPTABLE",
             Code::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
@@ -197,6 +199,7 @@ impl Code {
             Code::RateLimited => "rate_limited",
             Code::QueryTooExpensive => "query_too_expensive",
             Code::QueryTooDeep => "query_too_deep",
+            Code::QueryTooComplex => "query_too_complex",
             Code::Draining => "draining",
             Code::NotAcceptable => "not_acceptable",
             Code::UnsupportedMediaType => "unsupported_media_type",

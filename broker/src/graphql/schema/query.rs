@@ -41,7 +41,9 @@ impl Query {
     }
 
     /// Occupied channels (cluster-wide) starting with `prefix` that the
-    /// caller may read, in name order.
+    /// caller may read, in name order. Finding them scans every channel
+    /// the node knows, so the scan is paid before it runs
+    /// ([`scan_price`]); `first: 0` scans nothing.
     async fn channels(
         &self,
         ctx: &Context<'_>,
@@ -49,7 +51,15 @@ impl Query {
         #[graphql(default = 50)] first: Option<i32>,
     ) -> Result<Vec<Channel>> {
         let first = count("first", first, 50)?;
+        if first == 0 {
+            return Ok(Vec::new());
+        }
         let t = ticket(ctx);
+        let known = t.node.hub.channel_count();
+        t.pay(scan_price(&t.caller.limits.costs, known), || {
+            format!("scanning the node's {known} channels")
+        })
+        .await?;
         let mut names: Vec<_> = t
             .node
             .bridge
@@ -68,29 +78,50 @@ impl Query {
             .collect())
     }
 
-    /// The caller's balance (costs 0).
+    /// The caller's balance (weighs 0): read once per operation, however
+    /// often it is selected.
     async fn budget(&self, ctx: &Context<'_>) -> Budget {
         let t = ticket(ctx);
-        let b = crate::graphql::charge::charge(&t.node, &t.caller, 0)
+        t.budget
+            .get_or_init(|| async {
+                let b = crate::graphql::charge::charge(&t.node, &t.caller, 0)
+                    .await
+                    .balance;
+                Budget {
+                    remaining: b.remaining as i64,
+                    capacity: b.limit as i64,
+                    refill_per_sec: b.refill_per_sec,
+                    reset_in: b.reset.as_millis().div_ceil(1000) as i64,
+                }
+            })
             .await
-            .balance;
-        Budget {
-            remaining: b.remaining as i64,
-            capacity: b.limit as i64,
-            refill_per_sec: b.refill_per_sec,
-            reset_in: b.reset.as_millis().div_ceil(1000) as i64,
-        }
+            .clone()
     }
 
-    /// The caller's price list (costs 0): the document `GET /v1/prices`
-    /// answers.
+    /// The caller's price list (weighs 0): the document `GET /v1/prices`
+    /// answers, built once per operation.
     async fn prices(&self, ctx: &Context<'_>) -> Prices {
         let t = ticket(ctx);
-        let doc = crate::graphql::prices::document(&t.node, &t.caller);
+        let doc = t
+            .prices
+            .get_or_init(|| async {
+                Arc::from(crate::graphql::prices::document(&t.node, &t.caller).to_string())
+            })
+            .await;
         Prices {
             json: Json::Raw(doc.to_string()),
         }
     }
+}
+
+/// Channels a `channels` read scans per unit it pays: `graphql_field`
+/// per full 1,000 channels the node knows (what its scan walks), so a
+/// node of a few hundred channels adds nothing to the estimate.
+pub const SCAN_PER_UNIT: usize = 1000;
+
+/// The price of scanning `channels` channels.
+fn scan_price(costs: &crate::config::Costs, channels: usize) -> u64 {
+    (channels / SCAN_PER_UNIT) as u64 * u64::from(costs.graphql_field)
 }
 
 pub struct Channel {
@@ -120,7 +151,9 @@ impl Channel {
     }
 
     /// The last `last` held messages (after `since` when given), in `seq`
-    /// order.
+    /// order. Their `data` is paid by its bytes before it is handed over,
+    /// as a recovery's is (`pricing::recovery`, `recovery_per_kib` per
+    /// started KiB), once for each time the selection renders it.
     async fn history(
         &self,
         ctx: &Context<'_>,
@@ -129,7 +162,8 @@ impl Channel {
     ) -> Result<Vec<Message>> {
         let last = count("last", last, 50)?;
         let after = since.map_or(0, |s| s.0);
-        let read = ticket(ctx)
+        let t = ticket(ctx);
+        let read = t
             .node
             .bridge
             .read_channel(&self.name, last, after)
@@ -137,16 +171,26 @@ impl Channel {
             .await;
         let held: Vec<_> = read.held.iter().filter(|(seq, _)| *seq > after).collect();
         let skip = held.len().saturating_sub(last);
-        Ok(held
+        let messages: Vec<_> = held
             .into_iter()
             .skip(skip)
-            .map(|(seq, frame)| {
-                let data = wire::message_data(frame, &self.name, *seq);
-                Message {
-                    channel: self.name.clone(),
-                    seq: Seq(*seq),
-                    data: Json::Raw(String::from_utf8_lossy(&data).into_owned()),
-                }
+            .map(|(seq, frame)| (*seq, wire::message_data(frame, &self.name, *seq)))
+            .collect();
+        // Every `data` this field's selection renders (aliases and
+        // fragments included; what `@skip` left out is gone already).
+        let renders = ctx.look_ahead().field("data").selection_fields().len();
+        let bytes: usize = messages.iter().map(|(_, d)| d.len()).sum();
+        let units = crate::pricing::recovery(&t.caller.limits.costs, bytes.saturating_mul(renders));
+        t.pay(u64::from(units), || {
+            format!("the history's data ({bytes} bytes, rendered {renders} times)")
+        })
+        .await?;
+        Ok(messages
+            .into_iter()
+            .map(|(seq, data)| Message {
+                channel: self.name.clone(),
+                seq: Seq(seq),
+                data: Json::Raw(String::from_utf8_lossy(&data).into_owned()),
             })
             .collect())
     }

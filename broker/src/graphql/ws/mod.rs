@@ -33,7 +33,7 @@ use async_graphql_value::Variables;
 
 use super::admission::{Start, retry_ms, retry_secs};
 use super::caller::{Caller, Payer};
-use super::over_http::{self, Ran, Via};
+use super::operation::{self, Ran, Via};
 use super::reply::Media;
 use super::request::Params;
 use super::transport_ws::{Action, INIT_TIMEOUT, SUBPROTOCOL, Session, SubscribePayload, message};
@@ -63,14 +63,17 @@ fn open(node: &Arc<Node>, authorization: Option<&str>) -> Box<dyn Dialect> {
         upgrade: authorization.map(str::to_owned),
         caller: None,
         ops: HashMap::new(),
+        runs: 0,
     })
 }
 
 /// An operation of this connection, by id. Bounded by the plan's
 /// `max_subscriptions`: a `subscribe` past it is refused.
 enum Op {
-    /// Being priced, charged and run.
-    Running,
+    /// Being priced, charged and run: its run's number, so the answer of
+    /// an earlier run under the same id (completed by the client, then
+    /// the id sent again) is not taken for this one's.
+    Running(u64),
     /// A `messages` subscription in the hub.
     Live(Arc<OpSink>),
     /// A `presence` subscription watching its channel.
@@ -86,6 +89,8 @@ struct GraphqlWs {
     /// Set once the credential is admitted.
     caller: Option<Caller>,
     ops: HashMap<String, Op>,
+    /// Operations started on this connection: each run's number.
+    runs: u64,
 }
 
 /// The `connection_init` deadline passed.
@@ -94,6 +99,8 @@ struct InitTimer;
 /// An operation ran.
 struct Finished {
     id: String,
+    /// Its run's number ([`Op::Running`]).
+    run: u64,
     ran: Ran,
     params: (String, Option<String>, Variables),
 }
@@ -222,14 +229,17 @@ impl GraphqlWs {
             operation_name: payload.operation_name,
             variables,
         };
-        self.ops.insert(id.clone(), Op::Running);
+        self.runs += 1;
+        let run = self.runs;
+        self.ops.insert(id.clone(), Op::Running(run));
         let node = self.node.clone();
         link.spawn(Box::pin(async move {
             let started = Instant::now();
-            let ran = over_http::run(&node, caller, Media::Json, params, Via::Socket).await;
+            let ran = operation::run(&node, caller, Media::Json, params, Via::Socket).await;
             node.metrics.graphql_done(ran.operation, started);
             Box::new(Finished {
                 id,
+                run,
                 ran,
                 params: kept,
             }) as Box<dyn Any>
@@ -246,7 +256,7 @@ impl GraphqlWs {
     /// Ends a live operation: nothing more is queued for it.
     fn end(&self, op: &Op) {
         match op {
-            Op::Running => {}
+            Op::Running(_) => {}
             Op::Live(sink) => {
                 sink.end();
                 self.node.bridge.unsubscribe(&sink.channel, sink.conn);
@@ -259,9 +269,15 @@ impl GraphqlWs {
     }
 
     fn finished(&mut self, link: &mut dyn Link, f: Finished) {
-        let Finished { id, ran, params } = f;
-        if !matches!(self.ops.get(&id), Some(Op::Running)) {
-            // Completed by the client meanwhile: nothing to say.
+        let Finished {
+            id,
+            run,
+            ran,
+            params,
+        } = f;
+        if !matches!(self.ops.get(&id), Some(Op::Running(r)) if *r == run) {
+            // Completed by the client meanwhile (and perhaps started
+            // again under the same id: that run answers for itself).
             return;
         }
         let reply = &ran.reply;

@@ -31,7 +31,7 @@ use parking_lot::Mutex;
 use super::shape::PresenceShape;
 use super::{GraphqlWs, Op};
 use crate::config::PresenceRule;
-use crate::graphql::over_http::Ran;
+use crate::graphql::operation::Ran;
 use crate::hub::Reserve;
 use crate::node::dialect::{Link, Outlet};
 use crate::presence::{Pending, PresenceSink, Update};

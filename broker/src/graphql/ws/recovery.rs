@@ -38,12 +38,11 @@ impl GraphqlWs {
             return;
         }
         let bytes = joined.backlog.bytes();
-        let kib = u64::try_from(bytes.div_ceil(1024)).unwrap_or(u64::MAX);
         let caller = match &self.caller {
             Some(c) if bytes > 0 && c.limits.costs.recovery_per_kib > 0 => c.clone(),
             _ => return sink.clone().joined(joined),
         };
-        let units = kib.saturating_mul(u64::from(caller.limits.costs.recovery_per_kib));
+        let units = u64::from(crate::pricing::recovery(&caller.limits.costs, bytes));
         let node = self.node.clone();
         link.spawn(Box::pin(async move {
             let taken = crate::graphql::charge::charge(&node, &caller, units).await;

@@ -21,20 +21,19 @@
 //! The selection is collected as GraphQL's CollectFields does (aliases,
 //! fields selected twice merged under one response key in first-seen
 //! order, fragments and inline fragments on `Message`, `@skip` and
-//! `@include` with literals or variables); validation has already
-//! refused anything else.
+//! `@include` with literals or variables: `pricing::collect`); validation
+//! has already refused anything else, and the pricer a field selected
+//! under two keys (a message is rendered once per subscription).
 
 use std::fmt::Write as _;
 
-use async_graphql::parser::Positioned;
-use async_graphql::parser::types::{
-    Directive, ExecutableDocument, OperationDefinition, Selection, SelectionSet,
-};
-use async_graphql_value::{ConstValue, Value, Variables};
+use async_graphql::parser::types::{ExecutableDocument, OperationDefinition, SelectionSet};
+use async_graphql_value::Variables;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use crate::graphql::pricing::{Args, Collected, collect};
 use crate::protocol::wire;
 
 /// One piece of the `data` object's JSON.
@@ -80,8 +79,7 @@ impl Shape {
     ) -> Shape {
         let ctx = Ctx {
             doc,
-            op,
-            variables,
+            args: Args::new(variables, op),
             channel,
         };
         let mut parts = vec![Part::Lit(String::new())];
@@ -326,69 +324,17 @@ fn json_string(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
 }
 
-/// A response key, its field's name and every selection set merged under
-/// it.
-type Collected<'a> = (String, String, Vec<&'a SelectionSet>);
-
 struct Ctx<'a> {
     doc: &'a ExecutableDocument,
-    op: &'a OperationDefinition,
-    variables: &'a Variables,
+    args: Args<'a>,
     channel: &'a str,
 }
 
 impl<'a> Ctx<'a> {
-    /// The fields of `sets` by response key, in first-seen order.
+    /// The fields of `sets` by response key, in first-seen order, as the
+    /// pricer collects them (`pricing::collect`).
     fn collect(&self, sets: &[&'a SelectionSet]) -> Vec<Collected<'a>> {
-        let mut out: Vec<Collected<'a>> = Vec::new();
-        for set in sets {
-            self.collect_into(set, &mut out, 0);
-        }
-        out
-    }
-
-    fn collect_into(&self, set: &'a SelectionSet, out: &mut Vec<Collected<'a>>, depth: u32) {
-        // Fragments nest at most as deep as validation lets them (no
-        // cycles); this bounds a hostile document all the same.
-        if depth > 64 {
-            return;
-        }
-        for sel in &set.items {
-            match &sel.node {
-                Selection::Field(f) => {
-                    let f = &f.node;
-                    if !self.included(&f.directives) {
-                        continue;
-                    }
-                    let key = f.response_key().node.as_str();
-                    match out.iter_mut().find(|(k, _, _)| k == key) {
-                        Some((_, _, sets)) => sets.push(&f.selection_set.node),
-                        None => out.push((
-                            key.to_owned(),
-                            f.name.node.to_string(),
-                            vec![&f.selection_set.node],
-                        )),
-                    }
-                }
-                Selection::InlineFragment(i) => {
-                    let i = &i.node;
-                    if self.included(&i.directives) {
-                        self.collect_into(&i.selection_set.node, out, depth + 1);
-                    }
-                }
-                Selection::FragmentSpread(s) => {
-                    let s = &s.node;
-                    if !self.included(&s.directives) {
-                        continue;
-                    }
-                    if let Some(f) = self.doc.fragments.get(&s.fragment_name.node)
-                        && self.included(&f.node.directives)
-                    {
-                        self.collect_into(&f.node.selection_set.node, out, depth + 1);
-                    }
-                }
-            }
-        }
+        collect(self.doc, &self.args, sets)
     }
 
     /// A `Message` object: `{"k":..,..}` with its holes.
@@ -411,40 +357,6 @@ impl<'a> Ctx<'a> {
             }
         }
         lit(parts, "}");
-    }
-
-    /// `@skip(if:)` and `@include(if:)`.
-    fn included(&self, directives: &[Positioned<Directive>]) -> bool {
-        directives.iter().all(|d| {
-            let d = &d.node;
-            let flag = |name: &str| {
-                d.get_argument("if")
-                    .map(|v| self.boolean(&v.node))
-                    .unwrap_or(name == "include")
-            };
-            match d.name.node.as_str() {
-                "skip" => !flag("skip"),
-                "include" => flag("include"),
-                _ => true,
-            }
-        })
-    }
-
-    fn boolean(&self, v: &Value) -> bool {
-        match v {
-            Value::Boolean(b) => *b,
-            Value::Variable(name) => match self.variables.get(name) {
-                Some(ConstValue::Boolean(b)) => *b,
-                _ => self
-                    .op
-                    .variable_definitions
-                    .iter()
-                    .find(|d| d.node.name.node == *name)
-                    .and_then(|d| d.node.default_value.as_ref())
-                    .is_some_and(|v| matches!(v.node, ConstValue::Boolean(true))),
-            },
-            _ => false,
-        }
     }
 }
 

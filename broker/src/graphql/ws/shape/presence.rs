@@ -56,8 +56,7 @@ impl PresenceShape {
     ) -> PresenceShape {
         let ctx = Ctx {
             doc,
-            op,
-            variables,
+            args: crate::graphql::pricing::Args::new(variables, op),
             channel,
         };
         let roots = ctx
