@@ -213,6 +213,21 @@ async fn ending_a_subscription_while_its_join_waits_for_redis_leaves_no_member()
     let (_zoe, idz) = member(&a, "zoe", "note:p").await;
     members_become(&b, "note:p", &[&idz]).await;
     let sub = json!({"type":"subscribe","channel":"note:p","id":1});
+    // Redis holds every script for a while (well within the command
+    // timeout, so presence stays up): the joins below wait for it while
+    // their subscriptions end.
+    let mut admin = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(600)
+        .arg("WRITE")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
     // Unsubscribed before Redis answered the join.
     let mut x = Client::connect(&a.ws_url(), &token(&a, "xan", &["note:*"]))
         .await
