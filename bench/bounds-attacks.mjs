@@ -35,6 +35,14 @@
 //                     history.cluster_max_bytes): 2,000 publishes of
 //                     60 KiB over 500 channels; the history bytes Redis
 //                     holds, read back from Redis
+//   presence          (attacks/presence.mjs, issue 38) 40 sockets subscribe
+//                     to a presence channel, refresh to a token without it
+//                     and close: members left (one node, Redis mode); one
+//                     account joins 200 presence channels once each: keys
+//                     in Redis without a TTL, joined and 3 s after; a
+//                     channel of 200 members with 1 KB infos: Redis bytes
+//                     out per 1-unit `presence` (limit 1) and
+//                     `presence_stats` read
 //
 //   TIDEGATE_BIN=target/release/tidegate node bench/bounds-attacks.mjs \
 //     [--only NAME[,NAME]] [--out FILE]
@@ -65,6 +73,7 @@ import {
   upgrade,
 } from "./attacks/harness.mjs";
 import { closeUnread } from "./attacks/close-unread.mjs";
+import { presence } from "./attacks/presence.mjs";
 
 const args = process.argv.slice(2);
 const opt = (name) => {
@@ -410,6 +419,7 @@ const ATTACKS = {
   "mapped-ban": mappedBan,
   "redis-history": redisHistory,
   "close-unread": closeUnread,
+  presence,
 };
 
 const report = { binary: BIN, date: new Date().toISOString(), results: {} };
