@@ -191,6 +191,10 @@ async fn in_a_cluster_a_refresh_that_drops_the_grant_ends_the_membership_on_ever
     let mut both = vec![ida.as_str(), idb.as_str()];
     both.sort();
     members_become(&b, "note:r", &both).await;
+    // Bob has heard Ann's join (else a join and a leave inside one window
+    // would rightly be sent as neither).
+    bob.until(|v| v["type"] == "presence_diff" && conns(&v["joins"]).contains(&ida))
+        .await;
     let fresh = token(&a, "ann", &["doc:*"]);
     ann.call(json!({"type":"refresh","token":fresh}), 7).await;
     // Every node drops Ann, and Bob hears her leave.

@@ -103,12 +103,17 @@ impl Presence {
         state: &Arc<Mutex<ChannelState>>,
         seed: bool,
     ) {
-        let known = {
+        // Only members this view held before Redis answered can be found
+        // gone: one an event added meanwhile may be newer than the answer.
+        // Bounded by the roster.
+        let (known, held) = {
             let st = state.lock();
             if seed && st.synced.is_some() {
                 return;
             }
-            st.synced
+            let held: HashSet<(Arc<str>, Arc<str>)> =
+                st.roster.iter().map(|m| (m.user, m.conn_id)).collect();
+            (st.synced, held)
         };
         let Some(ids) = redis.ids(channel, known).await else {
             return;
@@ -181,7 +186,8 @@ impl Presence {
             .roster
             .iter()
             .filter(|m| {
-                !st.local.contains_key(&m.conn_id)
+                held.contains(&(m.user.clone(), m.conn_id.clone()))
+                    && !st.local.contains_key(&m.conn_id)
                     && !st.joining.contains_key(&m.conn_id)
                     && !listed.contains(&(&*m.user, &*m.conn_id))
             })
