@@ -20,6 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use actix::prelude::*;
 use serde_json::value::RawValue;
 
+use super::presence::Membership;
 use super::{Reconfigure, Socket};
 use crate::metrics::Layer;
 use crate::protocol::wire::{self, ErrorFrame};
@@ -105,11 +106,14 @@ impl Socket {
         for (channel, _) in &ended {
             self.node.bridge.unsubscribe(channel, self.id.conn);
         }
+        // A join still waiting is not a subscription yet (a member's is).
         ended.extend(
             self.presence
-                .keys()
-                .filter(|c| !grants.subscribe.matches(c) && !ended.iter().any(|(e, _)| e == *c))
-                .map(|c| (c.clone(), None))
+                .iter()
+                .filter(|(c, m)| {
+                    matches!(m, Membership::Joining { .. }) && !grants.subscribe.matches(c)
+                })
+                .map(|(c, _)| (c.clone(), None))
                 .collect::<Vec<_>>(),
         );
         for (channel, id) in &mut ended {
