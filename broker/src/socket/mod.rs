@@ -189,6 +189,10 @@ impl Socket {
             return;
         }
         self.closing = true;
+        // Nothing more is delivered: the presence memberships end now, not
+        // when the peer answers the close (which a drain's last batch, or
+        // a peer that stopped reading, does not wait for).
+        self.end_all_presence();
         let _e = self.span.enter();
         tracing::info!(code, reason, "closing socket");
         self.outbox.stop_deliveries(discard);

@@ -2,7 +2,8 @@
 //! that ends one ends the membership: a `refresh` whose token no longer
 //! grants the channel, unsubscribe, the client's close, an operator's
 //! kick and ban, an SSE stream that ends, a close after a reload turned
-//! presence off; in a cluster also while the join still waits for Redis
+//! presence off, the drain (at once, not when the peer answers the close);
+//! in a cluster also while the join still waits for Redis
 //! (unsubscribed, refreshed away or closed meanwhile), where such a join
 //! also counts toward `max_subscriptions`. Nothing is left behind: no
 //! member in reads or toward `max_members`, no entry holding a closed
@@ -301,4 +302,31 @@ async fn subscribes_sent_while_presence_joins_wait_cannot_pass_max_subscriptions
     );
     let r = read(&a, "note:s0").await;
     assert_eq!(r["connections"], 1, "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_nodes_members_leave_when_their_sockets_close_not_with_its_lease() {
+    let redis = RedisServer::start();
+    let p = prefix();
+    // A lease and a close timeout longer than the test's patience: only a
+    // leave when the drain closes the sockets takes the members away in
+    // time (not the peers' answers to the close, nor the lease).
+    let config = |id: &str| {
+        format!(
+            "[node]\nid = \"{id}\"\n[cluster]\nmode = \"redis\"\nredis_url = \"{}\"\nkey_prefix = \"{p}\"\nlease_ms = 10000\n[socket]\nclose_timeout_ms = 30000\n{NS}",
+            redis.url()
+        )
+    };
+    let mut a = Broker::start(&config("a"));
+    let b = Broker::start(&config("b"));
+    up(&a).await;
+    up(&b).await;
+    let (_bob, idb) = member(&b, "bob", "note:dr").await;
+    // Ann's sockets never read again: their close frames go unanswered.
+    let mut anns = Vec::new();
+    for i in 0..5 {
+        anns.push(member(&a, &format!("ann{i}"), "note:dr").await);
+    }
+    a.begin_shutdown();
+    members_become(&b, "note:dr", &[&idb]).await;
 }
