@@ -66,6 +66,14 @@
 //                     one 60 KiB publish delivers); parse and validation
 //                     errors and channels(first: 0 / 1) over 20,000
 //                     channels (units, CPU per request)
+//   presence          (attacks/presence.mjs, issue 38) 40 sockets subscribe
+//                     to a presence channel, refresh to a token without it
+//                     and close: members left (one node, Redis mode); one
+//                     account joins 200 presence channels once each: keys
+//                     in Redis without a TTL, joined and 3 s after; a
+//                     channel of 200 members with 1 KB infos: Redis bytes
+//                     out per 1-unit `presence` (limit 1) and
+//                     `presence_stats` read
 //
 //   TIDEGATE_BIN=target/release/tidegate node bench/bounds-attacks.mjs \
 //     [--only NAME[,NAME]] [--out FILE]
@@ -99,6 +107,7 @@ import { closeUnread } from "./attacks/close-unread.mjs";
 import { slowBody, sseQuery, tlsSilent } from "./attacks/door.mjs";
 import { redisReads } from "./attacks/redis.mjs";
 import { graphqlAttacks } from "./attacks/graphql.mjs";
+import { presence } from "./attacks/presence.mjs";
 
 const args = process.argv.slice(2);
 const opt = (name) => {
@@ -449,6 +458,7 @@ const ATTACKS = {
   "sse-query": sseQuery,
   "redis-reads": redisReads,
   ...graphqlAttacks,
+  presence,
 };
 
 const report = { binary: BIN, date: new Date().toISOString(), results: {} };

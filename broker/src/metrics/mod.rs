@@ -346,7 +346,7 @@ impl Metrics {
         );
         registry.register(
             "cluster_control_rejected",
-            "Control messages from Redis ignored because no node signed them, by reason",
+            "Control messages and presence events from Redis ignored because no node signed them, by reason",
             m.control_rejected.clone(),
         );
         let build_info: Family<VersionLabels, Gauge> = Family::default();

@@ -148,11 +148,15 @@ impl Node {
         let presence_redis = match config.cluster.mode {
             ClusterMode::Memory => None,
             mode => Some(crate::presence::RedisPresence::new(
-                RedisTarget::open(&config.cluster)?,
-                mode == ClusterMode::RedisCluster,
-                &config.cluster.key_prefix,
-                &config.node.id,
-                config.cluster.lease_ms,
+                crate::presence::RedisSettings {
+                    target: RedisTarget::open(&config.cluster)?,
+                    sharded: mode == ClusterMode::RedisCluster,
+                    prefix: &config.cluster.key_prefix,
+                    node: &config.node.id,
+                    lease_ms: config.cluster.lease_ms,
+                    secrets: config.cluster_secrets.clone(),
+                    metrics: metrics.clone(),
+                },
             )),
         };
         let presence = crate::presence::Presence::new(

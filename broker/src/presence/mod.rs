@@ -9,14 +9,22 @@
 //! Redis every lease tick, `cluster/`), who watches its diffs (members'
 //! sockets, and GraphQL `presence` subscriptions, `watch.rs`) and the open
 //! window. A channel's entry goes when its last member and observer here
-//! leave.
+//! leave (and no join or watch of it waits for Redis); one found in the
+//! map but forgotten before it was locked is looked up again, so a join
+//! never lands in an entry nobody can see.
+//!
+//! In a cluster a join registers the connection as joining at once and
+//! asks Redis in a task of its own (`members.rs`): a leave before Redis
+//! answers is seen however the caller ends, and the join then undoes
+//! itself in Redis, so no member outlives its subscription.
 
 mod cluster;
+mod members;
 mod roster;
 mod watch;
 mod window;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,7 +32,7 @@ use bytes::Bytes;
 use dashmap::DashMap;
 use parking_lot::Mutex;
 
-pub use cluster::RedisPresence;
+pub use cluster::{RedisPresence, RedisSettings};
 pub(crate) use roster::Roster;
 pub use window::Window;
 
@@ -99,6 +107,14 @@ pub(crate) struct ChannelState {
     pub(crate) local: HashMap<Arc<str>, Member>,
     /// This node's connections per user (for `member.added`/`removed`).
     local_users: HashMap<Arc<str>, u32>,
+    /// This node's connections whose join waits for Redis, by connection
+    /// id: a leave meanwhile takes it out, and the join, when Redis
+    /// answers, undoes itself there. Bounded by this node's connections'
+    /// subscriptions (each a subscribe under its connection's cap).
+    pub(crate) joining: HashMap<Arc<str>, Member>,
+    /// Observers whose first read of Redis is under way: the entry stays
+    /// meanwhile.
+    setting_up: u32,
     /// Who gets this channel's diffs (when `join_leave`): its members'
     /// sockets, by connection id, and the observers ([`Presence::watch`])
     /// by their own key. Bounded by this node's members and the
@@ -108,6 +124,16 @@ pub(crate) struct ChannelState {
     /// A flush of the window is scheduled.
     scheduled: bool,
     last_stats: Option<Instant>,
+    /// Taken out of the node's map: whoever found it there and locked it
+    /// after must look again.
+    gone: bool,
+    /// Cluster: the channel's version in Redis this view was last brought
+    /// in line with (`None`: never).
+    pub(crate) synced: Option<i64>,
+    /// Cluster: members this view lists without their info, learned while
+    /// the channel was above `join_leave_max_members` (user, connection
+    /// id); bounded by the roster.
+    pub(crate) unknown_info: HashSet<(Arc<str>, Arc<str>)>,
 }
 
 pub struct Presence {
@@ -165,137 +191,36 @@ impl Presence {
         self.channels.iter().map(|e| e.key().clone()).collect()
     }
 
-    /// A subscribed connection joins `channel` (refused past
-    /// `max_members`, counted cluster-wide in a cluster). `watcher` gets
-    /// the channel's diffs when the namespace has `join_leave`.
-    pub fn join(
-        self: &Arc<Self>,
+    /// Channels this node keeps an entry for (members, observers, or a
+    /// window still to send): what `tidegate_presence_members` does not
+    /// show, so a test can see that nothing outlives its connections.
+    pub fn tracked_channels(&self) -> usize {
+        self.channels.len()
+    }
+
+    /// Runs `f` on the entry of `channel` (made if new, with the
+    /// namespace's rule as it is now), locked. An entry forgotten between
+    /// the map and the lock is looked up again, so nothing is added to an
+    /// entry the node no longer sees.
+    fn with_entry<R>(
+        &self,
         channel: &str,
         rule: PresenceRule,
-        member: Member,
-        watcher: Arc<dyn PresenceSink>,
-    ) -> Pending<Result<(), Full>> {
-        if let Some(redis) = self.redis.clone().filter(|r| r.is_up()) {
-            let this = self.clone();
-            let channel: Arc<str> = channel.into();
-            return Pending::Later(Box::pin(async move {
-                // A channel new to this node starts from Redis's members,
-                // silently (they are not news to anyone here).
-                let seed = match this.state(&channel) {
-                    None => redis.read(&channel).await,
-                    Some(_) => None,
-                };
-                let known = redis.join(&channel, &member, rule.max_members).await;
-                this.add(&channel, rule, member, watcher, known, seed)
-            }));
-        }
-        Pending::Ready(self.add(channel, rule, member, watcher, None, None))
-    }
-
-    /// Adds a member here; `known` is what Redis answered (`None`: check
-    /// against this node's view).
-    fn add(
-        self: &Arc<Self>,
-        channel: &str,
-        rule: PresenceRule,
-        member: Member,
-        watcher: Arc<dyn PresenceSink>,
-        known: Option<Result<(), Full>>,
-        seed: Option<Roster>,
-    ) -> Result<(), Full> {
-        let state = self.entry(channel, rule);
-        let mut st = state.lock();
-        if let Some(seed) = seed
-            && st.local.is_empty()
-            && st.watchers.is_empty()
-        {
-            for m in seed.iter().filter(|m| m.conn_id != member.conn_id) {
-                st.roster.insert(&m);
+        f: impl FnOnce(&Arc<Mutex<ChannelState>>, &mut ChannelState) -> R,
+    ) -> R {
+        loop {
+            let state = self
+                .channels
+                .entry(channel.into())
+                .or_insert_with(|| Arc::new(Mutex::new(ChannelState::new(rule))))
+                .clone();
+            let mut st = state.lock();
+            if st.gone {
+                continue;
             }
+            st.rule = rule;
+            return f(&state, &mut st);
         }
-        match known {
-            Some(Err(full)) => return Err(full),
-            Some(Ok(())) => {}
-            None if st.roster.connections >= u64::from(rule.max_members) => {
-                return Err(Full {
-                    max: rule.max_members,
-                });
-            }
-            None => {}
-        }
-        if st
-            .local
-            .insert(member.conn_id.clone(), member.clone())
-            .is_none()
-        {
-            self.metrics.presence.members.inc();
-            let n = st.local_users.entry(member.user.clone()).or_default();
-            *n += 1;
-            if *n == 1
-                && let Some(w) = self.webhooks.upgrade()
-            {
-                w.member_changed(channel, &member.user, true);
-            }
-        }
-        if rule.join_leave {
-            st.watchers.insert(member.conn_id.clone(), watcher);
-        }
-        if st.roster.insert(&member) {
-            self.changed(channel, &mut st, |w| w.join(member));
-        }
-        Ok(())
-    }
-
-    /// The channel's state, made if new, with the namespace's rule as it
-    /// is now.
-    fn entry(&self, channel: &str, rule: PresenceRule) -> Arc<Mutex<ChannelState>> {
-        let state = self
-            .channels
-            .entry(channel.into())
-            .or_insert_with(|| {
-                Arc::new(Mutex::new(ChannelState {
-                    rule,
-                    roster: Roster::default(),
-                    local: HashMap::new(),
-                    local_users: HashMap::new(),
-                    watchers: HashMap::new(),
-                    window: Window::default(),
-                    scheduled: false,
-                    last_stats: None,
-                }))
-            })
-            .clone();
-        state.lock().rule = rule;
-        state
-    }
-
-    /// A connection of this node left `channel` (unsubscribed or closed).
-    pub fn leave(self: &Arc<Self>, channel: &str, user: &str, conn: &str) {
-        let Some(state) = self.state(channel) else {
-            return;
-        };
-        let mut st = state.lock();
-        let Some(gone) = st.local.remove(conn) else {
-            return;
-        };
-        self.metrics.presence.members.dec();
-        if let Some(n) = st.local_users.get_mut(&gone.user) {
-            *n -= 1;
-            if *n == 0 {
-                st.local_users.remove(&gone.user);
-                if let Some(w) = self.webhooks.upgrade() {
-                    w.member_changed(channel, &gone.user, false);
-                }
-            }
-        }
-        st.watchers.remove(conn);
-        if let Some(m) = st.roster.remove(user, conn) {
-            if let Some(r) = &self.redis {
-                r.leave(channel, &m);
-            }
-            self.changed(channel, &mut st, |w| w.leave(m));
-        }
-        self.forget_if_idle(channel, &st);
     }
 
     /// Members another node added or removed (its events, or what a
@@ -307,6 +232,9 @@ impl Presence {
         };
         let mut st = state.lock();
         for m in joins {
+            if m.info.is_some() && st.unknown_info.remove(&(m.user.clone(), m.conn_id.clone())) {
+                st.roster.set_info(&m);
+            }
             if st.roster.insert(&m) {
                 self.changed(channel, &mut st, |w| w.join(m));
             }
@@ -315,16 +243,33 @@ impl Presence {
             if st.local.contains_key(&m.conn_id) {
                 continue;
             }
+            st.unknown_info.remove(&(m.user.clone(), m.conn_id.clone()));
             if let Some(m) = st.roster.remove(&m.user, &m.conn_id) {
                 self.changed(channel, &mut st, |w| w.leave(m));
             }
         }
     }
 
-    /// Drops a channel's entry once nothing here needs it.
-    fn forget_if_idle(&self, channel: &str, st: &ChannelState) {
-        if st.local.is_empty() && st.watchers.is_empty() && !st.scheduled {
-            self.channels.remove(channel);
+    /// Drops a channel's entry once nothing here needs it: no member, no
+    /// observer, no join or watch waiting for Redis, no window to send.
+    /// Marked gone under its lock, so a join that found it in the map
+    /// looks again ([`Presence::with_entry`]).
+    fn forget_if_idle(
+        &self,
+        channel: &str,
+        state: &Arc<Mutex<ChannelState>>,
+        st: &mut ChannelState,
+    ) {
+        if st.local.is_empty()
+            && st.watchers.is_empty()
+            && st.joining.is_empty()
+            && st.setting_up == 0
+            && !st.scheduled
+            && !st.gone
+        {
+            st.gone = true;
+            self.channels
+                .remove_if(channel, |_, s| Arc::ptr_eq(s, state));
         }
     }
 
@@ -354,8 +299,10 @@ impl Presence {
         }
         let this = self.clone();
         let channel: Arc<str> = channel.into();
-        actix_rt::spawn(async move {
-            actix_rt::time::sleep(delay).await;
+        // A task of the runtime at hand (an actix worker's, or gRPC's for
+        // a read that pruned a dead node's members).
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
             this.flush(&channel);
         });
     }
@@ -393,23 +340,20 @@ impl Presence {
                 w.send(&frame, &update);
             }
         }
-        self.forget_if_idle(channel, &st);
+        self.forget_if_idle(channel, &state, &mut st);
     }
 
     /// Who is in `channel`: at most `limit` members, sorted, with the
-    /// counts. From Redis in a cluster (this node's own members, marked
-    /// partial, while it is away).
+    /// counts (`limit` 0: the counts only, `presence_stats`). From Redis
+    /// in a cluster, reading about `limit` members whatever the channel
+    /// holds (this node's own members, marked partial, while it is away).
     pub fn read(self: &Arc<Self>, channel: &str, limit: usize) -> Pending<Read> {
         if let Some(redis) = self.redis.clone() {
             let this = self.clone();
             let channel: Arc<str> = channel.into();
             return Pending::Later(Box::pin(async move {
-                match redis.read(&channel).await {
-                    Some(roster) => Read {
-                        members: roster.list(limit),
-                        counts: roster.counts(),
-                        partial: false,
-                    },
+                match redis.read(&channel, limit).await {
+                    Some(read) => read,
                     None => this.local_read(&channel, limit),
                 }
             }));
@@ -437,6 +381,26 @@ impl Presence {
             members: roster.list(limit),
             counts: roster.counts(),
             partial: true,
+        }
+    }
+}
+
+impl ChannelState {
+    fn new(rule: PresenceRule) -> ChannelState {
+        ChannelState {
+            rule,
+            roster: Roster::default(),
+            local: HashMap::new(),
+            local_users: HashMap::new(),
+            joining: HashMap::new(),
+            setting_up: 0,
+            watchers: HashMap::new(),
+            window: Window::default(),
+            scheduled: false,
+            last_stats: None,
+            gone: false,
+            synced: None,
+            unknown_info: HashSet::new(),
         }
     }
 }

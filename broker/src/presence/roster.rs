@@ -42,6 +42,21 @@ impl Roster {
         })
     }
 
+    pub(crate) fn contains(&self, user: &str, conn: &str) -> bool {
+        self.members.get(user).is_some_and(|c| c.contains_key(conn))
+    }
+
+    /// Gives a listed member its info (it was listed without one).
+    pub(crate) fn set_info(&mut self, m: &Member) {
+        if let Some(info) = self
+            .members
+            .get_mut(&m.user)
+            .and_then(|c| c.get_mut(&m.conn_id))
+        {
+            *info = m.info.clone();
+        }
+    }
+
     pub(crate) fn counts(&self) -> Counts {
         Counts {
             users: self.members.len() as u64,

@@ -10,7 +10,9 @@
 
 use std::sync::Arc;
 
-use super::{Pending, Presence, PresenceSink, Roster, Update};
+use parking_lot::Mutex;
+
+use super::{ChannelState, Pending, Presence, PresenceSink, Update};
 use crate::config::PresenceRule;
 use crate::protocol::presence::{self as frames, Member};
 
@@ -24,18 +26,28 @@ impl Presence {
         key: Arc<str>,
         sink: Arc<dyn PresenceSink>,
     ) -> Pending<()> {
-        if let Some(redis) = self.redis.clone().filter(|r| r.is_up())
-            && self.state(channel).is_none()
-        {
-            // A channel new to this node starts from Redis's members.
-            let this = self.clone();
-            let channel: Arc<str> = channel.into();
-            return Pending::Later(Box::pin(async move {
-                let seed = redis.read(&channel).await;
-                this.add_watcher(&channel, rule, key, sink, seed);
-            }));
+        if let Some(redis) = self.redis.clone().filter(|r| r.is_up()) {
+            let unsynced = self.with_entry(channel, rule, |state, st| {
+                st.synced.is_none().then(|| {
+                    st.setting_up += 1;
+                    SettingUp {
+                        presence: self.clone(),
+                        channel: channel.into(),
+                        state: state.clone(),
+                    }
+                })
+            });
+            if let Some(setting_up) = unsynced {
+                // A view new to this node starts from Redis's members.
+                let this = self.clone();
+                return Pending::Later(Box::pin(async move {
+                    let s = &setting_up;
+                    this.sync(&redis, &s.channel, &s.state, true).await;
+                    this.add_watcher(&s.channel, rule, key, sink);
+                }));
+            }
         }
-        self.add_watcher(channel, rule, key, sink, None);
+        self.add_watcher(channel, rule, key, sink);
         Pending::Ready(())
     }
 
@@ -46,7 +58,7 @@ impl Presence {
         };
         let mut st = state.lock();
         st.watchers.remove(key);
-        self.forget_if_idle(channel, &st);
+        self.forget_if_idle(channel, &state, &mut st);
     }
 
     fn add_watcher(
@@ -55,41 +67,49 @@ impl Presence {
         rule: PresenceRule,
         key: Arc<str>,
         sink: Arc<dyn PresenceSink>,
-        seed: Option<Roster>,
     ) {
-        let state = self.entry(channel, rule);
-        let mut st = state.lock();
-        if let Some(seed) = seed
-            && st.local.is_empty()
-            && st.watchers.is_empty()
-        {
-            for m in seed.iter() {
-                st.roster.insert(&m);
+        self.with_entry(channel, rule, |_, st| {
+            // The members as the other watchers were last told: without
+            // the joins, with the leaves, the open window will send.
+            if st.roster.connections > u64::from(rule.join_leave_max_members) {
+                let counts = st.roster.counts();
+                let frame = frames::stats(None, channel, counts, false);
+                sink.send(&frame, &Update::Counts(counts));
+            } else {
+                let mut listed: Vec<Member> = st
+                    .roster
+                    .iter()
+                    .filter(|m| !st.window.joining(&m.conn_id))
+                    .chain(st.window.leaving().cloned())
+                    .collect();
+                listed.sort();
+                let frame = frames::diff(channel, &listed, &[]);
+                sink.send(
+                    &frame,
+                    &Update::Diff {
+                        joins: &listed,
+                        leaves: &[],
+                    },
+                );
             }
-        }
-        // The members as the other watchers were last told: without the
-        // joins, with the leaves, the open window will send.
-        if st.roster.connections > u64::from(rule.join_leave_max_members) {
-            let counts = st.roster.counts();
-            let frame = frames::stats(None, channel, counts, false);
-            sink.send(&frame, &Update::Counts(counts));
-        } else {
-            let mut listed: Vec<Member> = st
-                .roster
-                .iter()
-                .filter(|m| !st.window.joining(&m.conn_id))
-                .chain(st.window.leaving().cloned())
-                .collect();
-            listed.sort();
-            let frame = frames::diff(channel, &listed, &[]);
-            sink.send(
-                &frame,
-                &Update::Diff {
-                    joins: &listed,
-                    leaves: &[],
-                },
-            );
-        }
-        st.watchers.insert(key, sink);
+            st.watchers.insert(key, sink);
+        });
+    }
+}
+
+/// An observer's first read of Redis under way: the entry is kept until
+/// it ends, however it ends (the caller may drop the future).
+struct SettingUp {
+    presence: Arc<Presence>,
+    channel: Arc<str>,
+    state: Arc<Mutex<ChannelState>>,
+}
+
+impl Drop for SettingUp {
+    fn drop(&mut self) {
+        let mut st = self.state.lock();
+        st.setting_up -= 1;
+        self.presence
+            .forget_if_idle(&self.channel, &self.state, &mut st);
     }
 }

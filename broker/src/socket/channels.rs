@@ -33,9 +33,15 @@ impl Socket {
             self.forbid(id, channel, "subscribe");
             return;
         }
+        // A join of this channel waiting for Redis: this subscribe goes
+        // on in its place when it answers.
+        if self.rejoin_presence(id, channel, since) {
+            return;
+        }
         let max = self.limits().max_subscriptions as usize;
         let (count, already) = self.outbox.subscriptions(channel);
-        if !already && count >= max {
+        // Joins waiting for Redis are subscriptions to be: they count.
+        if !already && count + self.presence_joining() >= max {
             let dry = self.limits().is_dry_run(LimitName::Subscriptions);
             self.exceeded(
                 Layer::Connection,
@@ -57,20 +63,16 @@ impl Socket {
             }
         }
         if !already && let Some(rule) = self.presence_rule(channel) {
-            let id_owned: Option<Box<RawValue>> = id.map(ToOwned::to_owned);
             // Members are counted before the subscription exists, so a
             // full channel refuses without subscribing.
-            let channel_owned: Box<str> = channel.into();
-            self.join_presence(rule, id, channel, ctx, move |act, ctx| {
-                act.subscribe_live(id_owned.as_deref(), &channel_owned, since, ctx)
-            });
+            self.join_presence(rule, id, channel, since, ctx);
             return;
         }
         self.subscribe_live(id, channel, since, ctx);
     }
 
     /// Subscribes through the bridge (after any presence join).
-    fn subscribe_live(
+    pub(super) fn subscribe_live(
         &mut self,
         id: Option<&RawValue>,
         channel: &str,
@@ -112,8 +114,10 @@ impl Socket {
     pub(super) fn unsubscribe(&mut self, id: Option<&RawValue>, channel: &str) {
         if let Some(name) = self.outbox.leave(channel) {
             self.node.bridge.unsubscribe(&name, self.id.conn);
-            self.leave_presence(&name);
         }
+        // Its membership, or its join still waiting (whose subscribe then
+        // never happens).
+        self.end_presence(channel);
         if let Some(id) = id {
             self.send(wire::ack(id, None, None));
         }

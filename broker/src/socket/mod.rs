@@ -103,6 +103,9 @@ pub struct Socket {
     notice: DropNotice,
     /// Numbers joins, so a late answer to an old one is recognised.
     next_join: u64,
+    /// The presence channels this connection is a member of or joining
+    /// (`socket/presence.rs`): what every end of a subscription leaves.
+    presence: presence::Memberships,
     /// The outbound queue and the subscriptions' positions, which the hub
     /// writes into directly (`socket/delivery.rs`).
     outbox: Arc<Outbox>,
@@ -186,6 +189,10 @@ impl Socket {
             return;
         }
         self.closing = true;
+        // Nothing more is delivered: the presence memberships end now, not
+        // when the peer answers the close (which a drain's last batch, or
+        // a peer that stopped reading, does not wait for).
+        self.end_all_presence();
         let _e = self.span.enter();
         tracing::info!(code, reason, "closing socket");
         self.outbox.stop_deliveries(discard);
@@ -284,8 +291,8 @@ impl Actor for Socket {
         }
         for channel in self.outbox.leave_all() {
             self.node.bridge.unsubscribe(&channel, self.id.conn);
-            self.leave_presence(&channel);
         }
+        self.end_all_presence();
         // Give back the IP and account places first (before the node stops
         // counting this socket), not when the actor is eventually dropped.
         self.slots = Slots::default();

@@ -1,8 +1,18 @@
 //! The socket's side of presence (§13): joining a presence channel on
-//! subscribe (refused with `presence_full` past `max_members`), leaving
-//! on unsubscribe and close, the `presence`/`presence_stats` reads, and
-//! the outbox as the sink of the channel's diffs.
+//! subscribe (refused with `presence_full` past `max_members`), the
+//! `presence`/`presence_stats` reads, and the outbox as the sink of the
+//! channel's diffs.
+//!
+//! Membership follows the subscription: the socket keeps the presence
+//! channels it is a member of, or joining (its subscribe waiting for the
+//! join), and every path that ends a subscription (unsubscribe, close for
+//! any reason: the client's, a kick, a ban, the drain, a slow consumer;
+//! a refresh that no longer grants the channel) ends its membership from
+//! that list, not from the config as it is then (a reload may have
+//! turned presence off). A join still waiting counts toward
+//! `max_subscriptions`, and one ended meanwhile never subscribes.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,6 +46,24 @@ impl PresenceSink for Outbox {
     }
 }
 
+/// A presence channel this connection is in, or joining.
+pub(super) enum Membership {
+    /// The join waits for Redis; the subscribe that asked for it (the
+    /// latest, if the client asked again meanwhile) goes on when it
+    /// answers.
+    Joining {
+        id: Option<Box<RawValue>>,
+        since: Option<u64>,
+    },
+    /// A member: the channel is one of the socket's subscriptions.
+    Member,
+}
+
+/// The socket's presence channels. Bounded by the plan's
+/// `max_subscriptions`: a member is one of the socket's subscriptions,
+/// and a join waiting counts toward the cap.
+pub(super) type Memberships = HashMap<Arc<str>, Membership>;
+
 impl Socket {
     /// The presence rule of `channel`'s namespace, if any.
     pub(super) fn presence_rule(&self, channel: &str) -> Option<PresenceRule> {
@@ -50,24 +78,57 @@ impl Socket {
         }
     }
 
-    /// Joins `channel`'s members, then runs `then` (the subscribe); past
-    /// `max_members` answers `presence_full` instead.
+    /// Joins waiting for Redis (each counts as a subscription).
+    pub(super) fn presence_joining(&self) -> usize {
+        self.presence
+            .values()
+            .filter(|m| matches!(m, Membership::Joining { .. }))
+            .count()
+    }
+
+    /// A subscribe to `channel` while its join waits: it takes over the
+    /// join's continuation (as a later subscribe takes over an earlier
+    /// one's join through the bridge). False if no join waits.
+    pub(super) fn rejoin_presence(
+        &mut self,
+        id: Option<&RawValue>,
+        channel: &str,
+        since: Option<u64>,
+    ) -> bool {
+        match self.presence.get_mut(channel) {
+            Some(Membership::Joining { id: i, since: s }) => {
+                *i = id.map(ToOwned::to_owned);
+                *s = since;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Joins `channel`'s members, then subscribes; past `max_members`
+    /// answers `presence_full` instead.
     pub(super) fn join_presence(
         &mut self,
         rule: PresenceRule,
         id: Option<&RawValue>,
         channel: &str,
+        since: Option<u64>,
         ctx: &mut Context<Self>,
-        then: impl FnOnce(&mut Socket, &mut Context<Self>) + 'static,
     ) {
         let sink: Arc<dyn PresenceSink> = self.outbox.clone();
-        let id: Option<Box<RawValue>> = id.map(ToOwned::to_owned);
-        let channel: Box<str> = channel.into();
+        let channel: Arc<str> = channel.into();
+        self.presence.insert(
+            channel.clone(),
+            Membership::Joining {
+                id: id.map(ToOwned::to_owned),
+                since,
+            },
+        );
         match self.node.presence.join(&channel, rule, self.member(), sink) {
-            Pending::Ready(r) => self.joined_presence(r, id.as_deref(), &channel, ctx, then),
+            Pending::Ready(r) => self.joined_presence(r, &channel, ctx),
             Pending::Later(f) => {
                 ctx.spawn(f.into_actor(self).map(move |r, act, ctx| {
-                    act.joined_presence(r, id.as_deref(), &channel, ctx, then);
+                    act.joined_presence(r, &channel, ctx);
                 }));
             }
         }
@@ -76,20 +137,27 @@ impl Socket {
     fn joined_presence(
         &mut self,
         result: Result<(), crate::presence::Full>,
-        id: Option<&RawValue>,
-        channel: &str,
+        channel: &Arc<str>,
         ctx: &mut Context<Self>,
-        then: impl FnOnce(&mut Socket, &mut Context<Self>),
     ) {
-        if self.closing {
-            self.node
-                .presence
-                .leave(channel, &self.id.account, &self.id.label);
+        // Ended meanwhile (its leave was sent then), or closing (stopping
+        // leaves it).
+        if self.closing || !matches!(self.presence.get(channel), Some(Membership::Joining { .. })) {
             return;
         }
         match result {
-            Ok(()) => then(self, ctx),
+            Ok(()) => {
+                let Some(Membership::Joining { id, since }) =
+                    self.presence.insert(channel.clone(), Membership::Member)
+                else {
+                    return;
+                };
+                self.subscribe_live(id.as_deref(), channel, since, ctx);
+            }
             Err(full) => {
+                let Some(Membership::Joining { id, .. }) = self.presence.remove(channel) else {
+                    return;
+                };
                 self.exceeded(
                     Layer::Connection,
                     "presence_full",
@@ -103,7 +171,7 @@ impl Socket {
                 );
                 self.send(
                     ErrorFrame::new(ErrorCode::PresenceFull)
-                        .id(id)
+                        .id(id.as_deref())
                         .channel(channel)
                         .retry_after_ms(0)
                         .message(&message)
@@ -113,12 +181,26 @@ impl Socket {
         }
     }
 
-    /// This connection left `channel` (if it is a presence channel).
-    pub(super) fn leave_presence(&self, channel: &str) {
-        if self.presence_rule(channel).is_some() {
+    /// The subscription to `channel` ended: so does its membership (or
+    /// its join still waiting). Returns the waiting subscribe's `id`, if
+    /// a join was waiting with one.
+    pub(super) fn end_presence(&mut self, channel: &str) -> Option<Box<RawValue>> {
+        let ended = self.presence.remove(channel)?;
+        self.node
+            .presence
+            .leave(channel, &self.id.account, &self.id.label);
+        match ended {
+            Membership::Joining { id, .. } => id,
+            Membership::Member => None,
+        }
+    }
+
+    /// Every membership ends (the socket stops).
+    pub(super) fn end_all_presence(&mut self) {
+        for (channel, _) in std::mem::take(&mut self.presence) {
             self.node
                 .presence
-                .leave(channel, &self.id.account, &self.id.label);
+                .leave(&channel, &self.id.account, &self.id.label);
         }
     }
 

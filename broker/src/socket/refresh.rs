@@ -9,14 +9,18 @@
 //! the old token stays in force. An accepted one applies from then on:
 //! its plan's limits (balances kept, as on a reload), its role, its
 //! channel globs. A subscription the new token no longer allows ends: the
-//! socket leaves the channel and says so with a `forbidden` error naming
-//! it (no `id`: no request of the client's caused it).
+//! socket leaves the channel, and its presence membership (§13) with it,
+//! and says so with a `forbidden` error naming it (no `id`: no request of
+//! the client's caused it; except a subscribe whose presence join was
+//! still waiting, which this answers).
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use actix::prelude::*;
 use serde_json::value::RawValue;
 
+use super::presence::Membership;
 use super::{Reconfigure, Socket};
 use crate::metrics::Layer;
 use crate::protocol::wire::{self, ErrorFrame};
@@ -89,9 +93,33 @@ impl Socket {
         // New limits keep the balances; the role may change which rules apply.
         <Self as Handler<Reconfigure>>::handle(self, Reconfigure { limits }, ctx);
         self.arm_expiry(ctx);
+        // Every subscription the new token does not grant ends, and its
+        // presence membership with it; a presence join still waiting for
+        // Redis is cancelled, its subscribe answered `forbidden`.
         let grants = &self.id.grants;
-        for channel in self.outbox.leave_unless(|c| grants.subscribe.matches(c)) {
-            self.node.bridge.unsubscribe(&channel, self.id.conn);
+        let mut ended: Vec<(Arc<str>, Option<Box<RawValue>>)> = self
+            .outbox
+            .leave_unless(|c| grants.subscribe.matches(c))
+            .into_iter()
+            .map(|c| (c, None))
+            .collect();
+        for (channel, _) in &ended {
+            self.node.bridge.unsubscribe(channel, self.id.conn);
+        }
+        // A join still waiting is not a subscription yet (a member's is).
+        ended.extend(
+            self.presence
+                .iter()
+                .filter(|(c, m)| {
+                    matches!(m, Membership::Joining { .. }) && !grants.subscribe.matches(c)
+                })
+                .map(|(c, _)| (c.clone(), None))
+                .collect::<Vec<_>>(),
+        );
+        for (channel, id) in &mut ended {
+            *id = self.end_presence(channel);
+        }
+        for (channel, id) in ended {
             self.exceeded(
                 Layer::Connection,
                 "forbidden",
@@ -104,6 +132,7 @@ impl Socket {
             );
             self.send(
                 ErrorFrame::new(ErrorCode::Forbidden)
+                    .id(id.as_deref())
                     .channel(&channel)
                     .message(&message)
                     .encode(),

@@ -94,6 +94,7 @@ impl Socket {
                 admission: Admission::new(limits, now),
                 notice: DropNotice::new(NOTICE_INTERVAL),
                 next_join: 0,
+                presence: Default::default(),
                 outbox,
                 gauge,
                 inbound: Some(Inbound::new(pipe.clone(), gate.clone())),

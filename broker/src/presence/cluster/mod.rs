@@ -1,81 +1,116 @@
 //! Presence across nodes on one Redis or a Redis Cluster (§13).
 //!
-//! - Members: each node holds its members of a channel in its own hash
-//!   `{prefix}pr:{<channel>}:<node>` (connection id → `[user, conn,
-//!   info]`), which expires `cluster.lease_ms` after the node last renewed
-//!   it; the set `{prefix}pr:{<channel>}` names the nodes that have some.
-//!   Both carry the channel as hash tag, so on Redis Cluster a channel's
-//!   keys sit in one slot and every script runs on one shard. A node that
-//!   dies stops renewing, so its members are gone within the lease.
-//! - A join is one script call (count the live members, refuse past
-//!   `max_members`, add, publish the join); a leave is one (remove,
-//!   publish). Every node hears the events on `{prefix}pr:events` and
-//!   folds the other nodes' into its view and its diff windows
-//!   (`link.rs`).
-//! - Every third of the lease a node renews its hashes and re-reads each
-//!   channel it has members or observers of (`renew.rs`).
+//! - Members: six keys per channel, all under the channel's hash tag
+//!   (`{prefix}pr:{<channel>}:m`, `:i`, `:u`, `:w`, `:o`, `:v`; see
+//!   `scripts.rs`): the members sorted the way reads answer, their infos,
+//!   the user counts, each member's node, each node's lease on the
+//!   channel, and a version. Every key expires: each node holding members
+//!   renews its lease on the channel every third of `cluster.lease_ms`,
+//!   which gives every key of the channel a lease more; a node that dies
+//!   stops renewing, its members leave once its lease ends (pruned by the
+//!   next script that counts or lists the channel, and told to the other
+//!   nodes as leaves), and a channel no live node holds is gone from
+//!   Redis within a lease.
+//! - A join is one script call (prune, refuse past `max_members` with
+//!   `ZCARD`, add, publish the join); a leave is one (remove, publish).
+//!   Reads cost what they return: counts from `ZCARD`/`HLEN`, and the
+//!   first `limit` members by `ZRANGEBYLEX` and `HMGET`.
+//! - Events: every node hears the joins and leaves on `{prefix}pr:events`
+//!   and folds the other nodes' into its view and its diff windows
+//!   (`link.rs`). Each is sealed with `cluster.secret` by the control
+//!   topic's own signer ([`ControlSigner`]: HMAC, clock window, replay
+//!   memory), so a client of the same Redis cannot forge a join or leave.
+//! - Every third of the lease a node renews its leases and brings each
+//!   channel it sends diffs of in line with Redis, reading the members'
+//!   keys only when the channel's version moved (`renew.rs`, `sync.rs`).
 //! - While Redis is away joins are checked against this node's view and
 //!   reads answer with this node's own members, `partial: true`.
 
 mod link;
 mod renew;
+mod reply;
+mod scripts;
+mod sync;
 mod wire;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use super::{Full, Presence, Roster};
-use crate::cluster::redis::{Link, RedisTarget};
-use crate::protocol::presence::Member;
-use wire::{Event, JOIN, LEAVE, READ, Wire};
+use super::{Full, Presence, Read};
+use crate::cluster::redis::{ControlSigner, Link, RedisTarget};
+use crate::config::ClusterSecrets;
+use crate::metrics::Metrics;
+use crate::protocol::presence::{Counts, Member};
+use reply::Reply;
+use scripts::Scripts;
+use wire::{Event, Wire, sort_key};
 
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Where presence meets Redis: what `RedisPresence::new` needs.
+pub struct RedisSettings<'a> {
+    pub target: RedisTarget,
+    /// Redis Cluster rather than one Redis.
+    pub sharded: bool,
+    pub prefix: &'a str,
+    pub node: &'a str,
+    pub lease_ms: u64,
+    /// `cluster.secret` (and `accept_secrets`): the events are sealed
+    /// and checked as the control topic's messages are.
+    pub secrets: ClusterSecrets,
+    pub metrics: Arc<Metrics>,
+}
 
 pub struct RedisPresence {
     presence: OnceLock<Weak<Presence>>,
     target: RedisTarget,
-    /// Redis Cluster rather than one Redis.
     sharded: bool,
     /// The command connection, made at `start` (unset: it could not be
     /// set up, logged).
     link: OnceLock<Link>,
     prefix: String,
+    /// `{prefix}pr:events`.
+    topic: String,
     /// This process in the member hashes: the node id and a per-start
     /// suffix, so a restarted node's old members expire by themselves.
     node: String,
     lease_ms: u64,
     up: AtomicBool,
-    /// A change may not have reached Redis (a failed or skipped call):
-    /// the next renewal writes this node's members again in full, so a
-    /// leave lost in an outage leaves no ghost behind.
+    /// A change may not have reached Redis (a failed or skipped call, or
+    /// one that crossed a registration): the next renewal writes this
+    /// node's members again in full, so a leave lost in an outage leaves
+    /// no ghost behind.
     rewrite: AtomicBool,
-    join: redis::Script,
-    leave: redis::Script,
-    read: redis::Script,
+    /// Raised when a renewal round starts writing members and when it
+    /// ends (odd while one runs): a join or leave that saw it move may
+    /// have crossed the registration, so it asks for a rewrite.
+    registering: AtomicU64,
+    scripts: Scripts,
+    /// Seals this node's events and opens the others' (the control
+    /// topic's signer, on the events topic).
+    signer: ControlSigner,
+    metrics: Arc<Metrics>,
 }
 
 impl RedisPresence {
-    pub fn new(
-        target: RedisTarget,
-        sharded: bool,
-        prefix: &str,
-        node: &str,
-        lease_ms: u64,
-    ) -> Arc<Self> {
+    pub fn new(s: RedisSettings<'_>) -> Arc<Self> {
+        let topic = format!("{}pr:events", s.prefix);
         Arc::new(RedisPresence {
             presence: OnceLock::new(),
-            target,
-            sharded,
+            target: s.target,
+            sharded: s.sharded,
             link: OnceLock::new(),
-            prefix: prefix.to_owned(),
-            node: format!("{node}:{:08x}", rand::random::<u32>()),
-            lease_ms,
+            prefix: s.prefix.to_owned(),
+            topic: topic.clone(),
+            node: format!("{}:{:08x}", s.node, rand::random::<u32>()),
+            lease_ms: s.lease_ms,
             up: AtomicBool::new(false),
             rewrite: AtomicBool::new(false),
-            join: redis::Script::new(JOIN),
-            leave: redis::Script::new(LEAVE),
-            read: redis::Script::new(READ),
+            registering: AtomicU64::new(0),
+            scripts: Scripts::new(),
+            signer: ControlSigner::new(topic, s.secrets),
+            metrics: s.metrics,
         })
     }
 
@@ -96,88 +131,114 @@ impl RedisPresence {
         }
     }
 
-    fn set_key(&self, channel: &str) -> String {
-        format!("{}pr:{{{channel}}}", self.prefix)
+    /// The six keys of `channel`, in the scripts' KEYS order.
+    fn keys(&self, channel: &str) -> [String; 6] {
+        ["m", "i", "u", "w", "o", "v"].map(|k| format!("{}pr:{{{channel}}}:{k}", self.prefix))
     }
 
-    /// The prefix of a channel's node hashes (the node id follows).
-    fn hash_prefix(&self, channel: &str) -> String {
-        format!("{}pr:{{{channel}}}:", self.prefix)
+    fn topic(&self) -> &str {
+        &self.topic
     }
 
-    fn topic(&self) -> String {
-        format!("{}pr:events", self.prefix)
-    }
-
+    /// The event, sealed (empty without a signing secret, which cluster
+    /// mode requires: the scripts then publish nothing).
     fn event(&self, channel: &str, joins: &[&Member], leaves: &[&Member]) -> String {
-        serde_json::to_string(&Event {
+        let body = serde_json::to_string(&Event {
             n: self.node.clone(),
             c: channel.to_owned(),
             j: joins.iter().map(|m| Wire::from(*m)).collect(),
             l: leaves.iter().map(|m| Wire::from(*m)).collect(),
         })
-        .unwrap_or_default()
+        .unwrap_or_default();
+        self.signer
+            .seal(&body, crate::clock::unix_ms())
+            .unwrap_or_default()
     }
 
     pub(super) async fn conn(&self) -> Option<crate::cluster::redis::Conn> {
         self.link.get()?.conn().await.ok()
     }
 
-    /// This node's hash of `channel`'s members.
-    fn own_hash(&self, channel: &str) -> String {
-        format!("{}{}", self.hash_prefix(channel), self.node)
+    /// Where a registration round stands (see `registering`).
+    pub(super) fn registrations(&self) -> u64 {
+        self.registering.load(Ordering::Acquire)
+    }
+
+    /// A change that started at registration count `before` is over: if
+    /// a registration ran meanwhile, the next renewal rewrites.
+    pub(super) fn settle(&self, before: u64) {
+        if before % 2 == 1 || self.registrations() != before {
+            self.rewrite.store(true, Ordering::Release);
+        }
     }
 
     /// Adds the member in Redis: `None` if Redis did not answer (then the
-    /// node checks its own view).
+    /// node checks its own view). `others`: this node holds other members
+    /// of the channel (so its lease there should be in force).
     pub(super) async fn join(
-        &self,
+        self: &Arc<Self>,
         channel: &str,
         m: &Member,
         max: u32,
+        others: bool,
     ) -> Option<Result<(), Full>> {
         let mut conn = self.conn().await?;
-        let value = serde_json::to_string(&Wire::from(m)).unwrap_or_default();
-        let mut inv = self.join.prepare_invoke();
-        inv.key(self.set_key(channel))
-            .key(self.own_hash(channel))
-            .arg(&self.node)
-            .arg(&*m.conn_id)
-            .arg(value)
+        let stored = serde_json::to_string(&Wire::from(m)).unwrap_or_default();
+        let mut inv = self.scripts.join.prepare_invoke();
+        for k in self.keys(channel) {
+            inv.key(k);
+        }
+        inv.arg(&self.node)
+            .arg(sort_key(&m.user, &m.conn_id))
+            .arg(stored)
             .arg(max)
             .arg(self.lease_ms)
             .arg(self.topic())
             .arg(self.event(channel, &[m], &[]))
-            .arg(self.hash_prefix(channel));
-        let call = inv.invoke_async::<i64>(&mut conn);
-        match tokio::time::timeout(COMMAND_TIMEOUT, call).await {
-            Ok(Ok(1)) => Some(Ok(())),
-            Ok(Ok(_)) => Some(Err(Full { max })),
-            _ => {
-                self.set_up(false);
-                None
-            }
+            .arg(if others { "1" } else { "0" });
+        let call = inv.invoke_async::<redis::Value>(&mut conn);
+        let Ok(Ok(value)) = tokio::time::timeout(COMMAND_TIMEOUT, call).await else {
+            self.set_up(false);
+            return None;
+        };
+        let mut r = Reply::new(value);
+        let (status, lapsed) = (r.int(), r.int());
+        self.gone(channel, r.members());
+        if lapsed == 1 {
+            self.rewrite.store(true, Ordering::Release);
         }
+        Some(if status == 1 {
+            Ok(())
+        } else {
+            Err(Full { max })
+        })
     }
 
     /// Removes the member in Redis (in the background; while Redis is
-    /// away the lease takes it).
+    /// away the lease takes it, and the next renewal rewrites).
     pub(super) fn leave(self: &Arc<Self>, channel: &str, m: &Member) {
         if !self.is_up() {
             self.rewrite.store(true, Ordering::Release);
             return;
         }
         let this = self.clone();
-        let script = self.leave.clone();
-        let key = self.own_hash(channel);
+        let keys = self.keys(channel);
         let args = (
-            m.conn_id.to_string(),
-            self.topic(),
+            sort_key(&m.user, &m.conn_id),
+            self.topic().to_owned(),
             self.event(channel, &[], &[m]),
         );
-        actix_rt::spawn(async move {
-            let mut inv = script.prepare_invoke();
-            inv.key(key).arg(args.0).arg(args.1).arg(args.2);
+        let before = self.registrations();
+        tokio::spawn(async move {
+            let mut inv = this.scripts.leave.prepare_invoke();
+            for k in keys {
+                inv.key(k);
+            }
+            inv.arg(&this.node)
+                .arg(args.0)
+                .arg(this.lease_ms)
+                .arg(args.1)
+                .arg(args.2);
             let call = async {
                 let mut conn = this.conn().await.ok_or_else(|| {
                     redis::RedisError::from((redis::ErrorKind::Io, "Redis not reachable"))
@@ -188,33 +249,65 @@ impl RedisPresence {
             if !matches!(done, Ok(Ok(_))) {
                 this.rewrite.store(true, Ordering::Release);
             }
+            this.settle(before);
         });
     }
 
-    /// Every live member of `channel`, or `None` when Redis is away.
-    pub(super) async fn read(&self, channel: &str) -> Option<Roster> {
+    /// The counts and the first `limit` members of `channel` (0: counts
+    /// only), or `None` when Redis is away.
+    pub(super) async fn read(self: &Arc<Self>, channel: &str, limit: usize) -> Option<Read> {
         if !self.is_up() {
             return None;
         }
         let mut conn = self.conn().await?;
-        let mut inv = self.read.prepare_invoke();
-        inv.key(self.set_key(channel))
-            .arg(self.hash_prefix(channel));
-        let call = inv.invoke_async::<Vec<String>>(&mut conn);
-        let flat = match tokio::time::timeout(COMMAND_TIMEOUT, call).await {
-            Ok(Ok(v)) => v,
-            _ => {
-                self.set_up(false);
-                return None;
-            }
-        };
-        let mut roster = Roster::default();
-        for pair in flat.chunks_exact(2) {
-            if let Ok(w) = serde_json::from_str::<Wire>(&pair[1]) {
-                roster.insert(&Member::from(w));
-            }
+        let mut inv = self.scripts.read.prepare_invoke();
+        for k in self.keys(channel) {
+            inv.key(k);
         }
-        Some(roster)
+        inv.arg(limit).arg(self.lease_ms);
+        let call = inv.invoke_async::<redis::Value>(&mut conn);
+        let Ok(Ok(value)) = tokio::time::timeout(COMMAND_TIMEOUT, call).await else {
+            self.set_up(false);
+            return None;
+        };
+        let mut r = Reply::new(value);
+        let counts = Counts {
+            connections: r.int().max(0) as u64,
+            users: r.int().max(0) as u64,
+        };
+        self.gone(channel, r.members());
+        Some(Read {
+            members: r.rest_members(),
+            counts,
+            partial: false,
+        })
+    }
+
+    /// Members Redis let go (a dead node's, pruned, or this node's own
+    /// that left while Redis was away): this node's view and windows
+    /// drop them, and the other nodes are told.
+    fn gone(self: &Arc<Self>, channel: &str, leaves: Vec<Member>) {
+        if leaves.is_empty() {
+            return;
+        }
+        let refs: Vec<&Member> = leaves.iter().collect();
+        let event = self.event(channel, &[], &refs);
+        if !event.is_empty() {
+            let this = self.clone();
+            tokio::spawn(async move {
+                if let Some(mut conn) = this.conn().await {
+                    let publish = redis::cmd("PUBLISH")
+                        .arg(this.topic())
+                        .arg(event)
+                        .to_owned();
+                    let call = publish.query_async::<i64>(&mut conn);
+                    let _ = tokio::time::timeout(COMMAND_TIMEOUT, call).await;
+                }
+            });
+        }
+        if let Some(p) = self.presence.get().and_then(Weak::upgrade) {
+            p.remote(channel, Vec::new(), leaves);
+        }
     }
 
     pub(super) fn start(self: Arc<Self>) {
@@ -237,8 +330,29 @@ impl RedisPresence {
         actix_rt::spawn(self.renew_loop());
     }
 
+    /// An event from the topic: applied when a node of this cluster
+    /// sealed it; anything else is counted (with the control topic's
+    /// forgeries), logged at most every ten seconds, and ignored.
     pub(super) fn on_event(&self, payload: &[u8]) {
-        let Ok(e) = serde_json::from_slice::<Event>(payload) else {
+        let now = crate::clock::unix_ms();
+        let opened = std::str::from_utf8(payload)
+            .map_err(|_| crate::cluster::redis::Forged::Unsigned)
+            .and_then(|text| self.signer.open(text, now));
+        let body = match opened {
+            Ok(body) => body,
+            Err(why) => {
+                self.metrics.control_rejected(why.as_str());
+                if let Some(ignored) = self.signer.log_due(now) {
+                    tracing::warn!(
+                        reason = why.as_str(),
+                        ignored,
+                        "presence event from Redis not sealed by a node of this cluster; ignored (check cluster.secret, the nodes' clocks, and who may PUBLISH on this Redis)"
+                    );
+                }
+                return;
+            }
+        };
+        let Ok(e) = serde_json::from_str::<Event>(body) else {
             return;
         };
         if e.n == self.node {

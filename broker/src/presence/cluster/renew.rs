@@ -1,13 +1,15 @@
 //! The lease (§13): every third of `cluster.lease_ms` a node renews its
-//! member hashes (registering its members again where Redis lost them)
-//! and re-reads every channel it has members or observers of, so a dead
-//! node's vanished members become leaves and missed events are made up.
+//! lease on every channel it has members of (which gives each of the
+//! channel's keys a lease more, `scripts.rs`), registers its members
+//! again where Redis lost them or a change may not have reached it, and
+//! brings every channel it sends diffs of in line with Redis
+//! (`sync.rs`), so a dead node's members become leaves and missed events
+//! are made up.
 //!
 //! Nothing here spans two channels in one command on Redis Cluster: a
-//! channel's keys share its hash tag, and the node finds its own hashes
-//! from the channels it holds in memory, one command per channel (sent
-//! concurrently) instead of a pipeline or a script across slots. On one
-//! Redis the renewals of up to 256 channels go in one pipeline.
+//! channel's keys share its hash tag, and the node finds its channels in
+//! memory, one script call per channel, sent concurrently (256 at a time;
+//! on one Redis they share the connection's pipeline).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -15,19 +17,18 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use super::wire::Wire;
+use super::reply::Reply;
+use super::wire::{Wire, sort_key};
 use super::{COMMAND_TIMEOUT, RedisPresence};
-use crate::cluster::redis::Conn;
 use crate::presence::Presence;
 use crate::protocol::presence::Member;
 
-/// Channels renewed per round (one pipeline on one Redis, this many
-/// concurrent commands on Redis Cluster).
+/// Channels renewed per round.
 const CHUNK: usize = 256;
 
 impl RedisPresence {
-    /// Every third of the lease: renew this node's hashes and re-read
-    /// each channel it has members or observers of.
+    /// Every third of the lease: renew this node's leases and bring each
+    /// channel it sends diffs of in line with Redis.
     pub(super) async fn renew_loop(self: Arc<Self>) {
         let every = Duration::from_millis((self.lease_ms / 3).max(50));
         let mut tick = tokio::time::interval(every);
@@ -40,16 +41,28 @@ impl RedisPresence {
             let ok = tokio::time::timeout(COMMAND_TIMEOUT * 5, self.renew(&p)).await;
             self.set_up(matches!(ok, Ok(Ok(()))));
             if self.is_up() {
-                for channel in p.channel_names() {
-                    self.reconcile(&p, &channel).await;
+                // Every channel this node sends diffs of (members with
+                // `join_leave`, or observers), in rounds of concurrent calls.
+                let diffed: Vec<_> = p
+                    .channel_names()
+                    .into_iter()
+                    .filter_map(|c| {
+                        let state = p.state(&c)?;
+                        let join_leave = state.lock().rule.join_leave;
+                        join_leave.then_some((c, state))
+                    })
+                    .collect();
+                for chunk in diffed.chunks(CHUNK) {
+                    join_all(chunk.iter().map(|(c, s)| p.sync(&self, c, s, false))).await;
                 }
             }
         }
     }
 
-    /// Renews (or, if Redis lost it, registers again) this node's hash of
-    /// every channel it has members of.
-    async fn renew(&self, p: &Presence) -> redis::RedisResult<()> {
+    /// Renews this node's lease on every channel it has members of, and
+    /// registers them again where Redis does not hold it (or on a
+    /// rewrite).
+    async fn renew(self: &Arc<Self>, p: &Presence) -> redis::RedisResult<()> {
         let Some(mut conn) = self.conn().await else {
             return Err((redis::ErrorKind::Io, "Redis not reachable").into());
         };
@@ -64,34 +77,46 @@ impl RedisPresence {
             return Ok(());
         }
         let rewrite = self.rewrite.swap(false, Ordering::AcqRel);
-        let result = self.renew_channels(p, &conn, &channels, rewrite).await;
+        let result = self.renew_channels(p, &channels, rewrite).await;
         if result.is_err() {
             self.rewrite.store(true, Ordering::Release);
         }
         result
     }
 
-    /// Renews `channels`' hashes of this node; with `rewrite` (or where
-    /// Redis lost one) writes its members in full.
     async fn renew_channels(
-        &self,
+        self: &Arc<Self>,
         p: &Presence,
-        conn: &Conn,
         channels: &[Arc<str>],
         rewrite: bool,
     ) -> redis::RedisResult<()> {
         for chunk in channels.chunks(CHUNK) {
-            let kept = self.expire(conn, chunk).await?;
-            let again = chunk.iter().zip(kept).filter_map(|(c, kept)| {
-                let local: Vec<Member> = p.state(c)?.lock().local.values().cloned().collect();
-                ((kept != 1 || rewrite) && !local.is_empty()).then(|| self.register(c, &local))
-            });
-            // One slot each: a transaction per channel.
-            let written = join_all(again.map(|pipe| {
-                let mut conn = conn.clone();
-                async move { pipe.query_async::<()>(&mut conn).await }
-            }))
-            .await;
+            let renewed = if rewrite {
+                vec![0; chunk.len()]
+            } else {
+                let calls = chunk.iter().map(|c| self.renew_one(c));
+                join_all(calls)
+                    .await
+                    .into_iter()
+                    .collect::<redis::RedisResult<Vec<i64>>>()?
+            };
+            let again: Vec<(&Arc<str>, Vec<Member>)> = chunk
+                .iter()
+                .zip(renewed)
+                .filter(|(_, status)| *status != 1)
+                .filter_map(|(c, _)| {
+                    let local: Vec<Member> = p.state(c)?.lock().local.values().cloned().collect();
+                    (!local.is_empty()).then_some((c, local))
+                })
+                .collect();
+            if again.is_empty() {
+                continue;
+            }
+            // Odd while the registrations run: a join or leave crossing
+            // them asks for the next rewrite (`settle`).
+            self.registering.fetch_add(1, Ordering::AcqRel);
+            let written = join_all(again.iter().map(|(c, local)| self.register(c, local))).await;
+            self.registering.fetch_add(1, Ordering::AcqRel);
             written
                 .into_iter()
                 .collect::<redis::RedisResult<Vec<()>>>()?;
@@ -99,79 +124,44 @@ impl RedisPresence {
         Ok(())
     }
 
-    /// `PEXPIRE` of this node's hash of each channel: 1 where it was
-    /// there.
-    async fn expire(&self, conn: &Conn, chunk: &[Arc<str>]) -> redis::RedisResult<Vec<i64>> {
-        if !self.sharded {
-            let mut pipe = redis::pipe();
-            for c in chunk {
-                pipe.cmd("PEXPIRE").arg(self.own_hash(c)).arg(self.lease_ms);
-            }
-            return pipe.query_async(&mut conn.clone()).await;
+    /// One channel's lease: 1 renewed, 0 not held by Redis.
+    async fn renew_one(self: &Arc<Self>, channel: &str) -> redis::RedisResult<i64> {
+        let mut conn = self
+            .conn()
+            .await
+            .ok_or_else(|| redis::RedisError::from((redis::ErrorKind::Io, "not reachable")))?;
+        let mut inv = self.scripts.renew.prepare_invoke();
+        for k in self.keys(channel) {
+            inv.key(k);
         }
-        join_all(chunk.iter().map(|c| {
-            let mut conn = conn.clone();
-            let cmd = redis::cmd("PEXPIRE")
-                .arg(self.own_hash(c))
-                .arg(self.lease_ms)
-                .to_owned();
-            async move { cmd.query_async::<i64>(&mut conn).await }
-        }))
-        .await
-        .into_iter()
-        .collect()
+        inv.arg(&self.node).arg(self.lease_ms);
+        let value = inv.invoke_async::<redis::Value>(&mut conn).await?;
+        let mut r = Reply::new(value);
+        let status = r.int();
+        self.gone(channel, r.members());
+        Ok(status)
     }
 
-    /// This node's members of `channel` written in full, in one
-    /// transaction on the channel's slot.
-    fn register(&self, channel: &str, local: &[Member]) -> redis::Pipeline {
-        let hash = self.own_hash(channel);
-        let mut pipe = redis::pipe();
-        pipe.atomic().del(&hash).ignore();
+    /// This node's members of `channel` written in full; its own that
+    /// Redis still held but that left meanwhile are told as leaves.
+    async fn register(self: &Arc<Self>, channel: &str, local: &[Member]) -> redis::RedisResult<()> {
+        let mut conn = self
+            .conn()
+            .await
+            .ok_or_else(|| redis::RedisError::from((redis::ErrorKind::Io, "not reachable")))?;
+        let mut inv = self.scripts.register.prepare_invoke();
+        for k in self.keys(channel) {
+            inv.key(k);
+        }
+        inv.arg(&self.node).arg(self.lease_ms);
         for m in local {
-            let value = serde_json::to_string(&Wire::from(m)).unwrap_or_default();
-            pipe.hset(&hash, &*m.conn_id, value).ignore();
+            let stored = serde_json::to_string(&Wire::from(m)).unwrap_or_default();
+            inv.arg(sort_key(&m.user, &m.conn_id)).arg(stored);
         }
-        pipe.pexpire(&hash, self.lease_ms as i64).ignore();
-        pipe.sadd(self.set_key(channel), &self.node).ignore();
-        pipe
-    }
-
-    /// Brings this node's view of `channel` in line with Redis: members
-    /// that vanished there (a dead node's) leave, missed ones join.
-    async fn reconcile(&self, p: &Arc<Presence>, channel: &Arc<str>) {
-        let Some(truth) = self.read(channel).await else {
-            return;
-        };
-        let Some(state) = p.state(channel) else {
-            return;
-        };
-        let (joins, leaves) = {
-            let st = state.lock();
-            let joins: Vec<Member> = truth
-                .iter()
-                .filter(|m| {
-                    !st.roster
-                        .members
-                        .get(&m.user)
-                        .is_some_and(|c| c.contains_key(&m.conn_id))
-                })
-                .collect();
-            let leaves: Vec<Member> = st
-                .roster
-                .iter()
-                .filter(|m| {
-                    !st.local.contains_key(&m.conn_id)
-                        && !truth
-                            .members
-                            .get(&m.user)
-                            .is_some_and(|c| c.contains_key(&m.conn_id))
-                })
-                .collect();
-            (joins, leaves)
-        };
-        if !joins.is_empty() || !leaves.is_empty() {
-            p.remote(channel, joins, leaves);
-        }
+        let value = inv.invoke_async::<redis::Value>(&mut conn).await?;
+        let mut r = Reply::new(value);
+        r.int();
+        self.gone(channel, r.members());
+        Ok(())
     }
 }
