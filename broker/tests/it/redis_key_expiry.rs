@@ -1,7 +1,8 @@
 //! Issue 38: every key the cluster writes to Redis expires. Two nodes
 //! with an admin key and a webhook endpoint do what clients and operators
 //! do in cluster mode (publish over WebSocket and HTTP, history reads over
-//! GraphQL, joins with `since`, a rate limit, a ban, occupancy) and then
+//! GraphQL, joins with `since`, a rate limit, a ban, occupancy, presence
+//! members) and then
 //! every key of the test's own Redis (every master of a Redis Cluster) is
 //! read back: each has a TTL (`PTTL` > 0), and the census saw every kind
 //! of key those actions write (so an action that stopped writing one would
@@ -56,7 +57,7 @@ pub async fn census(redis: &impl Backend) -> Vec<(String, i64)> {
 
 /// The kinds of key the actions below write (after the prefix; `{` of a
 /// Redis Cluster hash tag ignored), each of which the census must see.
-const KINDS: [&str; 13] = [
+const KINDS: [&str; 14] = [
     "seq:",
     "hist:",
     "hidx:",
@@ -70,6 +71,7 @@ const KINDS: [&str; 13] = [
     "wh:{census}:q",
     "wh:nodes",
     "occ:",
+    "pr:",
 ];
 
 async fn every_key_the_cluster_writes_expires(redis: &impl Backend) {
@@ -84,7 +86,14 @@ async fn every_key_the_cluster_writes_expires(redis: &impl Backend) {
     // the account's sampled charge (every 25 units) before its rate limit;
     // two sockets an account.
     let plan = "[plans.free]\nburst = 100\nmax_connections = 2\n";
-    let (a, b) = two_nodes(redis, &p, &format!("{}{hooks}{plan}", admin_config())).await;
+    // Presence on `doc:` (§13): members and their leases in Redis.
+    let presence = "[namespaces.doc]\npresence = true\n";
+    let (a, b) = two_nodes(
+        redis,
+        &p,
+        &format!("{}{hooks}{plan}{presence}", admin_config()),
+    )
+    .await;
 
     // A socket on a: subscribe (connection count, handshake bucket,
     // occupancy), 120 publishes at once: 100 admitted (account budget,
@@ -129,6 +138,13 @@ async fn every_key_the_cluster_writes_expires(redis: &impl Backend) {
         "{}",
         answer.text
     );
+    // A member of another channel who stays (presence keys live while a
+    // node holds members).
+    let mut member = b.client("roomie").await;
+    let ack = member
+        .call(json!({"type":"subscribe","channel":"doc:present"}), 1)
+        .await;
+    assert_eq!(ack["type"], "ack", "{ack}");
     // An operator's ban.
     ban(&a, json!({"account":"villain","ttlMs":60_000})).await;
     // A third socket of the account is over its cap (limit.exceeded).
@@ -163,13 +179,7 @@ async fn every_key_the_cluster_writes_expires(redis: &impl Backend) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    // Presence keys (`pr:`) are left to the presence branch of issue 38,
-    // which gives them their TTLs; this exclusion goes once it is merged.
-    let presence = format!("{p}pr:");
-    let forever: Vec<&(String, i64)> = keys
-        .iter()
-        .filter(|(k, ttl)| *ttl == -1 && !k.starts_with(&presence))
-        .collect();
+    let forever: Vec<&(String, i64)> = keys.iter().filter(|(_, ttl)| *ttl == -1).collect();
     assert!(forever.is_empty(), "keys without a TTL: {forever:?}");
     assert!(keys.iter().all(|(k, _)| k.starts_with(&p)), "{keys:?}");
 }
