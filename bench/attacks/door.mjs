@@ -35,11 +35,6 @@ function cpuMs(pid) {
 
 const mib = (kib) => +(kib / 1024).toFixed(1);
 
-/** config.toml without the key issue 38 added (its default is the value
- * written there), so the same attack runs against a binary from before
- * it, which refuses keys it does not know. */
-const before38 = (c) => c.replace(/^body_timeout_ms = \d+\n/m, "");
-
 /** A connection from `localAddress` that writes `text` once connected;
  * resolves with the socket (and what it read, on `got`). */
 function opened(port, localAddress, text) {
@@ -81,7 +76,7 @@ function healthz(port, localAddress) {
 }
 
 export async function slowBody() {
-  const b = await startBroker(before38);
+  const b = await startBroker();
   const conns = [];
   try {
     await sleep(200);
@@ -161,7 +156,7 @@ function healthzTls(port, localAddress) {
 export async function tlsSilent() {
   const { cert, key } = selfSigned();
   const b = await startBroker((c) =>
-    before38(c).replace('tls_cert_file = ""\ntls_key_file = ""', `tls_cert_file = ${JSON.stringify(cert)}\ntls_key_file = ${JSON.stringify(key)}`),
+    c.replace('tls_cert_file = ""\ntls_key_file = ""', `tls_cert_file = ${JSON.stringify(cert)}\ntls_key_file = ${JSON.stringify(key)}`),
   );
   const silent = [];
   try {
@@ -215,7 +210,7 @@ function get(port, localAddress, path) {
 }
 
 export async function sseQuery() {
-  const b = await startBroker(before38);
+  const b = await startBroker();
   try {
     await sleep(200);
     const query = Array.from({ length: 3800 }, (_, i) => `channel=doc:${i}`).join("&");

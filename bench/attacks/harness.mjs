@@ -39,10 +39,27 @@ export function token(sub, secret = SAMPLE_SECRET, channels = ["*"]) {
 }
 
 /** Starts a broker on free ports with `patch` applied to config.toml's text. */
+/** Keys `stderr` says the binary does not know (`- a.b.key: unknown key`):
+ * the config of a newer tree given to an older binary (the "before" of a
+ * comparison). */
+const unknownKeys = (stderr) => [...stderr.matchAll(/- (?:[\w.-]+\.)?([\w-]+): unknown key/g)].map((m) => m[1]);
+
 export async function startBroker(patch = (c) => c, { listenHost = "127.0.0.1", env = {} } = {}) {
+  let config = patch(readFileSync(join(ROOT, "config.toml"), "utf8"));
+  try {
+    return await launch(config, listenHost, env);
+  } catch (e) {
+    // An older binary: once more without the keys it refused.
+    const keys = unknownKeys(String(e?.message));
+    if (keys.length === 0) throw e;
+    for (const k of keys) config = config.replace(new RegExp(`^${k} = .*\n`, "gm"), "");
+    return launch(config, listenHost, env);
+  }
+}
+
+async function launch(config, listenHost, env) {
   const port = await freePort();
   const grpcPort = await freePort();
-  const config = patch(readFileSync(join(ROOT, "config.toml"), "utf8"));
   const dir = mkdtempSync(join(tmpdir(), "tidegate-bounds-"));
   writeFileSync(join(dir, "config.toml"), config);
   const listen = listenHost.includes(":") ? `[${listenHost}]:${port}` : `${listenHost}:${port}`;
