@@ -472,4 +472,6 @@ for (const [name, run] of Object.entries(ATTACKS)) {
   console.log(name, JSON.stringify(report.results[name]));
 }
 if (OUT) writeFileSync(OUT, JSON.stringify(report, null, 2) + "\n");
-process.exitCode = Object.values(report.results).some((r) => r.error) ? 1 : 0;
+// Exit rather than wait for the event loop: an attack that failed midway
+// (against an older binary, say) can leave a socket or timer behind.
+process.exit(Object.values(report.results).some((r) => r.error) ? 1 : 0);
