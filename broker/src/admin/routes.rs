@@ -126,8 +126,7 @@ fn authorize(
         .headers()
         .get("authorization")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
+        .and_then(crate::auth::bearer)
         .unwrap_or("");
     let role = if same_key(given, admin_key) {
         Role::Admin

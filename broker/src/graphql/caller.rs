@@ -57,11 +57,7 @@ impl Caller {
     /// The caller named by an `Authorization` header value.
     pub fn identify(node: &Node, authorization: Option<&str>) -> Result<Caller, Unidentified> {
         let value = authorization.ok_or(Unidentified::Missing)?;
-        let credential = value
-            .strip_prefix("Bearer ")
-            .or_else(|| value.strip_prefix("bearer "))
-            .ok_or(Unidentified::Missing)?
-            .trim();
+        let credential = crate::auth::bearer(value).ok_or(Unidentified::Missing)?;
         let config = node.config.load();
         if let Some(key) = node.keys.load().get(credential) {
             return Ok(Caller {

@@ -109,8 +109,8 @@ impl BrokerService {
         let key = metadata
             .get("authorization")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .and_then(|k| self.node.keys.load().get(k.trim()));
+            .and_then(crate::auth::bearer)
+            .and_then(|k| self.node.keys.load().get(k));
         let Some(key) = key else {
             self.count(ErrorCode::Unauthorized.as_str(), "", None);
             return Err(status::refused(

@@ -79,8 +79,7 @@ pub async fn publish(
         .headers()
         .get("authorization")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+        .and_then(crate::auth::bearer);
     let Some(token) = token else {
         let message = "send `Authorization: Bearer <JWT>`".to_owned();
         return unauthorized(&node, ErrorCode::Unauthorized, message);

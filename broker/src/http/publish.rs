@@ -78,8 +78,7 @@ impl From<Refusal> for Refused {
 /// The key named by `Authorization: Bearer <key>`.
 pub(super) fn authenticate(req: &HttpRequest, node: &Node) -> Option<Arc<KeyState>> {
     let value = req.headers().get("authorization")?.to_str().ok()?;
-    let key = value.strip_prefix("Bearer ")?.trim();
-    node.keys.load().get(key)
+    node.keys.load().get(crate::auth::bearer(value)?)
 }
 
 /// Reads at most `limit` bytes of body; more is a 413 without reading on.

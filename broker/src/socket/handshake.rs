@@ -55,14 +55,7 @@ fn offered(req: &RequestHead) -> impl Iterator<Item = &str> {
 fn bearer_token(req: &RequestHead) -> Option<&str> {
     offered(req)
         .find_map(|p| p.strip_prefix(BEARER_PREFIX))
-        .or_else(|| {
-            req.headers()
-                .get(header::AUTHORIZATION)?
-                .to_str()
-                .ok()?
-                .strip_prefix("Bearer ")
-                .map(str::trim)
-        })
+        .or_else(|| crate::auth::bearer(req.headers().get(header::AUTHORIZATION)?.to_str().ok()?))
         .filter(|t| !t.is_empty())
 }
 

@@ -40,9 +40,13 @@ const GROUP: &str = "tidegate";
 /// Redis calls slower than this fail (and are retried by their loop).
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 /// Occupancy state outlives its last change (a join or leave of any node)
-/// by this much: far longer than any vacated delay, so an expiry only
-/// forgets a channel no node has touched for a day.
+/// or its last renewal by this much: far longer than any vacated delay, so
+/// an expiry only forgets a channel no node has touched for a day.
 const OCCUPANCY_TTL_MS: u64 = 24 * 3600 * 1000;
+/// How often a node renews the occupancy state of what it holds: a
+/// channel (or member) occupied for longer than the TTL keeps its state,
+/// so it is neither told occupied twice nor left without its vacated.
+pub const OCCUPANCY_RENEW_EVERY: Duration = Duration::from_millis(OCCUPANCY_TTL_MS / 4);
 /// An endpoint's stream outlives its last append or owner's read by this
 /// much. The owner reads it every poll while any node serves the endpoint
 /// (retries of a receiver that is down included), so only the stream of an
@@ -271,6 +275,24 @@ impl Cluster {
             .arg(tracking)
             .invoke_async(&mut self.conn().await?)
             .await
+    }
+
+    /// Gives each subject's occupancy state its full TTL again; returns how
+    /// many still had one (a subject whose state is gone is not recreated:
+    /// its next join does that). One command a subject, in sequence: it
+    /// runs every [`OCCUPANCY_RENEW_EVERY`], off the occupancy task.
+    pub async fn renew(&self, subjects: &[std::sync::Arc<str>]) -> redis::RedisResult<usize> {
+        let mut conn = self.conn().await?;
+        let mut renewed = 0;
+        for subject in subjects {
+            let found: i64 = redis::cmd("PEXPIRE")
+                .arg(self.occupancy_key(subject))
+                .arg(OCCUPANCY_TTL_MS)
+                .query_async(&mut conn)
+                .await?;
+            renewed += found as usize;
+        }
+        Ok(renewed)
     }
 
     /// The channel's generation if no live node has subscribers left.

@@ -121,6 +121,21 @@ impl Webhooks {
         })
     }
 
+    /// Renews the Redis state of the channels and members this node holds
+    /// now, as the occupancy task does every
+    /// [`cluster::OCCUPANCY_RENEW_EVERY`]; how many had state to renew (0
+    /// on one node, or before any endpoint started the webhooks).
+    pub async fn renew_occupancy(&self) -> usize {
+        let Some(tx) = self.occupancy.get() else {
+            return 0;
+        };
+        let (done, answer) = tokio::sync::oneshot::channel();
+        if tx.send(occupancy::Op::Renew(Some(done))).is_err() {
+            return 0;
+        }
+        answer.await.unwrap_or(0)
+    }
+
     /// Applies a (validated) config: new endpoints start, removed ones stop
     /// (their pending events are counted as discarded), an endpoint whose
     /// receiver, secrets, events and channels are unchanged keeps its queue

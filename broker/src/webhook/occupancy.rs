@@ -28,13 +28,13 @@
 //! transitions in order, and the scripts serialise the nodes, so the
 //! cluster sends each occupied and vacated once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::Webhooks;
-use super::cluster::Cluster;
+use super::cluster::{Cluster, OCCUPANCY_RENEW_EVERY};
 use super::event::{Event, MEMBER_ADDED, MEMBER_REMOVED, OCCUPIED, VACATED};
 use super::worker::Endpoint;
 
@@ -93,6 +93,11 @@ pub enum Op {
         generation: u64,
         endpoint: Weak<Endpoint>,
     },
+    /// Renew the Redis state of every subject this node holds (cluster
+    /// mode; sent every [`OCCUPANCY_RENEW_EVERY`] and by
+    /// `Webhooks::renew_occupancy`); answers how many were renewed once
+    /// done.
+    Renew(Option<oneshot::Sender<usize>>),
 }
 
 /// A vacate in waiting: its generation and timers still running.
@@ -172,6 +177,12 @@ pub async fn run(
                     ep.enqueue(subject.event(removed));
                 }
             }
+            // Nothing in Redis to renew on one node.
+            Op::Renew(done) => {
+                if let Some(done) = done {
+                    let _ = done.send(0);
+                }
+            }
         }
     }
 }
@@ -217,12 +228,50 @@ async fn run_clustered(
     tx: mpsc::UnboundedSender<Op>,
     mut rx: mpsc::UnboundedReceiver<Op>,
 ) {
+    // The subjects this node holds, whose Redis state it keeps renewing.
+    // Bounded by this node's occupied subjects: channels with a local
+    // subscriber and present users, each held by a subscription its
+    // connection pays for.
+    let mut held: HashSet<Arc<str>> = HashSet::new();
+    let renewals = tx.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(OCCUPANCY_RENEW_EVERY);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            // Fails once the loop below has ended.
+            if renewals.send(Op::Renew(None)).is_err() {
+                return;
+            }
+        }
+    });
     while let Some(op) = rx.recv().await {
         let Some(webhooks) = webhooks.upgrade() else {
             return;
         };
         match op {
+            Op::Renew(done) => {
+                // Off this task: renewing many subjects takes a while, and
+                // joins and leaves must not wait for it. A subject left
+                // meanwhile may get a day more, which only delays its
+                // state's expiry.
+                let subjects: Vec<Arc<str>> = held.iter().cloned().collect();
+                let cluster = cluster.clone();
+                tokio::spawn(async move {
+                    let renewed = match cluster.renew(&subjects).await {
+                        Ok(n) => n,
+                        Err(e) => {
+                            tracing::warn!(target: "tidegate::webhook", error = %e, "cannot renew occupancy in Redis");
+                            0
+                        }
+                    };
+                    if let Some(done) = done {
+                        let _ = done.send(renewed);
+                    }
+                });
+            }
             Op::Local(subject, true) => {
+                held.insert(subject.key.clone());
                 let eps = tracking(&webhooks, &subject);
                 let ids: Vec<String> = eps.iter().map(|e| e.id()).collect();
                 let added = subject.kinds().0;
@@ -241,17 +290,20 @@ async fn run_clustered(
                     }
                 }
             }
-            Op::Local(subject, false) => match cluster.leave(&subject.key).await {
-                Ok(0) => {}
-                Ok(generation) => {
-                    for ep in tracking(&webhooks, &subject) {
-                        vacate_after_delay(&tx, &subject, generation, &ep);
+            Op::Local(subject, false) => {
+                held.remove(&subject.key);
+                match cluster.leave(&subject.key).await {
+                    Ok(0) => {}
+                    Ok(generation) => {
+                        for ep in tracking(&webhooks, &subject) {
+                            vacate_after_delay(&tx, &subject, generation, &ep);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(target: "tidegate::webhook", subject = %subject.key, error = %e, "cannot record occupancy in Redis")
                     }
                 }
-                Err(e) => {
-                    tracing::warn!(target: "tidegate::webhook", subject = %subject.key, error = %e, "cannot record occupancy in Redis")
-                }
-            },
+            }
             Op::VacateDue {
                 subject,
                 generation,

@@ -9,6 +9,7 @@ mod admin;
 mod admin_cluster;
 mod auth_keys;
 mod bad_input;
+mod bearer;
 mod bounds_bodies;
 mod bounds_grpc;
 mod bounds_handshake;

@@ -205,9 +205,7 @@ async fn unsubscribe(c: &mut Client) {
         c.send(json!({"type":"unsubscribe","channel":"doc:census","id":9}))
             .await;
         let answer = c
-            .until(|v| {
-                v["id"] == id || v["ids"].as_array().is_some_and(|ids| ids.contains(&id))
-            })
+            .until(|v| v["id"] == id || v["ids"].as_array().is_some_and(|ids| ids.contains(&id)))
             .await;
         if answer["code"] == "rate_limited" {
             let wait = answer["retryAfterMs"].as_u64().unwrap_or(50).max(1);

@@ -17,6 +17,7 @@ on_both!(
     a_killed_owner_loses_no_event_and_none_is_in_flight_twice,
     occupancy_is_decided_once_for_the_whole_cluster,
     a_receivers_pause_outlives_the_node_that_was_told,
+    a_channel_held_past_the_state_ttl_keeps_its_occupancy,
 );
 
 fn node(redis: &impl Backend, id: &str, prefix: &str, hooks: &str) -> Broker {
@@ -185,4 +186,45 @@ async fn a_receivers_pause_outlives_the_node_that_was_told(redis: &impl Backend)
         retry.at.duration_since(first.at)
     );
     assert!(owns(&survivor, "paused"));
+}
+
+/// The occupancy state in Redis expires a day after its last change, so a
+/// node renews the state of what it holds (every 6 h): a channel occupied
+/// for longer keeps it, and is neither told occupied again by the next
+/// join nor left without its vacated. The test ages the key by hand and
+/// runs the renewal the timer runs.
+async fn a_channel_held_past_the_state_ttl_keeps_its_occupancy(redis: &impl Backend) {
+    let p = prefix();
+    let mut rx = Receiver::accepting();
+    let hooks = hook(
+        "occ",
+        &rx.url,
+        "events = [\"channel.occupied\", \"channel.vacated\"]\nvacated_delay_ms = 50",
+    );
+    let a = node(redis, "a", &p, &hooks);
+    let mut on_a = a.client("acme").await;
+    subscribe(&mut on_a, 1).await;
+    assert_eq!(rx.next().await.body["type"], "channel.occupied");
+    let key = format!("{p}occ:{{doc:room}}");
+    let ttl =
+        |key: String| async move { on_owner::<i64>(redis, redis::cmd("PTTL").arg(&key)).await };
+    let full = ttl(key.clone()).await;
+    assert!(full > 3_600_000, "the state's TTL: {full} ms");
+    // Nearly a day later (aged by hand), the holder renews it.
+    let aged: i64 = on_owner(redis, redis::cmd("PEXPIRE").arg(&key).arg(60_000)).await;
+    assert_eq!(aged, 1);
+    assert_eq!(a.node.webhooks.renew_occupancy().await, 1);
+    let renewed = ttl(key.clone()).await;
+    assert!(renewed > 3_600_000, "renewed to {renewed} ms");
+    // Once the channel is left (and vacated), it is not renewed any more.
+    unsubscribe(&mut on_a, 2).await;
+    assert_eq!(rx.next().await.body["type"], "channel.vacated");
+    let aged: i64 = on_owner(redis, redis::cmd("PEXPIRE").arg(&key).arg(60_000)).await;
+    assert_eq!(aged, 1, "the state outlives the vacate until its TTL");
+    assert_eq!(a.node.webhooks.renew_occupancy().await, 0);
+    let left = ttl(key).await;
+    assert!(
+        left <= 60_000,
+        "a left channel's state was renewed: {left} ms"
+    );
 }

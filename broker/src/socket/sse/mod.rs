@@ -84,8 +84,8 @@ fn credential(req: &RequestHead) -> Option<String> {
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(|t| t.trim().to_owned());
+        .and_then(crate::auth::bearer)
+        .map(str::to_owned);
     bearer
         .or_else(|| query_token(req.uri.query().unwrap_or_default()))
         .filter(|t| !t.is_empty())
