@@ -109,9 +109,16 @@ const start = (patch = (c) => c) => startBroker(patch);
 const richBudget = (c) =>
   c.replace("account_messages_per_sec = 100\n", "account_messages_per_sec = 100000\n").replace("account_burst = 200\n", "account_burst = 100000\n");
 
+/** The channel's seq, read once the key's bucket lets the read through (an
+ * attack that emptied it gets RATE_LIMITED, which is no seq). */
 async function seqOf(http, channel) {
-  const r = await gql(http, `{ channel(name: "${channel}") { seq } }`);
-  return r.body?.data?.channel?.seq ?? 0;
+  for (let tries = 0; tries < 50; tries++) {
+    const r = await gql(http, `{ channel(name: "${channel}") { seq } }`);
+    const seq = r.body?.data?.channel?.seq;
+    if (typeof seq === "number") return seq;
+    await sleep(200);
+  }
+  throw new Error(`no seq for ${channel} after 10 s`);
 }
 
 // ---- the attacks ----------------------------------------------------------
