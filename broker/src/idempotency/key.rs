@@ -23,14 +23,18 @@ impl<'a> Keyed<'a> {
     /// The scope on `channel` as one string, lengths first so no two
     /// scopes share a name (a publisher or channel may hold `:`).
     pub fn scope(&self, channel: &str) -> String {
-        format!(
-            "{}:{}:{}{}{}",
-            self.publisher.len(),
-            channel.len(),
-            self.publisher,
-            channel,
-            self.key
-        )
+        let mut s = String::new();
+        self.write_scope(channel, &mut s);
+        s
+    }
+
+    /// [`Keyed::scope`], appended to `out`.
+    pub fn write_scope(&self, channel: &str, out: &mut String) {
+        use std::fmt::Write;
+        let _ = write!(out, "{}:{}:", self.publisher.len(), channel.len());
+        out.push_str(self.publisher);
+        out.push_str(channel);
+        out.push_str(self.key);
     }
 }
 

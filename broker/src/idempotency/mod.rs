@@ -16,8 +16,9 @@
 //! concurrent duplicates and answers the ones it knows without a round
 //! trip.
 //!
-//! Bounded: at most `idempotency_max_keys` entries (oldest first out, an
-//! eviction before the window passed counted), each expiring
+//! Bounded: at most `idempotency_max_keys` published entries (oldest first
+//! out, an eviction before the window passed counted) plus the keys in
+//! flight (each a publish paid for and in progress), each expiring
 //! `idempotency_window_ms` after its publish; the age queue holds one item
 //! per entry plus the tombstones of dropped claims, compacted past twice
 //! the cap.
@@ -74,9 +75,9 @@ pub enum Seen {
 }
 
 enum State {
-    /// The claimer's answer arrives here (`None` until then; the sender
-    /// dropped without one: the claim was given up).
-    InFlight(watch::Receiver<Option<u64>>),
+    /// Being published. The sender exists once a duplicate waits (made on
+    /// demand: a publish nobody repeats allocates no channel).
+    InFlight(Option<watch::Sender<Option<u64>>>),
     Done {
         seq: u64,
         at: Instant,
@@ -92,8 +93,9 @@ struct Entry {
 
 #[derive(Default)]
 struct Table {
-    /// Bounded by `max_keys` (see [`Idempotency::claim`]).
-    map: HashMap<Arc<str>, Entry>,
+    /// Bounded by `max_keys` plus the keys in flight (see
+    /// [`Idempotency::claim`]).
+    map: HashMap<Arc<str>, Entry, foldhash::fast::RandomState>,
     /// Entries oldest first, with their id; items whose entry is gone or
     /// replaced are tombstones, compacted past twice `max_keys`.
     order: VecDeque<(Arc<str>, u64)>,
@@ -153,26 +155,20 @@ impl Idempotency {
     }
 
     /// Claims `scope` for a publish, or says who has it.
-    pub fn claim(self: &Arc<Self>, scope: String, now: Instant) -> Claim {
+    pub fn claim(self: &Arc<Self>, scope: &str, now: Instant) -> Claim {
         let window = self.window();
         let max = usize::try_from(self.max_keys.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
         let mut t = self.table.lock();
-        match t.map.get(scope.as_str()).map(|e| &e.state) {
-            Some(State::InFlight(rx)) => return Claim::Wait(Waiter { rx: rx.clone() }),
+        match t.map.get_mut(scope).map(|e| &mut e.state) {
+            Some(State::InFlight(tx)) => {
+                let tx = tx.get_or_insert_with(|| watch::channel(None).0);
+                return Claim::Wait(Waiter { rx: tx.subscribe() });
+            }
             Some(State::Done { seq, at }) if now < *at + window => return Claim::Known(*seq),
             _ => {}
         }
         self.expire(&mut t, now, window);
-        while t.map.len() >= max.max(1) {
-            let Some((name, id)) = t.order.pop_front() else {
-                break;
-            };
-            if t.map.get(&name).is_some_and(|e| e.id == id) {
-                t.map.remove(&name);
-                self.metrics.evictions.inc();
-            }
-        }
-        let (tx, rx) = watch::channel(None);
+        self.evict(&mut t, max.max(1));
         let id = t.next_id;
         t.next_id += 1;
         let name: Arc<str> = scope.into();
@@ -180,7 +176,7 @@ impl Idempotency {
             name.clone(),
             Entry {
                 id,
-                state: State::InFlight(rx),
+                state: State::InFlight(None),
             },
         );
         t.order.push_back((name.clone(), id));
@@ -193,8 +189,32 @@ impl Idempotency {
             table: self.clone(),
             name: Some(name),
             id,
-            tx,
         })
+    }
+
+    /// Makes room for one more key under `max`: the oldest published keys
+    /// go first (counted: their window had not passed). A key in flight is
+    /// never evicted (its duplicates wait on it); it goes to the back of
+    /// the queue, so the keys held can pass `max` by the publishes in
+    /// flight at most, each one paid for and in progress.
+    fn evict(&self, t: &mut Table, max: usize) {
+        let mut turns = t.order.len();
+        while t.map.len() >= max && turns > 0 {
+            turns -= 1;
+            let Some((name, id)) = t.order.pop_front() else {
+                break;
+            };
+            match t.map.get(&name) {
+                Some(e) if e.id == id => match e.state {
+                    State::InFlight(_) => t.order.push_back((name, id)),
+                    State::Done { .. } => {
+                        t.map.remove(&name);
+                        self.metrics.evictions.inc();
+                    }
+                },
+                _ => {}
+            }
+        }
     }
 
     /// Drops the entries whose window has passed, oldest first (an entry
@@ -236,24 +256,48 @@ impl Idempotency {
         self.len() == 0
     }
 
-    fn settle(&self, name: &Arc<str>, id: u64, state: Option<State>) {
+    /// Ends claim `id` of `name`: done with `seq` at `at`, or given up
+    /// (`None`: the entry goes). The waiters' sender, to answer them once
+    /// the lock is released.
+    fn settle(
+        &self,
+        name: &Arc<str>,
+        id: u64,
+        done: Option<(u64, Instant)>,
+    ) -> Option<watch::Sender<Option<u64>>> {
         let mut t = self.table.lock();
-        if t.map.get(name).is_none_or(|e| e.id != id) {
-            // Evicted (or expired and claimed again) meanwhile.
-            return;
-        }
-        match state {
-            Some(state) => {
-                if let Some(e) = t.map.get_mut(name) {
-                    e.state = state;
-                }
-            }
-            None => {
-                t.map.remove(name);
-            }
-        }
+        let e = t.map.get_mut(name).filter(|e| e.id == id)?;
+        let old = match done {
+            Some((seq, at)) => std::mem::replace(&mut e.state, State::Done { seq, at }),
+            None => t.map.remove(name).map(|e| e.state)?,
+        };
         self.metrics.keys.set(t.map.len() as i64);
+        match old {
+            State::InFlight(tx) => tx,
+            State::Done { .. } => None,
+        }
     }
+}
+
+thread_local! {
+    /// The scope of the key being looked up, built here rather than in a
+    /// new string each time (a string is made only for a key the table
+    /// keeps). Bounded by the longest scope (a channel, an account and a
+    /// key, each bounded by the contract).
+    static SCOPE: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// Runs `f` on the scope of `keyed` on `channel` ([`Keyed::scope`]).
+pub fn with_scope<R>(keyed: &Keyed<'_>, channel: &str, f: impl FnOnce(&str) -> R) -> R {
+    SCOPE.with(|s| match s.try_borrow_mut() {
+        Ok(mut s) => {
+            s.clear();
+            keyed.write_scope(channel, &mut s);
+            f(&s)
+        }
+        // Re-entered (never, in practice): a string of its own.
+        Err(_) => f(&keyed.scope(channel)),
+    })
 }
 
 /// A claimed key: the claimer publishes, then says the `seq`. Dropped
@@ -263,7 +307,6 @@ pub struct First {
     table: Arc<Idempotency>,
     name: Option<Arc<str>>,
     id: u64,
-    tx: watch::Sender<Option<u64>>,
 }
 
 impl std::fmt::Debug for First {
@@ -276,18 +319,19 @@ impl First {
     /// The key's publish got `seq`; `at` is when it went out (now, or
     /// earlier for a duplicate another node published).
     pub fn done(mut self, seq: u64, at: Instant) {
-        if let Some(name) = self.name.take() {
-            self.table
-                .settle(&name, self.id, Some(State::Done { seq, at }));
+        if let Some(name) = self.name.take()
+            && let Some(tx) = self.table.settle(&name, self.id, Some((seq, at)))
+        {
+            tx.send_replace(Some(seq));
         }
-        self.tx.send_replace(Some(seq));
     }
 }
 
 impl Drop for First {
     fn drop(&mut self) {
         if let Some(name) = self.name.take() {
-            self.table.settle(&name, self.id, None);
+            // The sender drops with the entry: waiters learn it was given up.
+            drop(self.table.settle(&name, self.id, None));
         }
     }
 }

@@ -23,23 +23,23 @@ fn first(c: Claim) -> First {
 fn a_published_key_is_known_for_the_window_from_its_publish() {
     let (t, _) = table(1000, 10);
     let now = Instant::now();
-    let f = first(t.claim(scope("a"), now));
+    let f = first(t.claim(&scope("a"), now));
     assert_eq!(t.seen(&scope("a"), now), Seen::Held);
     f.done(7, now);
     let later = now + Duration::from_millis(999);
-    assert!(matches!(t.claim(scope("a"), later), Claim::Known(7)));
+    assert!(matches!(t.claim(&scope("a"), later), Claim::Known(7)));
     // Duplicates do not extend the window.
     let past = now + Duration::from_millis(1000);
     assert_eq!(t.seen(&scope("a"), past), Seen::New);
-    assert!(matches!(t.claim(scope("a"), past), Claim::First(_)));
+    assert!(matches!(t.claim(&scope("a"), past), Claim::First(_)));
 }
 
 #[tokio::test]
 async fn a_duplicate_in_flight_waits_for_the_first_answer() {
     let (t, _) = table(1000, 10);
     let now = Instant::now();
-    let f = first(t.claim(scope("a"), now));
-    let Claim::Wait(w) = t.claim(scope("a"), now) else {
+    let f = first(t.claim(&scope("a"), now));
+    let Claim::Wait(w) = t.claim(&scope("a"), now) else {
         panic!("in flight")
     };
     let waiting = tokio::spawn(w.wait());
@@ -51,15 +51,15 @@ async fn a_duplicate_in_flight_waits_for_the_first_answer() {
 async fn a_dropped_claim_uses_up_nothing() {
     let (t, m) = table(1000, 10);
     let now = Instant::now();
-    let f = first(t.claim(scope("a"), now));
-    let Claim::Wait(w) = t.claim(scope("a"), now) else {
+    let f = first(t.claim(&scope("a"), now));
+    let Claim::Wait(w) = t.claim(&scope("a"), now) else {
         panic!("in flight")
     };
     drop(f);
     assert_eq!(w.wait().await, None, "the waiter learns it was given up");
     assert!(t.is_empty());
     assert_eq!(m.keys.get(), 0);
-    assert!(matches!(t.claim(scope("a"), now), Claim::First(_)));
+    assert!(matches!(t.claim(&scope("a"), now), Claim::First(_)));
 }
 
 #[test]
@@ -67,7 +67,7 @@ fn the_oldest_key_is_evicted_past_the_cap_and_counted() {
     let (t, m) = table(60_000, 2);
     let now = Instant::now();
     for k in ["a", "b", "c"] {
-        first(t.claim(scope(k), now)).done(1, now);
+        first(t.claim(&scope(k), now)).done(1, now);
     }
     assert_eq!(t.len(), 2);
     assert_eq!(m.evictions.get(), 1);
@@ -81,10 +81,10 @@ fn expired_keys_make_room_without_counting_an_eviction() {
     let (t, m) = table(10, 2);
     let now = Instant::now();
     for k in ["a", "b"] {
-        first(t.claim(scope(k), now)).done(1, now);
+        first(t.claim(&scope(k), now)).done(1, now);
     }
     let later = now + Duration::from_millis(20);
-    first(t.claim(scope("c"), later)).done(2, later);
+    first(t.claim(&scope("c"), later)).done(2, later);
     assert_eq!(m.evictions.get(), 0);
     assert_eq!(t.len(), 1);
     t.sweep(later + Duration::from_millis(20));
@@ -96,7 +96,7 @@ fn dropped_claims_leave_the_age_queue_bounded() {
     let (t, _) = table(60_000, 4);
     let now = Instant::now();
     for i in 0..1000 {
-        drop(t.claim(scope(&format!("k{i}")), now));
+        drop(t.claim(&scope(&format!("k{i}")), now));
     }
     assert!(t.table.lock().order.len() <= 64 + 1);
 }
@@ -106,10 +106,37 @@ fn a_smaller_cap_applies_on_the_next_claim() {
     let (t, m) = table(60_000, 10);
     let now = Instant::now();
     for k in ["a", "b", "c", "d"] {
-        first(t.claim(scope(k), now)).done(1, now);
+        first(t.claim(&scope(k), now)).done(1, now);
     }
     t.reconfigure(60_000, 2);
-    first(t.claim(scope("e"), now)).done(1, now);
+    first(t.claim(&scope("e"), now)).done(1, now);
     assert_eq!(t.len(), 2);
     assert_eq!(m.evictions.get(), 3);
+}
+
+#[tokio::test]
+async fn a_key_in_flight_is_never_evicted_and_its_waiters_get_its_answer() {
+    let (t, m) = table(60_000, 1);
+    let now = Instant::now();
+    let f = first(t.claim(&scope("a"), now));
+    let Claim::Wait(w) = t.claim(&scope("a"), now) else {
+        panic!("in flight")
+    };
+    // The cap is 1 and "a" is in flight: "b" goes in beside it.
+    first(t.claim(&scope("b"), now)).done(2, now);
+    assert_eq!(t.len(), 2);
+    assert_eq!(m.evictions.get(), 0);
+    f.done(1, now);
+    assert_eq!(w.wait().await, Some(1));
+    // Now published, "a" is the oldest: the next key evicts it.
+    first(t.claim(&scope("c"), now)).done(3, now);
+    assert_eq!(t.seen(&scope("a"), now), Seen::New);
+    assert_eq!(m.evictions.get(), 2, "a and b");
+}
+
+#[test]
+fn scopes_built_in_place_match_the_owned_ones() {
+    let k = Keyed::new("acct", "k-1").unwrap();
+    let owned = k.scope("doc:1");
+    with_scope(&k, "doc:1", |s| assert_eq!(s, owned));
 }

@@ -323,9 +323,10 @@ impl Node {
     /// back the difference).
     pub fn is_duplicate(&self, channel: &str, key: Option<Keyed<'_>>) -> bool {
         key.is_some_and(|k| {
-            self.idempotency
-                .seen(&k.scope(channel), std::time::Instant::now())
-                == Seen::Held
+            let now = std::time::Instant::now();
+            crate::idempotency::with_scope(&k, channel, |scope| {
+                self.idempotency.seen(scope, now) == Seen::Held
+            })
         })
     }
 
@@ -343,10 +344,10 @@ impl Node {
         let Some(k) = key else {
             return Begun::Publishing(None, self.bridge.publish(channel, data, None));
         };
-        match self
-            .idempotency
-            .claim(k.scope(channel), std::time::Instant::now())
-        {
+        let now = std::time::Instant::now();
+        let claim =
+            crate::idempotency::with_scope(&k, channel, |scope| self.idempotency.claim(scope, now));
+        match claim {
             Claim::First(first) => {
                 Begun::Publishing(Some(first), self.bridge.publish(channel, data, key))
             }
