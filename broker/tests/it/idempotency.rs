@@ -488,6 +488,22 @@ async fn keys_past_max_keys_are_evicted_oldest_first_and_counted() {
     assert!(again["seq"].as_u64() > a["seq"].as_u64());
 }
 
+#[tokio::test]
+async fn message_published_webhooks_carry_the_key_once() {
+    let mut rx = crate::receiver::Receiver::accepting();
+    let b = Broker::start(&crate::webhooks::hook("w", &rx.url, ""));
+    let first = publish_keyed(&b, "doc:k", json!(1), "hook-1").await;
+    publish_keyed(&b, "doc:k", json!(1), "hook-1").await;
+    b.publish_http("doc:k", json!(2)).await;
+    let keyed = rx.next().await;
+    assert_eq!(keyed.body["data"]["key"], "hook-1", "{}", keyed.body);
+    assert_eq!(keyed.body["data"]["seq"], first["seq"]);
+    // The duplicate sent no event: the next one is the unkeyed publish.
+    let plain = rx.next().await;
+    assert_eq!(plain.body["data"]["data"], 2, "{}", plain.body);
+    assert!(plain.body["data"].get("key").is_none(), "{}", plain.body);
+}
+
 on_both!(a_key_sent_to_two_nodes_publishes_once,);
 
 async fn a_key_sent_to_two_nodes_publishes_once(redis: &impl Backend) {
@@ -536,4 +552,59 @@ async fn a_key_sent_to_two_nodes_publishes_once(redis: &impl Backend) {
         seqs.push(m["seq"].as_u64().unwrap());
     }
     assert_eq!(seqs, [seq, seq2, marker]);
+}
+
+/// §17 through a failover: the master that recorded a key is killed after
+/// the key reached its replica; a retry through the other node (which never
+/// saw the key) is answered from the promoted replica with the first `seq`,
+/// and subscribers still see the message once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_survives_the_failover_of_the_master_that_recorded_it() {
+    let mut cluster = crate::redis_cluster::RedisCluster::start_with_replicas();
+    let p = prefix();
+    let (channel, slot) =
+        crate::cluster_sharded::one_channel_per_shard(&cluster, &p).await[0].clone();
+    let (a, b) = two_nodes(&cluster, &p, "").await;
+    let mut sub = subscribed(&b, "reader", &channel).await;
+    let first = publish_keyed(&a, &channel, json!(1), "f-1").await;
+    let seq = first["seq"].as_u64().unwrap();
+    let dead = cluster.master_of(slot);
+    // Replication is asynchronous: a write after the key, acknowledged by
+    // the replica (WAIT), says the key reached it too.
+    tokio::task::block_in_place(|| {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{dead}/")).unwrap();
+        let mut con = client.get_connection().unwrap();
+        let () = redis::cmd("SET")
+            .arg(format!("{p}probe:{{{channel}}}"))
+            .arg(1)
+            .query(&mut con)
+            .unwrap();
+        let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut con).unwrap();
+        assert_eq!(acked, 1, "the replica acknowledged the writes");
+    });
+    cluster.kill(dead);
+    tokio::task::block_in_place(|| cluster.wait_failover(slot, dead));
+    crate::cluster::bridge_up(&a, true).await;
+    crate::cluster::bridge_up(&b, true).await;
+    // Node b never saw the key: Redis (the promoted replica) answers it.
+    let deadline = Instant::now() + PATIENCE;
+    let retried = loop {
+        let (status, body, _) = post(
+            &b,
+            "/v1/publish",
+            API_KEY,
+            json!({"channel": channel, "data": 1}),
+            Some("f-1"),
+        )
+        .await;
+        if status == 200 {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "{status}: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(retried, json!({"seq": seq, "duplicate": true}));
+    let on_a = publish_keyed(&a, &channel, json!(1), "f-1").await;
+    assert_eq!(on_a, json!({"seq": seq, "duplicate": true}));
+    delivered_once(&b, &mut sub, &channel, seq).await;
 }
