@@ -25,8 +25,8 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::grpc_publish::{data, free_port, read_response};
-use super::{Accounts, CpuMeter, Env, open_many, open_one};
+use super::grpc_publish::{counting_subscribers, data, free_port, http_loop, read_response};
+use super::{Accounts, CpuMeter, Env, open_one};
 use crate::report::round2;
 use crate::target::{self, Event, Kind, PUBLISHER_PLAN};
 use crate::ws::{Flow, OP_TEXT};
@@ -34,16 +34,25 @@ use crate::ws::{Flow, OP_TEXT};
 /// The API key the backend publishes with.
 const BACKEND_KEY: &str = "tidegate-bench-keyed-backend";
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, clap::Args)]
 pub struct Params {
+    #[arg(long, default_value_t = 100)]
     pub subscribers: usize,
     /// Seconds per phase per round.
+    #[arg(long = "duration", default_value_t = 2.0)]
     pub duration_secs: f64,
+    /// Rounds of the four phases (http, http keyed, ws, ws keyed).
+    #[arg(long, default_value_t = 3, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub rounds: usize,
+    /// Bytes of each publish's data (a JSON string, at least 2).
+    #[arg(long = "payload", default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(2..))]
     pub payload_bytes: usize,
     /// HTTP connections, and socket frames ahead of their acks.
+    #[arg(long, default_value_t = 16, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub in_flight: usize,
-    /// `memory` and/or `redis`.
+    /// Comma-separated: `memory` (one node), `redis` (through its own
+    /// redis-server).
+    #[arg(long, default_value = "memory,redis", value_delimiter = ',')]
     pub modes: Vec<String>,
 }
 
@@ -135,34 +144,9 @@ async fn run_mode(env: &Env, p: &Params, redis: Option<&Redis>) -> Result<Value>
     ready(target.addr).await?;
     let topic = target.topic("keyed");
     let accounts = Accounts::new("sub", 8);
-    let subs = open_many(&target, &accounts, p.subscribers, 64, 64 * 1024, |_| {
-        Some(topic.clone())
-    })
-    .await
-    .context("subscribers")?;
-    let delivered = Rc::new(Cell::new(0u64));
-    let mut readers = Vec::with_capacity(subs.len());
-    for mut conn in subs {
-        let d = delivered.clone();
-        readers.push(tokio::task::spawn_local(async move {
-            loop {
-                let mut closed = false;
-                let r = conn
-                    .recv(|e| {
-                        match e {
-                            Event::Message { .. } => d.set(d.get() + 1),
-                            Event::Closed { .. } => closed = true,
-                            _ => {}
-                        }
-                        Flow::Continue
-                    })
-                    .await;
-                if r.is_err() || closed {
-                    return;
-                }
-            }
-        }));
-    }
+    let (delivered, readers) = counting_subscribers(&target, &accounts, p.subscribers, &topic)
+        .await
+        .context("subscribers")?;
     let publishers = Accounts {
         plan: Some(PUBLISHER_PLAN.to_string()),
         ..Accounts::new("publisher", 8)
@@ -189,29 +173,18 @@ async fn run_mode(env: &Env, p: &Params, redis: Option<&Redis>) -> Result<Value>
             let before = delivered.get();
             let start = Instant::now();
             let end = start + duration;
-            let keyed = phase.ends_with("_keyed");
+            let load = Load {
+                topic: &topic,
+                data: &body,
+                keyed: phase.ends_with("_keyed"),
+                in_flight: p.in_flight,
+                end,
+                next_key: &next_key,
+            };
             let (published, errors) = if phase.starts_with("http") {
-                http_phase(
-                    target.addr,
-                    &topic,
-                    &body,
-                    keyed,
-                    p.in_flight,
-                    end,
-                    &next_key,
-                )
-                .await
+                http_phase(target.addr, &load).await
             } else {
-                ws_phase(
-                    &mut publisher,
-                    &topic,
-                    &body,
-                    keyed,
-                    p.in_flight,
-                    end,
-                    &next_key,
-                )
-                .await?
+                ws_phase(&mut publisher, &load).await?
             };
             let secs = start.elapsed().as_secs_f64();
             let ph = &mut phases[i];
@@ -266,82 +239,62 @@ async fn ready(addr: SocketAddr) -> Result<()> {
     }
 }
 
-/// `in_flight` keep-alive connections, each a loop of request → response;
-/// with `keyed`, each request carries a fresh `Idempotency-Key`.
-async fn http_phase(
-    addr: SocketAddr,
-    topic: &str,
-    data: &str,
+/// What one phase sends, until when.
+struct Load<'a> {
+    topic: &'a str,
+    /// Each publish's data (JSON).
+    data: &'a str,
+    /// A fresh key on every publish.
     keyed: bool,
+    /// HTTP connections, or socket frames ahead of their acks.
     in_flight: usize,
     end: Instant,
-    next_key: &Rc<Cell<u64>>,
-) -> (u64, u64) {
+    /// The next key's number (unique over the run).
+    next_key: &'a Rc<Cell<u64>>,
+}
+
+/// `in_flight` keep-alive connections, each a loop of request → response;
+/// keyed, each request carries a fresh `Idempotency-Key`.
+async fn http_phase(addr: SocketAddr, load: &Load<'_>) -> (u64, u64) {
+    let Load {
+        topic,
+        data,
+        keyed,
+        in_flight,
+        end,
+        next_key,
+    } = *load;
     let body = format!(r#"{{"channel":"{topic}","data":{data}}}"#);
     let head = format!(
         "POST /v1/publish HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {BACKEND_KEY}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
         body.len()
     );
     let plain = format!("{head}\r\n{body}");
-    let ok = Rc::new(Cell::new(0u64));
-    let bad = Rc::new(Cell::new(0u64));
-    let mut tasks = Vec::new();
-    for _ in 0..in_flight.max(1) {
-        let (head, body, plain) = (head.clone(), body.clone(), plain.clone());
-        let (ok, bad, next_key) = (ok.clone(), bad.clone(), next_key.clone());
-        tasks.push(tokio::task::spawn_local(async move {
-            let Ok(mut s) = TcpStream::connect(addr).await else {
-                bad.set(bad.get() + 1);
-                return;
-            };
-            let _ = s.set_nodelay(true);
-            let mut buf = Vec::with_capacity(4096);
-            let mut keyed_request = String::with_capacity(plain.len() + 48);
-            while Instant::now() < end {
-                let request = if keyed {
-                    let n = next_key.get();
-                    next_key.set(n + 1);
-                    keyed_request.clear();
-                    use std::fmt::Write;
-                    let _ = write!(
-                        keyed_request,
-                        "{head}idempotency-key: bench-{n}\r\n\r\n{body}"
-                    );
-                    keyed_request.as_bytes()
-                } else {
-                    plain.as_bytes()
-                };
-                if s.write_all(request).await.is_err() {
-                    bad.set(bad.get() + 1);
-                    return;
-                }
-                match read_response(&mut s, &mut buf).await {
-                    Some(200) => ok.set(ok.get() + 1),
-                    _ => {
-                        bad.set(bad.get() + 1);
-                        return;
-                    }
-                }
-            }
-        }));
-    }
-    for t in tasks {
-        let _ = t.await;
-    }
-    (ok.get(), bad.get())
+    let next_key = next_key.clone();
+    let next = move |out: &mut Vec<u8>| {
+        if keyed {
+            let n = next_key.get();
+            next_key.set(n + 1);
+            use std::io::Write;
+            let _ = write!(out, "{head}idempotency-key: bench-{n}\r\n\r\n{body}");
+        } else {
+            out.extend_from_slice(plain.as_bytes());
+        }
+    };
+    http_loop(addr, in_flight, end, Rc::new(next)).await
 }
 
-/// One publisher socket, `window` frames ahead of their acks; with
-/// `keyed`, each frame carries a fresh `"key"`.
-async fn ws_phase(
-    conn: &mut target::Conn,
-    topic: &str,
-    data: &str,
-    keyed: bool,
-    window: usize,
-    end: Instant,
-    next_key: &Rc<Cell<u64>>,
-) -> Result<(u64, u64)> {
+/// One publisher socket, `in_flight` frames ahead of their acks; keyed,
+/// each frame carries a fresh `"key"`.
+async fn ws_phase(conn: &mut target::Conn, load: &Load<'_>) -> Result<(u64, u64)> {
+    let Load {
+        topic,
+        data,
+        keyed,
+        in_flight: window,
+        end,
+        next_key,
+    } = *load;
     let (mut ok, mut bad, mut outstanding) = (0u64, 0u64, 0usize);
     let mut frame = String::with_capacity(data.len() + 96);
     loop {

@@ -16,13 +16,12 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::publish::{
-    One, Refused, duplicate_refund, parse, publish_key, published_body, read_body, refund, refuse,
-    with_rate_headers,
+    One, Refused, duplicate_refund, keyed, keyed_price, parse, publish_key, published_body,
+    read_body, refund, refuse, with_rate_headers,
 };
-use crate::charge::{self, KeyState, Payer, Price, publish::price};
+use crate::charge::{self, KeyState, Payer, Price};
 use crate::config::Limits;
 use crate::exceeded::Exceeded;
-use crate::idempotency::Keyed;
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::ErrorCode;
@@ -136,18 +135,11 @@ pub async fn publish(
         Err(r) => return refuse(&node, Some(&key), r),
     };
     // The token's `sub` is the account: one publisher with its API keys.
-    let keyed = idem.as_deref().map(|k| Keyed {
-        publisher: &key.account,
-        key: k,
-    });
-    let subscribers = node.bridge.subscribers(&msg.channel);
-    let mut cost = match price(&msg.channel, msg.data.get(), &key, &limits, subscribers) {
+    let keyed = keyed(&key.account, idem.as_deref());
+    let cost = match keyed_price(&node, &msg, &key, &limits, keyed) {
         Ok(cost) => cost,
         Err(r) => return refuse(&node, Some(&key), r.into()),
     };
-    if node.is_duplicate(&msg.channel, keyed) {
-        cost = limits.costs.publish;
-    }
     let now = Instant::now();
     let bucket = per_identity(&limits);
     let payer = Payer::Key {

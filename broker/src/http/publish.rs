@@ -292,6 +292,32 @@ pub(super) fn body_key(raw: Option<&RawValue>) -> Result<Option<Cow<'_, str>>, R
     Ok(Some(key))
 }
 
+/// `key` as the account's idempotency key (§17).
+pub(super) fn keyed<'a>(account: &'a str, key: Option<&'a str>) -> Option<Keyed<'a>> {
+    key.map(|key| Keyed {
+        publisher: account,
+        key,
+    })
+}
+
+/// [`price`] of one message, or the base price when its idempotency key
+/// is held here (a duplicate, §17): the checks run either way.
+pub(super) fn keyed_price(
+    node: &Node,
+    msg: &One<'_>,
+    key: &KeyState,
+    limits: &Limits,
+    keyed: Option<Keyed<'_>>,
+) -> Result<u32, Refusal> {
+    let subscribers = node.bridge.subscribers(&msg.channel);
+    let cost = price(&msg.channel, msg.data.get(), key, limits, subscribers)?;
+    Ok(if node.is_duplicate(&msg.channel, keyed) {
+        limits.costs.publish
+    } else {
+        cost
+    })
+}
+
 /// The answer body of a publish: `{"seq"}`, with `"duplicate":true` when
 /// its key was published already (§17).
 pub(super) fn published_body(published: Published) -> serde_json::Value {
@@ -357,18 +383,11 @@ pub async fn publish(
         Ok(k) => k,
         Err(r) => return refuse(&node, Some(&key), r),
     };
-    let keyed = idem.as_deref().map(|k| Keyed {
-        publisher: &key.account,
-        key: k,
-    });
-    let subscribers = node.bridge.subscribers(&msg.channel);
-    let mut cost = match price(&msg.channel, msg.data.get(), &key, &limits, subscribers) {
+    let keyed = keyed(&key.account, idem.as_deref());
+    let cost = match keyed_price(&node, &msg, &key, &limits, keyed) {
         Ok(cost) => cost,
         Err(r) => return refuse(&node, Some(&key), r.into()),
     };
-    if node.is_duplicate(&msg.channel, keyed) {
-        cost = limits.costs.publish;
-    }
     let admitted = match charge(&node, &key, &limits, cost).await {
         Ok(a) => a,
         Err(r) => return rate_limited(&r),
@@ -429,12 +448,8 @@ pub async fn publish_batch(
             let subscribers = node.bridge.subscribers(&m.channel);
             let cost = price(&m.channel, m.data.get(), &key, &limits, subscribers)?;
             let duplicate = idem.as_deref().is_some_and(|k| {
-                let keyed = Keyed {
-                    publisher: &key.account,
-                    key: k,
-                };
                 !seen.insert((m.channel.as_ref(), k.to_owned()))
-                    || node.is_duplicate(&m.channel, Some(keyed))
+                    || node.is_duplicate(&m.channel, keyed(&key.account, Some(k)))
             });
             Ok((
                 if duplicate {
@@ -461,10 +476,7 @@ pub async fn publish_batch(
     for (msg, checked) in batch.messages.iter().zip(checked) {
         results.push(match checked {
             Ok((cost, idem)) => {
-                let keyed = idem.as_deref().map(|k| Keyed {
-                    publisher: &key.account,
-                    key: k,
-                });
+                let keyed = keyed(&key.account, idem.as_deref());
                 let published = node
                     .publish(&msg.channel, msg.data.get(), "http", keyed)
                     .await;

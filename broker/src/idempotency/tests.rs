@@ -19,6 +19,13 @@ fn first(c: Claim) -> First {
     }
 }
 
+fn waiter(c: Claim) -> Waiter {
+    match c {
+        Claim::Wait(w) => w,
+        other => panic!("expected to wait for a claim in flight, got {other:?}"),
+    }
+}
+
 #[test]
 fn a_published_key_is_known_for_the_window_from_its_publish() {
     let (t, _) = table(1000, 10);
@@ -39,9 +46,7 @@ async fn a_duplicate_in_flight_waits_for_the_first_answer() {
     let (t, _) = table(1000, 10);
     let now = Instant::now();
     let f = first(t.claim(&scope("a"), now));
-    let Claim::Wait(w) = t.claim(&scope("a"), now) else {
-        panic!("in flight")
-    };
+    let w = waiter(t.claim(&scope("a"), now));
     let waiting = tokio::spawn(w.wait());
     f.done(42, now);
     assert_eq!(waiting.await.unwrap(), Some(42));
@@ -52,9 +57,7 @@ async fn a_dropped_claim_uses_up_nothing() {
     let (t, m) = table(1000, 10);
     let now = Instant::now();
     let f = first(t.claim(&scope("a"), now));
-    let Claim::Wait(w) = t.claim(&scope("a"), now) else {
-        panic!("in flight")
-    };
+    let w = waiter(t.claim(&scope("a"), now));
     drop(f);
     assert_eq!(w.wait().await, None, "the waiter learns it was given up");
     assert!(t.is_empty());
@@ -119,9 +122,7 @@ async fn a_key_in_flight_is_never_evicted_and_its_waiters_get_its_answer() {
     let (t, m) = table(60_000, 1);
     let now = Instant::now();
     let f = first(t.claim(&scope("a"), now));
-    let Claim::Wait(w) = t.claim(&scope("a"), now) else {
-        panic!("in flight")
-    };
+    let w = waiter(t.claim(&scope("a"), now));
     // The cap is 1 and "a" is in flight: "b" goes in beside it.
     first(t.claim(&scope("b"), now)).done(2, now);
     assert_eq!(t.len(), 2);

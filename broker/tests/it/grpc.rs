@@ -85,6 +85,31 @@ pub fn reason(s: &Status) -> String {
         .reason
 }
 
+/// Sends `reqs` on one `PublishStream` with the sample key: every reply
+/// until it ends, and the stream (for its trailers).
+pub async fn stream_all(
+    c: &mut BrokerClient<Channel>,
+    reqs: Vec<PublishRequest>,
+) -> (
+    Vec<tidegate::grpc::proto::PublishReply>,
+    tonic::Streaming<tidegate::grpc::proto::PublishReply>,
+) {
+    let mut replies = c
+        .publish_stream(authed(tokio_stream::iter(reqs), API_KEY))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut got = Vec::new();
+    while let Some(r) = tokio::time::timeout(PATIENCE, replies.message())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        got.push(r);
+    }
+    (got, replies)
+}
+
 /// Asserts the rate-limit shape of §8: RESOURCE_EXHAUSTED, the same delay
 /// in `retry-after-ms`, `grpc-retry-pushback-ms` and `RetryInfo`.
 pub fn assert_rate_limited(s: &Status) -> u64 {

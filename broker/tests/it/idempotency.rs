@@ -51,13 +51,24 @@ async fn publish_keyed(b: &Broker, channel: &str, data: Value, key: &str) -> Val
     body
 }
 
+/// Publishes `key` on `channel` through `on` (a first publish), then again
+/// through `again`, which answers with the first `seq` as a duplicate.
+async fn published_then_duplicate(on: &Broker, again: &Broker, channel: &str, key: &str) -> u64 {
+    let first = publish_keyed(on, channel, json!(1), key).await;
+    assert!(first.get("duplicate").is_none(), "{first}");
+    let seq = first["seq"].as_u64().unwrap();
+    let retried = publish_keyed(again, channel, json!(2), key).await;
+    assert_eq!(retried, json!({"seq": seq, "duplicate": true}));
+    seq
+}
+
 fn header(h: &reqwest::header::HeaderMap, name: &str) -> u64 {
     h.get(name).unwrap().to_str().unwrap().parse().unwrap()
 }
 
-/// Asserts `sub` receives the message `seq` and then nothing else before a
-/// marker published after every retry: each key went out once.
-async fn delivered_once(b: &Broker, sub: &mut Client, channel: &str, seq: u64) {
+/// Asserts `sub` receives the messages `want`, in order, and nothing else
+/// before a marker published after every retry: each key went out once.
+async fn delivered_in_order(b: &Broker, sub: &mut Client, channel: &str, want: &[u64]) {
     let marker = b.publish_http(channel, json!("marker")).await;
     let marker: Value = marker.json().await.unwrap();
     let marker = marker["seq"].as_u64().unwrap();
@@ -66,11 +77,13 @@ async fn delivered_once(b: &Broker, sub: &mut Client, channel: &str, seq: u64) {
         let m = sub.until(|v| v["type"] == "message").await;
         seqs.push(m["seq"].as_u64().unwrap());
     }
-    assert_eq!(
-        seqs,
-        [seq, marker],
-        "the keyed message once, then the marker"
-    );
+    let mut want = want.to_vec();
+    want.push(marker);
+    assert_eq!(seqs, want, "each keyed message once, then the marker");
+}
+
+async fn delivered_once(b: &Broker, sub: &mut Client, channel: &str, seq: u64) {
+    delivered_in_order(b, sub, channel, &[seq]).await;
 }
 
 #[actix_rt::test]
@@ -132,11 +145,7 @@ async fn a_bad_socket_key_is_a_bad_request_naming_the_frame() {
 async fn http_retries_single_and_batch_get_the_first_seq() {
     let b = Broker::start("");
     let mut sub = subscribed(&b, "reader", "doc:h").await;
-    let first = publish_keyed(&b, "doc:h", json!(1), "order-7").await;
-    assert!(first.get("duplicate").is_none(), "{first}");
-    let seq = first["seq"].as_u64().unwrap();
-    let again = publish_keyed(&b, "doc:h", json!(2), "order-7").await;
-    assert_eq!(again, json!({"seq": seq, "duplicate": true}));
+    let seq = published_then_duplicate(&b, &b, "doc:h", "order-7").await;
     delivered_once(&b, &mut sub, "doc:h", seq).await;
 
     // A batch: the same key twice (the second a duplicate of the first), a
@@ -251,33 +260,12 @@ async fn grpc_unary_and_stream_retries_get_the_first_seq() {
             ..msg("doc:g", "2", "f")
         },
     ];
-    let mut replies = c
-        .publish_stream(authed(tokio_stream::iter(reqs), API_KEY))
-        .await
-        .unwrap()
-        .into_inner();
-    let mut got = Vec::new();
-    while let Some(r) = tokio::time::timeout(PATIENCE, replies.message())
-        .await
-        .unwrap()
-        .unwrap()
-    {
-        got.push(r);
-    }
+    let (got, _) = crate::grpc::stream_all(&mut c, reqs).await;
     assert_eq!((got[0].seq, got[0].duplicate), (first.seq, true));
     assert!(got[1].seq > first.seq && !got[1].duplicate);
     assert_eq!((got[2].seq, got[2].duplicate), (got[1].seq, true));
     assert_eq!(got[3].error.as_ref().unwrap().code, "bad_request");
-    let mut seqs = Vec::new();
-    let marker = b.publish_http("doc:g", json!("marker")).await;
-    let marker = marker.json::<Value>().await.unwrap()["seq"]
-        .as_u64()
-        .unwrap();
-    while seqs.last() != Some(&marker) {
-        let m = sub.until(|v| v["type"] == "message").await;
-        seqs.push(m["seq"].as_u64().unwrap());
-    }
-    assert_eq!(seqs, [first.seq, got[1].seq, marker]);
+    delivered_in_order(&b, &mut sub, "doc:g", &[first.seq, got[1].seq]).await;
 }
 
 #[actix_rt::test]
@@ -316,16 +304,7 @@ async fn graphql_retries_get_the_first_seq_and_duplicate() {
         Value::String(s) => s.parse().unwrap(),
         v => v.as_u64().unwrap(),
     };
-    let marker = b.publish_http("doc:q", json!("marker")).await;
-    let marker = marker.json::<Value>().await.unwrap()["seq"]
-        .as_u64()
-        .unwrap();
-    let mut seqs = Vec::new();
-    while seqs.last() != Some(&marker) {
-        let m = sub.until(|v| v["type"] == "message").await;
-        seqs.push(m["seq"].as_u64().unwrap());
-    }
-    assert_eq!(seqs, [seq, second, marker]);
+    delivered_in_order(&b, &mut sub, "doc:q", &[seq, second]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -368,25 +347,20 @@ async fn a_refused_publish_uses_up_nothing_so_its_retry_publishes() {
     // more, so the next keyed one is refused; its retry, once the bucket
     // refills, publishes.
     b.publish_http("doc:r", json!(2)).await;
-    let (status, body, _) = post(
-        &b,
-        "/v1/publish",
-        API_KEY,
-        json!({"channel":"doc:r","data":3}),
-        Some("r-2"),
-    )
-    .await;
-    assert_eq!(status, 429, "{body}");
-    let deadline = Instant::now() + PATIENCE;
-    let retried = loop {
-        let (status, body, _) = post(
+    let second = || {
+        post(
             &b,
             "/v1/publish",
             API_KEY,
             json!({"channel":"doc:r","data":3}),
             Some("r-2"),
         )
-        .await;
+    };
+    let (status, body, _) = second().await;
+    assert_eq!(status, 429, "{body}");
+    let deadline = Instant::now() + PATIENCE;
+    let retried = loop {
+        let (status, body, _) = second().await;
         if status == 200 {
             break body;
         }
@@ -510,11 +484,7 @@ async fn a_key_sent_to_two_nodes_publishes_once(redis: &impl Backend) {
     let p = prefix();
     let (a, b) = two_nodes(redis, &p, "").await;
     let mut sub = subscribed(&a, "reader", "doc:n").await;
-    let first = publish_keyed(&a, "doc:n", json!(1), "n-1").await;
-    assert!(first.get("duplicate").is_none(), "{first}");
-    let seq = first["seq"].as_u64().unwrap();
-    let on_b = publish_keyed(&b, "doc:n", json!(1), "n-1").await;
-    assert_eq!(on_b, json!({"seq": seq, "duplicate": true}));
+    let seq = published_then_duplicate(&a, &b, "doc:n", "n-1").await;
     let mut ws = b.client("acme").await;
     let ack = ws
         .call(
@@ -542,16 +512,7 @@ async fn a_key_sent_to_two_nodes_publishes_once(redis: &impl Backend) {
         1,
         "{answers:?}"
     );
-    let marker = a.publish_http("doc:n", json!("marker")).await;
-    let marker = marker.json::<Value>().await.unwrap()["seq"]
-        .as_u64()
-        .unwrap();
-    let mut seqs = Vec::new();
-    while seqs.last() != Some(&marker) {
-        let m = sub.until(|v| v["type"] == "message").await;
-        seqs.push(m["seq"].as_u64().unwrap());
-    }
-    assert_eq!(seqs, [seq, seq2, marker]);
+    delivered_in_order(&a, &mut sub, "doc:n", &[seq, seq2]).await;
 }
 
 /// §17 through a failover: the master that recorded a key is killed after
