@@ -15,10 +15,8 @@ use std::time::Instant;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 
-use super::publish::{
-    One, Refused, duplicate_refund, keyed, keyed_price, parse, publish_key, published_body,
-    read_body, refund, refuse, with_rate_headers,
-};
+use super::keyed::{duplicate_refund, keyed, keyed_price, publish_key, published_body, refund};
+use super::publish::{One, Refused, parse, read_body, refuse, with_rate_headers};
 use crate::charge::{self, KeyState, Payer, Price};
 use crate::config::Limits;
 use crate::exceeded::Exceeded;
