@@ -13,7 +13,8 @@ use serde_json::json;
 use tidegate_bench::procs::{self, Pinning};
 use tidegate_bench::report::{Machine, Report};
 use tidegate_bench::scenario::{
-    Env, behaviours, fanout, grpc_publish, handshakes, idle, slow, soak, storm, webhooks,
+    Env, behaviours, fanout, grpc_publish, handshakes, idle, keyed_publish, slow, soak, storm,
+    webhooks,
 };
 use tidegate_bench::target::{self, Kind};
 
@@ -87,6 +88,9 @@ enum Scenario {
     /// Publish throughput over HTTP, gRPC unary and gRPC `PublishStream`
     /// to S WebSocket subscribers, one phase each, same run.
     GrpcPublish(GrpcPublishArgs),
+    /// HTTP and socket publish with and without idempotency keys (§17),
+    /// alternated in one run, on one node and through Redis.
+    KeyedPublish(keyed_publish::Params),
 }
 
 #[derive(Args)]
@@ -470,6 +474,10 @@ async fn run(
             };
             let r = grpc_publish::run(env, &p).await?;
             ("grpc-publish", json!(p), r)
+        }
+        Scenario::KeyedPublish(p) => {
+            let r = keyed_publish::run(env, p).await?;
+            ("keyed-publish", json!(p), r)
         }
     })
 }

@@ -299,6 +299,38 @@ fn grpc_publish_runs_every_transport_to_the_subscribers() {
     }
 }
 
+#[test]
+fn keyed_publish_runs_every_phase_on_one_node_and_on_redis() {
+    let r = run(&[
+        "keyed-publish",
+        "--subscribers",
+        "10",
+        "--duration",
+        "0.3",
+        "--rounds",
+        "1",
+    ]);
+    assert_eq!(r["scenario"], "keyed-publish");
+    for mode in ["memory", "redis"] {
+        let m = &r["results"][mode];
+        let phases: Vec<&str> = m["phases"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{mode}: {m}"))
+            .iter()
+            .map(|p| p["phase"].as_str().unwrap())
+            .collect();
+        assert_eq!(phases, ["http", "http_keyed", "ws", "ws_keyed"], "{mode}");
+        for p in m["phases"].as_array().unwrap() {
+            assert!(p["publishes_per_sec"].as_f64().unwrap() > 0.0, "{p}");
+            assert!(p["deliveries_per_sec"].as_f64().unwrap() > 0.0, "{p}");
+            assert_eq!(p["errors"], 0, "{p}");
+        }
+        for t in ["http", "ws"] {
+            assert!(m["key_cost_pct"][t].is_number(), "{mode}: {m}");
+        }
+    }
+}
+
 /// A small storm with bystanders: every client comes back, the broker's
 /// counter is sampled, and the bystanders report what they saw (shapes
 /// only; the numbers are the bench README's).

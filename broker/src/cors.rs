@@ -3,9 +3,9 @@
 //! `POST /v1/client/publish`. Only the origins in `[http] cors_origins`
 //! (default none: same origin only) are allowed; their preflight is
 //! answered here, before routing, with `Authorization` (the JWT),
-//! `Content-Type` and `Last-Event-ID` allowed. Every other route and
-//! origin is left as it is: the browser then refuses the cross-origin
-//! read itself.
+//! `Content-Type`, `Last-Event-ID` and `Idempotency-Key` (§17) allowed.
+//! Every other route and origin is left as it is: the browser then refuses
+//! the cross-origin read itself.
 
 use std::sync::Arc;
 
@@ -76,7 +76,7 @@ pub async fn middleware(
             .insert_header((header::ACCESS_CONTROL_ALLOW_METHODS, "GET, POST"))
             .insert_header((
                 header::ACCESS_CONTROL_ALLOW_HEADERS,
-                "Authorization, Content-Type, Last-Event-ID",
+                "Authorization, Content-Type, Last-Event-ID, Idempotency-Key",
             ))
             .insert_header((header::ACCESS_CONTROL_MAX_AGE, MAX_AGE))
             .insert_header((header::VARY, "Origin"))

@@ -60,13 +60,13 @@ fn layer(grpc_port: u16) -> String {
     )
 }
 
-fn free_port() -> Result<u16> {
+pub(super) fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
 }
 
-fn data(payload: usize) -> String {
+pub(super) fn data(payload: usize) -> String {
     // A JSON string of `payload` bytes in all.
     format!("\"{}\"", "x".repeat(payload.saturating_sub(2)))
 }
@@ -78,34 +78,9 @@ pub async fn run(env: &Env, p: &Params) -> Result<Value> {
     let target = running.target.clone();
     let topic = target.topic("grpc");
     let accounts = Accounts::new("sub", p.subscribers_per_account);
-    let subs = open_many(&target, &accounts, p.subscribers, 64, 64 * 1024, |_| {
-        Some(topic.clone())
-    })
-    .await
-    .context("subscribers")?;
-    let delivered = Rc::new(Cell::new(0u64));
-    let mut readers = Vec::with_capacity(subs.len());
-    for mut conn in subs {
-        let d = delivered.clone();
-        readers.push(tokio::task::spawn_local(async move {
-            loop {
-                let mut closed = false;
-                let r = conn
-                    .recv(|e| {
-                        match e {
-                            Event::Message { .. } => d.set(d.get() + 1),
-                            Event::Closed { .. } => closed = true,
-                            _ => {}
-                        }
-                        Flow::Continue
-                    })
-                    .await;
-                if r.is_err() || closed {
-                    return;
-                }
-            }
-        }));
-    }
+    let (delivered, readers) = counting_subscribers(&target, &accounts, p.subscribers, &topic)
+        .await
+        .context("subscribers")?;
     let endpoint = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))?;
     // The gRPC listener opens beside the HTTP one, a moment later at most.
     let deadline = Instant::now() + target::PATIENCE;
@@ -175,6 +150,44 @@ pub async fn run(env: &Env, p: &Params) -> Result<Value> {
     Ok(json!({ "phases": phases }))
 }
 
+/// `n` subscribers of `topic`, each read by a task that counts the
+/// messages delivered (abort the tasks when done).
+pub(super) async fn counting_subscribers(
+    target: &target::Target,
+    accounts: &Accounts,
+    n: usize,
+    topic: &str,
+) -> Result<(Rc<Cell<u64>>, Vec<tokio::task::JoinHandle<()>>)> {
+    let subs = open_many(target, accounts, n, 64, 64 * 1024, |_| {
+        Some(topic.to_owned())
+    })
+    .await?;
+    let delivered = Rc::new(Cell::new(0u64));
+    let mut readers = Vec::with_capacity(subs.len());
+    for mut conn in subs {
+        let d = delivered.clone();
+        readers.push(tokio::task::spawn_local(async move {
+            loop {
+                let mut closed = false;
+                let r = conn
+                    .recv(|e| {
+                        match e {
+                            Event::Message { .. } => d.set(d.get() + 1),
+                            Event::Closed { .. } => closed = true,
+                            _ => {}
+                        }
+                        Flow::Continue
+                    })
+                    .await;
+                if r.is_err() || closed {
+                    return;
+                }
+            }
+        }));
+    }
+    Ok((delivered, readers))
+}
+
 /// `in_flight` keep-alive connections, each a loop of request → response:
 /// `body` POSTed to `path` with the backend key.
 async fn http_phase(
@@ -188,11 +201,32 @@ async fn http_phase(
         "POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {BACKEND_KEY}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     );
+    http_loop(
+        addr,
+        in_flight,
+        end,
+        Rc::new(move |out: &mut Vec<u8>| out.extend_from_slice(request.as_bytes())),
+    )
+    .await
+}
+
+/// Writes the next request into an empty buffer.
+pub(super) type NextRequest = dyn Fn(&mut Vec<u8>);
+
+/// `in_flight` keep-alive connections, each a loop of request → response
+/// until `end`, each request written by `next` into an empty buffer.
+/// (acknowledged, failed).
+pub(super) async fn http_loop(
+    addr: std::net::SocketAddr,
+    in_flight: usize,
+    end: Instant,
+    next: Rc<NextRequest>,
+) -> (u64, u64) {
     let ok = Rc::new(Cell::new(0u64));
     let bad = Rc::new(Cell::new(0u64));
     let mut tasks = Vec::new();
     for _ in 0..in_flight.max(1) {
-        let (request, ok, bad) = (request.clone(), ok.clone(), bad.clone());
+        let (next, ok, bad) = (next.clone(), ok.clone(), bad.clone());
         tasks.push(tokio::task::spawn_local(async move {
             let Ok(mut s) = TcpStream::connect(addr).await else {
                 bad.set(bad.get() + 1);
@@ -200,8 +234,11 @@ async fn http_phase(
             };
             let _ = s.set_nodelay(true);
             let mut buf = Vec::with_capacity(4096);
+            let mut request = Vec::with_capacity(1024);
             while Instant::now() < end {
-                if s.write_all(request.as_bytes()).await.is_err() {
+                request.clear();
+                next(&mut request);
+                if s.write_all(&request).await.is_err() {
                     bad.set(bad.get() + 1);
                     return;
                 }
@@ -222,7 +259,7 @@ async fn http_phase(
 }
 
 /// Reads one HTTP/1.1 response with a `content-length`; its status.
-async fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<u16> {
+pub(super) async fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<u16> {
     buf.clear();
     let mut chunk = [0u8; 4096];
     let head_end = loop {
@@ -259,6 +296,7 @@ fn request(topic: &str, data: &str) -> tonic::Request<PublishRequest> {
         channel: topic.to_string(),
         data_json: data.to_string(),
         id: String::new(),
+        idempotency_key: String::new(),
     })
 }
 
@@ -314,6 +352,7 @@ async fn stream_phase(
         channel: topic.to_string(),
         data_json: data.to_string(),
         id: String::new(),
+        idempotency_key: String::new(),
     };
     for _ in 0..in_flight.max(1) {
         let _ = tx.send(msg.clone()).await;

@@ -54,11 +54,19 @@ mod tests {
                 "string channel = 1",
                 "string data_json = 2",
                 "string id = 3",
+                // §17.
+                "string idempotency_key = 4",
             ],
         ),
         (
             "PublishReply",
-            &["string id = 1", "uint64 seq = 2", "Refusal error = 3"],
+            &[
+                "string id = 1",
+                "uint64 seq = 2",
+                "Refusal error = 3",
+                // §17.
+                "bool duplicate = 4",
+            ],
         ),
         (
             "Refusal",

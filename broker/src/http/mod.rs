@@ -2,6 +2,7 @@
 //! endpoints. Refusals share one body shape (§1, §5).
 
 pub mod client_publish;
+mod keyed;
 pub mod ops;
 pub mod presence;
 pub mod publish;

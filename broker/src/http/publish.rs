@@ -11,6 +11,9 @@ use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use super::keyed::{
+    body_key, duplicate_refund, keyed, keyed_price, publish_key, published_body, refund,
+};
 use crate::charge::{self, Balance, KeyState, Payer, Price, Refusal, publish::price};
 use crate::config::Limits;
 use crate::exceeded::Exceeded;
@@ -25,6 +28,11 @@ pub(super) struct One<'a> {
     pub(super) channel: Cow<'a, str>,
     #[serde(borrow)]
     pub(super) data: &'a RawValue,
+    /// The message's idempotency key (§17; a batch's, or a single
+    /// publish's without the header): read raw so a bad one is that
+    /// message's error, not the batch's.
+    #[serde(borrow, default)]
+    pub(super) key: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -33,12 +41,17 @@ struct Batch<'a> {
     messages: Vec<One<'a>>,
 }
 
+/// A batch message's price and idempotency key, or its refusal.
+type Checked<'a> = Result<(u32, Option<Cow<'a, str>>), Refusal>;
+
 /// One entry of a batch answer.
 #[derive(Serialize)]
 #[serde(untagged)]
 enum Outcome {
     Ok {
         seq: u64,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        duplicate: bool,
     },
     Err {
         error: &'static str,
@@ -269,8 +282,12 @@ pub async fn publish(
         Ok(m) => m,
         Err(r) => return refuse(&node, Some(&key), r),
     };
-    let subscribers = node.bridge.subscribers(&msg.channel);
-    let cost = match price(&msg.channel, msg.data.get(), &key, &limits, subscribers) {
+    let idem = match publish_key(&req, &msg) {
+        Ok(k) => k,
+        Err(r) => return refuse(&node, Some(&key), r),
+    };
+    let keyed = keyed(&key.account, idem.as_deref());
+    let cost = match keyed_price(&node, &msg, &key, &limits, keyed) {
         Ok(cost) => cost,
         Err(r) => return refuse(&node, Some(&key), r.into()),
     };
@@ -278,9 +295,12 @@ pub async fn publish(
         Ok(a) => a,
         Err(r) => return rate_limited(&r),
     };
-    let seq = node.publish(&msg.channel, msg.data.get(), "http").await;
-    with_rate_headers(StatusCode::OK, admitted.balance.as_ref(), cost)
-        .json(serde_json::json!({ "seq": seq }))
+    let published = node
+        .publish(&msg.channel, msg.data.get(), "http", keyed)
+        .await;
+    let back = duplicate_refund(published, cost, &limits);
+    let balance = refund(&node, &key, &limits, back, admitted.balance).await;
+    with_rate_headers(StatusCode::OK, balance.as_ref(), cost - back).json(published_body(published))
 }
 
 pub async fn publish_batch(
@@ -320,17 +340,33 @@ pub async fn publish_batch(
     // message refused on its own is charged the plan's `publish` (so with
     // the default flat price a batch costs the number of its messages, §5)
     // and gets its error in place.
-    let checked: Vec<Result<u32, Refusal>> = batch
+    // A key held here, or one an earlier message of this batch carries,
+    // is a duplicate: the base price (§17).
+    let mut seen = std::collections::HashSet::new();
+    let checked: Vec<Checked<'_>> = batch
         .messages
         .iter()
         .map(|m| {
+            let idem = body_key(m.key)?;
             let subscribers = node.bridge.subscribers(&m.channel);
-            price(&m.channel, m.data.get(), &key, &limits, subscribers)
+            let cost = price(&m.channel, m.data.get(), &key, &limits, subscribers)?;
+            let duplicate = idem.as_deref().is_some_and(|k| {
+                !seen.insert((m.channel.as_ref(), k.to_owned()))
+                    || node.is_duplicate(&m.channel, keyed(&key.account, Some(k)))
+            });
+            Ok((
+                if duplicate {
+                    limits.costs.publish
+                } else {
+                    cost
+                },
+                idem,
+            ))
         })
         .collect();
     let cost: u32 = checked
         .iter()
-        .map(|c| *c.as_ref().unwrap_or(&limits.costs.publish))
+        .map(|c| c.as_ref().map_or(limits.costs.publish, |(cost, _)| *cost))
         .fold(0, u32::saturating_add);
     let admitted = match charge(&node, &key, &limits, cost).await {
         Ok(a) => a,
@@ -339,11 +375,19 @@ pub async fn publish_batch(
     // In order: each publish is awaited before the next, so a batch's
     // messages to one channel get increasing seqs.
     let mut results = Vec::with_capacity(n);
+    let mut back = 0u32;
     for (msg, checked) in batch.messages.iter().zip(checked) {
         results.push(match checked {
-            Ok(_) => {
-                let seq = node.publish(&msg.channel, msg.data.get(), "http").await;
-                Outcome::Ok { seq }
+            Ok((cost, idem)) => {
+                let keyed = keyed(&key.account, idem.as_deref());
+                let published = node
+                    .publish(&msg.channel, msg.data.get(), "http", keyed)
+                    .await;
+                back = back.saturating_add(duplicate_refund(published, cost, &limits));
+                Outcome::Ok {
+                    seq: published.seq,
+                    duplicate: published.duplicate,
+                }
             }
             Err(r) => {
                 Exceeded::new(Layer::Http, r.code.as_str(), &key.account)
@@ -356,6 +400,7 @@ pub async fn publish_batch(
             }
         });
     }
-    with_rate_headers(StatusCode::OK, admitted.balance.as_ref(), cost)
+    let balance = refund(&node, &key, &limits, back, admitted.balance).await;
+    with_rate_headers(StatusCode::OK, balance.as_ref(), cost.saturating_sub(back))
         .json(serde_json::json!({ "results": results }))
 }

@@ -52,6 +52,7 @@ pub fn msg(channel: &str, data: &str, id: &str) -> PublishRequest {
         channel: channel.into(),
         data_json: data.into(),
         id: id.into(),
+        idempotency_key: String::new(),
     }
 }
 
@@ -82,6 +83,31 @@ pub fn reason(s: &Status) -> String {
     s.get_details_error_info()
         .unwrap_or_else(|| panic!("no ErrorInfo in {s:?}"))
         .reason
+}
+
+/// Sends `reqs` on one `PublishStream` with the sample key: every reply
+/// until it ends, and the stream (for its trailers).
+pub async fn stream_all(
+    c: &mut BrokerClient<Channel>,
+    reqs: Vec<PublishRequest>,
+) -> (
+    Vec<tidegate::grpc::proto::PublishReply>,
+    tonic::Streaming<tidegate::grpc::proto::PublishReply>,
+) {
+    let mut replies = c
+        .publish_stream(authed(tokio_stream::iter(reqs), API_KEY))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut got = Vec::new();
+    while let Some(r) = tokio::time::timeout(PATIENCE, replies.message())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        got.push(r);
+    }
+    (got, replies)
 }
 
 /// Asserts the rate-limit shape of §8: RESOURCE_EXHAUSTED, the same delay

@@ -25,19 +25,7 @@ async fn a_stream_answers_each_message_in_order_and_ends_with_its_trailers() {
         msg("doc:1", "not json", "c"),
         msg("doc:1", "3", "d"),
     ];
-    let mut replies = c
-        .publish_stream(authed(tokio_stream::iter(reqs), API_KEY))
-        .await
-        .unwrap()
-        .into_inner();
-    let mut got = Vec::new();
-    while let Some(r) = tokio::time::timeout(PATIENCE, replies.message())
-        .await
-        .unwrap()
-        .unwrap()
-    {
-        got.push(r);
-    }
+    let (got, mut replies) = crate::grpc::stream_all(&mut c, reqs).await;
     let ids: Vec<&str> = got.iter().map(|r| r.id.as_str()).collect();
     assert_eq!(ids, ["a", "b", "c", "d"]);
     assert!(got[0].seq > 0 && got[3].seq > got[0].seq);

@@ -196,12 +196,10 @@ async fn allowed_origins_get_cors_answers_and_others_do_not() {
         assert_eq!(ok.status(), 204, "{path}");
         let h = ok.headers();
         assert_eq!(h["access-control-allow-origin"], "https://app.example");
-        assert!(
-            h["access-control-allow-headers"]
-                .to_str()
-                .unwrap()
-                .contains("Authorization")
-        );
+        let allowed = h["access-control-allow-headers"].to_str().unwrap();
+        assert!(allowed.contains("Authorization"), "{allowed}");
+        // §17: the SDK retries a client publish with its key.
+        assert!(allowed.contains("Idempotency-Key"), "{allowed}");
         let other = preflight("https://evil.example", path).await.unwrap();
         assert_ne!(other.status(), 204, "{path}");
         assert!(other.headers().get("access-control-allow-origin").is_none());
