@@ -8,6 +8,8 @@ import { realClock, type Clock, type TimerHandle } from "./clock.js";
 import { Emitter } from "./emitter.js";
 import { TidegateError, closedError, tokenError, tooLarge } from "./errors.js";
 import { Pacer, type BucketView } from "./pacer.js";
+import { DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_MAX_QUEUE, DEFAULT_MAX_QUEUE_BYTES, Unsettled } from "./publishes.js";
+import { closePolicy } from "./codes.js";
 import { MAX_RETRY_AFTER_MS, planReconnect, type ReconnectSettings } from "./reconnect.js";
 import { TokenRefresher } from "./refresh.js";
 import type { Request, RequestKind } from "./request.js";
@@ -49,7 +51,8 @@ export abstract class Connection extends Emitter<ClientEvents> {
   protected readonly transports: TransportChooser;
   protected readonly settings: ReconnectSettings;
   protected readonly timeoutMs: number;
-  protected readonly maxQueue: number;
+  /** Count and bytes of publishes not yet settled, against `maxQueue`/`maxQueueBytes`. */
+  protected readonly unsettled: Unsettled;
   protected readonly frames: FrameHandler;
   protected _state: ClientState = "idle";
   protected _welcome?: WelcomeFrame;
@@ -73,7 +76,12 @@ export abstract class Connection extends Emitter<ClientEvents> {
     this.clock = options.clock ?? realClock;
     this.random = options.random ?? Math.random;
     this.timeoutMs = options.timeoutMs ?? 15_000;
-    this.maxQueue = options.maxQueue ?? 1000;
+    this.unsettled = new Unsettled(
+      options.maxQueue ?? DEFAULT_MAX_QUEUE,
+      options.maxQueueBytes ?? DEFAULT_MAX_QUEUE_BYTES,
+    );
+    const window = options.idempotencyWindowMs;
+    if (window !== undefined && !(window > 0)) throw new RangeError("idempotencyWindowMs must be positive");
     this.maxRetries = options.maxRetries ?? 5;
     this.settings = {
       maxRetryAfterMs: options.maxRetryAfterMs ?? MAX_RETRY_AFTER_MS,
@@ -137,6 +145,18 @@ export abstract class Connection extends Emitter<ClientEvents> {
     return { ...this.pacer.view(), queued: this.pacer.size, inFlight: this.inFlight.size };
   }
 
+  /**
+   * How long the broker remembers a publish's key: the `welcome` limits'
+   * `idempotencyWindowMs` when the broker advertises it, else the
+   * `idempotencyWindowMs` option, else §17's default (300 s); with both,
+   * the shorter.
+   */
+  idempotencyWindowMs(): number {
+    const advertised = this._welcome?.limits.idempotencyWindowMs;
+    const own = this.opts.idempotencyWindowMs ?? DEFAULT_IDEMPOTENCY_WINDOW_MS;
+    return typeof advertised === "number" && advertised > 0 ? Math.min(advertised, own) : own;
+  }
+
   /** The highest `seq` delivered on a channel. */
   lastSeq(channel: string): number | undefined {
     return this.subs.get(channel)?.lastSeq;
@@ -179,12 +199,16 @@ export abstract class Connection extends Emitter<ClientEvents> {
     req.timer = this.clock.setTimeout(() => {
       this.pacer.remove(req);
       this.inFlight.delete(req.id);
+      const key = typeof frame["key"] === "string" ? frame["key"] : undefined;
+      const unsure = key !== undefined && req.attempts > 0;
       req.reject(
-        new TidegateError("timeout", `${kind} got no answer in time`, {
-          id: req.id,
-          channel,
-          attempts: req.attempts,
-        }),
+        new TidegateError(
+          "timeout",
+          unsure
+            ? `publish got no answer in time after ${req.attempts} send(s): it may have gone out; publishing again with the same key within the idempotency window answers its seq`
+            : `${kind} got no answer in time`,
+          { id: req.id, channel, attempts: req.attempts, key },
+        ),
       );
     }, timeoutMs ?? this.timeoutMs);
     return req;
@@ -347,7 +371,7 @@ export abstract class Connection extends Emitter<ClientEvents> {
     // A proxy's refusal of the upgrade is not the broker's: it is not reported.
     if (this.transports.closed(info, wasConnected)) info = { ...info, refusal: undefined };
     this.pacer.deactivate();
-    this.failInFlight(info.code);
+    this.failInFlight(info.code, info.wasOpen && closePolicy(info.code) === "fix");
     const decision = planReconnect(
       {
         code: info.code,
@@ -402,29 +426,38 @@ export abstract class Connection extends Emitter<ClientEvents> {
   }
 
   /**
-   * The socket is gone: publishes and budget requests in flight reject
-   * (`disconnected`: the server may have processed them, so they are not
-   * resent); subscribes wait for the next connection; queued publishes stay.
+   * The socket is gone. Publishes in flight are kept and go out again,
+   * with their keys, after the reconnect, ahead of the queued ones and all
+   * in the order they were made (so each channel keeps its order): the
+   * broker answers one it already published with the first `seq` (§17).
+   * After a "fix" close (1002, 1007, 1009) the frame in flight would be
+   * refused again, so publishes in flight reject `disconnected` instead.
+   * Budget and presence reads reject `disconnected`; subscribes wait for the
+   * next connection.
    */
-  protected failInFlight(closeCode: number): void {
+  protected failInFlight(closeCode: number, fix: boolean): void {
     const inFlight = [...this.inFlight.values()];
     this.inFlight.clear();
     const queued = this.pacer.drain((r) => r.kind !== "publish");
+    const resend: Request[] = [];
     for (const req of [...inFlight, ...queued]) {
       if (req.kind === "unsubscribe") req.resolve(undefined);
       else if (req.kind === "subscribe") {
         if (req.internal) this.dropInternal(req);
-      } else {
+      } else if (req.kind === "publish" && !fix) resend.push(req);
+      else {
         req.reject(
           new TidegateError("disconnected", `the connection closed (${closeCode}) before the answer`, {
             id: req.id,
             closeCode,
             channel: req.channel,
             attempts: req.attempts,
+            key: typeof req.frame["key"] === "string" ? req.frame["key"] : undefined,
           }),
         );
       }
     }
+    this.pacer.requeueFront([...resend, ...this.pacer.drain(() => true)]);
     for (const sub of this.subs.all()) sub.live = false;
   }
 
