@@ -272,6 +272,7 @@ pub fn grpc_request(data: &[u8]) -> Option<u32> {
         id: msg.id,
         seq: 1,
         error: None,
+        duplicate: false,
     };
     let back = PublishReply::decode(reply.encode_to_vec().as_slice()).expect("our own reply");
     assert_eq!(back, reply);

@@ -28,7 +28,9 @@
 //!    connection), [`bans`].
 //! 1. **Core**: [`hub`] (channels, `seq`, bounded history, local fan-out,
 //!    one encoding per publish; it writes into subscribers' queues through
-//!    `hub::Sink` and does not know sockets exist) and [`cluster`] (the
+//!    `hub::Sink` and does not know sockets exist), [`idempotency`] (the
+//!    node's table of publish keys, §17: a retry gets the first `seq`) and
+//!    [`cluster`] (the
 //!    [`cluster::Bridge`]: memory for one node, Redis for many; it reports
 //!    upward through [`cluster::Events`] and does not know the node).
 //! 2. **Services**: [`account`] (the supervisor actor: sampled account
@@ -74,6 +76,7 @@ pub mod graphql;
 pub mod grpc;
 pub mod http;
 pub mod hub;
+pub mod idempotency;
 pub mod limiter;
 pub mod metrics;
 pub mod node;

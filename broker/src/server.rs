@@ -262,6 +262,7 @@ pub async fn serve_with_grpc(
                 tick.tick().await;
                 let now = std::time::Instant::now();
                 node.hub.sweep();
+                node.idempotency.sweep(now);
                 node.gate.sweep(now);
                 node.rules.sweep(now);
                 node.admin.sweep(now);

@@ -259,6 +259,7 @@ fn request(topic: &str, data: &str) -> tonic::Request<PublishRequest> {
         channel: topic.to_string(),
         data_json: data.to_string(),
         id: String::new(),
+        idempotency_key: String::new(),
     })
 }
 
@@ -314,6 +315,7 @@ async fn stream_phase(
         channel: topic.to_string(),
         data_json: data.to_string(),
         id: String::new(),
+        idempotency_key: String::new(),
     };
     for _ in 0..in_flight.max(1) {
         let _ = tx.send(msg.clone()).await;

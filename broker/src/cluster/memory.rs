@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use super::{Bridge, CapReached, ChannelRead, Charged, KeyCharge, LocalLimits, Pending};
 use crate::config::Limits;
 use crate::hub::{Hub, Joined, Subscriber};
+use crate::idempotency::{Keyed, Published};
 
 #[derive(Debug)]
 pub struct MemoryBridge {
@@ -30,8 +31,10 @@ impl MemoryBridge {
 }
 
 impl Bridge for MemoryBridge {
-    fn publish(&self, channel: &str, data: &str) -> Pending<u64> {
-        Pending::Ready(self.hub.publish(channel, data))
+    /// One node: the node's idempotency table is the whole record of
+    /// keys (it claimed `_key` before calling), so this always publishes.
+    fn publish(&self, channel: &str, data: &str, _key: Option<Keyed<'_>>) -> Pending<Published> {
+        Pending::Ready(Published::first(self.hub.publish(channel, data)))
     }
 
     fn subscribe(&self, channel: &str, sub: Subscriber, since: Option<u64>) -> Pending<Joined> {

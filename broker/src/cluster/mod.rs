@@ -24,6 +24,7 @@ pub use redis::RedisBridge;
 
 use crate::config::Limits;
 use crate::hub::{Joined, Subscriber};
+use crate::idempotency::{Keyed, Published};
 use crate::protocol::wire::BudgetView;
 
 /// A bridge answer: ready now, or later.
@@ -99,7 +100,11 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
     /// the history's size, TTL and cluster-wide byte budget).
     fn reconfigure(&self, _config: &crate::config::Config) {}
     /// Publishes `data` (raw JSON) on `channel`; resolves to its `seq`.
-    fn publish(&self, channel: &str, data: &str) -> Pending<u64>;
+    /// With an idempotency key (§17, claimed in the node's table already),
+    /// a cluster bridge records the key in the same atomic step that
+    /// assigns the `seq`, and a key another node published resolves to
+    /// that `seq` as a duplicate, publishing nothing.
+    fn publish(&self, channel: &str, data: &str, key: Option<Keyed<'_>>) -> Pending<Published>;
     /// Subscribes a socket; resolves once delivery from every node is live
     /// (and, with `since`, with the recovered history).
     fn subscribe(&self, channel: &str, sub: Subscriber, since: Option<u64>) -> Pending<Joined>;

@@ -17,13 +17,14 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// The sections whose keys the environment may set.
-pub const ENV_SECTIONS: [&str; 8] = [
+pub const ENV_SECTIONS: [&str; 9] = [
     "node",
     "auth",
     "socket",
     "handshake",
     "http",
     "history",
+    "publish",
     "cluster",
     "grpc",
 ];

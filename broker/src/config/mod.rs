@@ -40,7 +40,8 @@ pub use namespaces::{
 };
 pub use sections::{
     ApiKey, AuthSection, ClusterMode, ClusterSection, HandshakeSection, HistorySection,
-    HttpSection, NodeSection, ProxyRange, SAMPLE_API_KEY, SAMPLE_JWT_SECRET, SocketSection,
+    HttpSection, NodeSection, ProxyRange, PublishSection, SAMPLE_API_KEY, SAMPLE_JWT_SECRET,
+    SocketSection,
 };
 pub use webhooks::{
     EVENT_TYPES, MIN_SECRET_BYTES, Pacing, WHSEC_PREFIX, WebhookEndpoint, WebhookEntry, webhook_key,
@@ -91,6 +92,8 @@ pub struct Config {
     pub handshake: HandshakeSection,
     pub http: HttpSection,
     pub history: HistorySection,
+    /// `[publish]`: idempotency keys (§17).
+    pub publish: PublishSection,
     pub cluster: ClusterSection,
     pub grpc: GrpcSection,
     pub admin: AdminKeys,
@@ -126,7 +129,7 @@ pub struct ResolvedApiKey {
 #[error("unknown plan {0:?}")]
 pub struct UnknownPlan(pub String);
 
-const SECTIONS: [&str; 15] = [
+const SECTIONS: [&str; 16] = [
     "node",
     "grpc",
     "auth",
@@ -135,6 +138,7 @@ const SECTIONS: [&str; 15] = [
     "handshake",
     "http",
     "history",
+    "publish",
     "cluster",
     "namespaces",
     "plans",
@@ -216,6 +220,9 @@ impl Config {
         let http: HttpSection = section(take("http"), "http", &mut problems).unwrap_or_default();
         let history: HistorySection =
             section(take("history"), "history", &mut problems).unwrap_or_default();
+        let publish: PublishSection =
+            section(take("publish"), "publish", &mut problems).unwrap_or_default();
+        publish.problems(&mut problems);
         let cluster: ClusterSection =
             section(take("cluster"), "cluster", &mut problems).unwrap_or_default();
         let grpc: GrpcSection = section(take("grpc"), "grpc", &mut problems).unwrap_or_default();
@@ -379,6 +386,7 @@ impl Config {
             handshake,
             http,
             history,
+            publish,
             cluster,
             grpc,
             admin,

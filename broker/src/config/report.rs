@@ -24,6 +24,7 @@ impl Config {
             ("handshake", toml::Value::try_from(&self.handshake)),
             ("http", toml::Value::try_from(&self.http)),
             ("history", toml::Value::try_from(&self.history)),
+            ("publish", toml::Value::try_from(&self.publish)),
             ("cluster", toml::Value::try_from(&self.cluster)),
             ("grpc", toml::Value::try_from(&self.grpc)),
         ];

@@ -366,3 +366,48 @@ impl Default for ClusterSection {
         }
     }
 }
+
+/// `[publish]`: idempotency keys (§17).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default)]
+pub struct PublishSection {
+    /// How long a published key answers its retries with the first `seq`,
+    /// from the publish that went out.
+    pub idempotency_window_ms: u64,
+    /// Keys a node holds at most; past it the oldest is evicted first
+    /// (counted). docs/operating.md's Bounds table gives the memory per
+    /// key.
+    pub idempotency_max_keys: u64,
+}
+
+/// The longest window: a day (a key is a retry's, not an archive's).
+pub const MAX_IDEMPOTENCY_WINDOW_MS: u64 = 86_400_000;
+/// The most keys a node may be told to hold (a few GiB at the measured
+/// size per key).
+pub const MAX_IDEMPOTENCY_KEYS: u64 = 10_000_000;
+
+impl Default for PublishSection {
+    fn default() -> Self {
+        PublishSection {
+            idempotency_window_ms: 300_000,
+            idempotency_max_keys: 100_000,
+        }
+    }
+}
+
+impl PublishSection {
+    pub fn problems(&self, problems: &mut Vec<String>) {
+        if !(1..=MAX_IDEMPOTENCY_WINDOW_MS).contains(&self.idempotency_window_ms) {
+            problems.push(format!(
+                "publish.idempotency_window_ms: must be from 1 to {MAX_IDEMPOTENCY_WINDOW_MS} (a day), not {}",
+                self.idempotency_window_ms
+            ));
+        }
+        if !(1..=MAX_IDEMPOTENCY_KEYS).contains(&self.idempotency_max_keys) {
+            problems.push(format!(
+                "publish.idempotency_max_keys: must be from 1 to {MAX_IDEMPOTENCY_KEYS}, not {}",
+                self.idempotency_max_keys
+            ));
+        }
+    }
+}

@@ -327,3 +327,30 @@ fn check_config_masks_every_new_secret() {
         assert!(report.contains(line), "missing {line:?} in:\n{report}");
     }
 }
+
+#[test]
+fn publish_keys_are_checked_with_their_range() {
+    let cfg = Config::from_toml("[plans.free]\n", &|_| None).unwrap();
+    assert_eq!(cfg.publish.idempotency_window_ms, 300_000);
+    let all = Config::from_toml(
+        "[plans.free]\n[publish]\nidempotency_window_ms = 0\nidempotency_max_keys = 0\n",
+        &|_| None,
+    )
+    .unwrap_err()
+    .problems;
+    assert!(
+        all.contains(
+            &"publish.idempotency_window_ms: must be from 1 to 86400000 (a day), not 0".to_string()
+        ),
+        "{all:?}"
+    );
+    assert!(
+        all.contains(
+            &"publish.idempotency_max_keys: must be from 1 to 10000000, not 0".to_string()
+        ),
+        "{all:?}"
+    );
+    let env = env_of(&[("TIDEGATE_PUBLISH_IDEMPOTENCY_WINDOW_MS", "2500")]);
+    let cfg = Config::from_toml("[plans.free]\n", &env).unwrap();
+    assert_eq!(cfg.publish.idempotency_window_ms, 2500);
+}

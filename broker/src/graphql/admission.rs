@@ -59,6 +59,9 @@ pub struct Extra {
     pub would_refuse: bool,
     /// A payment past `graphql_max_single`, refused for that alone.
     pub too_expensive: bool,
+    /// Units given back by resolvers (a duplicate publish owes the base
+    /// price only, §17).
+    pub given_back: u64,
 }
 
 /// What a subscription's resolver found the socket should start.
@@ -161,6 +164,28 @@ impl Ticket {
             source: None,
             extensions: e.extensions,
         })
+    }
+
+    /// Gives `units` of the estimate back at once, for work the estimate
+    /// priced that turned out cheaper as it ran (a publish that was a
+    /// duplicate, §17), never more than the estimate charged.
+    pub async fn give_back(&self, units: u64) {
+        let charged = self.outcome().charged;
+        let units = {
+            let extra = self.extra.lock();
+            units.min(charged.saturating_sub(extra.given_back))
+        };
+        if units == 0 {
+            return;
+        }
+        let before = self.extra.lock().balance;
+        let Some(before) = before.or(self.outcome().taken.map(|t| t.balance)) else {
+            return;
+        };
+        let balance = charge::refund(&self.node, &self.caller, units, before).await;
+        let mut extra = self.extra.lock();
+        extra.given_back = extra.given_back.saturating_add(units);
+        extra.balance = Some(balance);
     }
 
     pub fn outcome(&self) -> Outcome {

@@ -395,9 +395,12 @@ async fn execute(
     };
     let extra = ticket.extra();
     let mut rate = RateLimit {
-        cost: outcome.charged.saturating_add(extra.charged),
+        cost: outcome
+            .charged
+            .saturating_sub(extra.given_back)
+            .saturating_add(extra.charged),
         estimated: estimate.cost,
-        refunded: 0,
+        refunded: extra.given_back,
         balance: extra.balance.unwrap_or(taken.balance),
         max_single: max,
         shadow: ticket
@@ -424,11 +427,12 @@ async fn execute(
     {
         let w = Weights::new(&caller.limits.costs);
         let actual = pricing::actual(&doc, name.as_deref(), &variables, w, &response.data);
-        let refund = estimate.cost.saturating_sub(actual).min(outcome.charged);
+        let kept = outcome.charged.saturating_sub(extra.given_back);
+        let refund = estimate.cost.saturating_sub(actual).min(kept);
         if refund > 0 {
             rate.balance = charge::refund(node, caller, refund, rate.balance).await;
-            rate.refunded = refund;
-            rate.cost = (outcome.charged - refund).saturating_add(extra.charged);
+            rate.refunded = extra.given_back + refund;
+            rate.cost = (kept - refund).saturating_add(extra.charged);
         }
     }
     let forbidden = response.data == ConstValue::Null

@@ -112,6 +112,7 @@ async fn run(
                         message: r.message,
                         retry_after_ms: 0,
                     }),
+                    duplicate: false,
                 }
             }
             Ok(cost) => {
@@ -119,13 +120,16 @@ async fn run(
                     Ok(a) => a,
                     Err(refused) => break status::rate_limited(&refused, spent.units),
                 };
+                let (published, cost, balance) = svc
+                    .publish_message(&caller, &msg, cost, admitted.balance)
+                    .await;
                 spent.units += u64::from(cost);
-                spent.last = admitted.balance;
-                let seq = svc.node.publish(&msg.channel, &msg.data_json, "grpc").await;
+                spent.last = balance;
                 PublishReply {
                     id: msg.id,
-                    seq,
+                    seq: published.seq,
                     error: None,
+                    duplicate: published.duplicate,
                 }
             }
         };

@@ -25,6 +25,7 @@ use super::status;
 use crate::charge::{self, Balance, KeyState, Outcome, Payer, Price, Refusal};
 use crate::config::Limits;
 use crate::exceeded::Exceeded;
+use crate::idempotency::{Keyed, Published};
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::ErrorCode;
@@ -128,19 +129,60 @@ impl BrokerService {
         Ok(Caller { key, limits })
     }
 
-    /// Checks and prices one message (its data as JSON, then
-    /// `charge::publish::price`); nothing is charged yet.
+    /// Checks and prices one message (its data as JSON, its idempotency
+    /// key, then `charge::publish::price`; a key held here is a duplicate
+    /// and costs the base price, §17); nothing is charged yet.
     pub(super) fn price(&self, caller: &Caller, msg: &PublishRequest) -> Result<u32, Refusal> {
         // JSON first, as HTTP parses its body before anything else.
         charge::publish::check_json(&msg.data_json, caller.limits.max_json_depth)?;
+        let keyed = keyed(caller, msg)?;
         let subscribers = self.node.bridge.subscribers(&msg.channel);
-        charge::publish::price(
+        let cost = charge::publish::price(
             &msg.channel,
             &msg.data_json,
             &caller.key,
             &caller.limits,
             subscribers,
-        )
+        )?;
+        if self.node.is_duplicate(&msg.channel, keyed) {
+            return Ok(caller.limits.costs.publish);
+        }
+        Ok(cost)
+    }
+
+    /// Publishes a message charged `cost`; a duplicate another node
+    /// published gives back what it paid over the base price. The outcome,
+    /// what it cost after all, and the key's balance after a refund.
+    pub(super) async fn publish_message(
+        &self,
+        caller: &Caller,
+        msg: &PublishRequest,
+        cost: u32,
+        balance: Option<Balance>,
+    ) -> (Published, u32, Option<Balance>) {
+        // Checked by `price` already.
+        let keyed = keyed(caller, msg).ok().flatten();
+        let published = self
+            .node
+            .publish(&msg.channel, &msg.data_json, "grpc", keyed)
+            .await;
+        let base = caller.limits.costs.publish;
+        let back = if published.duplicate {
+            cost.saturating_sub(base)
+        } else {
+            0
+        };
+        if back == 0 {
+            return (published, cost, balance);
+        }
+        let payer = Payer::Key {
+            layer: Layer::Grpc,
+            key: &caller.key,
+            limits: &caller.limits,
+        };
+        let remaining = self.node.ledger().refund_to(payer, back).wait().await;
+        let balance = balance.map(|b| Balance { remaining, ..b });
+        (published, cost - back, balance)
     }
 
     /// Takes `cost` from the caller's key (a refusal is counted under
@@ -185,6 +227,16 @@ impl BrokerService {
     }
 }
 
+/// A message's idempotency key (§17), checked; `""` is no key.
+fn keyed<'a>(caller: &'a Caller, msg: &'a PublishRequest) -> Result<Option<Keyed<'a>>, Refusal> {
+    if msg.idempotency_key.is_empty() {
+        return Ok(None);
+    }
+    Keyed::new(&caller.key.account, &msg.idempotency_key)
+        .map(Some)
+        .map_err(|e| Refusal::new(ErrorCode::BadRequest, e.to_string()))
+}
+
 #[tonic::async_trait]
 impl Broker for BrokerService {
     async fn publish(
@@ -202,18 +254,18 @@ impl Broker for BrokerService {
             Ok(a) => a,
             Err(refused) => return Err(status::rate_limited(&refused, 0)),
         };
-        let seq = self
-            .node
-            .publish(&msg.channel, &msg.data_json, "grpc")
+        let (published, cost, balance) = self
+            .publish_message(&caller, &msg, cost, admitted.balance)
             .await;
         let mut reply = Response::new(PublishReply {
             id: msg.id,
-            seq,
+            seq: published.seq,
             error: None,
+            duplicate: published.duplicate,
         });
         status::balance(
             reply.metadata_mut(),
-            &admitted.balance.unwrap_or_default(),
+            &balance.unwrap_or_default(),
             u64::from(cost),
         );
         Ok(reply)

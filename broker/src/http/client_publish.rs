@@ -15,10 +15,14 @@ use std::time::Instant;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 
-use super::publish::{One, Refused, parse, read_body, refuse, with_rate_headers};
+use super::publish::{
+    One, Refused, duplicate_refund, parse, publish_key, published_body, read_body, refund, refuse,
+    with_rate_headers,
+};
 use crate::charge::{self, KeyState, Payer, Price, publish::price};
 use crate::config::Limits;
 use crate::exceeded::Exceeded;
+use crate::idempotency::Keyed;
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::ErrorCode;
@@ -127,11 +131,23 @@ pub async fn publish(
         let r = Refused::new(StatusCode::FORBIDDEN, ErrorCode::Forbidden, message);
         return refuse(&node, Some(&key), r);
     }
+    let idem = match publish_key(&req, &msg) {
+        Ok(k) => k,
+        Err(r) => return refuse(&node, Some(&key), r),
+    };
+    // The token's `sub` is the account: one publisher with its API keys.
+    let keyed = idem.as_deref().map(|k| Keyed {
+        publisher: &key.account,
+        key: k,
+    });
     let subscribers = node.bridge.subscribers(&msg.channel);
-    let cost = match price(&msg.channel, msg.data.get(), &key, &limits, subscribers) {
+    let mut cost = match price(&msg.channel, msg.data.get(), &key, &limits, subscribers) {
         Ok(cost) => cost,
         Err(r) => return refuse(&node, Some(&key), r.into()),
     };
+    if node.is_duplicate(&msg.channel, keyed) {
+        cost = limits.costs.publish;
+    }
     let now = Instant::now();
     let bucket = per_identity(&limits);
     let payer = Payer::Key {
@@ -152,7 +168,19 @@ pub async fn publish(
     if let Err(r) = node.ledger().charge(payer, price, now).wait().await {
         return rate_limited(&r, "the account's");
     }
-    let seq = node.publish(&msg.channel, msg.data.get(), "client").await;
-    with_rate_headers(StatusCode::OK, admitted.balance.as_ref(), cost)
-        .json(serde_json::json!({ "seq": seq }))
+    let published = node
+        .publish(&msg.channel, msg.data.get(), "client", keyed)
+        .await;
+    let back = duplicate_refund(published, cost, &limits);
+    let mut balance = admitted.balance;
+    if back > 0 {
+        let account = Payer::Account {
+            layer: Layer::Http,
+            account: &key.account,
+            limits: &limits,
+        };
+        node.ledger().refund_to(account, back).wait().await;
+        balance = refund(&node, &key, &bucket, back, balance).await;
+    }
+    with_rate_headers(StatusCode::OK, balance.as_ref(), cost - back).json(published_body(published))
 }

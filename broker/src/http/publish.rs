@@ -14,6 +14,7 @@ use serde_json::value::RawValue;
 use crate::charge::{self, Balance, KeyState, Payer, Price, Refusal, publish::price};
 use crate::config::Limits;
 use crate::exceeded::Exceeded;
+use crate::idempotency::{Keyed, Published};
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::{ErrorCode, channel};
@@ -25,6 +26,11 @@ pub(super) struct One<'a> {
     pub(super) channel: Cow<'a, str>,
     #[serde(borrow)]
     pub(super) data: &'a RawValue,
+    /// The message's idempotency key (§17; a batch's, or a single
+    /// publish's without the header): read raw so a bad one is that
+    /// message's error, not the batch's.
+    #[serde(borrow, default)]
+    pub(super) key: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -33,12 +39,17 @@ struct Batch<'a> {
     messages: Vec<One<'a>>,
 }
 
+/// A batch message's price and idempotency key, or its refusal.
+type Checked<'a> = Result<(u32, Option<Cow<'a, str>>), Refusal>;
+
 /// One entry of a batch answer.
 #[derive(Serialize)]
 #[serde(untagged)]
 enum Outcome {
     Ok {
         seq: u64,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        duplicate: bool,
     },
     Err {
         error: &'static str,
@@ -249,6 +260,78 @@ pub(super) fn unauthorized(node: &Node) -> HttpResponse {
     )
 }
 
+/// A publish's idempotency key (§17): the `Idempotency-Key` header, else
+/// the body's `"key"`; checked ([`crate::idempotency::validate`]).
+pub(super) fn publish_key<'a>(
+    req: &'a HttpRequest,
+    msg: &One<'a>,
+) -> Result<Option<Cow<'a, str>>, Refused> {
+    let bad =
+        |message: String| Refused::new(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, message);
+    match req.headers().get("idempotency-key") {
+        Some(value) => {
+            let key = value
+                .to_str()
+                .map_err(|_| bad("Idempotency-Key must be visible ASCII".into()))?;
+            crate::idempotency::validate(key).map_err(|e| bad(e.to_string()))?;
+            Ok(Some(Cow::Borrowed(key)))
+        }
+        None => body_key(msg.key).map_err(|r| bad(r.message)),
+    }
+}
+
+/// A message's `"key"` (§17): a string of 1–64 allowed bytes, or absent.
+pub(super) fn body_key(raw: Option<&RawValue>) -> Result<Option<Cow<'_, str>>, Refusal> {
+    let Some(raw) = raw.filter(|r| r.get() != "null") else {
+        return Ok(None);
+    };
+    let key: Cow<'_, str> = serde_json::from_str(raw.get())
+        .map_err(|_| Refusal::new(ErrorCode::BadRequest, "key must be a string"))?;
+    crate::idempotency::validate(&key)
+        .map_err(|e| Refusal::new(ErrorCode::BadRequest, e.to_string()))?;
+    Ok(Some(key))
+}
+
+/// The answer body of a publish: `{"seq"}`, with `"duplicate":true` when
+/// its key was published already (§17).
+pub(super) fn published_body(published: Published) -> serde_json::Value {
+    if published.duplicate {
+        serde_json::json!({ "seq": published.seq, "duplicate": true })
+    } else {
+        serde_json::json!({ "seq": published.seq })
+    }
+}
+
+/// What a publish priced in full gives back when it turned out a
+/// duplicate (§17: a duplicate pays the base price only).
+pub(super) fn duplicate_refund(published: Published, charged: u32, limits: &Limits) -> u32 {
+    if published.duplicate {
+        charged.saturating_sub(limits.costs.publish)
+    } else {
+        0
+    }
+}
+
+/// Gives `units` back to the key's bucket; the balance after it.
+pub(super) async fn refund(
+    node: &Node,
+    key: &KeyState,
+    limits: &Limits,
+    units: u32,
+    balance: Option<Balance>,
+) -> Option<Balance> {
+    if units == 0 {
+        return balance;
+    }
+    let payer = Payer::Key {
+        layer: Layer::Http,
+        key,
+        limits,
+    };
+    let remaining = node.ledger().refund_to(payer, units).wait().await;
+    balance.map(|b| Balance { remaining, ..b })
+}
+
 pub async fn publish(
     req: HttpRequest,
     payload: web::Payload,
@@ -270,18 +353,32 @@ pub async fn publish(
         Ok(m) => m,
         Err(r) => return refuse(&node, Some(&key), r),
     };
+    let idem = match publish_key(&req, &msg) {
+        Ok(k) => k,
+        Err(r) => return refuse(&node, Some(&key), r),
+    };
+    let keyed = idem.as_deref().map(|k| Keyed {
+        publisher: &key.account,
+        key: k,
+    });
     let subscribers = node.bridge.subscribers(&msg.channel);
-    let cost = match price(&msg.channel, msg.data.get(), &key, &limits, subscribers) {
+    let mut cost = match price(&msg.channel, msg.data.get(), &key, &limits, subscribers) {
         Ok(cost) => cost,
         Err(r) => return refuse(&node, Some(&key), r.into()),
     };
+    if node.is_duplicate(&msg.channel, keyed) {
+        cost = limits.costs.publish;
+    }
     let admitted = match charge(&node, &key, &limits, cost).await {
         Ok(a) => a,
         Err(r) => return rate_limited(&r),
     };
-    let seq = node.publish(&msg.channel, msg.data.get(), "http").await;
-    with_rate_headers(StatusCode::OK, admitted.balance.as_ref(), cost)
-        .json(serde_json::json!({ "seq": seq }))
+    let published = node
+        .publish(&msg.channel, msg.data.get(), "http", keyed)
+        .await;
+    let back = duplicate_refund(published, cost, &limits);
+    let balance = refund(&node, &key, &limits, back, admitted.balance).await;
+    with_rate_headers(StatusCode::OK, balance.as_ref(), cost - back).json(published_body(published))
 }
 
 pub async fn publish_batch(
@@ -321,17 +418,37 @@ pub async fn publish_batch(
     // message refused on its own is charged the plan's `publish` (so with
     // the default flat price a batch costs the number of its messages, §5)
     // and gets its error in place.
-    let checked: Vec<Result<u32, Refusal>> = batch
+    // A key held here, or one an earlier message of this batch carries,
+    // is a duplicate: the base price (§17).
+    let mut seen = std::collections::HashSet::new();
+    let checked: Vec<Checked<'_>> = batch
         .messages
         .iter()
         .map(|m| {
+            let idem = body_key(m.key)?;
             let subscribers = node.bridge.subscribers(&m.channel);
-            price(&m.channel, m.data.get(), &key, &limits, subscribers)
+            let cost = price(&m.channel, m.data.get(), &key, &limits, subscribers)?;
+            let duplicate = idem.as_deref().is_some_and(|k| {
+                let keyed = Keyed {
+                    publisher: &key.account,
+                    key: k,
+                };
+                !seen.insert((m.channel.as_ref(), k.to_owned()))
+                    || node.is_duplicate(&m.channel, Some(keyed))
+            });
+            Ok((
+                if duplicate {
+                    limits.costs.publish
+                } else {
+                    cost
+                },
+                idem,
+            ))
         })
         .collect();
     let cost: u32 = checked
         .iter()
-        .map(|c| *c.as_ref().unwrap_or(&limits.costs.publish))
+        .map(|c| c.as_ref().map_or(limits.costs.publish, |(cost, _)| *cost))
         .fold(0, u32::saturating_add);
     let admitted = match charge(&node, &key, &limits, cost).await {
         Ok(a) => a,
@@ -340,11 +457,22 @@ pub async fn publish_batch(
     // In order: each publish is awaited before the next, so a batch's
     // messages to one channel get increasing seqs.
     let mut results = Vec::with_capacity(n);
+    let mut back = 0u32;
     for (msg, checked) in batch.messages.iter().zip(checked) {
         results.push(match checked {
-            Ok(_) => {
-                let seq = node.publish(&msg.channel, msg.data.get(), "http").await;
-                Outcome::Ok { seq }
+            Ok((cost, idem)) => {
+                let keyed = idem.as_deref().map(|k| Keyed {
+                    publisher: &key.account,
+                    key: k,
+                });
+                let published = node
+                    .publish(&msg.channel, msg.data.get(), "http", keyed)
+                    .await;
+                back = back.saturating_add(duplicate_refund(published, cost, &limits));
+                Outcome::Ok {
+                    seq: published.seq,
+                    duplicate: published.duplicate,
+                }
             }
             Err(r) => {
                 Exceeded::new(Layer::Http, r.code.as_str(), &key.account)
@@ -357,6 +485,7 @@ pub async fn publish_batch(
             }
         });
     }
-    with_rate_headers(StatusCode::OK, admitted.balance.as_ref(), cost)
+    let balance = refund(&node, &key, &limits, back, admitted.balance).await;
+    with_rate_headers(StatusCode::OK, balance.as_ref(), cost.saturating_sub(back))
         .json(serde_json::json!({ "results": results }))
 }

@@ -17,6 +17,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
 pub mod history;
+pub mod idempotency;
 pub mod presence;
 pub mod webhooks;
 
@@ -172,6 +173,8 @@ pub struct Metrics {
     pub alive: crate::alive::Alive,
     /// §13: members tracked, diffs sent.
     pub presence: presence::PresenceMetrics,
+    /// §17: duplicates answered, keys held, evictions.
+    pub idempotency: std::sync::Arc<idempotency::IdempotencyMetrics>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -221,10 +224,12 @@ impl Metrics {
             webhooks: Default::default(),
             alive: Default::default(),
             presence: Default::default(),
+            idempotency: Default::default(),
         };
         m.webhooks.register(&mut registry);
         m.alive.register(&mut registry);
         m.presence.register(&mut registry);
+        m.idempotency.register(&mut registry);
         registry.register(
             "connections_opened",
             "WebSocket connections accepted",

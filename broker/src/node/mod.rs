@@ -26,6 +26,7 @@ use crate::cluster::{self, Envelope, MemoryBridge, RedisBridge, SharedBridge};
 use crate::config::{ClusterMode, Config, DeliveryClasses};
 use crate::gate::HandshakeGate;
 use crate::hub::{HistoryLimits, Hub, OutboundGauge};
+use crate::idempotency::{Claim, First, Idempotency, Keyed, Published, Seen, Waiter};
 use crate::metrics::Metrics;
 use crate::rules::RuleBuckets;
 use crate::webhook::Webhooks;
@@ -44,6 +45,8 @@ pub struct Node {
     pub admin: Admin,
     /// Outbound webhooks (§9).
     pub webhooks: Arc<Webhooks>,
+    /// Idempotency keys published or in flight (§17).
+    pub idempotency: Arc<Idempotency>,
     /// Who is in each presence channel (§13).
     pub presence: Arc<crate::presence::Presence>,
     /// The listeners' certificates (swapped on SIGHUP).
@@ -80,6 +83,18 @@ pub enum NodeError {
     /// The Redis URL or its TLS files (never quoting the URL).
     #[error("cluster: {0}")]
     Redis(#[from] redis::RedisError),
+}
+
+/// How a publish began ([`Node::begin_publish`]).
+pub enum Begun {
+    /// Answered already: a duplicate of a key published in the window.
+    Now(Published),
+    /// Handed to the bridge: its answer goes to [`Node::finish_publish`]
+    /// with the key's claim, if keyed.
+    Publishing(Option<First>, cluster::Pending<Published>),
+    /// A duplicate of a publish in flight: its `seq`, then
+    /// [`Node::waited`]; `None`: it was given up, begin again.
+    Waiting(Waiter),
 }
 
 /// What the node keeps of each live socket.
@@ -164,6 +179,11 @@ impl Node {
             Arc::downgrade(&webhooks),
             presence_redis,
         );
+        let idempotency = Idempotency::new(
+            config.publish.idempotency_window_ms,
+            config.publish.idempotency_max_keys,
+            metrics.idempotency.clone(),
+        );
         Ok(Arc::new_cyclic(|node: &std::sync::Weak<Node>| {
             let bridge: SharedBridge = match redis {
                 None => {
@@ -183,6 +203,7 @@ impl Node {
                 rules: RuleBuckets::default(),
                 admin,
                 webhooks,
+                idempotency,
                 presence,
                 tls,
                 config: ArcSwap::from_pointee(config),
@@ -245,6 +266,10 @@ impl Node {
         let keys = ApiKeys::new(&config);
         self.hub.set_history_limits(history_limits(&config));
         self.bridge.reconfigure(&config);
+        self.idempotency.reconfigure(
+            config.publish.idempotency_window_ms,
+            config.publish.idempotency_max_keys,
+        );
         self.admin
             .bans
             .set_v6_prefix(config.handshake.ipv6_prefix_len);
@@ -286,21 +311,112 @@ impl Node {
     }
 
     /// A message got its `seq`: tell the webhooks (once per message, by the
-    /// node that published it).
-    pub fn published(&self, channel: &str, seq: u64, data: &str) {
-        self.webhooks.published(channel, seq, data);
+    /// node that published it), with its idempotency key if it had one.
+    pub fn published(&self, channel: &str, seq: u64, data: &str, key: Option<&str>) {
+        self.webhooks.published(channel, seq, data, key);
     }
 
-    /// Publishes a backend's message (HTTP, gRPC; later GraphQL) through
-    /// the bridge (local or cluster), counts it under
+    /// Whether `key` on `channel` is held (published in the window, or in
+    /// flight), so the publish is priced as a duplicate: the base price
+    /// only (§17). A key that is not known here may still be a duplicate
+    /// another node published (the bridge says so; the front then gives
+    /// back the difference).
+    pub fn is_duplicate(&self, channel: &str, key: Option<Keyed<'_>>) -> bool {
+        key.is_some_and(|k| {
+            self.idempotency
+                .seen(&k.scope(channel), std::time::Instant::now())
+                == Seen::Held
+        })
+    }
+
+    /// The first step of a publish (charged already), for a front that
+    /// cannot wait in place (the socket actor): a keyed publish claims its
+    /// key first. Continue with [`Node::finish_publish`] or
+    /// [`Node::waited`]; [`Node::publish`] does both.
+    pub fn begin_publish(
+        &self,
+        channel: &str,
+        data: &str,
+        via: &'static str,
+        key: Option<Keyed<'_>>,
+    ) -> Begun {
+        let Some(k) = key else {
+            return Begun::Publishing(None, self.bridge.publish(channel, data, None));
+        };
+        match self
+            .idempotency
+            .claim(k.scope(channel), std::time::Instant::now())
+        {
+            Claim::First(first) => {
+                Begun::Publishing(Some(first), self.bridge.publish(channel, data, key))
+            }
+            Claim::Known(seq) => Begun::Now(self.waited(via, seq)),
+            Claim::Wait(waiter) => Begun::Waiting(waiter),
+        }
+    }
+
+    /// The bridge answered a publish [`Node::begin_publish`] started:
+    /// records the key's `seq`, then counts the message under
     /// `tidegate_publishes_total{via}` and hands it to the webhooks
-    /// (`message.published`, §9); resolves to the message's `seq`. Charged
-    /// already: see [`crate::charge`].
-    pub async fn publish(&self, channel: &str, data: &str, via: &'static str) -> u64 {
-        let seq = self.bridge.publish(channel, data).wait().await;
-        self.metrics.published(via);
-        self.published(channel, seq, data);
-        seq
+    /// (`message.published`, §9), or counts a duplicate another node
+    /// published.
+    pub fn finish_publish(
+        &self,
+        channel: &str,
+        data: &str,
+        via: &'static str,
+        key: Option<&str>,
+        first: Option<First>,
+        published: Published,
+    ) -> Published {
+        if let Some(first) = first {
+            first.done(published.seq, std::time::Instant::now());
+        }
+        if published.duplicate {
+            self.metrics.idempotency.duplicate(via);
+        } else {
+            self.metrics.published(via);
+            self.published(channel, published.seq, data, key);
+        }
+        published
+    }
+
+    /// A duplicate's answer: the first one's `seq` (counted).
+    pub fn waited(&self, via: &'static str, seq: u64) -> Published {
+        self.metrics.idempotency.duplicate(via);
+        Published {
+            seq,
+            duplicate: true,
+        }
+    }
+
+    /// Publishes a message (charged already: see [`crate::charge`])
+    /// through the bridge (local or cluster), once per idempotency key in
+    /// the window (§17): a duplicate resolves to the first one's `seq`,
+    /// waiting for it while it is in flight.
+    pub async fn publish(
+        &self,
+        channel: &str,
+        data: &str,
+        via: &'static str,
+        key: Option<Keyed<'_>>,
+    ) -> Published {
+        loop {
+            match self.begin_publish(channel, data, via, key) {
+                Begun::Now(published) => return published,
+                Begun::Publishing(first, pending) => {
+                    let published = pending.wait().await;
+                    let key = key.map(|k| k.key);
+                    return self.finish_publish(channel, data, via, key, first, published);
+                }
+                Begun::Waiting(waiter) => {
+                    if let Some(seq) = waiter.wait().await {
+                        return self.waited(via, seq);
+                    }
+                    // The first was given up: claim the key again.
+                }
+            }
+        }
     }
 
     /// The charge layer over this node's state: where every front charges

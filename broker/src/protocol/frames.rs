@@ -38,6 +38,8 @@ pub enum ClientFrame<'a> {
         id: Option<&'a RawValue>,
         channel: Cow<'a, str>,
         data: &'a RawValue,
+        /// The idempotency key (§17), checked.
+        key: Option<Cow<'a, str>>,
     },
     Budget {
         id: Option<&'a RawValue>,
@@ -148,6 +150,8 @@ struct Envelope<'a> {
     token: Option<&'a RawValue>,
     #[serde(borrow, default)]
     limit: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    key: Option<&'a RawValue>,
 }
 
 /// `data: null` is a value (publish `null`), not an absent field.
@@ -232,7 +236,23 @@ pub fn parse(text: &str, max_depth: u32) -> Result<ClientFrame<'_>, FrameError> 
             let data = env
                 .data
                 .ok_or_else(|| FrameError::new(id, "publish needs \"data\""))?;
-            Ok(ClientFrame::Publish { id, channel, data })
+            let key = match env.key {
+                None => None,
+                Some(raw) if raw.get() == "null" => None,
+                Some(raw) => {
+                    let key =
+                        string(raw).ok_or_else(|| FrameError::new(id, "key must be a string"))?;
+                    super::idempotency_key::validate(&key)
+                        .map_err(|e| FrameError::new(id, e.to_string()))?;
+                    Some(key)
+                }
+            };
+            Ok(ClientFrame::Publish {
+                id,
+                channel,
+                data,
+                key,
+            })
         }
         "budget" => Ok(ClientFrame::Budget { id }),
         "refresh" => {
@@ -305,8 +325,12 @@ mod tests {
         }
         assert!(
             matches!(parse(r#"{"type":"publish","channel":"a","data":null}"#, 32).unwrap(),
-            ClientFrame::Publish { data, .. } if data.get() == "null")
+            ClientFrame::Publish { data, key: None, .. } if data.get() == "null")
         );
+        assert!(matches!(
+            parse(r#"{"type":"publish","channel":"a","data":1,"key":"k1"}"#, 32).unwrap(),
+            ClientFrame::Publish { key: Some(k), .. } if k == "k1"
+        ));
         assert!(matches!(
             parse(r#"{"type":"budget","id":4}"#, 32).unwrap(),
             ClientFrame::Budget { .. }
@@ -381,6 +405,13 @@ mod tests {
         assert_eq!(e.id.unwrap().get(), "10");
         let e = err(r#"{"type":"publish","channel":"a","id":11}"#);
         assert_eq!(&*e.message, "publish needs \"data\"");
+        let e = err(r#"{"type":"publish","channel":"a","data":1,"key":"","id":12}"#);
+        assert_eq!(&*e.message, "idempotency key must not be empty");
+        assert_eq!(e.id.as_deref().map(RawValue::get), Some("12"));
+        let e = err(r#"{"type":"publish","channel":"a","data":1,"key":7}"#);
+        assert_eq!(&*e.message, "key must be a string");
+        let e = err(r#"{"type":"publish","channel":"a","data":1,"key":"a b"}"#);
+        assert!(e.message.contains("may hold only"), "{}", e.message);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::ErrorCode;
+pub use super::acks::{ack, published_ack, refresh_ack};
 use super::codes::CloseCode;
 
 const OP_TEXT: u8 = 0x1;
@@ -48,7 +49,7 @@ pub(crate) fn json_text<T: Serialize>(value: &T) -> Bytes {
     json_frame(value)
 }
 
-fn json_frame<T: Serialize>(value: &T) -> Bytes {
+pub(super) fn json_frame<T: Serialize>(value: &T) -> Bytes {
     frame(OP_TEXT, 96, |buf| {
         // Writing our own plain structs into memory cannot fail.
         let _ = serde_json::to_writer(buf.writer(), value);
@@ -273,44 +274,6 @@ pub fn welcome(
         node,
         limits,
         token_expires_at,
-    })
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct RefreshAck<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    id: &'a RawValue,
-    token_expires_at: u64,
-}
-
-/// The answer to a `refresh` (§2): the new token's `exp` in unix ms.
-pub fn refresh_ack(id: &RawValue, token_expires_at: u64) -> Bytes {
-    json_frame(&RefreshAck {
-        kind: "ack",
-        id,
-        token_expires_at,
-    })
-}
-
-#[derive(Serialize)]
-struct Ack<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    id: &'a RawValue,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    seq: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    recovered: Option<bool>,
-}
-
-pub fn ack(id: &RawValue, seq: Option<u64>, recovered: Option<bool>) -> Bytes {
-    json_frame(&Ack {
-        kind: "ack",
-        id,
-        seq,
-        recovered,
     })
 }
 

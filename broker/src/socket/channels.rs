@@ -1,5 +1,5 @@
-//! The channel operations of a socket: subscribe (with recovery),
-//! unsubscribe and publish, through the bridge.
+//! The channel operations of a socket: subscribe (with recovery) and
+//! unsubscribe, through the bridge (publish: `publish.rs`).
 //!
 //! In a cluster, a subscribe completes only once delivery from every node
 //! is live (and the history after `since` has been read), so it is
@@ -120,38 +120,6 @@ impl Socket {
         self.end_presence(channel);
         if let Some(id) = id {
             self.send(wire::ack(id, None, None));
-        }
-    }
-
-    pub(super) fn publish(
-        &mut self,
-        id: Option<&RawValue>,
-        channel: &str,
-        data: &RawValue,
-        ctx: &mut Context<Self>,
-    ) {
-        if !self.id.grants.publish.matches(channel) {
-            self.forbid(id, channel, "publish");
-            return;
-        }
-        self.node.metrics.published("ws");
-        match self.node.bridge.publish(channel, data.get()) {
-            Pending::Ready(seq) => {
-                self.node.published(channel, seq, data.get());
-                if let Some(id) = id {
-                    self.send(wire::ack(id, Some(seq), None));
-                }
-            }
-            Pending::Later(f) => {
-                let id: Option<Box<RawValue>> = id.map(ToOwned::to_owned);
-                let (channel, data) = (channel.to_owned(), data.to_owned());
-                ctx.spawn(f.into_actor(self).map(move |seq, act, _| {
-                    act.node.published(&channel, seq, data.get());
-                    if let Some(id) = id {
-                        act.send(wire::ack(&id, Some(seq), None));
-                    }
-                }));
-            }
         }
     }
 }

@@ -13,6 +13,7 @@ use super::inbound::{InError, InFrame};
 use crate::account::{Balance, Charge, Sample};
 use crate::charge::{self, Connection, Payer, Price, Reason};
 use crate::exceeded::Exceeded;
+use crate::idempotency::Keyed;
 use crate::limiter::Due;
 use crate::metrics::Layer;
 use crate::protocol::wire::{self, BudgetView, ErrorFrame};
@@ -98,9 +99,24 @@ impl Socket {
         };
         let now = Instant::now();
         let bridge = &self.node.bridge;
-        let units = self
+        let mut units = self
             .admission
             .price(&frame, |channel| bridge.subscribers(channel));
+        if let ClientFrame::Publish {
+            channel,
+            key: Some(key),
+            ..
+        } = &frame
+        {
+            let keyed = Keyed {
+                publisher: &self.id.account,
+                key,
+            };
+            if self.node.is_duplicate(channel, Some(keyed)) {
+                // §17: a duplicate pays the base price, no size or fan-out.
+                units = self.admission.limits().costs.publish;
+            }
+        }
         if units == 0 && !self.take_free_frame(now) {
             self.record_drop(frame.id(), now, ctx);
             return;
@@ -300,7 +316,12 @@ impl Socket {
                 self.subscribe(id, &channel, since, ctx)
             }
             ClientFrame::Unsubscribe { id, channel } => self.unsubscribe(id, &channel),
-            ClientFrame::Publish { id, channel, data } => self.publish(id, &channel, data, ctx),
+            ClientFrame::Publish {
+                id,
+                channel,
+                data,
+                key,
+            } => self.publish(id, &channel, data, key.as_deref(), ctx),
             ClientFrame::Budget { id } => self.request_budget(id, ctx),
             ClientFrame::Refresh { id, token } => self.refresh(id, &token, ctx),
             ClientFrame::Presence { id, channel, limit } => {

@@ -13,6 +13,7 @@ mod outbox;
 mod outlet;
 mod pages;
 mod presence;
+mod publish;
 mod queue;
 mod recovery;
 mod refresh;

@@ -56,6 +56,9 @@ struct MessageData<'a> {
     channel: &'a str,
     seq: u64,
     data: &'a RawValue,
+    /// The publish's idempotency key (§17), so receivers can dedupe too.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -114,13 +117,22 @@ impl Event {
 
     /// `message.published`; `data` is the message's raw JSON. Data that is
     /// not valid JSON cannot reach here (publish parses it), but is sent
-    /// as a JSON string rather than dropped if it ever does.
-    pub fn published(channel: &str, seq: u64, data: &str) -> Event {
+    /// as a JSON string rather than dropped if it ever does. `key`: the
+    /// publish's idempotency key, sent as `"key"` when there was one.
+    pub fn published(channel: &str, seq: u64, data: &str, key: Option<&str>) -> Event {
         match serde_json::from_str::<&RawValue>(data) {
-            Ok(data) => Event::build(PUBLISHED, MessageData { channel, seq, data }),
+            Ok(data) => Event::build(
+                PUBLISHED,
+                MessageData {
+                    channel,
+                    seq,
+                    data,
+                    key,
+                },
+            ),
             Err(_) => Event::build(
                 PUBLISHED,
-                serde_json::json!({"channel": channel, "seq": seq, "data": data}),
+                serde_json::json!({"channel": channel, "seq": seq, "data": data, "key": key}),
             ),
         }
     }
@@ -168,7 +180,7 @@ mod tests {
 
     #[test]
     fn published_body_has_the_contract_shape() {
-        let e = Event::published("doc:1", 42, r#"{"x":[1,2]}"#);
+        let e = Event::published("doc:1", 42, r#"{"x":[1,2]}"#, None);
         let v: serde_json::Value = serde_json::from_slice(&e.body).unwrap();
         assert_eq!(v["id"], &*e.id);
         assert_eq!(v["type"], "message.published");
@@ -176,6 +188,16 @@ mod tests {
         assert_eq!(
             v["data"],
             serde_json::json!({"channel":"doc:1","seq":42,"data":{"x":[1,2]}})
+        );
+    }
+
+    #[test]
+    fn a_keyed_publish_carries_its_key() {
+        let e = Event::published("doc:1", 42, "1", Some("k-1"));
+        let v: serde_json::Value = serde_json::from_slice(&e.body).unwrap();
+        assert_eq!(
+            v["data"],
+            serde_json::json!({"channel":"doc:1","seq":42,"data":1,"key":"k-1"})
         );
     }
 

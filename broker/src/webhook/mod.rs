@@ -191,7 +191,7 @@ impl Webhooks {
     /// `message.published`: called once per message by the node that
     /// assigned its `seq`. Costs one pointer load when no endpoint
     /// is configured.
-    pub fn published(&self, channel: &str, seq: u64, data: &str) {
+    pub fn published(&self, channel: &str, seq: u64, data: &str, key: Option<&str>) {
         let endpoints = self.endpoints.load();
         if endpoints.is_empty() {
             return;
@@ -200,7 +200,7 @@ impl Webhooks {
         for ep in endpoints.iter() {
             let cfg = ep.config.load();
             if cfg.wants(event::PUBLISHED) && cfg.covers(channel) {
-                let e = event.get_or_insert_with(|| Event::published(channel, seq, data));
+                let e = event.get_or_insert_with(|| Event::published(channel, seq, data, key));
                 ep.enqueue(e.clone());
             }
         }

@@ -18,9 +18,9 @@ async fn the_node_wide_history_budget_evicts_the_oldest_messages_across_channels
     // over twice the budget.
     let mut first = Vec::new();
     for ch in ["doc:old", "doc:mid", "doc:new"] {
-        first.push(broker.node.publish(ch, &data, "test").await);
+        first.push(broker.node.publish(ch, &data, "test", None).await.seq);
         for _ in 1..100 {
-            broker.node.publish(ch, &data, "test").await;
+            broker.node.publish(ch, &data, "test", None).await;
         }
     }
     let held = broker.metric("tidegate_history_bytes").await;

@@ -149,10 +149,10 @@ pub(crate) async fn history(broker: &Broker, channels: usize, per: usize, size: 
     let mut since = Vec::new();
     for c in 0..channels {
         let name = format!("doc:h{c}");
-        let first = broker.node.publish(&name, &data, "test").await;
+        let first = broker.node.publish(&name, &data, "test", None).await.seq;
         since.push(first - 1);
         for _ in 1..per {
-            broker.node.publish(&name, &data, "test").await;
+            broker.node.publish(&name, &data, "test", None).await;
         }
     }
     since
@@ -231,7 +231,7 @@ pub(crate) fn live_rounds(
     tokio::spawn(async move {
         for round in 0..rounds {
             for ch in 0..channels {
-                node.publish(&format!("doc:h{ch}"), &round.to_string(), "test")
+                node.publish(&format!("doc:h{ch}"), &round.to_string(), "test", None)
                     .await;
             }
         }
@@ -334,8 +334,12 @@ async fn a_grpc_subscribe_pays_for_the_history_it_recovers_before_anything_is_se
         "{refused:?}"
     );
     // A recovery the key can pay for goes through, in order.
-    let small = broker.node.publish("doc:small", "1", "test").await;
-    broker.node.publish("doc:small", "2", "test").await;
+    let small = broker
+        .node
+        .publish("doc:small", "1", "test", None)
+        .await
+        .seq;
+    broker.node.publish("doc:small", "2", "test", None).await;
     let mut s = c
         .subscribe(authed(
             subscribe_req(&[("doc:small", Some(small - 1))]),

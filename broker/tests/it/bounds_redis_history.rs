@@ -108,9 +108,9 @@ async fn fill(b: &crate::common::Broker, channels: &[String]) -> Vec<u64> {
     let data = format!("\"{}\"", "x".repeat(8 << 10));
     let mut first = Vec::new();
     for ch in channels {
-        first.push(b.node.publish(ch, &data, "test").await);
+        first.push(b.node.publish(ch, &data, "test", None).await.seq);
         for _ in 1..8 {
-            b.node.publish(ch, &data, "test").await;
+            b.node.publish(ch, &data, "test", None).await;
         }
     }
     first
@@ -197,12 +197,12 @@ async fn a_message_leaves_redis_history_after_the_ttl_though_its_channel_stays_b
     let p = prefix();
     let b = crate::cluster::node(redis, "a", &p, "[history]\nsize = 1000\nttl_ms = 300\n");
     crate::cluster::bridge_up(&b, true).await;
-    let first = b.node.publish("doc:busy", "0", "test").await;
+    let first = b.node.publish("doc:busy", "0", "test", None).await.seq;
     // Every publish renews the list's own TTL, so only the index's
     // per-message expiry can take the first one out.
     let deadline = Instant::now() + PATIENCE;
     loop {
-        b.node.publish("doc:busy", "1", "test").await;
+        b.node.publish("doc:busy", "1", "test", None).await;
         let held = held(redis, &p).await;
         let seqs: Vec<u64> = held["doc:busy"].iter().map(|(_, seq)| *seq).collect();
         if seqs[0] > first {

@@ -150,7 +150,13 @@ async fn fill(b: &Broker, channel: &str, n: usize) -> u64 {
     let data = format!("\"{}\"", "x".repeat(DATA - 2));
     let mut last = 0;
     for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
-        let seqs = join_all(chunk.iter().map(|_| b.node.publish(channel, &data, "test"))).await;
+        let seqs = join_all(
+            chunk
+                .iter()
+                .map(|_| b.node.publish(channel, &data, "test", None)),
+        )
+        .await;
+        let seqs = seqs.into_iter().map(|p| p.seq);
         last = last.max(seqs.into_iter().max().unwrap());
     }
     last
@@ -337,7 +343,12 @@ async fn recovery_and_history_across_seq_jumps_return_exactly_what_follows_since
         if i == 20 {
             jump(redis, &key, 5).await;
         }
-        seqs.push(b.node.publish(channel, &i.to_string(), "test").await);
+        seqs.push(
+            b.node
+                .publish(channel, &i.to_string(), "test", None)
+                .await
+                .seq,
+        );
     }
     assert!(
         seqs[10] > seqs[9] + 1000 && seqs[20] > seqs[19] + 5,

@@ -56,7 +56,7 @@ async fn trim_while_it_waits(b: &Broker) {
         tokio::task::yield_now().await;
     }
     for i in 0..14 {
-        b.node.publish("doc:h0", &i.to_string(), "test").await;
+        b.node.publish("doc:h0", &i.to_string(), "test", None).await;
     }
 }
 
@@ -228,7 +228,7 @@ async fn a_grpc_subscribe_recovers_redis_history_in_order_in_pages() {
             assert_eq!((&m.channel, m.seq), (name, since + i));
         }
     }
-    let live = b.node.publish("doc:h1", "1", "test").await;
+    let live = b.node.publish("doc:h1", "1", "test", None).await.seq;
     let m = next_message(&mut s).await;
     assert_eq!((m.channel.as_str(), m.seq), ("doc:h1", live));
     assert!(
@@ -256,7 +256,7 @@ async fn an_sse_stream_whose_page_was_trimmed_says_recovered_false_and_goes_on_i
     assert!(first.event().await.is("welcome"));
     // Live once the join through the bridge is done: its id arrives.
     while first.next().await.unwrap().id.is_none() {}
-    let since = b.node.publish("doc:h0", "0", "test").await;
+    let since = b.node.publish("doc:h0", "0", "test", None).await.seq;
     assert_eq!(first.message().await["seq"], since);
     let position = first.last_id.clone().unwrap();
     drop(first);
@@ -264,7 +264,7 @@ async fn an_sse_stream_whose_page_was_trimmed_says_recovered_false_and_goes_on_i
     // 20 messages of 16 KiB after it: the history holds exactly them.
     let data = format!("\"{}\"", "x".repeat(16 << 10));
     for _ in 0..20 {
-        b.node.publish("doc:h0", &data, "test").await;
+        b.node.publish("doc:h0", &data, "test", None).await;
     }
     let mut s = open_on(
         small_window(b.addr).await,
@@ -352,7 +352,7 @@ async fn a_graphql_subscription_whose_page_was_trimmed_ends_with_slow_consumer_a
         let mut tick = tokio::time::interval(std::time::Duration::from_millis(10));
         loop {
             tick.tick().await;
-            node.publish("doc:h0", "\"live\"", "test").await;
+            node.publish("doc:h0", "\"live\"", "test", None).await;
         }
     });
     let m = c.until(|v| v["id"] == "again").await;

@@ -109,7 +109,7 @@ async fn a_peer_that_never_reads_its_close_frame_loses_the_connection_at_the_clo
     let deadline = Instant::now() + PATIENCE;
     while b.metric(closed).await < 1.0 {
         assert!(Instant::now() < deadline, "the socket was never closed");
-        b.node.publish("doc:1", &big, "test").await;
+        b.node.publish("doc:1", &big, "test", None).await;
     }
     let_go(&b, &s).await;
 }
@@ -123,7 +123,7 @@ async fn a_peer_that_closes_and_never_reads_loses_the_connection_after_the_close
     let deadline = Instant::now() + PATIENCE;
     while b.node.sockets.iter().all(|s| s.gauge.pending() < 16 << 10) {
         assert!(Instant::now() < deadline, "the socket never filled");
-        b.node.publish("doc:1", &big, "test").await;
+        b.node.publish("doc:1", &big, "test", None).await;
     }
     // The peer closes, and reads neither the rest nor the answer.
     s.write_all(&masked(0x8, &1000u16.to_be_bytes()))

@@ -385,7 +385,7 @@ async fn an_api_keys_empty_bucket_refuses_operations_one_by_one() {
     live(&b, &channel, 1).await;
     // HTTP publish spends the same bucket (empty now): publish through the
     // node itself to see the socket and its subscriptions live.
-    let s = b.node.publish(&channel, "1", "test").await;
+    let s = b.node.publish(&channel, "1", "test", None).await.seq;
     assert_eq!(seqs(&mut c, &other.to_string(), 1).await, vec![s]);
     assert_eq!(
         b.publish_http(&channel, json!(2)).await.status(),
@@ -477,7 +477,7 @@ async fn a_slow_reader_ends_with_slow_consumer_and_resumes_from_last_seq_losing_
     let data = format!("\"{}\"", "x".repeat(1024));
     let mut published = Vec::new();
     for _ in 0..2000 {
-        published.push(b.node.publish("doc:slow", &data, "test").await);
+        published.push(b.node.publish("doc:slow", &data, "test", None).await.seq);
     }
     let dropped = b
         .metric("tidegate_rejections_total{layer=\"outbound\",reason=\"slow_consumer\"}")

@@ -79,8 +79,8 @@ async fn a_graphql_recovery_is_paid_for_before_any_of_it_is_sent() {
     );
     assert_eq!(b.node.hub.subscriber_count("doc:h0"), 0);
     // A recovery the key can pay for goes through, in order.
-    let small = b.node.publish("doc:small", "1", "test").await;
-    b.node.publish("doc:small", "2", "test").await;
+    let small = b.node.publish("doc:small", "1", "test", None).await.seq;
+    b.node.publish("doc:small", "2", "test", None).await;
     subscribe(&mut c, "small", SUB, json!({"c":"doc:small","s":small - 1})).await;
     for seq in [small, small + 1] {
         let m = next_for(&mut c, "small").await;

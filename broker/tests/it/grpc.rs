@@ -52,6 +52,7 @@ pub fn msg(channel: &str, data: &str, id: &str) -> PublishRequest {
         channel: channel.into(),
         data_json: data.into(),
         id: id.into(),
+        idempotency_key: String::new(),
     }
 }
 

@@ -11,6 +11,7 @@ use super::resharding::invoke_following;
 use super::{RedisBridge, SEQ_TTL_MS, SUBSCRIBE_WAIT, SubCmd, reads};
 use crate::cluster::{ChannelRead, Pending};
 use crate::hub::{Joined, Pages, Recovery, Subscriber, seq_floor};
+use crate::idempotency::{Keyed, Published};
 use crate::protocol::wire;
 
 /// Parses the `seq` out of a message JSON built by the publish script.
@@ -208,49 +209,79 @@ impl RedisBridge {
         })
     }
 
-    pub(super) fn publish_impl(&self, channel: &str, data: &str) -> Pending<u64> {
+    /// The Redis key of an idempotency key (§17), in the channel's slot
+    /// (its hash tag on Redis Cluster), lengths first so no two scopes
+    /// share a name.
+    pub(super) fn idem_key(&self, channel: &str, keyed: &Keyed<'_>) -> String {
+        format!("{}:{}", self.key("idem", channel), keyed.scope(channel))
+    }
+
+    /// Publishes here alone (Redis is away or refused the script): the
+    /// message gets a local `seq`, and its key, if any, was checked by this
+    /// node only (counted).
+    fn publish_alone(&self, channel: &str, data: &str, keyed: bool) -> Published {
+        if keyed {
+            self.metrics.idempotency.unshared.inc();
+        }
+        Published::first(self.hub.publish(channel, data))
+    }
+
+    pub(super) fn publish_impl(
+        &self,
+        channel: &str,
+        data: &str,
+        keyed: Option<Keyed<'_>>,
+    ) -> Pending<Published> {
         let seq_key = self.key("seq", channel);
         if !self.up_at(&seq_key) {
-            return Pending::Ready(self.hub.publish(channel, data));
+            return Pending::Ready(self.publish_alone(channel, data, keyed.is_some()));
         }
         let this = self.arc();
+        let idem = keyed.map(|k| self.idem_key(channel, &k));
         let (channel, data) = (channel.to_owned(), data.to_owned());
         Pending::later(async move {
             let Some((mut conn, _in_flight)) = this.command(&seq_key) else {
-                return this.hub.publish(&channel, &data);
+                return this.publish_alone(&channel, &data, idem.is_some());
             };
             let (size, ttl, _) = this.history();
-            let result: redis::RedisResult<(String, u64, Vec<String>)> = this
+            let mut invocation = this.publish_invocation(&channel, &seq_key);
+            let window = match &idem {
+                Some(k) => {
+                    invocation.key(k);
+                    this.idempotency_window_ms.load(Ordering::Relaxed)
+                }
+                None => 0,
+            };
+            invocation
+                .arg(this.topic(&channel))
+                .arg(&channel)
+                .arg(&data)
+                .arg(size)
+                .arg(ttl)
+                .arg(this.hub.seq(&channel))
+                .arg(seq_floor())
+                .arg(SEQ_TTL_MS.max(ttl))
+                .arg(window);
+            let result: redis::RedisResult<(String, u64, Vec<String>, u8)> = this
                 .metrics
-                .time_script(
-                    "publish",
-                    invoke_following(
-                        this.publish_invocation(&channel, &seq_key)
-                            .arg(this.topic(&channel))
-                            .arg(&channel)
-                            .arg(&data)
-                            .arg(size)
-                            .arg(ttl)
-                            .arg(this.hub.seq(&channel))
-                            .arg(seq_floor())
-                            .arg(SEQ_TTL_MS.max(ttl)),
-                        &mut conn,
-                    ),
-                )
+                .time_script("publish", invoke_following(&invocation, &mut conn))
                 .await;
-            if let Ok((seq, len, trimmed)) = &result
+            if let Ok((seq, len, trimmed, 0)) = &result
                 && *len > 0
             {
                 this.indexed(&channel, seq, *len, trimmed.clone());
             }
-            match result.map(|(s, _, _)| s.parse::<u64>()) {
-                Ok(Ok(seq)) => seq,
-                Ok(Err(_)) => this.hub.publish(&channel, &data),
+            match result.map(|(s, _, _, dup)| (s.parse::<u64>(), dup)) {
+                Ok((Ok(seq), dup)) => Published {
+                    seq,
+                    duplicate: dup == 1,
+                },
+                Ok((Err(_), _)) => this.publish_alone(&channel, &data, idem.is_some()),
                 Err(e) => {
                     // Availability first: the message may or may not have
                     // reached Redis; serve it locally either way.
                     this.failed_at(&seq_key, &e);
-                    this.hub.publish(&channel, &data)
+                    this.publish_alone(&channel, &data, idem.is_some())
                 }
             }
         })

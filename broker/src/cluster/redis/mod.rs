@@ -72,7 +72,7 @@ mod subscriber;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -88,6 +88,7 @@ pub use admin::{ADMIN_MESSAGE, AdminStore};
 use super::{Bridge, CapReached, ChannelRead, Charged, Events, KeyCharge, LocalLimits, Pending};
 use crate::config::{ClusterMode, Config, Limits};
 use crate::hub::{Hub, Joined, Subscriber};
+use crate::idempotency::{Keyed, Published};
 use crate::metrics::Metrics;
 
 /// How long a subscribe waits for Redis to confirm before it is acked
@@ -145,6 +146,8 @@ pub struct RedisBridge {
     /// `history.size`, `history.ttl_ms` and `history.cluster_max_bytes`
     /// (the `hist:` bytes over all channels), as last (re)loaded.
     history: parking_lot::RwLock<(usize, u64, u64)>,
+    /// `publish.idempotency_window_ms`: a key's time to live in Redis.
+    idempotency_window_ms: AtomicU64,
     /// Entries waiting for the history index (`history.rs`), bounded
     /// there.
     hist_pending: history::Buffer,
@@ -205,6 +208,7 @@ impl RedisBridge {
             events,
             local: LocalLimits::default(),
             history: parking_lot::RwLock::new(history_of(config)),
+            idempotency_window_ms: AtomicU64::new(config.publish.idempotency_window_ms),
             hist_pending: Mutex::default(),
             hist_flush_now: Notify::new(),
             lease_ms: config.cluster.lease_ms,
@@ -332,8 +336,8 @@ fn ms(n: u64) -> Duration {
 }
 
 impl Bridge for RedisBridge {
-    fn publish(&self, channel: &str, data: &str) -> Pending<u64> {
-        self.publish_impl(channel, data)
+    fn publish(&self, channel: &str, data: &str, key: Option<Keyed<'_>>) -> Pending<Published> {
+        self.publish_impl(channel, data, key)
     }
 
     fn subscribe(&self, channel: &str, sub: Subscriber, since: Option<u64>) -> Pending<Joined> {
@@ -400,6 +404,8 @@ impl Bridge for RedisBridge {
 
     fn reconfigure(&self, config: &Config) {
         *self.history.write() = history_of(config);
+        self.idempotency_window_ms
+            .store(config.publish.idempotency_window_ms, Ordering::Relaxed);
     }
 
     fn share(&self) -> f64 {

@@ -12,16 +12,30 @@ use redis::Script;
 /// counter starts from the clock floor), the message JSON built once,
 /// appended to the bounded history and published, in one step.
 ///
-/// KEYS: seq counter, history list. ARGV: topic, channel, data,
-/// history size, history TTL ms, node floor, clock floor, counter TTL ms.
+/// With an idempotency key (§17), the key is checked and recorded in the
+/// same step: a key already held answers with its `seq` and publishes
+/// nothing; otherwise it is set to the new `seq` for the window.
+///
+/// KEYS: seq counter, history list (on Redis Cluster the owner key), and
+/// last the idempotency key when ARGV[9] > 0. ARGV: topic, channel, data,
+/// history size, history TTL ms, node floor, clock floor, counter TTL ms,
+/// idempotency window ms (0: no key).
 /// Returns {seq, the message's length, `len:seq` of each message the
-/// `size` trim popped} (the last two feed the cluster-wide byte budget,
-/// `history.rs`; 0 and none without history).
+/// `size` trim popped, 1 when this was a duplicate} (the middle two feed
+/// the cluster-wide byte budget, `history.rs`; 0 and none without history
+/// or for a duplicate).
 pub static PUBLISH: LazyLock<Script> = LazyLock::new(|| Script::new(PUBLISH_SOURCE));
 
 /// The source of [`PUBLISH`] (the Redis Cluster variant, in `fence.rs`,
 /// swaps its `PUBLISH` for `SPUBLISH` and fences the counter first).
 pub const PUBLISH_SOURCE: &str = r#"
+local window = tonumber(ARGV[9] or '0')
+local idem = false
+if window > 0 then
+  idem = KEYS[#KEYS]
+  local prior = redis.call('GET', idem)
+  if prior then return { prior, 0, {}, 1 } end
+end
 local cur = redis.call('GET', KEYS[1])
 local floor = tonumber(ARGV[6])
 if cur then cur = tonumber(cur) else cur = math.max(floor, tonumber(ARGV[7])) end
@@ -43,7 +57,8 @@ if size > 0 then
   redis.call('PEXPIRE', KEYS[2], ARGV[5])
 end
 redis.call('PUBLISH', ARGV[1], msg)
-return { seq, kept, popped }
+if idem then redis.call('SET', idem, seq, 'PX', window) end
+return { seq, kept, popped, 0 }
 "#;
 
 /// Raises a `seq` counter to at least ARGV[1] (after an outage, so the

@@ -143,12 +143,17 @@ pub struct Prices {
 pub struct PublishInput {
     pub channel: String,
     pub data: Json,
+    /// An idempotency key (§17): a key published within the window is
+    /// answered with the first one's `seq` and not published again.
+    pub key: Option<String>,
 }
 
 #[derive(Debug, Clone, SimpleObject)]
 pub struct Published {
     pub channel: String,
     pub seq: Seq,
+    /// The key was published already: `seq` is the first one's (§17).
+    pub duplicate: bool,
 }
 
 /// The error codes GraphQL errors carry in `extensions.code` (§12).

@@ -7,13 +7,18 @@ use async_graphql::{Context, Object, Result};
 use super::query::ticket;
 use super::{Code, Json, PublishInput, Published, Seq};
 use crate::graphql::admission::Ticket;
+use crate::idempotency::Keyed;
+use crate::pricing;
 use crate::protocol::channel;
 
 pub struct Mutation;
 
 /// The message's channel and `data` text, or why it cannot be published.
-fn checked(t: &Ticket, channel: &str, data: &Json) -> Result<String> {
+fn checked(t: &Ticket, channel: &str, data: &Json, key: Option<&str>) -> Result<String> {
     channel::validate(channel).map_err(|why| Code::BadRequest.error(why))?;
+    if let Some(key) = key {
+        crate::idempotency::validate(key).map_err(|e| Code::BadRequest.error(e.to_string()))?;
+    }
     let limits = &t.caller.limits;
     let text = data.text();
     if text.len() > limits.max_payload_bytes {
@@ -37,17 +42,42 @@ fn checked(t: &Ticket, channel: &str, data: &Json) -> Result<String> {
     Ok(text)
 }
 
+/// Publishes a checked message once per key (§17). The operation was
+/// priced before it ran, a publish in full: a duplicate gives back what it
+/// paid over the base price at once.
+async fn publish_one(t: &Ticket, channel: String, text: &str, key: Option<&str>) -> Published {
+    let keyed = key.map(|key| Keyed {
+        publisher: &t.caller.account,
+        key,
+    });
+    let published = t.node.publish(&channel, text, "graphql", keyed).await;
+    if published.duplicate {
+        let costs = &t.caller.limits.costs;
+        let full = pricing::publish(costs, text.len(), t.node.bridge.subscribers(&channel));
+        t.give_back(u64::from(full.saturating_sub(costs.publish)))
+            .await;
+    }
+    Published {
+        channel,
+        seq: Seq(published.seq),
+        duplicate: published.duplicate,
+    }
+}
+
 #[Object]
 impl Mutation {
-    /// Publishes one message; costs what an HTTP publish of it costs.
-    async fn publish(&self, ctx: &Context<'_>, channel: String, data: Json) -> Result<Published> {
+    /// Publishes one message; costs what an HTTP publish of it costs (a
+    /// duplicate of `key`, the base price).
+    async fn publish(
+        &self,
+        ctx: &Context<'_>,
+        channel: String,
+        data: Json,
+        key: Option<String>,
+    ) -> Result<Published> {
         let t = ticket(ctx);
-        let text = checked(t, &channel, &data)?;
-        let seq = t.node.publish(&channel, &text, "graphql").await;
-        Ok(Published {
-            channel,
-            seq: Seq(seq),
-        })
+        let text = checked(t, &channel, &data, key.as_deref())?;
+        Ok(publish_one(t, channel, &text, key.as_deref()).await)
     }
 
     /// Publishes every message, in order, or none: a message that cannot
@@ -69,7 +99,7 @@ impl Mutation {
             .iter()
             .enumerate()
             .map(|(i, m)| {
-                checked(t, &m.channel, &m.data).map_err(|mut e| {
+                checked(t, &m.channel, &m.data, m.key.as_deref()).map_err(|mut e| {
                     e.message = format!("messages[{i}]: {}", e.message);
                     e
                 })
@@ -77,11 +107,7 @@ impl Mutation {
             .collect::<Result<Vec<_>>>()?;
         let mut out = Vec::with_capacity(messages.len());
         for (m, text) in messages.into_iter().zip(texts) {
-            let seq = t.node.publish(&m.channel, &text, "graphql").await;
-            out.push(Published {
-                channel: m.channel,
-                seq: Seq(seq),
-            });
+            out.push(publish_one(t, m.channel, &text, m.key.as_deref()).await);
         }
         Ok(out)
     }

@@ -1,0 +1,312 @@
+//! Idempotency keys (§17): the node's table of the keys it has published
+//! (or is publishing) within the window, so a retry is answered with the
+//! first `seq` instead of publishing again.
+//!
+//! The table is keyed by (publisher, channel, key) ([`Keyed::scope`]); an
+//! entry is in flight (its publisher is publishing; duplicates wait for
+//! its answer) or done (`seq`, and when it went out). The window runs from
+//! the publish that went out: duplicates do not extend it. A claim whose
+//! publish never happened (its future was dropped) removes its entry, so
+//! a retry may publish; fronts charge before they claim, so a refused
+//! publish never claims at all.
+//!
+//! In cluster mode this table is only the node's fast path: the key is
+//! recorded in the same Redis script that assigns the `seq` (the bridge),
+//! so two nodes never both publish one key; the table coalesces a node's
+//! concurrent duplicates and answers the ones it knows without a round
+//! trip.
+//!
+//! Bounded: at most `idempotency_max_keys` entries (oldest first out, an
+//! eviction before the window passed counted), each expiring
+//! `idempotency_window_ms` after its publish; the age queue holds one item
+//! per entry plus the tombstones of dropped claims, compacted past twice
+//! the cap.
+
+mod key;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+pub use key::{KeyError, Keyed, MAX_KEY_BYTES, validate};
+
+use crate::metrics::idempotency::IdempotencyMetrics;
+
+/// A publish's outcome: its `seq`, and whether an earlier publish with the
+/// same key had it (so this one was not published).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Published {
+    pub seq: u64,
+    pub duplicate: bool,
+}
+
+impl Published {
+    pub fn first(seq: u64) -> Published {
+        Published {
+            seq,
+            duplicate: false,
+        }
+    }
+}
+
+/// What [`Idempotency::claim`] found.
+#[derive(Debug)]
+pub enum Claim {
+    /// Nobody holds the key: publish, then [`First::done`].
+    First(First),
+    /// Published in the window, with this `seq`.
+    Known(u64),
+    /// Being published now: its answer is coming.
+    Wait(Waiter),
+}
+
+/// What a look without claiming found (to price a duplicate before it is
+/// charged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    New,
+    /// Published in the window, or being published.
+    Held,
+}
+
+enum State {
+    /// The claimer's answer arrives here (`None` until then; the sender
+    /// dropped without one: the claim was given up).
+    InFlight(watch::Receiver<Option<u64>>),
+    Done {
+        seq: u64,
+        at: Instant,
+    },
+}
+
+struct Entry {
+    /// Tells this entry from a later one under the same scope (the age
+    /// queue's items and a claim's own entry).
+    id: u64,
+    state: State,
+}
+
+#[derive(Default)]
+struct Table {
+    /// Bounded by `max_keys` (see [`Idempotency::claim`]).
+    map: HashMap<Arc<str>, Entry>,
+    /// Entries oldest first, with their id; items whose entry is gone or
+    /// replaced are tombstones, compacted past twice `max_keys`.
+    order: VecDeque<(Arc<str>, u64)>,
+    next_id: u64,
+}
+
+/// The node's idempotency table.
+pub struct Idempotency {
+    table: Mutex<Table>,
+    window_ms: AtomicU64,
+    max_keys: AtomicU64,
+    metrics: Arc<IdempotencyMetrics>,
+}
+
+impl std::fmt::Debug for Idempotency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Idempotency { .. }")
+    }
+}
+
+impl Idempotency {
+    pub fn new(window_ms: u64, max_keys: u64, metrics: Arc<IdempotencyMetrics>) -> Arc<Self> {
+        Arc::new(Idempotency {
+            table: Mutex::default(),
+            window_ms: AtomicU64::new(window_ms),
+            max_keys: AtomicU64::new(max_keys),
+            metrics,
+        })
+    }
+
+    /// A reloaded `[publish]`: a new window applies to the keys held too
+    /// (from their publish); a smaller cap evicts on the next claim.
+    pub fn reconfigure(&self, window_ms: u64, max_keys: u64) {
+        self.window_ms.store(window_ms, Ordering::Relaxed);
+        self.max_keys.store(max_keys, Ordering::Relaxed);
+    }
+
+    /// The window, as the Redis key's time to live.
+    pub fn window_ms(&self) -> u64 {
+        self.window_ms.load(Ordering::Relaxed)
+    }
+
+    fn window(&self) -> Duration {
+        Duration::from_millis(self.window_ms())
+    }
+
+    /// Whether `scope` is held (published in the window or in flight),
+    /// without claiming it.
+    pub fn seen(&self, scope: &str, now: Instant) -> Seen {
+        let window = self.window();
+        let t = self.table.lock();
+        match t.map.get(scope).map(|e| &e.state) {
+            Some(State::InFlight(_)) => Seen::Held,
+            Some(State::Done { at, .. }) if now < *at + window => Seen::Held,
+            _ => Seen::New,
+        }
+    }
+
+    /// Claims `scope` for a publish, or says who has it.
+    pub fn claim(self: &Arc<Self>, scope: String, now: Instant) -> Claim {
+        let window = self.window();
+        let max = usize::try_from(self.max_keys.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
+        let mut t = self.table.lock();
+        match t.map.get(scope.as_str()).map(|e| &e.state) {
+            Some(State::InFlight(rx)) => return Claim::Wait(Waiter { rx: rx.clone() }),
+            Some(State::Done { seq, at }) if now < *at + window => return Claim::Known(*seq),
+            _ => {}
+        }
+        self.expire(&mut t, now, window);
+        while t.map.len() >= max.max(1) {
+            let Some((name, id)) = t.order.pop_front() else {
+                break;
+            };
+            if t.map.get(&name).is_some_and(|e| e.id == id) {
+                t.map.remove(&name);
+                self.metrics.evictions.inc();
+            }
+        }
+        let (tx, rx) = watch::channel(None);
+        let id = t.next_id;
+        t.next_id += 1;
+        let name: Arc<str> = scope.into();
+        t.map.insert(
+            name.clone(),
+            Entry {
+                id,
+                state: State::InFlight(rx),
+            },
+        );
+        t.order.push_back((name.clone(), id));
+        if t.order.len() > max.saturating_mul(2).max(64) {
+            let Table { map, order, .. } = &mut *t;
+            order.retain(|(n, id)| map.get(n).is_some_and(|e| e.id == *id));
+        }
+        self.metrics.keys.set(t.map.len() as i64);
+        Claim::First(First {
+            table: self.clone(),
+            name: Some(name),
+            id,
+            tx,
+        })
+    }
+
+    /// Drops the entries whose window has passed, oldest first (an entry
+    /// still in flight stops the walk: it is young).
+    fn expire(&self, t: &mut Table, now: Instant, window: Duration) {
+        while let Some((name, id)) = t.order.front() {
+            let gone = match t.map.get(name) {
+                Some(e) if e.id == *id => match e.state {
+                    State::Done { at, .. } => now >= at + window,
+                    State::InFlight(_) => false,
+                },
+                _ => true,
+            };
+            if !gone {
+                break;
+            }
+            if let Some((name, id)) = t.order.pop_front()
+                && t.map.get(&name).is_some_and(|e| e.id == id)
+            {
+                t.map.remove(&name);
+            }
+        }
+    }
+
+    /// Forgets the keys whose window has passed (the node's sweep).
+    pub fn sweep(&self, now: Instant) {
+        let window = self.window();
+        let mut t = self.table.lock();
+        self.expire(&mut t, now, window);
+        self.metrics.keys.set(t.map.len() as i64);
+    }
+
+    /// Keys held now.
+    pub fn len(&self) -> usize {
+        self.table.lock().map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn settle(&self, name: &Arc<str>, id: u64, state: Option<State>) {
+        let mut t = self.table.lock();
+        if t.map.get(name).is_none_or(|e| e.id != id) {
+            // Evicted (or expired and claimed again) meanwhile.
+            return;
+        }
+        match state {
+            Some(state) => {
+                if let Some(e) = t.map.get_mut(name) {
+                    e.state = state;
+                }
+            }
+            None => {
+                t.map.remove(name);
+            }
+        }
+        self.metrics.keys.set(t.map.len() as i64);
+    }
+}
+
+/// A claimed key: the claimer publishes, then says the `seq`. Dropped
+/// without [`First::done`] (the publish never happened), the key is
+/// released and whoever waited claims it again.
+pub struct First {
+    table: Arc<Idempotency>,
+    name: Option<Arc<str>>,
+    id: u64,
+    tx: watch::Sender<Option<u64>>,
+}
+
+impl std::fmt::Debug for First {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("First").field("id", &self.id).finish()
+    }
+}
+
+impl First {
+    /// The key's publish got `seq`; `at` is when it went out (now, or
+    /// earlier for a duplicate another node published).
+    pub fn done(mut self, seq: u64, at: Instant) {
+        if let Some(name) = self.name.take() {
+            self.table
+                .settle(&name, self.id, Some(State::Done { seq, at }));
+        }
+        self.tx.send_replace(Some(seq));
+    }
+}
+
+impl Drop for First {
+    fn drop(&mut self) {
+        if let Some(name) = self.name.take() {
+            self.table.settle(&name, self.id, None);
+        }
+    }
+}
+
+/// A duplicate waiting for the first publish's answer.
+#[derive(Debug)]
+pub struct Waiter {
+    rx: watch::Receiver<Option<u64>>,
+}
+
+impl Waiter {
+    /// The first one's `seq`; `None`: it was given up (claim again).
+    pub async fn wait(mut self) -> Option<u64> {
+        match self.rx.wait_for(Option::is_some).await {
+            Ok(v) => *v,
+            Err(_) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,115 @@
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::*;
+
+fn table(window_ms: u64, max_keys: u64) -> (Arc<Idempotency>, Arc<IdempotencyMetrics>) {
+    let m = Arc::new(IdempotencyMetrics::default());
+    (Idempotency::new(window_ms, max_keys, m.clone()), m)
+}
+
+fn scope(key: &str) -> String {
+    Keyed::new("acct", key).unwrap().scope("doc:1")
+}
+
+fn first(c: Claim) -> First {
+    match c {
+        Claim::First(f) => f,
+        other => panic!("expected a first claim, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_published_key_is_known_for_the_window_from_its_publish() {
+    let (t, _) = table(1000, 10);
+    let now = Instant::now();
+    let f = first(t.claim(scope("a"), now));
+    assert_eq!(t.seen(&scope("a"), now), Seen::Held);
+    f.done(7, now);
+    let later = now + Duration::from_millis(999);
+    assert!(matches!(t.claim(scope("a"), later), Claim::Known(7)));
+    // Duplicates do not extend the window.
+    let past = now + Duration::from_millis(1000);
+    assert_eq!(t.seen(&scope("a"), past), Seen::New);
+    assert!(matches!(t.claim(scope("a"), past), Claim::First(_)));
+}
+
+#[tokio::test]
+async fn a_duplicate_in_flight_waits_for_the_first_answer() {
+    let (t, _) = table(1000, 10);
+    let now = Instant::now();
+    let f = first(t.claim(scope("a"), now));
+    let Claim::Wait(w) = t.claim(scope("a"), now) else {
+        panic!("in flight")
+    };
+    let waiting = tokio::spawn(w.wait());
+    f.done(42, now);
+    assert_eq!(waiting.await.unwrap(), Some(42));
+}
+
+#[tokio::test]
+async fn a_dropped_claim_uses_up_nothing() {
+    let (t, m) = table(1000, 10);
+    let now = Instant::now();
+    let f = first(t.claim(scope("a"), now));
+    let Claim::Wait(w) = t.claim(scope("a"), now) else {
+        panic!("in flight")
+    };
+    drop(f);
+    assert_eq!(w.wait().await, None, "the waiter learns it was given up");
+    assert!(t.is_empty());
+    assert_eq!(m.keys.get(), 0);
+    assert!(matches!(t.claim(scope("a"), now), Claim::First(_)));
+}
+
+#[test]
+fn the_oldest_key_is_evicted_past_the_cap_and_counted() {
+    let (t, m) = table(60_000, 2);
+    let now = Instant::now();
+    for k in ["a", "b", "c"] {
+        first(t.claim(scope(k), now)).done(1, now);
+    }
+    assert_eq!(t.len(), 2);
+    assert_eq!(m.evictions.get(), 1);
+    assert_eq!(m.keys.get(), 2);
+    assert_eq!(t.seen(&scope("a"), now), Seen::New, "the oldest went");
+    assert_eq!(t.seen(&scope("c"), now), Seen::Held);
+}
+
+#[test]
+fn expired_keys_make_room_without_counting_an_eviction() {
+    let (t, m) = table(10, 2);
+    let now = Instant::now();
+    for k in ["a", "b"] {
+        first(t.claim(scope(k), now)).done(1, now);
+    }
+    let later = now + Duration::from_millis(20);
+    first(t.claim(scope("c"), later)).done(2, later);
+    assert_eq!(m.evictions.get(), 0);
+    assert_eq!(t.len(), 1);
+    t.sweep(later + Duration::from_millis(20));
+    assert!(t.is_empty());
+}
+
+#[test]
+fn dropped_claims_leave_the_age_queue_bounded() {
+    let (t, _) = table(60_000, 4);
+    let now = Instant::now();
+    for i in 0..1000 {
+        drop(t.claim(scope(&format!("k{i}")), now));
+    }
+    assert!(t.table.lock().order.len() <= 64 + 1);
+}
+
+#[test]
+fn a_smaller_cap_applies_on_the_next_claim() {
+    let (t, m) = table(60_000, 10);
+    let now = Instant::now();
+    for k in ["a", "b", "c", "d"] {
+        first(t.claim(scope(k), now)).done(1, now);
+    }
+    t.reconfigure(60_000, 2);
+    first(t.claim(scope("e"), now)).done(1, now);
+    assert_eq!(t.len(), 2);
+    assert_eq!(m.evictions.get(), 3);
+}
