@@ -254,8 +254,14 @@ try {
 } finally {
   for (const c of clients) c.close();
   await proxy?.stop();
-  broker?.child.kill("SIGTERM");
+  // The broker first (its drain, then exit), then Redis, then the files.
+  const exited = (child) =>
+    child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise((r) => child.once("exit", r));
+  if (broker) {
+    broker.child.kill("SIGTERM");
+    await exited(broker.child);
+  }
   redis.child.kill("SIGTERM");
-  await new Promise((r) => setTimeout(r, 300));
+  await exited(redis.child);
   rmSync(dir, { recursive: true, force: true });
 }
