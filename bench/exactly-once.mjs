@@ -4,8 +4,8 @@
 // at most `--window` unsettled at once, default 1,000) to one channel
 // through a TCP proxy that destroys every connection it carries every
 // `--cut-ms` (default 200 ms). The broker (TIDEGATE_BIN, default
-// target/debug/tidegate) runs in cluster mode on a redis-server started on
-// a free port. A subscriber connected straight to the broker counts what
+// target/release/tidegate; bench/attacks/harness.mjs starts it) runs in
+// cluster mode on a redis-server started on a free port. A subscriber connected straight to the broker counts what
 // it receives. After the last publish settles, an end marker is published
 // and awaited, so nothing published before it is still on its way.
 //
@@ -17,19 +17,13 @@
 // tidegate_publish_duplicates_total{api="ws"}, and the time from the first
 // publish to the end marker. Needs `npm run build` in client-sdk-ts (it
 // loads dist/index.js). Not a timed test: numbers go to bench/README.md.
-import { spawn, execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, connect } from "node:net";
-import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { createRequire } from "node:module";
+import { startRedis, startRedisBroker, stop, token, WebSocket } from "./attacks/harness.mjs";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
-const SDK = join(ROOT, "client-sdk-ts");
-const require = createRequire(join(SDK, "package.json"));
-const WebSocket = require("ws");
-const { TidegateClient } = await import(pathToFileURL(join(SDK, "dist", "index.js")).href);
+const { TidegateClient } = await import(pathToFileURL(join(ROOT, "client-sdk-ts", "dist", "index.js")).href);
 
 const args = process.argv.slice(2);
 const flag = (name, dflt) => {
@@ -39,98 +33,27 @@ const flag = (name, dflt) => {
 const MESSAGES = flag("messages", 10_000);
 const WINDOW = flag("window", 1000);
 const CUT_MS = flag("cut-ms", 200);
-const BIN = process.env.TIDEGATE_BIN ?? join(ROOT, "target", "debug", "tidegate");
 const CHANNEL = "doc:exactly-once";
 
-const freePort = () =>
-  new Promise((resolve) => {
-    const s = createServer().listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-
-/** The repo's config.toml with `key = value` set inside `[section]` (added when missing). */
-function config(overrides) {
-  let lines = readFileSync(join(ROOT, "config.toml"), "utf8").split("\n");
-  for (const [section, values] of Object.entries(overrides)) {
-    let header = lines.findIndex((l) => l.trim() === `[${section}]`);
-    if (header < 0) {
-      lines.push("", `[${section}]`);
-      header = lines.length - 1;
-    }
-    for (const [k, v] of Object.entries(values)) {
-      let end = lines.findIndex((l, i) => i > header && /^\s*\[/.test(l));
-      if (end < 0) end = lines.length;
-      const text = `${k} = ${typeof v === "string" ? JSON.stringify(v) : v}`;
-      const at = lines.findIndex((l, i) => i > header && i < end && new RegExp(`^${k}\\s*=`).test(l));
-      if (at >= 0) lines[at] = text;
-      else lines.splice(header + 1, 0, text);
-    }
-  }
-  return lines.join("\n");
-}
-
-async function startRedis(dir) {
-  const port = await freePort();
-  const child = spawn(
-    "redis-server",
-    ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir],
-    { stdio: "ignore" },
-  );
-  for (let i = 0; i < 200; i++) {
-    try {
-      execFileSync("redis-cli", ["-p", String(port), "ping"], { stdio: "pipe" });
-      return { port, child };
-    } catch {
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
-  throw new Error("redis-server did not start");
-}
-
-async function startBroker(dir, redisPort) {
-  const path = join(dir, "config.toml");
-  writeFileSync(
-    path,
-    config({
-      handshake: { ip_handshakes_per_sec: 100000, ip_handshake_burst: 100000, ip_max_open: 100000 },
-      cluster: {
-        mode: "redis",
-        redis_url: `redis://127.0.0.1:${redisPort}/`,
-        secret: "bench-cluster-secret-0123456789",
-        drain_ms: 300,
-      },
-      "plans.free": {
-        messages_per_sec: 100000,
-        burst: 100000,
-        account_messages_per_sec: 100000,
-        account_burst: 100000,
-        handshake_burst: 100000,
-        handshake_refill_per_sec: 100000,
-      },
-    }),
-  );
-  const child = spawn(BIN, ["serve", "--config", path, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"], {
-    stdio: ["ignore", "pipe", "inherit"],
-    env: { ...process.env, RUST_LOG: "warn" },
-  });
-  const http = await new Promise((resolve, reject) => {
-    child.stdout.on("data", (d) => {
-      const m = d.toString().match(/tidegate listening on (\S+)/);
-      if (m) resolve(m[1].replace(/\/$/, ""));
-    });
-    child.on("exit", (code) => reject(new Error(`broker exited ${code}`)));
-  });
+/** The broker on `redisPort` (cluster mode), with limits that pacing and handshakes do not reach. */
+async function startBroker(redisPort) {
+  const raise = (c) =>
+    c
+      .replace(/^node_accepts_per_sec = \d+$/m, "node_accepts_per_sec = 100000")
+      .replace(/^ip_handshakes_per_sec = \d+$/m, "ip_handshakes_per_sec = 100000")
+      .replace(/^ip_handshake_burst = \d+$/m, "ip_handshake_burst = 100000")
+      .replace(/^ip_max_open = \d+$/m, "ip_max_open = 100000")
+      .replace(/^messages_per_sec = 20$/m, "messages_per_sec = 100000")
+      .replace(/^burst = 20$/m, "burst = 100000")
+      .replace(/^handshake_burst = 10$/m, "handshake_burst = 100000")
+      .replace(/^handshake_refill_per_sec = 0.5$/m, "handshake_refill_per_sec = 100000")
+      .replace(/^drain_ms = \d+$/m, "drain_ms = 300");
+  const broker = await startRedisBroker(redisPort, raise);
   for (;;) {
-    const text = await (await fetch(`${http}/metrics`)).text();
-    if (/^tidegate_cluster_bridge_up 1$/m.test(text)) break;
+    const text = await fetch(`${broker.http}/metrics`).then((r) => r.text(), () => "");
+    if (/^tidegate_cluster_bridge_up 1$/m.test(text)) return broker;
     await new Promise((r) => setTimeout(r, 20));
   }
-  const token = execFileSync(BIN, ["token", "--account", "acme", "--config", path, "--sub", "doc:*", "--pub", "doc:*"])
-    .toString()
-    .trim();
-  return { child, http, port: Number(new URL(http).port), token };
 }
 
 /** A TCP proxy to `target` whose `cut()` destroys every connection it carries. */
@@ -165,17 +88,17 @@ async function duplicatesCounted(http) {
   return m ? Number(m[1]) : 0;
 }
 
-const dir = mkdtempSync(join(tmpdir(), "tidegate-exactly-once-"));
-const redis = await startRedis(dir);
+const { redis, redisPort } = await startRedis();
+const jwt = token("acme", undefined, ["doc:*"]);
 let broker;
 let proxy;
 const clients = [];
 try {
-  broker = await startBroker(dir, redis.port);
+  broker = await startBroker(redisPort);
   proxy = await startProxy(broker.port);
   const seen = new Map();
   let ended = false;
-  const subscriber = new TidegateClient({ url: `ws://127.0.0.1:${broker.port}/v1/ws`, token: broker.token, WebSocket });
+  const subscriber = new TidegateClient({ url: broker.ws, token: jwt, WebSocket });
   clients.push(subscriber);
   await subscriber.connect();
   await subscriber.subscribe(CHANNEL, (data) => {
@@ -184,7 +107,7 @@ try {
   });
   const publisher = new TidegateClient({
     url: `ws://127.0.0.1:${proxy.port}/v1/ws`,
-    token: broker.token,
+    token: jwt,
     WebSocket,
     transport: "websocket",
     maxQueue: WINDOW,
@@ -248,20 +171,12 @@ try {
       brokerDuplicates: (await duplicatesCounted(broker.http)) - dupBefore,
       publishMs: Math.round(publishedMs),
       totalMs: Math.round(totalMs),
-      broker: BIN,
+      broker: process.env.TIDEGATE_BIN ?? "target/release/tidegate",
     }),
   );
 } finally {
   for (const c of clients) c.close();
   await proxy?.stop();
-  // The broker first (its drain, then exit), then Redis, then the files.
-  const exited = (child) =>
-    child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise((r) => child.once("exit", r));
-  if (broker) {
-    broker.child.kill("SIGTERM");
-    await exited(broker.child);
-  }
-  redis.child.kill("SIGTERM");
-  await exited(redis.child);
-  rmSync(dir, { recursive: true, force: true });
+  if (broker) stop(broker);
+  redis.kill("SIGTERM");
 }

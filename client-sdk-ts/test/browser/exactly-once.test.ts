@@ -10,12 +10,11 @@
  */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
 import WebSocket from "ws";
-import { chromium, type Browser, type Page } from "playwright-core";
+import type { Browser, Page } from "playwright-core";
 import { TidegateClient } from "../../src/client.js";
-import { SDK_ROOT, startBroker, type Broker } from "../helpers/broker.js";
+import { startBroker, type Broker } from "../helpers/broker.js";
+import { blankPage, launchChromium } from "../helpers/chromium.js";
 import { startRedis, type Redis } from "../helpers/redis.js";
 import { DropProxy } from "../helpers/proxy.js";
 import { NoUpgradeProxy } from "../helpers/no-upgrade-proxy.js";
@@ -29,8 +28,6 @@ import {
   type Outcome,
 } from "../helpers/exactly-once.js";
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
-
 let redis: Redis;
 let broker: Broker;
 let browser: Browser;
@@ -40,15 +37,7 @@ let site: NoUpgradeProxy;
 const clients: TidegateClient[] = [];
 
 before(async () => {
-  if (!existsSync(CHROMIUM)) {
-    throw new Error(`chromium is missing at ${CHROMIUM}: run scripts/ensure-chromium.sh (apt-get install -y chromium)`);
-  }
-  const bundle = join(SDK_ROOT, "dist", "tidegate.js");
-  if (!existsSync(bundle)) throw new Error("dist/tidegate.js is missing: run `npm run build`");
-  const dir = join(SDK_ROOT, "test-results");
-  mkdirSync(dir, { recursive: true });
-  const page = join(dir, "exactly-once.html");
-  writeFileSync(page, "<!doctype html><title>exactly once</title><p>exactly once</p>");
+  const { page, bundle } = blankPage("exactly-once");
   redis = await startRedis();
   broker = await startBroker(exactlyOnceConfig(redis.url, "browser"));
   await bridgeUp(broker.httpUrl);
@@ -57,11 +46,7 @@ before(async () => {
     "/": ["text/html", page],
     "/sdk/tidegate.js": ["text/javascript", bundle],
   });
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"],
-  });
+  browser = await launchChromium();
 });
 
 after(async () => {

@@ -19,9 +19,12 @@ export function exactlyOnceConfig(redisUrl: string, prefix: string): string {
         lease_ms: 1000,
         secret: "sdk-exactly-once-secret-0123",
       },
+      // The publisher's pacing spreads a burst over about half a second
+      // (900/s), so the cuts land while publishes flow, not after the
+      // whole burst was written.
       "plans.free": {
-        messages_per_sec: 5000,
-        burst: 5000,
+        messages_per_sec: 1000,
+        burst: 100,
         account_messages_per_sec: 20000,
         account_burst: 20000,
         max_connections: 50,

@@ -143,7 +143,7 @@ test("WebSocket: cut mid-publish over and over, every publish settles once and i
   const token = await broker.token({});
   const publisher = client({ token, url: proxy.wsUrl, transport: "websocket" });
   const before = await duplicatesCounted("ws");
-  const outcomes = await cutMidPublish("doc:eo-ws", publisher, () => proxy.dropAll(), 600, 80, 5);
+  const outcomes = await cutMidPublish("doc:eo-ws", publisher, () => proxy.dropAll(), 600, 60, 5);
   assertDuplicatesCounted(outcomes, before, await duplicatesCounted("ws"));
 });
 
