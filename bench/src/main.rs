@@ -13,7 +13,8 @@ use serde_json::json;
 use tidegate_bench::procs::{self, Pinning};
 use tidegate_bench::report::{Machine, Report};
 use tidegate_bench::scenario::{
-    Env, behaviours, fanout, grpc_publish, handshakes, idle, slow, soak, storm, webhooks,
+    Env, behaviours, fanout, grpc_publish, handshakes, idle, keyed_publish, slow, soak, storm,
+    webhooks,
 };
 use tidegate_bench::target::{self, Kind};
 
@@ -87,6 +88,31 @@ enum Scenario {
     /// Publish throughput over HTTP, gRPC unary and gRPC `PublishStream`
     /// to S WebSocket subscribers, one phase each, same run.
     GrpcPublish(GrpcPublishArgs),
+    /// HTTP and socket publish with and without idempotency keys (§17),
+    /// alternated in one run, on one node and through Redis.
+    KeyedPublish(KeyedPublishArgs),
+}
+
+#[derive(Args)]
+struct KeyedPublishArgs {
+    #[arg(long, default_value_t = 100)]
+    subscribers: usize,
+    /// Seconds per phase per round.
+    #[arg(long, default_value_t = 2.0)]
+    duration: f64,
+    /// Rounds of the four phases (http, http keyed, ws, ws keyed).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Bytes of each publish's data (a JSON string).
+    #[arg(long, default_value_t = 64)]
+    payload: usize,
+    /// HTTP connections, and socket frames ahead of their acks.
+    #[arg(long, default_value_t = 16)]
+    in_flight: usize,
+    /// Comma-separated: `memory` (one node), `redis` (through its own
+    /// redis-server).
+    #[arg(long, default_value = "memory,redis", value_delimiter = ',')]
+    modes: Vec<String>,
 }
 
 #[derive(Args)]
@@ -470,6 +496,18 @@ async fn run(
             };
             let r = grpc_publish::run(env, &p).await?;
             ("grpc-publish", json!(p), r)
+        }
+        Scenario::KeyedPublish(a) => {
+            let p = keyed_publish::Params {
+                subscribers: a.subscribers,
+                duration_secs: a.duration,
+                rounds: a.rounds.max(1),
+                payload_bytes: a.payload.max(2),
+                in_flight: a.in_flight.max(1),
+                modes: a.modes.clone(),
+            };
+            let r = keyed_publish::run(env, &p).await?;
+            ("keyed-publish", json!(p), r)
         }
     })
 }

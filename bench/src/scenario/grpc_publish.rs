@@ -60,13 +60,13 @@ fn layer(grpc_port: u16) -> String {
     )
 }
 
-fn free_port() -> Result<u16> {
+pub(super) fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
 }
 
-fn data(payload: usize) -> String {
+pub(super) fn data(payload: usize) -> String {
     // A JSON string of `payload` bytes in all.
     format!("\"{}\"", "x".repeat(payload.saturating_sub(2)))
 }
@@ -222,7 +222,7 @@ async fn http_phase(
 }
 
 /// Reads one HTTP/1.1 response with a `content-length`; its status.
-async fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<u16> {
+pub(super) async fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<u16> {
     buf.clear();
     let mut chunk = [0u8; 4096];
     let head_end = loop {

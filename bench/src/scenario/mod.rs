@@ -8,6 +8,7 @@ pub mod grpc_publish;
 pub mod handshakes;
 pub mod idle;
 pub mod keepalive;
+pub mod keyed_publish;
 mod rate;
 pub mod slow;
 pub mod soak;

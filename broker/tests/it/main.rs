@@ -55,6 +55,7 @@ mod grpc_subscribe;
 mod handshake;
 mod handshake_limits;
 mod http_publish;
+mod idempotency;
 mod inbound_limits;
 mod ops;
 mod presence_backends;
