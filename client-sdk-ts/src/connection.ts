@@ -8,11 +8,11 @@ import { realClock, type Clock, type TimerHandle } from "./clock.js";
 import { Emitter } from "./emitter.js";
 import { TidegateError, closedError, tokenError, tooLarge } from "./errors.js";
 import { Pacer, type BucketView } from "./pacer.js";
-import { DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_MAX_QUEUE, DEFAULT_MAX_QUEUE_BYTES, Unsettled } from "./publishes.js";
+import { DEFAULT_MAX_QUEUE, DEFAULT_MAX_QUEUE_BYTES, noAnswer, Unsettled, windowMs } from "./publishes.js";
 import { closePolicy } from "./codes.js";
 import { MAX_RETRY_AFTER_MS, planReconnect, type ReconnectSettings } from "./reconnect.js";
 import { TokenRefresher } from "./refresh.js";
-import type { Request, RequestKind } from "./request.js";
+import { keyOf, type Request, type RequestKind } from "./request.js";
 import { Subscriptions, type Subscription } from "./subscriptions.js";
 import { tokenExpired } from "./token.js";
 import type { Transport, TransportClose } from "./transport.js";
@@ -80,8 +80,7 @@ export abstract class Connection extends Emitter<ClientEvents> {
       options.maxQueue ?? DEFAULT_MAX_QUEUE,
       options.maxQueueBytes ?? DEFAULT_MAX_QUEUE_BYTES,
     );
-    const window = options.idempotencyWindowMs;
-    if (window !== undefined && !(window > 0)) throw new RangeError("idempotencyWindowMs must be positive");
+    if (!((options.idempotencyWindowMs ?? 1) > 0)) throw new RangeError("idempotencyWindowMs must be positive");
     this.maxRetries = options.maxRetries ?? 5;
     this.settings = {
       maxRetryAfterMs: options.maxRetryAfterMs ?? MAX_RETRY_AFTER_MS,
@@ -145,16 +144,9 @@ export abstract class Connection extends Emitter<ClientEvents> {
     return { ...this.pacer.view(), queued: this.pacer.size, inFlight: this.inFlight.size };
   }
 
-  /**
-   * How long the broker remembers a publish's key: the `welcome` limits'
-   * `idempotencyWindowMs` when the broker advertises it, else the
-   * `idempotencyWindowMs` option, else §17's default (300 s); with both,
-   * the shorter.
-   */
+  /** How long the broker remembers a publish's key (`windowMs` in publishes.ts). */
   idempotencyWindowMs(): number {
-    const advertised = this._welcome?.limits.idempotencyWindowMs;
-    const own = this.opts.idempotencyWindowMs ?? DEFAULT_IDEMPOTENCY_WINDOW_MS;
-    return typeof advertised === "number" && advertised > 0 ? Math.min(advertised, own) : own;
+    return windowMs(this.opts.idempotencyWindowMs, this._welcome?.limits.idempotencyWindowMs);
   }
 
   /** The highest `seq` delivered on a channel. */
@@ -199,17 +191,7 @@ export abstract class Connection extends Emitter<ClientEvents> {
     req.timer = this.clock.setTimeout(() => {
       this.pacer.remove(req);
       this.inFlight.delete(req.id);
-      const key = typeof frame["key"] === "string" ? frame["key"] : undefined;
-      const unsure = key !== undefined && req.attempts > 0;
-      req.reject(
-        new TidegateError(
-          "timeout",
-          unsure
-            ? `publish got no answer in time after ${req.attempts} send(s): it may have gone out; publishing again with the same key within the idempotency window answers its seq`
-            : `${kind} got no answer in time`,
-          { id: req.id, channel, attempts: req.attempts, key },
-        ),
-      );
+      req.reject(noAnswer(req, channel));
     }, timeoutMs ?? this.timeoutMs);
     return req;
   }
@@ -452,7 +434,7 @@ export abstract class Connection extends Emitter<ClientEvents> {
             closeCode,
             channel: req.channel,
             attempts: req.attempts,
-            key: typeof req.frame["key"] === "string" ? req.frame["key"] : undefined,
+            key: keyOf(req),
           }),
         );
       }

@@ -5,7 +5,7 @@
 import { isTemporary, type ErrorCode } from "./codes.js";
 import { TidegateError } from "./errors.js";
 import type { Connection } from "./connection.js";
-import type { Request } from "./request.js";
+import { keyOf, type Request } from "./request.js";
 import type {
   AckFrame,
   BudgetFrame,
@@ -95,7 +95,7 @@ export class FrameHandler {
           retryAfterMs: f.retryAfterMs,
           channel: req.channel,
           attempts: req.attempts,
-          key: typeof req.frame["key"] === "string" ? req.frame["key"] : undefined,
+          key: keyOf(req),
         }),
       );
       return;
@@ -157,7 +157,7 @@ export class FrameHandler {
             retryAfterMs,
             channel: req.channel,
             attempts: req.attempts,
-            key: typeof req.frame["key"] === "string" ? req.frame["key"] : undefined,
+            key: keyOf(req),
           }),
         );
       } else retry.push(req);

@@ -9,6 +9,9 @@
  * once instead of growing without end during an outage.
  */
 
+import { TidegateError } from "./errors.js";
+import { keyOf, type Request } from "./request.js";
+
 /** §17's default window: a key is remembered by the broker this long. */
 export const DEFAULT_IDEMPOTENCY_WINDOW_MS = 300_000;
 /** Most unsettled publishes (queued, in flight or waiting for a reconnect). */
@@ -29,6 +32,31 @@ export function publishDeadlineMs(windowMs: number, timeoutMs?: number): number 
   const margin = Math.min(windowMs / 10, MAX_MARGIN_MS);
   const limit = Math.max(1, Math.floor(windowMs - margin));
   return timeoutMs === undefined ? limit : Math.max(0, Math.min(timeoutMs, limit));
+}
+
+/**
+ * How long the broker remembers a key: the `welcome` limits'
+ * `idempotencyWindowMs` when a broker advertises one (the contract's
+ * `welcome` does not), else the `idempotencyWindowMs` option, else §17's
+ * default; with both, the shorter.
+ */
+export function windowMs(option: number | undefined, advertised: number | undefined): number {
+  const own = option ?? DEFAULT_IDEMPOTENCY_WINDOW_MS;
+  return typeof advertised === "number" && advertised > 0 ? Math.min(advertised, own) : own;
+}
+
+/**
+ * The `timeout` of a request with no answer in time. For a publish that
+ * was sent it says what the app can do: the key, asked again within the
+ * window, answers the one `seq` if it went out.
+ */
+export function noAnswer(req: Request, channel: string | undefined): TidegateError {
+  const key = keyOf(req);
+  const unsure = key !== undefined && req.attempts > 0;
+  const message = unsure
+    ? `publish got no answer in time after ${req.attempts} send(s): it may have gone out; publishing again with the same key within the idempotency window answers its seq`
+    : `${req.kind} got no answer in time`;
+  return new TidegateError("timeout", message, { id: req.id, channel, attempts: req.attempts, key });
 }
 
 /** The count and bytes of unsettled publishes, against their bounds. */
