@@ -6,6 +6,8 @@
 import type { Request } from "./request.js";
 import type { Subscription } from "./subscriptions.js";
 import { byteLength } from "./frames.js";
+import { generateKey, validKey } from "./keys.js";
+import { publishDeadlineMs } from "./publishes.js";
 import type {
   AckFrame,
   BudgetFrame,
@@ -121,24 +123,47 @@ export class TidegateClient extends Connection {
 
   // ---------------------------------------------------------- operations --
 
-  /** Resolves with the `seq` on the server's ack; rejects with a `TidegateError`. */
+  /**
+   * Publishes once (PROTOCOL.md §17): resolves with the one `seq` the
+   * broker gave it. The frame carries `options.key` or a generated key; a
+   * publish whose answer was lost to a disconnect is sent again with that
+   * key after the reconnect (in its channel's order, over the SSE fallback
+   * too), and the broker answers a repeat with the first `seq`. It rejects
+   * only on a refusal that retrying cannot help (`forbidden`, `bad_request`,
+   * `payload_too_large`, `cost_exceeds_max`, …), on `queue_full`, on
+   * `close()`, or with `timeout` when its deadline (the idempotency window
+   * less a margin, or `options.timeoutMs`) passes; the error's `key` lets
+   * the app ask again within the window.
+   */
   publish(channel: string, data: Json, options: PublishOptions = {}): Promise<PublishResult> {
     if (this._state === "closed") return Promise.reject(closedError());
-    const queued = this.pacer.count((r) => r.kind === "publish");
-    if (queued >= this.maxQueue) {
+    if (options.key !== undefined && !validKey(options.key)) {
       return Promise.reject(
-        new TidegateError("queue_full", `the local publish queue is full (${this.maxQueue})`, {
-          channel,
-        }),
+        new TidegateError("bad_request", "a publish key is 1–64 bytes of [A-Za-z0-9_.:-]", { channel }),
       );
     }
-    const frame = { type: "publish", channel, data };
+    const key = options.key ?? generateKey();
+    const frame = { type: "publish", channel, data, key };
+    const bytes = byteLength(JSON.stringify({ ...frame, id: this.nextId }));
     const max = this._welcome?.limits.maxPayloadBytes;
-    if (max && byteLength(JSON.stringify({ ...frame, id: this.nextId })) > max) {
-      return Promise.reject(tooLarge(channel, max));
-    }
+    if (max && bytes > max) return Promise.reject(tooLarge(channel, max));
+    const full = this.unsettled.admit(bytes);
+    if (full) return Promise.reject(new TidegateError("queue_full", full, { channel, key }));
     return new Promise<PublishResult>((resolve, reject) => {
-      const req = this.makeRequest("publish", frame, channel, options.timeoutMs, resolve, reject);
+      const req = this.makeRequest<PublishResult>(
+        "publish",
+        frame,
+        channel,
+        publishDeadlineMs(this.idempotencyWindowMs(), options.timeoutMs),
+        (result) => {
+          this.unsettled.release(bytes);
+          resolve(result);
+        },
+        (error) => {
+          this.unsettled.release(bytes);
+          reject(error);
+        },
+      );
       this.pacer.enqueue(req);
     });
   }

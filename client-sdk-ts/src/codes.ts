@@ -58,10 +58,14 @@ export type CloseCode = (typeof CLOSE_CODES)[CloseCodeName];
 
 /**
  * Codes the SDK raises itself; they never come from the server.
- * - `queue_full`: the local publish queue is at `maxQueue`.
- * - `timeout`: no answer within the request's `timeoutMs`.
- * - `disconnected`: the socket closed while the request was in flight (the
- *   server may or may not have processed it; the SDK does not resend it).
+ * - `queue_full`: the client already holds `maxQueue` unsettled publishes
+ *   (or `maxQueueBytes` of them).
+ * - `timeout`: no answer within the request's `timeoutMs` (for a publish:
+ *   its deadline inside the idempotency window; `error.key` is its key).
+ * - `disconnected`: the socket closed while a budget or presence read was
+ *   in flight, or while a publish was in flight at a close that sending it
+ *   again cannot help (1002, 1007, 1009). Other publishes in flight at a
+ *   disconnect are sent again with their keys (PROTOCOL.md §17).
  * - `closed`: the client was closed by the application.
  * - `token_error`: `getToken()` threw or returned something that is not a token.
  * - `unsupported_transport`: the request needs a WebSocket (presence reads,

@@ -8,9 +8,11 @@ import { realClock, type Clock, type TimerHandle } from "./clock.js";
 import { Emitter } from "./emitter.js";
 import { TidegateError, closedError, tokenError, tooLarge } from "./errors.js";
 import { Pacer, type BucketView } from "./pacer.js";
+import { DEFAULT_MAX_QUEUE, DEFAULT_MAX_QUEUE_BYTES, noAnswer, Unsettled, windowMs } from "./publishes.js";
+import { closePolicy } from "./codes.js";
 import { MAX_RETRY_AFTER_MS, planReconnect, type ReconnectSettings } from "./reconnect.js";
 import { TokenRefresher } from "./refresh.js";
-import type { Request, RequestKind } from "./request.js";
+import { keyOf, type Request, type RequestKind } from "./request.js";
 import { Subscriptions, type Subscription } from "./subscriptions.js";
 import { tokenExpired } from "./token.js";
 import type { Transport, TransportClose } from "./transport.js";
@@ -49,7 +51,8 @@ export abstract class Connection extends Emitter<ClientEvents> {
   protected readonly transports: TransportChooser;
   protected readonly settings: ReconnectSettings;
   protected readonly timeoutMs: number;
-  protected readonly maxQueue: number;
+  /** Count and bytes of publishes not yet settled, against `maxQueue`/`maxQueueBytes`. */
+  protected readonly unsettled: Unsettled;
   protected readonly frames: FrameHandler;
   protected _state: ClientState = "idle";
   protected _welcome?: WelcomeFrame;
@@ -73,7 +76,11 @@ export abstract class Connection extends Emitter<ClientEvents> {
     this.clock = options.clock ?? realClock;
     this.random = options.random ?? Math.random;
     this.timeoutMs = options.timeoutMs ?? 15_000;
-    this.maxQueue = options.maxQueue ?? 1000;
+    this.unsettled = new Unsettled(
+      options.maxQueue ?? DEFAULT_MAX_QUEUE,
+      options.maxQueueBytes ?? DEFAULT_MAX_QUEUE_BYTES,
+    );
+    if (!((options.idempotencyWindowMs ?? 1) > 0)) throw new RangeError("idempotencyWindowMs must be positive");
     this.maxRetries = options.maxRetries ?? 5;
     this.settings = {
       maxRetryAfterMs: options.maxRetryAfterMs ?? MAX_RETRY_AFTER_MS,
@@ -137,6 +144,11 @@ export abstract class Connection extends Emitter<ClientEvents> {
     return { ...this.pacer.view(), queued: this.pacer.size, inFlight: this.inFlight.size };
   }
 
+  /** How long the broker remembers a publish's key (`windowMs` in publishes.ts). */
+  idempotencyWindowMs(): number {
+    return windowMs(this.opts.idempotencyWindowMs, this._welcome?.limits.idempotencyWindowMs);
+  }
+
   /** The highest `seq` delivered on a channel. */
   lastSeq(channel: string): number | undefined {
     return this.subs.get(channel)?.lastSeq;
@@ -179,13 +191,7 @@ export abstract class Connection extends Emitter<ClientEvents> {
     req.timer = this.clock.setTimeout(() => {
       this.pacer.remove(req);
       this.inFlight.delete(req.id);
-      req.reject(
-        new TidegateError("timeout", `${kind} got no answer in time`, {
-          id: req.id,
-          channel,
-          attempts: req.attempts,
-        }),
-      );
+      req.reject(noAnswer(req, channel));
     }, timeoutMs ?? this.timeoutMs);
     return req;
   }
@@ -347,7 +353,7 @@ export abstract class Connection extends Emitter<ClientEvents> {
     // A proxy's refusal of the upgrade is not the broker's: it is not reported.
     if (this.transports.closed(info, wasConnected)) info = { ...info, refusal: undefined };
     this.pacer.deactivate();
-    this.failInFlight(info.code);
+    this.failInFlight(info.code, info.wasOpen && closePolicy(info.code) === "fix");
     const decision = planReconnect(
       {
         code: info.code,
@@ -402,29 +408,38 @@ export abstract class Connection extends Emitter<ClientEvents> {
   }
 
   /**
-   * The socket is gone: publishes and budget requests in flight reject
-   * (`disconnected`: the server may have processed them, so they are not
-   * resent); subscribes wait for the next connection; queued publishes stay.
+   * The socket is gone. Publishes in flight are kept and go out again,
+   * with their keys, after the reconnect, ahead of the queued ones and all
+   * in the order they were made (so each channel keeps its order): the
+   * broker answers one it already published with the first `seq` (§17).
+   * After a "fix" close (1002, 1007, 1009) the frame in flight would be
+   * refused again, so publishes in flight reject `disconnected` instead.
+   * Budget and presence reads reject `disconnected`; subscribes wait for the
+   * next connection.
    */
-  protected failInFlight(closeCode: number): void {
+  protected failInFlight(closeCode: number, fix: boolean): void {
     const inFlight = [...this.inFlight.values()];
     this.inFlight.clear();
     const queued = this.pacer.drain((r) => r.kind !== "publish");
+    const resend: Request[] = [];
     for (const req of [...inFlight, ...queued]) {
       if (req.kind === "unsubscribe") req.resolve(undefined);
       else if (req.kind === "subscribe") {
         if (req.internal) this.dropInternal(req);
-      } else {
+      } else if (req.kind === "publish" && !fix) resend.push(req);
+      else {
         req.reject(
           new TidegateError("disconnected", `the connection closed (${closeCode}) before the answer`, {
             id: req.id,
             closeCode,
             channel: req.channel,
             attempts: req.attempts,
+            key: keyOf(req),
           }),
         );
       }
     }
+    this.pacer.requeueFront([...resend, ...this.pacer.drain(() => true)]);
     for (const sub of this.subs.all()) sub.live = false;
   }
 

@@ -11,6 +11,8 @@ export interface TidegateErrorDetails {
   /** How many times the request was sent. */
   attempts?: number;
   channel?: string;
+  /** The publish's idempotency key (§17): publishing again with it within the window cannot publish twice. */
+  key?: string;
   cause?: unknown;
 }
 
@@ -25,6 +27,8 @@ export class TidegateError extends Error {
   readonly status?: number;
   readonly attempts?: number;
   readonly channel?: string;
+  /** The publish's idempotency key, on errors about a publish. */
+  readonly key?: string;
 
   constructor(code: AnyErrorCode, message: string, details: TidegateErrorDetails = {}) {
     super(message);
@@ -37,6 +41,7 @@ export class TidegateError extends Error {
     this.status = details.status;
     this.attempts = details.attempts;
     this.channel = details.channel;
+    this.key = details.key;
     if (details.cause !== undefined) (this as { cause?: unknown }).cause = details.cause;
   }
 }

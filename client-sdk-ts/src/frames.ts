@@ -2,15 +2,16 @@
  * Server → client frames (PROTOCOL.md §3): each goes to the request it
  * answers, the subscription it belongs to, or an event.
  */
-import type { ErrorCode } from "./codes.js";
+import { isTemporary, type ErrorCode } from "./codes.js";
 import { TidegateError } from "./errors.js";
 import type { Connection } from "./connection.js";
-import type { Request } from "./request.js";
+import { keyOf, type Request } from "./request.js";
 import type {
   AckFrame,
   BudgetFrame,
   ErrorFrame,
   MessageFrame,
+  PublishResult,
   Refusal,
   WelcomeFrame,
 } from "./types.js";
@@ -62,7 +63,11 @@ export class FrameHandler {
   private onAck(f: AckFrame): void {
     const req = this.take(f.id);
     if (!req) return;
-    if (req.kind === "publish") req.resolve({ seq: f.seq, attempts: req.attempts });
+    if (req.kind === "publish") {
+      const result: PublishResult = { seq: f.seq!, attempts: req.attempts, key: String(req.frame["key"]) };
+      if (f.duplicate === true) result.duplicate = true;
+      req.resolve(result);
+    }
     else if (req.kind === "subscribe" || req.kind === "refresh") req.resolve(f);
     else req.resolve(undefined);
   }
@@ -82,6 +87,7 @@ export class FrameHandler {
     const client = this.client;
     if (f.code === "rate_limited") return this.onRateLimited(f);
     if (f.id !== undefined) {
+      if (this.retryable(f)) return this.onRateLimited(f);
       const req = this.take(f.id);
       req?.reject(
         new TidegateError(f.code as ErrorCode, f.message ?? f.code, {
@@ -89,6 +95,7 @@ export class FrameHandler {
           retryAfterMs: f.retryAfterMs,
           channel: req.channel,
           attempts: req.attempts,
+          key: keyOf(req),
         }),
       );
       return;
@@ -115,26 +122,42 @@ export class FrameHandler {
   }
 
   /**
-   * The server dropped frames: wait `retryAfterMs` (the pacer holds every
-   * send), then resend them in order; past `maxRetries` sends, reject.
+   * A publish refused for a passing reason (`internal` while Redis fails
+   * over, `draining`, `node_overloaded`, …): refused publishes use up
+   * nothing (§17), so it is sent again, with its key, like a dropped frame.
+   */
+  private retryable(f: ErrorFrame): boolean {
+    const req = this.client.inFlight.get(typeof f.id === "number" ? f.id : Number(f.id));
+    return req?.kind === "publish" && isTemporary(f.code as ErrorCode);
+  }
+
+  /**
+   * The server dropped frames (or refused a publish for a passing reason):
+   * wait `retryAfterMs` (the pacer holds every send), then resend them in
+   * order with their ids and keys; past `maxRetries` sends, reject with
+   * the server's code.
    */
   private onRateLimited(f: ErrorFrame): void {
     const client = this.client;
     const retryAfterMs = client.capRetry(f.retryAfterMs ?? DEFAULT_RETRY_AFTER_MS);
     const ids = [...(f.ids ?? []), ...(f.id !== undefined ? [f.id] : [])];
-    client.fire("rateLimited", { retryAfterMs, dropped: f.dropped ?? ids.length, ids });
+    if (f.code === "rate_limited") {
+      client.fire("rateLimited", { retryAfterMs, dropped: f.dropped ?? ids.length, ids });
+    }
     client.pacer.pause(retryAfterMs);
     const retry: Request[] = [];
     for (const id of ids) {
       const req = this.take(id);
       if (!req) continue;
       if (req.attempts > client.maxRetries) {
+        const code = f.code as ErrorCode;
         req.reject(
-          new TidegateError("rate_limited", `dropped by the server ${req.attempts} times`, {
+          new TidegateError(code, `refused by the server (${code}) ${req.attempts} times`, {
             id: req.id,
             retryAfterMs,
             channel: req.channel,
             attempts: req.attempts,
+            key: keyOf(req),
           }),
         );
       } else retry.push(req);

@@ -6,6 +6,8 @@
  * - `connection.ts`    lifecycle: token, handshake, welcome, close policy, reconnect
  * - `frames.ts`        server frames → requests, subscriptions, events
  * - `pacer.ts`         local queue drained through buckets mirroring `welcome` limits
+ * - `publishes.ts`     bounds and deadline of unsettled publishes (resent after a reconnect)
+ * - `keys.ts`          idempotency keys: generated, or the caller's checked (§17)
  * - `reconnect.ts`     close code / refusal → delay (full jitter over a floor)
  * - `refresh.ts`       when to send a fresh token on the socket (`refresh`)
  * - `backoff.ts`       backoff(step, min, max) with full jitter
@@ -28,6 +30,13 @@ export {
   type ReconnectSettings,
 } from "./reconnect.js";
 export { refreshDelay } from "./refresh.js";
+export { generateKey, validKey } from "./keys.js";
+export {
+  DEFAULT_IDEMPOTENCY_WINDOW_MS,
+  DEFAULT_MAX_QUEUE,
+  DEFAULT_MAX_QUEUE_BYTES,
+  publishDeadlineMs,
+} from "./publishes.js";
 export { webSocketTransport, parseRetryAfter, type WebSocketLike } from "./transports/websocket.js";
 export { sseTransport, type FetchLike, type FetchResponseLike } from "./transports/sse.js";
 export { nextTransport, type TransportKind, type TransportMode } from "./transports/auto.js";

@@ -30,3 +30,9 @@ export interface Request {
   resolve(value: unknown): void;
   reject(error: TidegateError): void;
 }
+
+/** A publish's idempotency key (§17); undefined for other requests. */
+export function keyOf(req: { frame: Record<string, unknown> }): string | undefined {
+  const key = req.frame["key"];
+  return typeof key === "string" ? key : undefined;
+}

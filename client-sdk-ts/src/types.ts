@@ -23,6 +23,11 @@ export interface Limits {
   accountMessagesPerSec: number;
   accountBurst: number;
   maxConnections: number;
+  /**
+   * How long the broker remembers a publish's key (§17), when it says; the
+   * SDK keeps each publish's deadline inside it.
+   */
+  idempotencyWindowMs?: number;
 }
 
 export interface WelcomeFrame {
@@ -40,6 +45,8 @@ export interface AckFrame {
   id: number | string;
   seq?: number;
   recovered?: boolean;
+  /** A publish whose key the broker had already published: `seq` is the first one's (§17). */
+  duplicate?: boolean;
   /** The answer to a `refresh`: the new token's `exp` in unix ms. */
   tokenExpiresAt?: number;
 }
@@ -131,10 +138,32 @@ export interface ClientOptions {
   stableAfterMs?: number;
   /** Wait for the `welcome` frame after the socket opens. Default 10000 ms. */
   welcomeTimeoutMs?: number;
-  /** Default timeout for publish/subscribe/budget/connect promises. Default 15000 ms. */
+  /**
+   * Default timeout for subscribe/budget/presence/connect promises. Default
+   * 15000 ms. Publishes do not use it: they wait up to their idempotency
+   * window (see `idempotencyWindowMs`) unless `PublishOptions.timeoutMs`
+   * says less.
+   */
   timeoutMs?: number;
-  /** Most publishes waiting locally (paced or disconnected). Default 1000. */
+  /**
+   * Most unsettled publishes held by the client: queued, in flight, or
+   * waiting for a reconnect to be sent again. Beyond it `publish()` rejects
+   * `queue_full` at once. Default 1000.
+   */
   maxQueue?: number;
+  /**
+   * Most bytes (the publish frames' JSON) of unsettled publishes; beyond it
+   * `publish()` rejects `queue_full`. Default 4 MiB.
+   */
+  maxQueueBytes?: number;
+  /**
+   * How long the broker remembers a publish key (§17's
+   * `idempotency_window_ms`, default 300000 ms). A publish is resent with
+   * its key only while the window surely covers it: its deadline is this
+   * less a margin (a tenth, at most 10 s), after which it rejects `timeout`.
+   * When the `welcome` limits advertise a window, the shorter one is used.
+   */
+  idempotencyWindowMs?: number;
   /** How often a publish dropped by the server (`rate_limited`) is resent. Default 5. */
   maxRetries?: number;
   /** Fraction of the server's limits the local bucket uses. Default 0.9. */
@@ -154,7 +183,17 @@ export interface ClientOptions {
 }
 
 export interface PublishOptions {
-  /** Overrides `ClientOptions.timeoutMs` for this publish. */
+  /**
+   * The publish's idempotency key (§17): 1–64 bytes of `[A-Za-z0-9_.:-]`,
+   * unique per channel within the window. Default: a random one. Pass
+   * your own to make a retry of your own (after a reload, from another
+   * process of the same account) a duplicate instead of a second message.
+   */
+  key?: string;
+  /**
+   * Rejects `timeout` when no answer came in this long (it cannot be longer
+   * than the deadline the idempotency window allows, which is the default).
+   */
   timeoutMs?: number;
 }
 
@@ -172,9 +211,17 @@ export interface SubscribeOptions {
 // ---------------------------------------------------------------- results --
 
 export interface PublishResult {
+  /** The one `seq` this publish got (the first one's, when the answer was a duplicate). */
   seq: number;
-  /** How many times the publish was sent (1 when it was never dropped). */
+  /** How many times the publish was sent (1 when it was never dropped or cut off). */
   attempts: number;
+  /** The idempotency key it carried (the caller's, or the generated one). */
+  key: string;
+  /**
+   * Present (true) when the broker had already published this key: an
+   * earlier send went out but its answer was lost. It was delivered once.
+   */
+  duplicate?: true;
 }
 
 export interface SubscribeResult {

@@ -10,9 +10,14 @@
  *   nothing is lost between the two streams; the answer to a subscribe is
  *   the new stream's `recovered` event (with `since`) or the `id:` block
  *   where the channel went live (without);
- * - `publish` is `POST /v1/client/publish`, its `{"seq"}` or §5 error
- *   body turned into the socket's `ack`/`error` frame (so `rate_limited`
- *   is retried after `retryAfterMs` as on a socket);
+ * - `publish` is `POST /v1/client/publish` with the frame's key as
+ *   `Idempotency-Key` (§17), its `{"seq","duplicate"?}` or §5 error body
+ *   turned into the socket's `ack`/`error` frame (so `rate_limited` is
+ *   retried after `retryAfterMs` as on a socket). A channel's publishes
+ *   are posted one after the other, so they keep the order they were made
+ *   in (as one socket keeps it). A POST that fails without an answer (the
+ *   network) ends the transport like a dropped socket: the client then
+ *   sends that publish again, with its key, after the reconnect;
  * - `refresh` keeps the new token for the next requests and reopens the
  *   stream with it;
  * - anything else (presence reads, `budget`) has no HTTP form here and is
@@ -98,6 +103,12 @@ class SseStream implements Transport {
   private done = false;
   private current?: AbortLike;
   private reopenTimer?: unknown;
+  /**
+   * Each channel's last publish POST, so the next waits for it. Bounded by
+   * the channels with a publish in flight (the client's `maxQueue`): an
+   * entry goes when its POST is the channel's last and it settles.
+   */
+  private readonly posting = new Map<string, Promise<void>>();
 
   constructor(
     private readonly fetch: FetchLike,
@@ -123,8 +134,16 @@ class SseStream implements Transport {
         this.position.delete(channel);
         this.answer({ type: "ack", id: f.id });
         return this.reopenSoon();
-      case "publish":
-        return void this.publish(f.id, channel, f["data"]);
+      case "publish": {
+        const key = typeof f["key"] === "string" ? f["key"] : undefined;
+        const before = this.posting.get(channel) ?? Promise.resolve();
+        const mine: Promise<void> = before.then(() => this.publish(f.id, channel, f["data"], key));
+        this.posting.set(channel, mine);
+        void mine.finally(() => {
+          if (this.posting.get(channel) === mine) this.posting.delete(channel);
+        });
+        return;
+      }
       case "refresh": {
         this.token = String(f["token"]);
         this.answer({ type: "ack", id: f.id, tokenExpiresAt: tokenExpiryMs(this.token) });
@@ -269,24 +288,33 @@ class SseStream implements Transport {
     this.connect();
   }
 
-  private async publish(id: number | string, channel: string, data: unknown): Promise<void> {
+  private async publish(id: number | string, channel: string, data: unknown, key?: string): Promise<void> {
+    if (this.done) return;
     let res: FetchResponseLike;
     let body: Record<string, unknown>;
+    const headers: Record<string, string> = {
+      Authorization: `Bearer ${this.token}`,
+      "Content-Type": "application/json",
+    };
+    if (key !== undefined) headers["Idempotency-Key"] = key;
     try {
       res = await this.fetch(this.urls.publish, {
         method: "POST",
-        headers: { Authorization: `Bearer ${this.token}`, "Content-Type": "application/json" },
+        headers,
         body: JSON.stringify({ channel, data }),
       });
       body = parse((await res.text()).slice(0, MAX_ERROR_BODY * 4)) as Record<string, unknown>;
     } catch (cause) {
-      if (this.done) return;
-      const message = `POST /v1/client/publish failed: ${String(cause)}`;
-      return this.answer({ type: "error", id, code: "disconnected", message, channel });
+      // No answer: it may or may not have been published. The transport
+      // ends as a dropped socket would; the client sends it again with its
+      // key after the reconnect and gets the one seq.
+      return this.fail(1006, `POST /v1/client/publish failed: ${String(cause)}`);
     }
     if (this.done) return;
     if (res.status === 200 && typeof body["seq"] === "number") {
-      return this.answer({ type: "ack", id, seq: body["seq"] });
+      const ack: Record<string, unknown> = { type: "ack", id, seq: body["seq"] };
+      if (body["duplicate"] === true) ack["duplicate"] = true;
+      return this.answer(ack);
     }
     const header = parseRetryAfter(res.headers.get("retry-after") ?? undefined);
     const retryAfterMs = typeof body["retryAfterMs"] === "number" ? body["retryAfterMs"] : header;

@@ -8,42 +8,27 @@
  */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
 import WebSocket from "ws";
-import { chromium, type Browser } from "playwright-core";
+import type { Browser } from "playwright-core";
 import { TidegateClient } from "../../src/client.js";
 import type { Json } from "../../src/types.js";
-import { brokerConfig, SDK_ROOT, startBroker, TEST_BASE, type Broker } from "../helpers/broker.js";
+import { brokerConfig, startBroker, TEST_BASE, type Broker } from "../helpers/broker.js";
+import { blankPage, launchChromium } from "../helpers/chromium.js";
 import { NoUpgradeProxy } from "../helpers/no-upgrade-proxy.js";
 import { until } from "../helpers/events.js";
-
-const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 
 let broker: Broker;
 let browser: Browser;
 let proxy: NoUpgradeProxy;
 
 before(async () => {
-  if (!existsSync(CHROMIUM)) {
-    throw new Error(`chromium is missing at ${CHROMIUM}: run scripts/ensure-chromium.sh (apt-get install -y chromium)`);
-  }
-  const bundle = join(SDK_ROOT, "dist", "tidegate.js");
-  if (!existsSync(bundle)) throw new Error("dist/tidegate.js is missing: run `npm run build`");
-  const dir = join(SDK_ROOT, "test-results");
-  mkdirSync(dir, { recursive: true });
-  const page = join(dir, "sse-fallback.html");
-  writeFileSync(page, "<!doctype html><title>sse fallback</title><p>sse fallback</p>");
+  const { page, bundle } = blankPage("sse-fallback");
   broker = await startBroker(brokerConfig(TEST_BASE));
   proxy = await NoUpgradeProxy.start(broker.port, {
     "/": ["text/html", page],
     "/sdk/tidegate.js": ["text/javascript", bundle],
   });
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"],
-  });
+  browser = await launchChromium();
 });
 
 after(async () => {

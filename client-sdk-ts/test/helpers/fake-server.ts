@@ -93,12 +93,26 @@ export class FakeConn {
     });
   }
 
+  /**
+   * Publishes `frame` as the broker would (§17: a key seen before on its
+   * channel is not published again; the answer is the first `seq` with
+   * `duplicate`) and returns the ack, for a script to send or to lose.
+   */
+  publish(frame: Frame): Frame {
+    const keyed = typeof frame.key === "string" ? `${frame.channel}\u0000${frame.key}` : undefined;
+    const first = keyed === undefined ? undefined : this.server.keys.get(keyed);
+    if (first !== undefined) return { type: "ack", id: frame.id, seq: first, duplicate: true };
+    const seq = (this.seqs.get(frame.channel) ?? 0) + 1;
+    this.seqs.set(frame.channel, seq);
+    this.server.published.push({ channel: frame.channel, seq, data: frame.data, key: frame.key });
+    if (keyed !== undefined) this.server.keys.set(keyed, seq);
+    return { type: "ack", id: frame.id, seq };
+  }
+
   /** Answers like the broker: acks with seq, subscribe acks, budget frames. */
   answer(frame: Frame): void {
     if (frame.type === "publish") {
-      const seq = (this.seqs.get(frame.channel) ?? 0) + 1;
-      this.seqs.set(frame.channel, seq);
-      this.send({ type: "ack", id: frame.id, seq });
+      this.send(this.publish(frame));
     } else if (frame.type === "subscribe") {
       const ack: Frame = { type: "ack", id: frame.id };
       if (frame.since !== undefined) ack.recovered = true;
@@ -137,6 +151,10 @@ export class FakeServer {
   refreshedExpiresAt?: number;
   script: FrameScript = (conn, frame) => conn.answer(frame);
   readonly seqs = new Map<string, number>();
+  /** Keys published, per channel (`channel\0key` → first seq); a test's lifetime bounds it. */
+  readonly keys = new Map<string, number>();
+  /** Every message published, in order (duplicates are not). */
+  readonly published: Array<{ channel: string; seq: number; data: unknown; key?: string }> = [];
   private connWaiters: Array<{ n: number; resolve: (c: FakeConn) => void }> = [];
   private handshakeWaiters: Array<{ n: number; resolve: (h: Handshake) => void }> = [];
   private readonly http: Server;

@@ -66,6 +66,11 @@ export class NoUpgradeProxy {
     return `ws://127.0.0.1:${this.port}/v1/ws`;
   }
 
+  /** Cuts every open connection (streams and requests in flight): a network drop. */
+  dropAll(): void {
+    for (const s of this.sockets) s.destroy();
+  }
+
   async stop(): Promise<void> {
     for (const s of this.sockets) s.destroy();
     await new Promise<void>((r) => this.server.close(() => r()));

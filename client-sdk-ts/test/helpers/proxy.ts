@@ -38,6 +38,11 @@ export class DropProxy {
     return proxy;
   }
 
+  /** Sockets open through the proxy (both sides of each connection). */
+  get open(): number {
+    return this.sockets.size;
+  }
+
   get wsUrl(): string {
     return `ws://127.0.0.1:${this.port}/v1/ws`;
   }

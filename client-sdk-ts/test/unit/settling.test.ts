@@ -27,7 +27,7 @@ test("publish, subscribe and connect on a closed client reject with `closed`", a
   }
 });
 
-test("publishes in flight reject with `disconnected` when the socket closes; queued ones go out after the reconnect", async () => {
+test("publishes in flight when the socket closes are sent again with their keys after the reconnect, before the queued ones", async () => {
   const rig = await connectedRig({}, { messagesPerSec: 1, burst: 1 });
   const { client, conn, clock, server } = rig;
   try {
@@ -35,26 +35,34 @@ test("publishes in flight reject with `disconnected` when the socket closes; que
       if (frame.type === "publish" && c === conn) return; // never answered on the first socket
       c.answer(frame);
     };
-    const inFlight = settle(client.publish("doc:1", "sent"));
+    const inFlight = client.publish("doc:1", "sent");
     const queued = client.publish("doc:1", "waiting");
-    await conn.waitFor((f) => f.type === "publish");
+    const first = await conn.waitFor((f) => f.type === "publish");
     assert.equal(client.budget().queued, 1);
     const closed = nextEvent(client, "close");
     conn.close(1012, "restart");
-    const r = await inFlight;
-    assert.ok(!r.ok);
-    assert.equal(r.error.code, "disconnected");
-    assert.equal(r.error.closeCode, 1012);
-    assert.equal(r.error.temporary, true);
     const close = await closed;
     assert.equal(close.code, 1012);
     assert.ok(close.reconnect && close.reconnect.delayMs < 1000, "jittered from the minimum");
+    assert.equal(client.budget().queued, 2, "the one in flight waits with the queued one");
+    const welcomed = nextEvent(client, "welcome");
     clock.advance(close.reconnect!.delayMs);
     const conn2 = await server.connection(2);
+    await welcomed;
     clock.advance(2000);
-    const ok = await queued;
-    assert.equal(ok.attempts, 1);
-    assert.equal(conn2.of("publish")[0]?.data, "waiting");
+    const [a, b] = await Promise.all([inFlight, queued]);
+    assert.equal(a.attempts, 2);
+    assert.equal(a.key, first.key);
+    assert.equal(b.attempts, 1);
+    assert.deepEqual(
+      conn2.of("publish").map((f) => [f.data, f.key]),
+      [
+        ["sent", first.key],
+        ["waiting", b.key],
+      ],
+      "the cut one first, with its key, then the queued one",
+    );
+    assert.deepEqual([a.seq, b.seq], [1, 2]);
   } finally {
     await rig.cleanup();
   }
