@@ -214,7 +214,7 @@ pub fn grpc_request(data: &[u8]) -> Option<u32> {
     if which % 2 == 1 {
         let req = SubscribeRequest::decode(body).ok()?;
         let cost = match crate::grpc::check_subscribe(&key, &limits, &req) {
-            Ok(cost) => cost,
+            Ok(checked) => checked.cost,
             Err((refusal, _)) => {
                 assert!(!refusal.message.is_empty(), "a refusal without a sentence");
                 return None;

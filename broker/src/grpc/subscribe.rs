@@ -33,8 +33,10 @@ use super::proto::{Message, SlowConsumer, SubscribeAck, SubscribeEvent, Subscrib
 use super::service::{BrokerService, Caller, OpenStream};
 use super::status;
 use crate::charge::{Balance, KeyState, Refusal};
-use crate::config::Limits;
+use crate::config::{LimitName, Limits};
+use crate::exceeded::Exceeded;
 use crate::hub::{Deliver, OutboundGauge, PageRead, Recovery, Sink, StreamSink, Subscriber};
+use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::{ErrorCode, channel, wire};
 
@@ -209,13 +211,25 @@ fn message(channel: &str, seq: u64, frame: &bytes::Bytes) -> SubscribeEvent {
     }))
 }
 
+/// A Subscribe call that passed [`check`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Checked {
+    /// Its price: `subscribe` per channel plus `recovery` per channel with
+    /// `since`.
+    pub cost: u32,
+    /// It names more channels than `max_subscriptions` and the plan has
+    /// that limit in dry run: let through, counted as a dry-run
+    /// `too_many_subscriptions`, as on `/v1/ws`, SSE and graphql-ws.
+    pub over_cap: bool,
+}
+
 /// Checks every channel and prices the call: `subscribe` per channel plus
 /// `recovery` per channel with `since`, each within `max_single`.
 pub(crate) fn check(
     key: &KeyState,
     limits: &Limits,
     req: &SubscribeRequest,
-) -> Result<u32, (Refusal, Option<String>)> {
+) -> Result<Checked, (Refusal, Option<String>)> {
     if key.subscribe.is_empty() {
         return Err((
             Refusal::new(
@@ -227,7 +241,8 @@ pub(crate) fn check(
     }
     let max = limits.max_subscriptions as usize;
     let n = req.channels.len();
-    if n == 0 || n > max {
+    let over_cap = n > max && limits.is_dry_run(LimitName::Subscriptions);
+    if n == 0 || (n > max && !over_cap) {
         let code = if n == 0 {
             ErrorCode::BadRequest
         } else {
@@ -268,7 +283,7 @@ pub(crate) fn check(
         }
         cost = cost.saturating_add(price);
     }
-    Ok(cost)
+    Ok(Checked { cost, over_cap })
 }
 
 pub async fn start(
@@ -280,7 +295,14 @@ pub async fn start(
     let node = &svc.node;
     let account = caller.key.account.clone();
     let cost = match check(&caller.key, &caller.limits, &req) {
-        Ok(cost) => cost,
+        Ok(Checked { cost, over_cap }) => {
+            if over_cap {
+                Exceeded::new(Layer::Grpc, "too_many_subscriptions", &account)
+                    .dry_run(true)
+                    .emit(&node.metrics);
+            }
+            cost
+        }
         Err((r, ch)) => {
             return Err(svc
                 .refuse_call(&caller, &r, ch.as_deref().unwrap_or(""))

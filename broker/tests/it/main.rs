@@ -33,6 +33,7 @@ mod cluster_reshard;
 mod cluster_security;
 mod cluster_sharded;
 mod delivery;
+mod dry_run;
 mod faults_fd_limit;
 mod faults_half_open;
 mod faults_redis;
