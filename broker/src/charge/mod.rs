@@ -47,6 +47,7 @@
 mod connection;
 pub mod keys;
 pub mod publish;
+pub mod subscribe;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -142,6 +143,11 @@ pub struct Price<'a> {
     pub max_single: Option<u32>,
     /// What it is for, for the event.
     pub channel: Option<&'a str>,
+    /// Taken even below zero, never refused by a bucket (a connection's
+    /// only): what was bought cannot wait for a refill, so the
+    /// connection's next frames wait instead (an SSE stream's opening,
+    /// which is one request and cannot resend a frame: [`Price::owed`]).
+    pub owed: bool,
 }
 
 impl Price<'_> {
@@ -158,6 +164,7 @@ impl Price<'_> {
             bytes,
             max_single: Some(limits.costs.max_single),
             channel,
+            owed: false,
         }
     }
 
@@ -168,6 +175,7 @@ impl Price<'_> {
             bytes: 0,
             max_single: None,
             channel: None,
+            owed: false,
         }
     }
 
@@ -179,6 +187,20 @@ impl Price<'_> {
             bytes: 0,
             max_single: None,
             channel,
+            owed: false,
+        }
+    }
+
+    /// Units a connection owes for what it already holds, each part checked
+    /// against `max_single` by its front ([`subscribe::price`]): taken even
+    /// below zero, never refused (an SSE stream's channels at its opening).
+    pub fn owed(units: u32) -> Price<'static> {
+        Price {
+            units,
+            bytes: 0,
+            max_single: None,
+            channel: None,
+            owed: true,
         }
     }
 }
