@@ -22,6 +22,18 @@ pub fn publish(costs: &Costs, data_len: usize, subscribers: u64) -> u32 {
         .saturating_add(costs.publish_per_1k_subscribers.saturating_mul(thousands))
 }
 
+/// Units for subscribing to one channel, whatever the front (a socket's
+/// `subscribe` frame, a channel of an SSE stream or of a gRPC `Subscribe`
+/// call, a graphql-ws subscription): `subscribe`, plus `recovery` when it
+/// continues from a position (`since`). Saturates (then `max_single`
+/// refuses it).
+#[inline]
+pub fn subscribe(costs: &Costs, since: bool) -> u32 {
+    costs
+        .subscribe
+        .saturating_add(if since { costs.recovery } else { 0 })
+}
+
 /// Units for `bytes` of history delivered to a client (a socket's or a
 /// subscription's recovery, a GraphQL `history` read's `data`):
 /// `recovery_per_kib` per started KiB. The one price of history bytes,

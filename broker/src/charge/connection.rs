@@ -92,9 +92,7 @@ impl Admission {
     pub fn price(&self, frame: &ClientFrame<'_>, subscribers: impl FnOnce(&str) -> u64) -> u32 {
         let c = &self.limits.costs;
         match frame {
-            ClientFrame::Subscribe { since, .. } => {
-                c.subscribe + if since.is_some() { c.recovery } else { 0 }
-            }
+            ClientFrame::Subscribe { since, .. } => crate::pricing::subscribe(c, since.is_some()),
             ClientFrame::Unsubscribe { .. } => c.unsubscribe,
             ClientFrame::Publish { channel, data, .. } => {
                 crate::pricing::publish(c, data.get().len(), subscribers(channel))
@@ -176,10 +174,17 @@ impl Admission {
     /// the refill). Returns the units charged.
     pub fn charge_recovered(&mut self, bytes: usize, now: Instant) -> u32 {
         let units = crate::pricing::recovery(&self.limits.costs, bytes);
+        self.owe(units, now);
+        units
+    }
+
+    /// Takes `units` from the message budget even below zero: what they
+    /// bought cannot wait (a recovery delivered, an SSE stream's opening);
+    /// the connection's next frames wait for the refill instead.
+    pub fn owe(&mut self, units: u32, now: Instant) {
         if units > 0 {
             self.messages.force_take(f64::from(units), now);
         }
-        units
     }
 
     /// Time until the next message token (for `retryAfterMs`).
@@ -223,6 +228,10 @@ impl Ledger<'_> {
         };
         let mut shadow = None;
         let verdict = match price.max_single {
+            _ if price.owed => {
+                admission.owe(price.units, now);
+                Verdict::Admit
+            }
             Some(_) => admission.admit(price.units, price.bytes, now, &mut shadow),
             // Charged whatever it costs; a dry-run limit's would-be refusal
             // of garbage is not an operation to shadow.

@@ -25,6 +25,12 @@
 //!   [`Admission::price`] of the frame. Always [`Pending::Ready`], without
 //!   allocating: the hot path stays synchronous. A sample in
 //!   [`Admitted::sample`] goes to the account supervisor.
+//! - **An SSE stream's opening** (`socket/sse/`): its channels, each priced
+//!   by [`subscribe::price`] as a socket's `subscribe` frame, summed and
+//!   charged to [`Payer::Connection`] as [`Price::owed`] (taken even below
+//!   zero: one request cannot resend a refused frame), sampled into the
+//!   account budget. A graphql-ws subscription's `recovery`, known only
+//!   after its operation ran, is owed the same way.
 //! - **HTTP publish and batch, gRPC `Publish` and each `PublishStream`
 //!   message**: [`publish::price`] checks and prices each message,
 //!   then [`Payer::Key`] (the API key's cluster-wide bucket, with the
@@ -46,7 +52,9 @@
 
 mod connection;
 pub mod keys;
+mod price;
 pub mod publish;
+pub mod subscribe;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -54,6 +62,7 @@ use std::time::{Duration, Instant};
 
 pub use connection::{Admission, Shadow, Verdict};
 pub use keys::{ApiKeys, KeyState};
+pub use price::Price;
 pub use publish::Refusal;
 
 use crate::cluster::{self, Bridge, KeyCharge};
@@ -126,61 +135,6 @@ pub struct Connection<'a> {
     pub account: &'a str,
     /// The connection's label (`n1-8f3a`), for the event.
     pub conn: &'a str,
-}
-
-/// What it costs.
-#[derive(Debug, Clone, Copy)]
-pub struct Price<'a> {
-    /// In message-budget units (seed 004's cost table).
-    pub units: u32,
-    /// Bytes, for a connection's byte bucket.
-    pub bytes: usize,
-    /// The largest single charge: a price above it is refused before any
-    /// bucket is touched. `None`: checked already (a batch, message by
-    /// message), or charged whatever it costs and never an operation to
-    /// shadow (a frame that did not parse: garbage is not free).
-    pub max_single: Option<u32>,
-    /// What it is for, for the event.
-    pub channel: Option<&'a str>,
-}
-
-impl Price<'_> {
-    /// A frame's price on a connection, with the plan's single-charge limit.
-    #[inline]
-    pub fn frame<'c>(
-        units: u32,
-        bytes: usize,
-        limits: &Limits,
-        channel: Option<&'c str>,
-    ) -> Price<'c> {
-        Price {
-            units,
-            bytes,
-            max_single: Some(limits.costs.max_single),
-            channel,
-        }
-    }
-
-    /// A frame that did not parse, or a binary frame.
-    pub fn malformed(limits: &Limits) -> Price<'static> {
-        Price {
-            units: limits.costs.malformed,
-            bytes: 0,
-            max_single: None,
-            channel: None,
-        }
-    }
-
-    /// Units already checked against their limits (a backend's publish or
-    /// batch, priced by [`publish::price`]).
-    pub fn units<'c>(units: u32, channel: Option<&'c str>) -> Price<'c> {
-        Price {
-            units,
-            bytes: 0,
-            max_single: None,
-            channel,
-        }
-    }
 }
 
 /// A bucket's balance, as `X-RateLimit-*`, gRPC trailers and GraphQL's

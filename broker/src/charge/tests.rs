@@ -150,6 +150,13 @@ fn a_connection_is_charged_synchronously_and_samples_for_its_account() {
     let third = charge(&mut admission, &mut sampler, price).unwrap_err();
     assert_eq!(third.reason, Reason::RateLimited);
     assert_eq!(p.rejections("connection", "rate_limited"), 1);
+    // Owed units are taken from the empty bucket all the same, and sampled
+    // (an SSE stream's opening); the next frame waits for the refill.
+    let owed = charge(&mut admission, &mut sampler, Price::owed(5)).unwrap();
+    assert_eq!(owed.sample.map(|s| s.units), Some(4), "every 2nd unit");
+    assert_eq!(admission.balance(now).0, -5.0);
+    charge(&mut admission, &mut sampler, price).unwrap_err();
+    assert_eq!(p.rejections("connection", "rate_limited"), 2);
 }
 
 #[test]

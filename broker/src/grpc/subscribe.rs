@@ -251,7 +251,6 @@ pub(crate) fn check(
         let msg = format!("a Subscribe call names 1 to {max} channels, this one names {n}");
         return Err((Refusal::new(code, msg), None));
     }
-    let c = &limits.costs;
     let mut seen = HashSet::with_capacity(n);
     let mut cost = 0u32;
     for cs in &req.channels {
@@ -269,18 +268,8 @@ pub(crate) fn check(
                 format!("this API key may not subscribe to {name:?}"),
             );
         }
-        let price = c
-            .subscribe
-            .saturating_add(if cs.since.is_some() { c.recovery } else { 0 });
-        if price > c.max_single {
-            return fail(
-                ErrorCode::CostExceedsMax,
-                format!(
-                    "subscribing to {name:?} costs {price} units, above the largest single charge of {}",
-                    c.max_single
-                ),
-            );
-        }
+        let price = crate::charge::subscribe::price(limits, name, cs.since.is_some())
+            .map_err(|r| (r, Some(name.clone())))?;
         cost = cost.saturating_add(price);
     }
     Ok(Checked { cost, over_cap })

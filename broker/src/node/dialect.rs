@@ -85,10 +85,14 @@ pub trait Link {
     fn send(&mut self, text: &str);
     /// Closes with the dialect's code and reason; nothing more is read.
     fn close(&mut self, code: u16, reason: &str);
-    /// Charges `units` to the connection's frame bucket (§0): `Err` with
-    /// the wait until a token when it is empty (counted under
-    /// `layer="connection"`).
-    fn charge_frame(&mut self, units: u32) -> Result<(), Duration>;
+    /// Charges `units` to the connection's frame bucket (§0), within
+    /// `max_single`: `Err` with the refusal (counted under
+    /// `layer="connection"`): the wait until a token when it is empty.
+    fn charge_frame(&mut self, units: u32) -> Result<(), crate::charge::Refused>;
+    /// Takes `units` from the connection's frame bucket even below zero,
+    /// for what cannot wait once it is bought (a subscription's `recovery`
+    /// once its `since` is known); its next frames wait instead.
+    fn owe_frame(&mut self, units: u32);
     /// Takes one token of the connection's ping bucket (a dialect's own
     /// pings are bounded like WebSocket pings: the excess is ignored).
     fn ping(&mut self) -> bool;

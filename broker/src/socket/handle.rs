@@ -230,7 +230,7 @@ impl Socket {
         }
     }
 
-    fn charge_account(&mut self, sample: Sample, ctx: &mut Context<Self>) {
+    pub(super) fn charge_account(&mut self, sample: Sample, ctx: &mut Context<Self>) {
         let Some(slot) = &self.slots.account else {
             return;
         };

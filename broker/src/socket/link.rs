@@ -11,7 +11,7 @@ use actix::fut::{ActorFutureExt, wrap_future};
 use actix::prelude::*;
 
 use super::{Reconfigure, Socket, handshake};
-use crate::charge::{self, Connection, Payer, Price};
+use crate::charge::{self, Connection, Payer, Price, Reason, Refused};
 use crate::config::Limits;
 use crate::hub::OutboundGauge;
 use crate::metrics::Layer;
@@ -87,6 +87,27 @@ impl Socket {
     }
 }
 
+impl SocketLink<'_> {
+    /// A frame's charge to the connection's own buckets.
+    fn charge(&mut self, price: Price<'_>) -> Result<(), Refused> {
+        let s = &mut *self.socket;
+        let payer = Payer::Connection(Connection {
+            admission: &mut s.admission,
+            // The operation's own price goes to the account (or the key):
+            // the frame's units are the connection's alone.
+            sampler: None,
+            rules: None,
+            account: &s.id.account,
+            conn: &s.id.label,
+        });
+        let charge::Pending::Ready(outcome) = s.node.ledger().charge(payer, price, Instant::now())
+        else {
+            unreachable!("a connection's own buckets answer at once")
+        };
+        outcome.map(|_| ())
+    }
+}
+
 impl Link for SocketLink<'_> {
     fn node(&self) -> &Arc<Node> {
         &self.socket.node
@@ -120,29 +141,24 @@ impl Link for SocketLink<'_> {
         self.socket.close_with(self.ctx, code, reason, false);
     }
 
-    fn charge_frame(&mut self, units: u32) -> Result<(), Duration> {
+    fn charge_frame(&mut self, units: u32) -> Result<(), Refused> {
         let s = &mut *self.socket;
         if units == 0 && !s.take_free_frame(Instant::now()) {
-            return Err(s.free_frames.wait_at(1.0, Instant::now()));
+            return Err(Refused {
+                reason: Reason::RateLimited,
+                retry_after: s.free_frames.wait_at(1.0, Instant::now()),
+                balance: None,
+            });
         }
         let price = Price::frame(units, 0, s.admission.limits(), None);
-        let payer = Payer::Connection(Connection {
-            admission: &mut s.admission,
-            // The operation's own price goes to the account (or the key):
-            // the frame's unit is the connection's alone.
-            sampler: None,
-            rules: None,
-            account: &s.id.account,
-            conn: &s.id.label,
-        });
-        let charge::Pending::Ready(outcome) = s.node.ledger().charge(payer, price, Instant::now())
-        else {
-            unreachable!("a connection's own buckets answer at once")
-        };
-        if outcome.is_ok() {
-            s.node.metrics.messages_in.inc();
-        }
-        outcome.map(|_| ()).map_err(|r| r.retry_after)
+        self.charge(price)?;
+        self.socket.node.metrics.messages_in.inc();
+        Ok(())
+    }
+
+    fn owe_frame(&mut self, units: u32) {
+        // Never refused: the outcome says nothing.
+        let _ = self.charge(Price::owed(units));
     }
 
     fn ping(&mut self) -> bool {

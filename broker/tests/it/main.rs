@@ -79,6 +79,7 @@ mod sse_logs;
 mod sse_publish;
 mod sse_stream;
 mod sse_tcp;
+mod subscription_price;
 mod tls;
 mod token_refresh;
 mod webhooks;

@@ -31,7 +31,7 @@ use std::time::Instant;
 use actix_web::http::StatusCode;
 use async_graphql_value::Variables;
 
-use super::admission::{Start, retry_ms, retry_secs};
+use super::admission::Start;
 use super::caller::{Caller, Payer};
 use super::operation::{self, Ran, Via};
 use super::reply::Media;
@@ -182,14 +182,11 @@ impl GraphqlWs {
     /// run as over HTTP, on the connection's worker.
     fn start(&mut self, link: &mut dyn Link, id: String, payload: SubscribePayload) {
         let limits = link.limits();
-        if let Err(wait) = link.charge_frame(1) {
-            let p = error_payload(
-                "RATE_LIMITED",
-                "rate limit exceeded: this connection's message budget is empty",
-                serde_json::json!({"cost": 1, "remaining": 0,
-                    "retryAfter": retry_secs(wait), "retryAfterMs": retry_ms(wait)}),
-            );
-            return self.send_error(link, &id, &p);
+        // Priced as a socket's `subscribe` frame (`recovery` is added once
+        // the operation shows its `since`: `subscribe` below).
+        let units = crate::pricing::subscribe(&limits.costs, false);
+        if let Err(r) = link.charge_frame(units) {
+            return self.send_error(link, &id, &refuse::frame(units, &r));
         }
         let max = limits.max_subscriptions as usize;
         if self.ops.len() >= max {
@@ -333,6 +330,23 @@ impl GraphqlWs {
         let Some(op) = super::pricing::operation(&doc, name.as_deref()) else {
             return self.send_error(link, &id, &ran.reply.errors_json());
         };
+        if since.is_some() {
+            // A subscription from a position costs `recovery` besides, as a
+            // socket's `subscribe` with `since` does; known only now, and
+            // the operation is paid for already, so it is owed, not refused
+            // (the connection's next frames wait), unless the two together
+            // are over `max_single`, which no wait can help.
+            let limits = link.limits();
+            let account = self.caller.as_ref().map_or("", |c| c.account.as_str());
+            let counted = (Layer::Graphql, account, &*self.node.metrics);
+            if let Err(r) = crate::charge::subscribe::price_counted(&limits, channel, true, counted)
+            {
+                let cost = crate::pricing::subscribe(&limits.costs, true);
+                let p = refuse::too_expensive(&r.message, cost, limits.costs.max_single);
+                return self.send_error(link, &id, &p);
+            }
+            link.owe_frame(limits.costs.recovery);
+        }
         let shape = shape::Shape::compile(&doc, &op.node, &variables, &id, channel);
         let conn = self.node.next_conn();
         let sink = OpSink::new(

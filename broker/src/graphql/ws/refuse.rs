@@ -6,6 +6,7 @@ use std::time::Duration;
 use actix_web::HttpResponse;
 use actix_web::http::StatusCode;
 
+use crate::charge::{Reason, Refused};
 use crate::graphql::admission::{retry_ms, retry_secs};
 use crate::protocol::ErrorCode;
 
@@ -52,4 +53,35 @@ pub(super) fn error_payload(code: &str, message: &str, extra: serde_json::Value)
         x.extend(more);
     }
     serde_json::json!([{ "message": message, "extensions": x }]).to_string()
+}
+
+/// A `subscribe` the connection's frame bucket refused: over `max_single`,
+/// `QUERY_TOO_EXPENSIVE` (`cost`, `max`), as every front refuses a
+/// subscription no wait can help; else `RATE_LIMITED` with the wait.
+pub(super) fn frame(units: u32, r: &Refused) -> String {
+    match r.reason {
+        Reason::CostExceedsMax { cost, max } => too_expensive(
+            &format!("a subscription costs {cost} units, above the largest single charge of {max}"),
+            cost,
+            max,
+        ),
+        _ => {
+            let wait = r.retry_after;
+            error_payload(
+                "RATE_LIMITED",
+                "rate limit exceeded: this connection's message budget is empty",
+                serde_json::json!({"cost": units, "remaining": 0,
+                    "retryAfter": retry_secs(wait), "retryAfterMs": retry_ms(wait)}),
+            )
+        }
+    }
+}
+
+/// `QUERY_TOO_EXPENSIVE` for a subscription over `max_single`.
+pub(super) fn too_expensive(message: &str, cost: u32, max: u32) -> String {
+    error_payload(
+        "QUERY_TOO_EXPENSIVE",
+        message,
+        serde_json::json!({ "cost": cost, "max": max }),
+    )
 }

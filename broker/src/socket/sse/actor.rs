@@ -9,6 +9,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use serde_json::value::RawValue;
 
+use crate::charge::{self, Admitted, Connection, Payer, Price};
 use crate::cluster::Pending;
 use crate::exceeded::Exceeded;
 use crate::hub::{Joined, Sink, Subscriber};
@@ -31,8 +32,38 @@ impl Socket {
     /// the others start live (their ack, an `id:` alone).
     pub(in crate::socket) fn sse_open(&mut self, ctx: &mut Context<Self>) {
         let Some(stream) = &mut self.sse else { return };
-        for (channel, since) in std::mem::take(&mut stream.start) {
+        let start = std::mem::take(&mut stream.start);
+        let units = std::mem::take(&mut stream.price);
+        self.charge_opening(units, ctx);
+        for (channel, since) in start {
             self.subscribe(Some(&ack_id(&channel)), &channel, since, ctx);
+        }
+    }
+
+    /// The stream's channels, priced at its request (`super::price`): taken
+    /// from the connection's bucket even below zero (a stream cannot resend
+    /// what a bucket refused) and sampled into the account budget, as the
+    /// same subscribes on a socket would be.
+    fn charge_opening(&mut self, units: u32, ctx: &mut Context<Self>) {
+        let payer = Payer::Connection(Connection {
+            admission: &mut self.admission,
+            sampler: Some(&mut self.sampler),
+            rules: None,
+            account: &self.id.account,
+            conn: &self.id.label,
+        });
+        let now = std::time::Instant::now();
+        let charge::Pending::Ready(outcome) =
+            self.node.ledger().charge(payer, Price::owed(units), now)
+        else {
+            unreachable!("a connection's own buckets answer at once")
+        };
+        if let Ok(Admitted {
+            sample: Some(sample),
+            ..
+        }) = outcome
+        {
+            self.charge_account(sample, ctx);
         }
     }
 

@@ -34,6 +34,7 @@ use bytes::Bytes;
 
 use super::Socket;
 use super::handshake::{self, Admitted};
+use crate::charge;
 use crate::config::LimitName;
 use crate::exceeded::Exceeded;
 use crate::metrics::Layer;
@@ -58,6 +59,8 @@ pub(super) struct Stream {
     /// The channels to join once open, each with its `since` (taken when
     /// the actor starts; at most the plan's `max_subscriptions`).
     start: Vec<(String, Option<u64>)>,
+    /// What the channels cost ([`price`]), charged once the actor runs.
+    price: u32,
     ender: Ender,
 }
 
@@ -166,6 +169,32 @@ fn ask(req: &RequestHead) -> Result<Ask, String> {
     Ok(Ask { channels, position })
 }
 
+/// What the stream's channels cost: each as a socket's `subscribe` frame
+/// of it would ([`charge::subscribe::price`]: `subscribe`, plus `recovery`
+/// for a channel the position names), so a channel over `max_single` is
+/// refused `cost_exceeds_max` (422, free, as on every front; counted and let
+/// through when that limit is in dry run). The sum is not held to what
+/// the stream's fresh bucket holds: a stream is one request that cannot
+/// resend a refused frame, so the actor takes it even below zero
+/// ([`crate::charge::Price::owed`]) and samples it into the account
+/// budget, whose refusal closes the account's connections as on `/v1/ws`.
+/// It is bounded all the same: at most `max_subscriptions` channels of at
+/// most `max_single` each.
+fn price(
+    limits: &crate::config::Limits,
+    start: &[(String, Option<u64>)],
+    account: &str,
+    node: &Node,
+) -> Result<u32, charge::Refusal> {
+    let mut units = 0u32;
+    for (channel, since) in start {
+        let counted = (Layer::Handshake, account, &*node.metrics);
+        let one = charge::subscribe::price_counted(limits, channel, since.is_some(), counted)?;
+        units = units.saturating_add(one);
+    }
+    Ok(units)
+}
+
 /// A stream that started: its response's head, and what its writer
 /// takes.
 struct Opened {
@@ -241,15 +270,29 @@ async fn open(
             &message,
         ));
     }
-    node.metrics.handshake_done("accepted", started);
-    let start = ask
+    let start: Vec<(String, Option<u64>)> = ask
         .channels
         .iter()
         .map(|c| (c.clone(), ask.position.get(c)))
         .collect();
+    let price = match price(&limits, &start, &identity.account, &node) {
+        Ok(units) => units,
+        Err(r) => {
+            // Counted already, under the handshake's layer.
+            node.metrics.handshake_done("refused", started);
+            return Err(refusal(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                r.code,
+                &r.message,
+                None,
+            ));
+        }
+    };
+    node.metrics.handshake_done("accepted", started);
     let ender = Ender::new(fd);
     let stream = Stream {
         start,
+        price,
         ender: ender.clone(),
     };
     let started = Socket::spawn(identity, limits, slots, node, None, Some(stream));

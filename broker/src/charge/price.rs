@@ -1,0 +1,81 @@
+//! What an operation costs, as [`super::Ledger::charge`] takes it: units,
+//! bytes, the single-charge limit it is held to, and whether it may be
+//! refused at all ([`Price::owed`]).
+
+use crate::config::Limits;
+
+/// What it costs.
+#[derive(Debug, Clone, Copy)]
+pub struct Price<'a> {
+    /// In message-budget units (seed 004's cost table).
+    pub units: u32,
+    /// Bytes, for a connection's byte bucket.
+    pub bytes: usize,
+    /// The largest single charge: a price above it is refused before any
+    /// bucket is touched. `None`: checked already (a batch, message by
+    /// message), or charged whatever it costs and never an operation to
+    /// shadow (a frame that did not parse: garbage is not free).
+    pub max_single: Option<u32>,
+    /// What it is for, for the event.
+    pub channel: Option<&'a str>,
+    /// Taken even below zero, never refused by a bucket (a connection's
+    /// only): what was bought cannot wait for a refill, so the
+    /// connection's next frames wait instead (an SSE stream's opening,
+    /// which is one request and cannot resend a frame: [`Price::owed`]).
+    pub owed: bool,
+}
+
+impl Price<'_> {
+    /// A frame's price on a connection, with the plan's single-charge limit.
+    #[inline]
+    pub fn frame<'c>(
+        units: u32,
+        bytes: usize,
+        limits: &Limits,
+        channel: Option<&'c str>,
+    ) -> Price<'c> {
+        Price {
+            units,
+            bytes,
+            max_single: Some(limits.costs.max_single),
+            channel,
+            owed: false,
+        }
+    }
+
+    /// A frame that did not parse, or a binary frame.
+    pub fn malformed(limits: &Limits) -> Price<'static> {
+        Price {
+            units: limits.costs.malformed,
+            bytes: 0,
+            max_single: None,
+            channel: None,
+            owed: false,
+        }
+    }
+
+    /// Units already checked against their limits (a backend's publish or
+    /// batch, priced by [`super::publish::price`]).
+    pub fn units<'c>(units: u32, channel: Option<&'c str>) -> Price<'c> {
+        Price {
+            units,
+            bytes: 0,
+            max_single: None,
+            channel,
+            owed: false,
+        }
+    }
+
+    /// Units a connection owes for what it already holds, each part checked
+    /// against `max_single` by its front ([`super::subscribe::price`]): taken even
+    /// below zero, never refused (an SSE stream's channels at its opening).
+    pub fn owed(units: u32) -> Price<'static> {
+        Price {
+            units,
+            bytes: 0,
+            max_single: None,
+            channel: None,
+            owed: true,
+        }
+    }
+}
