@@ -25,6 +25,7 @@
 
 mod key;
 
+use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -154,32 +155,39 @@ impl Idempotency {
         }
     }
 
-    /// Claims `scope` for a publish, or says who has it.
+    /// Claims `scope` for a publish, or says who has it. One lookup for
+    /// the key (its string is made first: a duplicate, the rare case,
+    /// drops it), then the oldest keys past the cap go.
     pub fn claim(self: &Arc<Self>, scope: &str, now: Instant) -> Claim {
         let window = self.window();
         let max = usize::try_from(self.max_keys.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
-        let mut t = self.table.lock();
-        match t.map.get_mut(scope).map(|e| &mut e.state) {
-            Some(State::InFlight(tx)) => {
-                let tx = tx.get_or_insert_with(|| watch::channel(None).0);
-                return Claim::Wait(Waiter { rx: tx.subscribe() });
-            }
-            Some(State::Done { seq, at }) if now < *at + window => return Claim::Known(*seq),
-            _ => {}
-        }
-        self.expire(&mut t, now, window);
-        self.evict(&mut t, max.max(1));
-        let id = t.next_id;
-        t.next_id += 1;
         let name: Arc<str> = scope.into();
-        t.map.insert(
-            name.clone(),
-            Entry {
-                id,
-                state: State::InFlight(None),
+        let mut t = self.table.lock();
+        let id = t.next_id;
+        let fresh = Entry {
+            id,
+            state: State::InFlight(None),
+        };
+        match t.map.entry(name.clone()) {
+            MapEntry::Occupied(mut o) => match &mut o.get_mut().state {
+                State::InFlight(tx) => {
+                    let tx = tx.get_or_insert_with(|| watch::channel(None).0);
+                    return Claim::Wait(Waiter { rx: tx.subscribe() });
+                }
+                State::Done { seq, at } if now < *at + window => return Claim::Known(*seq),
+                // Its window passed: claimed anew (its queue item is now a
+                // tombstone).
+                State::Done { .. } => {
+                    o.insert(fresh);
+                }
             },
-        );
+            MapEntry::Vacant(v) => {
+                v.insert(fresh);
+            }
+        }
+        t.next_id += 1;
         t.order.push_back((name.clone(), id));
+        self.evict(&mut t, max.max(1), now, window);
         if t.order.len() > max.saturating_mul(2).max(64) {
             let Table { map, order, .. } = &mut *t;
             order.retain(|(n, id)| map.get(n).is_some_and(|e| e.id == *id));
@@ -192,27 +200,32 @@ impl Idempotency {
         })
     }
 
-    /// Makes room for one more key under `max`: the oldest published keys
-    /// go first (counted: their window had not passed). A key in flight is
-    /// never evicted (its duplicates wait on it); it goes to the back of
-    /// the queue, so the keys held can pass `max` by the publishes in
-    /// flight at most, each one paid for and in progress.
-    fn evict(&self, t: &mut Table, max: usize) {
-        let mut turns = t.order.len();
-        while t.map.len() >= max && turns > 0 {
+    /// Brings the keys held back to `max`: the oldest published keys go
+    /// first (counted when their window had not passed yet). A key in
+    /// flight is never evicted (its duplicates wait on it); it goes to the
+    /// back of the queue, so the keys held can pass `max` by the publishes
+    /// in flight at most, each one paid for and in progress. Keys whose
+    /// window passed under the cap go with the node's sweep.
+    fn evict(&self, t: &mut Table, max: usize, now: Instant, window: Duration) {
+        let Table { map, order, .. } = t;
+        let mut turns = order.len();
+        while map.len() > max && turns > 0 {
             turns -= 1;
-            let Some((name, id)) = t.order.pop_front() else {
+            let Some((name, id)) = order.pop_front() else {
                 break;
             };
-            match t.map.get(&name) {
-                Some(e) if e.id == id => match e.state {
-                    State::InFlight(_) => t.order.push_back((name, id)),
-                    State::Done { .. } => {
-                        t.map.remove(&name);
-                        self.metrics.evictions.inc();
+            if let MapEntry::Occupied(o) = map.entry(name)
+                && o.get().id == id
+            {
+                match o.get().state {
+                    State::InFlight(_) => order.push_back((o.key().clone(), id)),
+                    State::Done { at, .. } => {
+                        if now < at + window {
+                            self.metrics.evictions.inc();
+                        }
+                        o.remove();
                     }
-                },
-                _ => {}
+                }
             }
         }
     }
