@@ -382,7 +382,7 @@ pub struct PublishSection {
 
 /// The longest window: a day (a key is a retry's, not an archive's).
 pub const MAX_IDEMPOTENCY_WINDOW_MS: u64 = 86_400_000;
-/// The most keys a node may be told to hold (a few GiB at the measured
+/// The most keys a node may be told to hold (about 1.5 GiB at the measured
 /// size per key).
 pub const MAX_IDEMPOTENCY_KEYS: u64 = 10_000_000;
 
