@@ -155,6 +155,16 @@ pub async fn publish(
         limits: &limits,
     };
     if let Err(r) = node.ledger().charge(payer, price, now).wait().await {
+        // Nothing is published: the identity's charge goes back, as a
+        // later step's refusal gives back the earlier ones everywhere
+        // (issue 42: it was kept, so an account at its limit drained its
+        // identities' buckets too).
+        let identity = Payer::Key {
+            layer: Layer::Http,
+            key: &key,
+            limits: &bucket,
+        };
+        node.ledger().refund_to(identity, cost).wait().await;
         return rate_limited(&r, "the account's");
     }
     let published = node

@@ -179,6 +179,40 @@ async fn the_account_budget_is_charged_too_and_bans_answer_403() {
     assert!(retry.is_some() && body["retryAfterMs"].as_u64().unwrap() > 0);
 }
 
+/// A publish the account refuses after the identity's bucket admitted it
+/// gives the identity's units back (issue 42: they were kept, so an
+/// account at its limit also drained its identities' buckets).
+#[actix_rt::test]
+async fn an_account_refusal_gives_the_identitys_charge_back() {
+    let broker = Broker::start(
+        "[plans.free]\nburst = 20\nmessages_per_sec = 0.01\n\
+         account_burst = 3\naccount_messages_per_sec = 2\naccount_sample_every = 1\n",
+    );
+    let token = broker.token("acme");
+    let (admitted, (status, body, _)) = until_refused(&broker, &token, 20).await;
+    assert_eq!((admitted, status), (3, 429), "{body}");
+    let mut wait = body["retryAfterMs"].as_u64().unwrap();
+    for i in 0..5 {
+        let (status, body, _) =
+            post(&broker, Some(&token), json!({"channel":"doc:p","data":i})).await;
+        assert_eq!(status, 429, "{body}");
+        wait = body["retryAfterMs"].as_u64().unwrap();
+    }
+    // Once the account has a unit again (the time it said), the identity
+    // has paid for the 4 publishes that went out, not the 6 refused.
+    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+    let resp = reqwest::Client::new()
+        .post(broker.url("/v1/client/publish"))
+        .bearer_auth(&token)
+        .json(&json!({"channel":"doc:p","data":"after"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let remaining = resp.headers()["x-ratelimit-remaining"].to_str().unwrap();
+    assert_eq!(remaining, "16");
+}
+
 #[actix_rt::test]
 async fn allowed_origins_get_cors_answers_and_others_do_not() {
     let broker = Broker::start("[http]\ncors_origins = [\"https://app.example\"]\n");
