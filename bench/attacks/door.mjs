@@ -57,22 +57,7 @@ function opened(port, localAddress, text) {
 
 /** `GET /healthz` from `localAddress` over plain TCP: the status (0: none within 10 s). */
 function healthz(port, localAddress) {
-  return new Promise((resolve) => {
-    const s = connect({ host: "127.0.0.1", port, localAddress });
-    let got = "";
-    const done = (status) => {
-      s.destroy();
-      resolve(status);
-    };
-    s.on("error", () => done(0));
-    s.on("connect", () => s.write("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
-    s.on("data", (d) => {
-      got += d.toString();
-      const m = got.match(/^HTTP\/1\.1 (\d{3})/);
-      if (m) done(Number(m[1]));
-    });
-    s.setTimeout(10000, () => done(0));
-  });
+  return get(port, localAddress, "/healthz");
 }
 
 export async function slowBody() {
@@ -189,7 +174,7 @@ export async function tlsSilent() {
   }
 }
 
-/** One `GET` of `path` from `localAddress`: the status (0 for none). */
+/** One `GET` of `path` from `localAddress` over plain TCP: the status (0: none within 10 s). */
 function get(port, localAddress, path) {
   return new Promise((resolve) => {
     const s = connect({ host: "127.0.0.1", port, localAddress });
