@@ -33,6 +33,9 @@ export const ERROR_CODES = [
   "internal",
   "banned",
   "presence_full",
+  "hook_unavailable",
+  "forbidden_origin",
+  "unknown_method",
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 export const CLOSE_CODES = {
@@ -100,6 +103,7 @@ export const TEMPORARY_ERROR_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>(
   "too_many_connections",
   "internal",
   "banned",
+  "hook_unavailable",
 ]);
 
 const CLIENT_TEMPORARY: ReadonlySet<ClientErrorCode> = new Set<ClientErrorCode>([

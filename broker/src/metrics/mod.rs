@@ -17,11 +17,13 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
 pub mod history;
+pub mod hooks;
 pub mod idempotency;
 pub mod presence;
 pub mod webhooks;
 
 pub use history::History;
+pub use hooks::HookMetrics;
 pub use webhooks::WebhookMetrics;
 
 use crate::process_metrics::ProcessMetrics;
@@ -37,6 +39,8 @@ pub enum Layer {
     Http,
     Grpc,
     Graphql,
+    /// A backend hook's refusal (§15).
+    Hook,
 }
 
 impl Layer {
@@ -50,6 +54,7 @@ impl Layer {
             Layer::Http => "http",
             Layer::Grpc => "grpc",
             Layer::Graphql => "graphql",
+            Layer::Hook => "hook",
         }
     }
 }
@@ -168,6 +173,8 @@ pub struct Metrics {
     /// family cannot be listed); the counters are shared with it.
     rejection_series: dashmap::DashMap<(&'static str, &'static str), Counter>,
     pub webhooks: std::sync::Arc<WebhookMetrics>,
+    /// §15: backend hook calls, durations, breakers, disagreements.
+    pub hooks: std::sync::Arc<HookMetrics>,
     /// Tokio tasks and actix actors alive (`tidegate_runtime_alive_tasks`,
     /// `tidegate_actors`).
     pub alive: crate::alive::Alive,
@@ -222,11 +229,13 @@ impl Metrics {
             control_rejected: Family::default(),
             rejection_series: dashmap::DashMap::new(),
             webhooks: Default::default(),
+            hooks: Default::default(),
             alive: Default::default(),
             presence: Default::default(),
             idempotency: Default::default(),
         };
         m.webhooks.register(&mut registry);
+        m.hooks.register(&mut registry);
         m.alive.register(&mut registry);
         m.presence.register(&mut registry);
         m.idempotency.register(&mut registry);

@@ -258,6 +258,18 @@ struct Welcome<'a> {
     limits: &'a WelcomeLimits,
     /// The token's `exp` in unix ms (§2): refresh before it.
     token_expires_at: u64,
+    /// A connect hook's server-side subscriptions (§15).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    channels: Option<&'a [WelcomeChannel]>,
+}
+
+/// A server-side subscription listed in `welcome` (§15), with `seq` as a
+/// subscribe ack carries it.
+#[derive(Debug, Clone, Serialize)]
+pub struct WelcomeChannel {
+    #[serde(serialize_with = "arc_str")]
+    pub channel: std::sync::Arc<str>,
+    pub seq: u64,
 }
 
 pub fn welcome(
@@ -274,6 +286,65 @@ pub fn welcome(
         node,
         limits,
         token_expires_at,
+        channels: None,
+    })
+}
+
+fn arc_str<S: serde::Serializer>(v: &std::sync::Arc<str>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(v)
+}
+
+/// A `welcome` that lists a connect hook's server-side channels (§15).
+pub fn welcome_with_channels(
+    conn_id: &str,
+    account: &str,
+    node: &str,
+    limits: &WelcomeLimits,
+    token_expires_at: u64,
+    channels: &[WelcomeChannel],
+) -> Bytes {
+    json_frame(&Welcome {
+        kind: "welcome",
+        conn_id,
+        account,
+        node,
+        limits,
+        token_expires_at,
+        channels: Some(channels),
+    })
+}
+
+#[derive(Serialize)]
+struct RpcReply<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a RawValue>,
+    data: &'a serde_json::Value,
+}
+
+/// The answer to an `rpc` frame (§15).
+pub fn rpc_reply(id: Option<&RawValue>, data: &serde_json::Value) -> Bytes {
+    json_frame(&RpcReply {
+        kind: "rpc",
+        id,
+        data,
+    })
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Expiry {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    token_expires_at: u64,
+}
+
+/// A hook-given expiry extended by the refresh hook (§15).
+pub fn expiry(token_expires_at: u64) -> Bytes {
+    json_frame(&Expiry {
+        kind: "expiry",
+        token_expires_at,
     })
 }
 
@@ -283,7 +354,7 @@ pub fn welcome(
 pub struct ErrorFrame<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
-    pub code: &'static str,
+    pub code: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub id: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -300,9 +371,15 @@ pub struct ErrorFrame<'a> {
 
 impl<'a> ErrorFrame<'a> {
     pub fn new(code: ErrorCode) -> ErrorFrame<'a> {
+        ErrorFrame::custom(code.as_str())
+    }
+
+    /// An error with a code that is not the broker's own: a backend
+    /// hook's (§15).
+    pub fn custom(code: &'a str) -> ErrorFrame<'a> {
         ErrorFrame {
             kind: "error",
-            code: code.as_str(),
+            code,
             id: None,
             message: None,
             retry_after_ms: None,
