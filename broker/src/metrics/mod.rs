@@ -19,45 +19,16 @@ use prometheus_client::registry::{Registry, Unit};
 pub mod history;
 pub mod hooks;
 pub mod idempotency;
+mod layer;
 pub mod presence;
 pub mod webhooks;
 
 pub use history::History;
 pub use hooks::HookMetrics;
+pub use layer::Layer;
 pub use webhooks::WebhookMetrics;
 
 use crate::process_metrics::ProcessMetrics;
-
-/// Where a refusal happened (§6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Layer {
-    Handshake,
-    Connection,
-    Account,
-    Rule,
-    Outbound,
-    Http,
-    Grpc,
-    Graphql,
-    /// A backend hook's refusal (§15).
-    Hook,
-}
-
-impl Layer {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Layer::Handshake => "handshake",
-            Layer::Connection => "connection",
-            Layer::Account => "account",
-            Layer::Rule => "rule",
-            Layer::Outbound => "outbound",
-            Layer::Http => "http",
-            Layer::Grpc => "grpc",
-            Layer::Graphql => "graphql",
-            Layer::Hook => "hook",
-        }
-    }
-}
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RejectLabels {

@@ -12,6 +12,7 @@ use serde_json::value::RawValue;
 use super::ErrorCode;
 pub use super::acks::{ack, published_ack, refresh_ack};
 use super::codes::CloseCode;
+pub use super::hook_frames::{WelcomeChannel, expiry, rpc_reply};
 
 const OP_TEXT: u8 = 0x1;
 const OP_CLOSE: u8 = 0x8;
@@ -263,15 +264,6 @@ struct Welcome<'a> {
     channels: Option<&'a [WelcomeChannel]>,
 }
 
-/// A server-side subscription listed in `welcome` (§15), with `seq` as a
-/// subscribe ack carries it.
-#[derive(Debug, Clone, Serialize)]
-pub struct WelcomeChannel {
-    #[serde(serialize_with = "arc_str")]
-    pub channel: std::sync::Arc<str>,
-    pub seq: u64,
-}
-
 pub fn welcome(
     conn_id: &str,
     account: &str,
@@ -288,10 +280,6 @@ pub fn welcome(
         token_expires_at,
         channels: None,
     })
-}
-
-fn arc_str<S: serde::Serializer>(v: &std::sync::Arc<str>, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(v)
 }
 
 /// A `welcome` that lists a connect hook's server-side channels (§15).
@@ -311,40 +299,6 @@ pub fn welcome_with_channels(
         limits,
         token_expires_at,
         channels: Some(channels),
-    })
-}
-
-#[derive(Serialize)]
-struct RpcReply<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    id: Option<&'a RawValue>,
-    data: &'a serde_json::Value,
-}
-
-/// The answer to an `rpc` frame (§15).
-pub fn rpc_reply(id: Option<&RawValue>, data: &serde_json::Value) -> Bytes {
-    json_frame(&RpcReply {
-        kind: "rpc",
-        id,
-        data,
-    })
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Expiry {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    token_expires_at: u64,
-}
-
-/// A hook-given expiry extended by the refresh hook (§15).
-pub fn expiry(token_expires_at: u64) -> Bytes {
-    json_frame(&Expiry {
-        kind: "expiry",
-        token_expires_at,
     })
 }
 

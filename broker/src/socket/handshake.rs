@@ -72,19 +72,6 @@ pub(super) struct Refused {
     pub(super) custom: Option<String>,
 }
 
-impl Refused {
-    /// The refusal as `/v1/ws` says it: §1's body, with a hook's own code
-    /// when a hook refused.
-    pub(super) fn response(&self) -> HttpResponse {
-        match &self.custom {
-            Some(code) => {
-                crate::refusal::refusal_code(self.status, code, &self.message, self.retry)
-            }
-            None => refusal(self.status, self.code, &self.message, self.retry),
-        }
-    }
-}
-
 fn refused(
     status: StatusCode,
     code: ErrorCode,

@@ -18,7 +18,10 @@ pub async fn connect_without_token(
     req.headers_mut()
         .insert("Sec-WebSocket-Protocol", "tidegate.v1".parse().unwrap());
     for (k, v) in headers {
-        req.headers_mut().insert(*k, v.parse().unwrap());
+        req.headers_mut().insert(
+            tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            v.parse().unwrap(),
+        );
     }
     let result = tokio_tungstenite::connect_async(req)
         .await
@@ -65,7 +68,10 @@ async fn a_connect_result_is_the_connections_identity_and_its_channels_are_joine
     assert_eq!(welcome["account"], "u1");
     assert_eq!(welcome["tokenExpiresAt"], expires);
     assert_eq!(welcome["connId"], call["client"]["connId"]);
-    assert_eq!(welcome["channels"], json!([{"channel": "doc:7", "seq": 0}]));
+    assert_eq!(welcome["channels"][0]["channel"], "doc:7", "{welcome}");
+    let seq = welcome["channels"][0]["seq"]
+        .as_u64()
+        .expect("a seq as an ack carries it");
     // Joined server-side: a publish reaches it without a subscribe.
     assert!(
         broker
@@ -79,6 +85,7 @@ async fn a_connect_result_is_the_connections_identity_and_its_channels_are_joine
         (msg["channel"].clone(), msg["data"].clone()),
         (json!("doc:7"), json!("hi"))
     );
+    assert!(msg["seq"].as_u64().unwrap() > seq, "{msg} after {seq}");
     // The hook's grants are the token's: doc:* may be subscribed, not published.
     c.send(json!({"type": "publish", "channel": "doc:7", "data": 1, "id": 2}))
         .await;

@@ -44,6 +44,19 @@ pub fn origin_allowed(origin: Option<&str>, host: Option<&str>, allowed: &[Strin
     matches!((authority, host), (Some(a), Some(h)) if !a.is_empty() && a.eq_ignore_ascii_case(h.trim()))
 }
 
+impl Refused {
+    /// The refusal as `/v1/ws` and SSE say it: §1's body, with a hook's own
+    /// code when a hook refused.
+    pub(in crate::socket) fn response(&self) -> actix_web::HttpResponse {
+        match &self.custom {
+            Some(code) => {
+                crate::refusal::refusal_code(self.status, code, &self.message, self.retry)
+            }
+            None => crate::refusal::refusal(self.status, self.code, &self.message, self.retry),
+        }
+    }
+}
+
 fn unauthorized(node: &Node) -> Refused {
     Exceeded::new(Layer::Handshake, ErrorCode::Unauthorized.as_str(), "").emit(&node.metrics);
     refused(
