@@ -88,17 +88,20 @@ mod tests {
         let a2 = o.issue("a");
         let b1 = o.issue("b");
         assert_eq!(o.pending(), 3);
-        assert_eq!(
-            o.complete("a", a2, "a2"),
-            Vec::<&str>::new(),
-            "waits for a1"
-        );
+        assert_eq!(o.complete("a", a2, "a2"), vec![], "waits for a1");
         assert_eq!(
             o.complete("b", b1, "b1"),
-            vec!["b1"],
+            vec![("b1", false)],
             "another channel is free"
         );
-        assert_eq!(o.complete("a", a1, "a1"), vec!["a1", "a2"]);
+        o.cancel("a");
+        let a3 = o.issue("a");
+        assert_eq!(
+            o.complete("a", a1, "a1"),
+            vec![("a1", true), ("a2", true)],
+            "asked before the unsubscribe"
+        );
+        assert_eq!(o.complete("a", a3, "a3"), vec![("a3", false)]);
         assert_eq!(o.pending(), 0);
     }
 }
