@@ -22,12 +22,13 @@ import type {
 } from "./types.js";
 import { Connection, type Waiter } from "./connection.js";
 import { TidegateError, closedError, tooLarge } from "./errors.js";
+import { rpcFrame, rpcResult, type RpcOptions, type RpcReplyFrame } from "./rpc.js";
 import {
   PresenceTracker,
   type PresenceDiffFrame,
   type PresenceResult,
   type PresenceStatsResult,
-  type PresenceSubscription,
+  type ChannelSubscription,
 } from "./presence.js";
 
 export { SUBPROTOCOL } from "./connection.js";
@@ -63,9 +64,51 @@ export class TidegateClient extends Connection {
     return this.read<PresenceStatsResult>("presence_stats", frame, channel, options.timeoutMs);
   }
 
-  /** The presence side of a subscription made with `presence: true`. */
-  subscription(channel: string): PresenceSubscription | undefined {
-    return this.presenceSets.get(channel);
+  /**
+   * A subscription: one made by `subscribe()`, or one the broker joined at
+   * the handshake (a connect hook's `channels`, §15: `server: true`). Its
+   * `members` are kept for `presence: true` subscriptions (empty otherwise).
+   */
+  subscription(channel: string): ChannelSubscription | undefined {
+    const sub = this.subs.get(channel);
+    const tracked = this.presenceSets.get(channel);
+    if (!sub && !tracked) return undefined;
+    const subs = this.subs;
+    return {
+      channel,
+      get seq() {
+        return subs.get(channel)?.lastSeq;
+      },
+      get server() {
+        return subs.get(channel)?.server === true;
+      },
+      get live() {
+        return subs.get(channel)?.live === true;
+      },
+      members: tracked?.members ?? new Map(),
+      presence: (options = {}) => this.presence(channel, options),
+      presenceStats: () => this.presenceStats(channel),
+    };
+  }
+
+  // ----------------------------------------------------------------- rpc --
+
+  /**
+   * Calls `method` on the application's backend through the broker (§15's
+   * `rpc` hook): resolves with the backend's reply data. Rejects with the
+   * backend's own code (a `TidegateError` with its `message` and
+   * `retryAfterMs`), `hook_unavailable` (temporary: the backend did not
+   * answer), a limiter's refusal, `timeout`, or `disconnected`. An RPC is
+   * not idempotent: one in flight when the socket closes rejects
+   * `disconnected` and is never sent again by the SDK (the backend may have
+   * run it). Needs the WebSocket (over SSE: `unsupported_transport`).
+   */
+  rpc<T extends Json = Json>(method: string, data?: Json, options: RpcOptions = {}): Promise<T> {
+    const frame = rpcFrame(method, data);
+    if (frame instanceof TidegateError) return Promise.reject(frame);
+    return this.read<RpcReplyFrame>("rpc", frame, undefined, options.timeoutMs).then(
+      (reply) => rpcResult(reply) as T,
+    );
   }
 
   /** @internal */
@@ -76,9 +119,9 @@ export class TidegateClient extends Connection {
   }
 
   private read<T>(
-    kind: "presence" | "presence_stats",
+    kind: "presence" | "presence_stats" | "rpc",
     frame: Record<string, unknown>,
-    channel: string,
+    channel: string | undefined,
     timeoutMs?: number,
   ): Promise<T> {
     if (this._state === "closed") return Promise.reject(closedError());

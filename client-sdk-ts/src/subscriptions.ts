@@ -23,6 +23,11 @@ export interface Subscription {
   /** Acked on the current connection (the server would deliver to it). */
   live: boolean;
   /**
+   * Joined by the broker (a connect hook's `channels`, `server-channels.ts`),
+   * not subscribed by the client: the next `welcome` says whether it still is.
+   */
+  server?: boolean;
+  /**
    * Set while a recovering resubscribe is on its way on a live socket:
    * messages arriving meanwhile wait here, because the recovery that
    * follows the ack may have to come first.
