@@ -265,6 +265,7 @@ export class TidegateClient extends Connection {
       sub.handlers.delete(handler);
       if (sub.handlers.size > 0) return Promise.resolve();
     }
+    this.clock.clearTimeout(sub.retry);
     this.subs.delete(channel);
     this.presenceSets.forget(channel);
     const unacked = new TidegateError("closed", "unsubscribed before the ack", { channel });
@@ -297,6 +298,7 @@ export class TidegateClient extends Connection {
   forget(channel: string): void {
     const sub = this.subs.get(channel);
     if (!sub) return;
+    this.clock.clearTimeout(sub.retry);
     this.subs.delete(channel);
     this.presenceSets.forget(channel);
     this.abandon(
@@ -324,6 +326,22 @@ export class TidegateClient extends Connection {
       );
       this.pacer.prepend([req]);
     });
+  }
+
+  /**
+   * Subscribes `sub` again after `retryAfterMs` (at least 1 s) plus up to
+   * a second of jitter, if it is still wanted and nothing else is asking
+   * for it by then (a reconnect's resubscribe). One timer per subscription.
+   */
+  private retrySubscribe(sub: Subscription, retryAfterMs: number | undefined): void {
+    this.clock.clearTimeout(sub.retry);
+    const delay = this.capRetry(Math.max(retryAfterMs ?? 0, 1000)) + Math.floor(this.random() * 1000);
+    sub.retry = this.clock.setTimeout(() => {
+      sub.retry = undefined;
+      if (this.subs.get(sub.channel) !== sub || this._state !== "connected" || sub.live) return;
+      if (sub.request && !sub.request.done) return;
+      this.pacer.enqueue(this.subscribeRequest(sub, true));
+    }, delay);
   }
 
   /** A subscribe frame for `sub`; its answer updates the subscription. */
@@ -359,7 +377,12 @@ export class TidegateClient extends Connection {
           this.subs.acked(sub, undefined, { type: "ack", id: req.id });
         }
         const keep = internal && (err.code === "timeout" || err.code === "disconnected");
-        if (!keep && this.subs.get(channel) === sub) this.subs.delete(channel);
+        if (internal && err.code === "hook_unavailable" && this.subs.get(channel) === sub) {
+          // The backend could not answer a resubscribe (a reconnect storm,
+          // its breaker open): keep the subscription and ask again later,
+          // instead of forgetting it for good.
+          this.retrySubscribe(sub, err.retryAfterMs);
+        } else if (!keep && this.subs.get(channel) === sub) this.subs.delete(channel);
         if (onErr) onErr(err);
         else this.emit("error", err);
       },

@@ -457,7 +457,10 @@ export abstract class Connection extends Emitter<ClientEvents> {
       if (req.kind === "unsubscribe") req.resolve(undefined);
       else req.reject(error);
     }
-    for (const sub of this.subs.all()) this.subs.delete(sub.channel);
+    for (const sub of this.subs.all()) {
+      this.clock.clearTimeout(sub.retry);
+      this.subs.delete(sub.channel);
+    }
     for (const w of this.waiters) {
       this.clock.clearTimeout(w.timer);
       w.reject(error);

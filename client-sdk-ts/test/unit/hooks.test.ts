@@ -396,3 +396,37 @@ test("over SSE a client without a token sends no Authorization, and reads the ho
   );
   assert.deepEqual(e.terminal, { code: "session_expired", message: "log in again" });
 });
+
+test("a resubscribe the backend cannot answer (hook_unavailable) is kept and asked again after retryAfterMs", async () => {
+  const rig = await connectedRig();
+  const { client, conn, server, clock } = rig;
+  try {
+    await client.subscribe("doc:1", () => undefined);
+    let refusals = 1;
+    server.script = (c, f) => {
+      if (f.type === "subscribe" && c !== conn && refusals > 0) {
+        refusals -= 1;
+        c.send({ type: "error", id: f.id, code: "hook_unavailable", message: "breaker open", retryAfterMs: 3000 });
+      } else c.answer(f);
+    };
+    const refused = nextEvent(client, "error", (e) => e.code === "hook_unavailable");
+    const closed = nextEvent(client, "close");
+    conn.close(1012, "restart");
+    clock.advance((await closed).reconnect!.delayMs);
+    const second = await server.connection(2);
+    const e = await refused;
+    assert.equal(e.channel, "doc:1");
+    assert.equal(e.temporary, true);
+    assert.ok(client.subscription("doc:1"), "still wanted");
+    await client.requestBudget();
+    clock.advance(2999);
+    await client.requestBudget();
+    assert.equal(second.of("subscribe").length, 1, "not before retryAfterMs");
+    clock.advance(1000); // + the jitter (random 0.5: 500 ms)
+    await second.waitFor((f) => f.type === "subscribe", 1);
+    await client.requestBudget();
+    assert.equal(client.subscription("doc:1")?.live, true);
+  } finally {
+    await rig.cleanup();
+  }
+});
