@@ -11,6 +11,7 @@ mod cluster;
 mod env;
 mod flags;
 mod grpc;
+mod hooks;
 mod limits;
 mod namespaces;
 mod plans;
@@ -34,6 +35,7 @@ pub use auth::{KEY_ALGORITHMS, KeyEntry, KeySource, MIN_JWT_SECRET_BYTES, Verify
 pub use cluster::{ClusterSecrets, Secret};
 pub use env::{JWT_SECRET_ALIAS, Source, Sources, var_name};
 pub use grpc::GrpcSection;
+pub use hooks::{HOOK_EVENTS, HookConfig, HookEntry, OnError};
 pub use limits::{Costs, LimitName, Limits, Op, Rule, TrackBy};
 pub use namespaces::{
     Conflation, Delivery, DeliveryClasses, NamespaceSection, PresenceRule, presence_rule,
@@ -100,6 +102,9 @@ pub struct Config {
     pub log: LogSection,
     /// `[[webhooks]]` (§9), in file order.
     pub webhooks: Vec<WebhookEndpoint>,
+    /// `[[hooks]]` (§15), in file order (the first that covers an event
+    /// decides it).
+    pub hooks: Vec<HookConfig>,
     /// `[namespaces.NAME]`: delivery classes (§11).
     pub namespaces: HashMap<String, NamespaceSection>,
     plan_tables: HashMap<String, toml::Table>,
@@ -129,7 +134,7 @@ pub struct ResolvedApiKey {
 #[error("unknown plan {0:?}")]
 pub struct UnknownPlan(pub String);
 
-const SECTIONS: [&str; 16] = [
+const SECTIONS: [&str; 17] = [
     "node",
     "grpc",
     "auth",
@@ -146,6 +151,7 @@ const SECTIONS: [&str; 16] = [
     "admin",
     "log",
     "webhooks",
+    "hooks",
 ];
 
 impl Config {
@@ -240,6 +246,7 @@ impl Config {
             section(raw_keys, "api_keys", &mut problems).unwrap_or_default();
 
         let webhooks = webhooks::resolve(take("webhooks"), env, &mut problems);
+        let hooks = hooks::resolve(take("hooks"), env, &mut problems);
 
         // Plans: each validated on its own so every broken plan is reported.
         let mut plan_tables = HashMap::new();
@@ -392,6 +399,7 @@ impl Config {
             admin,
             log,
             webhooks,
+            hooks,
             namespaces,
             plan_tables,
             plans,

@@ -20,11 +20,14 @@ use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use futures_util::SinkExt;
 
+mod hooked;
 mod who;
+
+pub use hooked::origin_allowed;
 
 use super::{Identity, Slots, Socket};
 use crate::account::AccountSlot;
-use crate::auth::{AuthError, Grants};
+use crate::auth::Grants;
 use crate::config::{Config, Limits};
 use crate::exceeded::Exceeded;
 use crate::gate::IpSlot;
@@ -65,6 +68,8 @@ pub(super) struct Refused {
     pub(super) code: ErrorCode,
     pub(super) message: String,
     pub(super) retry: Option<Duration>,
+    /// A backend hook's own code, said instead of `code` (§15).
+    pub(super) custom: Option<String>,
 }
 
 fn refused(
@@ -78,6 +83,7 @@ fn refused(
         code,
         message: message.into(),
         retry,
+        custom: None,
     }
 }
 
@@ -180,25 +186,23 @@ fn admit_peer(req: &RequestHead, node: &Node, config: &Config) -> Result<Peer, R
 
 /// Runs the §1 checks in order with `token` (the upgrade's, or an SSE
 /// stream's). Emits one exceeded event per refusal.
+///
+/// Without a token, the connect hook (§15) names the identity, if one is
+/// configured (`transport` is what the hook is told).
 pub(super) async fn admit(
     req: &RequestHead,
     token: Option<&str>,
     node: &Arc<Node>,
     config: &Config,
+    transport: &'static str,
 ) -> Result<Admitted, Refused> {
     let Peer { ip, slot: ip_slot } = admit_peer(req, node, config)?;
     let event = |reason: ErrorCode, account: &str| {
         Exceeded::new(Layer::Handshake, reason.as_str(), account).emit(&node.metrics);
     };
-    let token = token.ok_or_else(|| {
-        event(ErrorCode::Unauthorized, "");
-        refused(
-            StatusCode::UNAUTHORIZED,
-            ErrorCode::Unauthorized,
-            AuthError::Missing.to_string(),
-            None,
-        )
-    })?;
+    let Some(token) = token else {
+        return hooked::admit_by_hook(req, node, config, ip, ip_slot, transport).await;
+    };
     let auth = node.auth.load();
     let claims = auth.verify(token).map_err(|e| {
         event(ErrorCode::Unauthorized, "");
@@ -260,6 +264,8 @@ pub(super) fn identity(config: &Config, conn: u64, ip: IpAddr, who: Who) -> Iden
         token_expires_at,
         deadline,
         info: who.info,
+        server_channels: Vec::new(),
+        hook_life_ms: None,
     }
 }
 
@@ -307,7 +313,14 @@ where
     };
     let (admitted, words, dialect): (_, RefusalBody, _) = match route {
         None => (
-            admit(req.head(), bearer_token(req.head()), &node, &config).await,
+            admit(
+                req.head(),
+                bearer_token(req.head()),
+                &node,
+                &config,
+                "websocket",
+            )
+            .await,
             refusal,
             None,
         ),
@@ -321,7 +334,11 @@ where
         Ok(a) => a,
         Err(r) => {
             node.metrics.handshake_done("refused", started);
-            return refuse(framed, words(r.status, r.code, &r.message, r.retry)).await;
+            let response = match dialect {
+                None => r.response(),
+                Some(_) => words(r.status, r.code, &r.message, r.retry),
+            };
+            return refuse(framed, response).await;
         }
     };
     node.metrics.handshake_done("accepted", started);
