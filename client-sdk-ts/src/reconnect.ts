@@ -104,15 +104,15 @@ export function planReconnect(
       // No floor from the ban's length: it may be lifted early. The growing
       // backoff keeps a banned client's attempts rare.
       banned = true;
-    } else if (status === 403) {
+    } else if (status === 403 && code !== undefined) {
       // A connect hook refused (its own code, `forbidden` for its
       // `disconnect`, or `forbidden_origin`, §15): asking again changes
       // nothing until the user does something (logs in), so the client
-      // stops with the hook's code and words.
-      const named = code ?? "forbidden";
+      // stops with the hook's code and words. A 403 without the broker's
+      // JSON code is a proxy's, and is retried like a dropped upgrade.
       terminal = {
-        code: named,
-        message: input.refusal.message ?? `the server refused the connection (HTTP 403 ${named})`,
+        code,
+        message: input.refusal.message ?? `the server refused the connection (HTTP 403 ${code})`,
       };
     } else if (status === 429 || status === 503) {
       floorMs = Math.max(floorMs, Math.min(input.refusal.retryAfterMs ?? DEFAULT_REFUSAL_FLOOR_MS, cap));

@@ -201,6 +201,12 @@ test("a connect hook's 403 ends the attempt with its code and message", async ()
     () => 0,
   );
   assert.equal(banned.terminal, undefined, "a ban still retries");
+  const proxy = planReconnect(
+    { code: 1006, wasOpen: false, refusal: { status: 403 }, step: 0, hasGetToken: false },
+    SETTINGS,
+    () => 0,
+  );
+  assert.equal(proxy.terminal, undefined, "a proxy's 403 without the broker's code is retried");
 });
 
 test("503 hook_unavailable is reported as temporary and retried after Retry-After", async () => {
