@@ -267,3 +267,28 @@ test("an expiry the refresh hook extends is told with an expiry frame", async ()
   assert.equal(refresh.client.sub, "hal");
   answer = defaultAnswer;
 });
+
+test("over SSE: a client without a token sends its cookie, not Authorization, and a hook's refusal is typed", async () => {
+  answer = defaultAnswer;
+  const seen: Array<Record<string, string> | undefined> = [];
+  const withCookie = (user: string | undefined) =>
+    (async (url: string, init: { headers?: Record<string, string> }) => {
+      seen.push(init.headers);
+      const headers = { ...init.headers, origin: ORIGIN, ...(user ? { cookie: `sid=${user}` } : {}) };
+      return fetch(url, { ...init, headers } as RequestInit);
+    }) as unknown as ClientOptions["fetch"];
+  const c = clients.make({ transport: "sse", fetch: withCookie("ivy") });
+  const welcome = await c.connect();
+  assert.equal(c.transportKind, "sse");
+  assert.equal(welcome.account, "ivy");
+  assert.equal(seen[0]?.["Authorization"], undefined, "no Authorization header without a token");
+  assert.equal(lastCall("connect").client.transport, "sse");
+  assert.equal(lastCall("connect").headers?.cookie, "sid=ivy");
+
+  const nobody = clients.make({ transport: "sse", fetch: withCookie(undefined) });
+  const e = refusal(await settle(nobody.connect()));
+  assert.equal(e.code, "login_required");
+  assert.equal(e.message, "log in first");
+  assert.equal(e.status, 403);
+  assert.equal(nobody.state, "closed");
+});
