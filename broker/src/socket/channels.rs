@@ -158,6 +158,8 @@ impl Socket {
     }
 
     pub(super) fn unsubscribe(&mut self, id: Option<&RawValue>, channel: &str) {
+        // A subscribe still waiting for its hook ends here too.
+        self.hook_order.cancel(channel);
         if let Some(name) = self.outbox.leave(channel) {
             self.node.bridge.unsubscribe(&name, self.id.conn);
         }

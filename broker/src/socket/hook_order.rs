@@ -11,6 +11,8 @@ use std::sync::Arc;
 struct Lane<T> {
     issued: u64,
     applied: u64,
+    /// Tickets up to this one were issued before an unsubscribe.
+    cancelled_upto: u64,
     ready: BTreeMap<u64, T>,
 }
 
@@ -33,22 +35,32 @@ impl<T> HookOrder<T> {
         let lane = self.lanes.entry(channel.into()).or_insert(Lane {
             issued: 0,
             applied: 0,
+            cancelled_upto: 0,
             ready: BTreeMap::new(),
         });
         lane.issued += 1;
         lane.issued
     }
 
-    /// The answer of `ticket` came: what can be applied now, in order.
-    pub(super) fn complete(&mut self, channel: &str, ticket: u64, item: T) -> Vec<T> {
+    /// The client unsubscribed `channel`: calls issued so far come back
+    /// marked, so a subscribe asked before it does not happen after it.
+    pub(super) fn cancel(&mut self, channel: &str) {
+        if let Some(lane) = self.lanes.get_mut(channel) {
+            lane.cancelled_upto = lane.issued;
+        }
+    }
+
+    /// The answer of `ticket` came: what can be applied now, in order,
+    /// each with whether an unsubscribe came after it was asked.
+    pub(super) fn complete(&mut self, channel: &str, ticket: u64, item: T) -> Vec<(T, bool)> {
         let Some(lane) = self.lanes.get_mut(channel) else {
-            return vec![item];
+            return vec![(item, false)];
         };
         lane.ready.insert(ticket, item);
         let mut out = Vec::new();
         while let Some(item) = lane.ready.remove(&(lane.applied + 1)) {
             lane.applied += 1;
-            out.push(item);
+            out.push((item, lane.applied <= lane.cancelled_upto));
         }
         if lane.applied == lane.issued {
             self.lanes.remove(channel);

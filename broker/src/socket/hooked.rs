@@ -80,9 +80,14 @@ impl Socket {
         let channel: Arc<str> = channel.into();
         let answer = self.node.hooks.ask(hook, ask);
         ctx.spawn(answer.into_actor(self).map(move |decision, act, ctx| {
-            for ready in act.hook_order.complete(&channel, ticket, then(decision)) {
+            for (ready, cancelled) in act.hook_order.complete(&channel, ticket, then(decision)) {
                 if act.closing {
                     return;
+                }
+                // A subscribe the client unsubscribed meanwhile does not
+                // happen (as a presence join waiting for Redis).
+                if cancelled && matches!(ready, Hooked::Subscribe { .. }) {
+                    continue;
                 }
                 act.apply_hooked(&channel, ready, ctx);
             }

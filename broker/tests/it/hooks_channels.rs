@@ -191,3 +191,32 @@ async fn a_dry_run_hook_is_compared_and_the_token_enforced() {
     }
     assert_eq!(metrics.calls("app", "subscribe", "allowed"), 1);
 }
+
+#[actix_rt::test]
+async fn a_subscribe_unsubscribed_while_its_hook_is_asked_does_not_happen() {
+    let mut backend = Backend::start(|_| Reply::ok());
+    backend.close_gate();
+    let broker = hooked(&backend, "\"subscribe\"", "timeout_ms = 10000");
+    let mut c = client(&broker, "u1").await;
+    c.send(json!({"type": "subscribe", "channel": "doc:1", "id": 1}))
+        .await;
+    backend.call().await;
+    let ack = c
+        .call(json!({"type": "unsubscribe", "channel": "doc:1"}), 2)
+        .await;
+    assert_eq!(ack["type"], "ack");
+    c.send(json!({"type": "subscribe", "channel": "doc:1", "id": 3}))
+        .await;
+    backend.open();
+    // Answers on one channel apply in frame order: 1 (dropped), then 3.
+    let mut seen = Vec::new();
+    loop {
+        let f = c.next_json().await;
+        seen.push(f["id"].clone());
+        if f["id"] == 3 {
+            assert_eq!(f["type"], "ack", "{f}");
+            break;
+        }
+    }
+    assert_eq!(seen, vec![json!(3)], "the first subscribe was not acked");
+}

@@ -60,6 +60,7 @@ mod hooks_backend;
 mod hooks_channels;
 mod hooks_connect;
 mod hooks_protect;
+mod hooks_session;
 mod http_publish;
 mod idempotency;
 mod inbound_limits;

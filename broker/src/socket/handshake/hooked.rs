@@ -198,13 +198,13 @@ fn strings(result: &Map<String, Value>, key: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Who a connect result names, its server-side channels, and the life
+/// (ms) its `expiresAt` gives.
+type Named = (Who, Vec<Arc<str>>, Option<u64>);
+
 /// A connect result as a token's claims would be (the hook's answer was
 /// checked for types already, `hooks/wire.rs`).
-fn who_from(
-    node: &Node,
-    config: &Config,
-    result: &Map<String, Value>,
-) -> Result<(Who, Vec<Arc<str>>, Option<u64>), Refused> {
+fn who_from(node: &Node, config: &Config, result: &Map<String, Value>) -> Result<Named, Refused> {
     let sub = result
         .get("sub")
         .and_then(Value::as_str)
