@@ -84,8 +84,15 @@ export const CLIENT_ERROR_CODES = [
 ] as const;
 export type ClientErrorCode = (typeof CLIENT_ERROR_CODES)[number];
 
+/**
+ * A code a backend hook chose (PROTOCOL.md §15: any lower_snake_case code in
+ * its `{"error":{"code",…}}` answer), passed to the client as it is.
+ * Typed as a string that keeps the known codes' autocompletion.
+ */
+export type HookErrorCode = string & { readonly __hookCode?: never };
+
 /** Any code a `TidegateError` can carry. */
-export type AnyErrorCode = ErrorCode | ClientErrorCode;
+export type AnyErrorCode = ErrorCode | ClientErrorCode | HookErrorCode;
 
 /**
  * Whether the same request can succeed later without change: mirrors
