@@ -60,6 +60,7 @@ mod hooks_backend;
 mod hooks_channels;
 mod hooks_client_publish;
 mod hooks_connect;
+mod hooks_graphql;
 mod hooks_protect;
 mod hooks_session;
 mod hooks_sse;

@@ -149,7 +149,12 @@ impl GraphqlWs {
             .map(str::to_owned)
             .or_else(|| self.upgrade.clone());
         match Caller::identify(&self.node, credential.as_deref()) {
-            Ok(caller) => {
+            Ok(mut caller) => {
+                caller.origin = Some(super::caller::Origin {
+                    conn_id: link.label().into(),
+                    ip: link.ip(),
+                    transport: "graphql-ws",
+                });
                 let who = caller.who();
                 self.caller = Some(caller);
                 link.admit(who);
