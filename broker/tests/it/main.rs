@@ -59,6 +59,7 @@ mod handshake_limits;
 mod hooks_backend;
 mod hooks_channels;
 mod hooks_client_publish;
+mod hooks_cluster;
 mod hooks_connect;
 mod hooks_graphql;
 mod hooks_protect;
