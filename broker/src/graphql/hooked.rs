@@ -6,14 +6,15 @@
 //! For a channel a hook decides, it replaces the token's globs; a
 //! dry-run hook is asked and compared, the token decides. A refusal is a
 //! GraphQL error whose `extensions.code` is the hook's code
-//! (`HOOK_UNAVAILABLE` for a failure under `deny`, `FORBIDDEN` for a
-//! `disconnect`), counted under `layer="hook"`.
+//! (`HOOK_UNAVAILABLE` for a failure under `deny`), counted under
+//! `layer="hook"`. A `disconnect` closes a graphql-ws socket with its
+//! code; over HTTP (a mutation) it is `FORBIDDEN`.
 
 use std::time::Duration;
 
 use async_graphql::{Error, ErrorExtensions};
 
-use super::admission::Ticket;
+use super::admission::{Start, Ticket};
 use crate::exceeded::Exceeded;
 use crate::hooks::{Ask, ChannelHook, Decision, Event};
 use crate::idempotency::Keyed;
@@ -118,7 +119,16 @@ pub(super) async fn subscribe(t: &Ticket, channel: &str) -> Result<bool, Error> 
     };
     match t.node.hooks.ask(h, a).await {
         Decision::Allowed { .. } => Ok(true),
-        other => Err(refusal(t, other, &format!("subscribes on {channel:?}"))),
+        other => {
+            if let Decision::Disconnect { code, reason } = &other {
+                // The socket closes with the hook's code (`ws/mod.rs`).
+                *t.subscribe.lock() = Some(Start::Disconnect {
+                    code: *code,
+                    reason: reason.clone(),
+                });
+            }
+            Err(refusal(t, other, &format!("subscribes on {channel:?}")))
+        }
     }
 }
 

@@ -138,7 +138,7 @@ pub async fn publish(
             ip,
             &who,
             &msg.channel,
-            &msg.data,
+            msg.data,
             token_allows,
         )
     {
@@ -186,8 +186,7 @@ pub async fn publish(
         node.ledger().refund_to(identity, cost).wait().await;
         return rate_limited(&r, "the account's");
     }
-    let hooked =
-        client_hook::decide(&node, &claims, ip, &who, &msg.channel, &msg.data, keyed).await;
+    let hooked = client_hook::decide(&node, &claims, ip, &who, &msg.channel, msg.data, keyed).await;
     let data = match hooked {
         Ok(replaced) => replaced.unwrap_or_else(|| msg.data.to_owned()),
         Err(refused) => return refused,

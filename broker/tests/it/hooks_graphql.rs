@@ -80,6 +80,13 @@ async fn the_subscribe_hook_decides_a_graphql_ws_subscription() {
             .await,
         1.0
     );
+    backend.answer(|_| Reply::disconnect(4403));
+    subscribe(&mut c, "s5", SUB, json!({"c": "doc:5"})).await;
+    assert_eq!(
+        c.closed().await,
+        Some(4403),
+        "a disconnect closes with its code"
+    );
 }
 
 async fn mutate(broker: &Broker, auth: &str, query: &str) -> Value {

@@ -302,6 +302,7 @@ impl GraphqlWs {
             Some(Start::Presence { channel, rule }) => {
                 self.watch(link, id, (&channel, rule), &ran, params)
             }
+            Some(Start::Disconnect { code, reason }) => link.close(code, &reason),
             // A subscription that did not start: its errors came before the
             // stream (the resolver refused), an `error` message.
             None if reply.data.is_some() && ran.operation != "subscription" => {
