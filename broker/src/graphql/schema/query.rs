@@ -45,7 +45,8 @@ pub(super) fn not_readable(name: &str) -> async_graphql::Error {
 
 #[Object]
 impl Query {
-    /// One channel; needs `sub_channels` permission.
+    /// One channel; needs `sub_channels` permission, or the subscribe
+    /// hook's for a channel one decides (§15).
     async fn channel(&self, ctx: &Context<'_>, name: String) -> Result<Channel> {
         readable(ticket(ctx), &name).await?;
         Ok(Channel { name })
