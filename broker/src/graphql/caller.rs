@@ -52,6 +52,9 @@ struct Token {
     plan: Option<String>,
     role: Option<String>,
     times: TokenTimes,
+    /// The `info` claim as compact JSON: hooks are told it (§15's
+    /// `client.info`).
+    info: Option<Arc<str>>,
 }
 
 /// Why no caller could be identified.
@@ -98,6 +101,7 @@ impl Caller {
             token: Some(Token {
                 plan: claims.plan.clone(),
                 role: claims.role.clone(),
+                info: claims.info_json(),
                 times: TokenTimes {
                     expires_at_ms: claims.expires_at_ms(),
                     deadline: auth.deadline(&claims),
@@ -146,7 +150,7 @@ impl Caller {
             transport: origin.transport,
             sub: Some(self.account.as_str().into()),
             plan: token.plan.clone(),
-            info: None,
+            info: token.info.clone(),
         })
     }
 

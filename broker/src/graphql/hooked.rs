@@ -1,5 +1,7 @@
-//! §15's hooks for GraphQL: the subscribe hook for a `messages`
-//! subscription over graphql-ws, the publish hook for the `publish` and
+//! §15's hooks for GraphQL: the subscribe hook for a `messages` or
+//! `presence` subscription over graphql-ws and for every read of a
+//! channel it decides (`channel`, `channels`: history, presence), the
+//! publish hook for the `publish` and
 //! `publishBatch` mutations of a token (an API key is the backend itself
 //! and never calls one). Each runs in its resolver: the operation was
 //! priced and charged (and a subscription held to the cap) before it ran.
@@ -8,7 +10,7 @@
 //! GraphQL error whose `extensions.code` is the hook's code
 //! (`HOOK_UNAVAILABLE` for a failure under `deny`), counted under
 //! `layer="hook"`. A `disconnect` closes a graphql-ws socket with its
-//! code; over HTTP (a mutation) it is `FORBIDDEN`.
+//! code; over HTTP (a mutation or a read) it is `FORBIDDEN`.
 
 use std::time::Duration;
 
@@ -102,6 +104,37 @@ fn refusal(t: &Ticket, decision: Decision, what: &str) -> Error {
 /// The subscribe hook's answer for a channel it decides: `Ok(true)` when
 /// it decided (allowed), `Ok(false)` when the token decides.
 pub(super) async fn subscribe(t: &Ticket, channel: &str) -> Result<bool, Error> {
+    decide_subscribe(t, channel, &format!("subscribes on {channel:?}")).await
+}
+
+/// The subscribe hook's answer for a read of a channel it decides
+/// (history, presence, a `presence` subscription): what a client may not
+/// subscribe to it may not read either, so the hook that would refuse the
+/// subscription refuses the read, with the same words. `Ok(false)`: the
+/// token decides.
+pub(super) async fn read(t: &Ticket, channel: &str) -> Result<bool, Error> {
+    decide_subscribe(t, channel, &format!("reads of {channel:?}")).await
+}
+
+/// Whether the subscribe hook deciding `channel` allows this caller, for
+/// an entry of a `channels` listing: `None` when the token decides. A
+/// refusal leaves the entry out (nothing is said of a channel the caller
+/// may not read); it is not counted as a refused operation.
+pub(super) async fn lists(t: &Ticket, channel: &str) -> Option<bool> {
+    let ChannelHook::Deciding(h) = who(t, Event::Subscribe, channel) else {
+        return None;
+    };
+    let a = ask(t, Event::Subscribe, channel, None)?;
+    Some(t.node.hooks.ask(&h, a).await.allows())
+}
+
+/// Whether a (non-dry-run) subscribe hook decides `channel` for this
+/// caller, in place of the token's `sub_channels`.
+pub(super) fn decides(t: &Ticket, channel: &str) -> bool {
+    matches!(who(t, Event::Subscribe, channel), ChannelHook::Deciding(_))
+}
+
+async fn decide_subscribe(t: &Ticket, channel: &str, what: &str) -> Result<bool, Error> {
     let who = who(t, Event::Subscribe, channel);
     let ChannelHook::Deciding(h) = &who else {
         shadow(
@@ -127,7 +160,7 @@ pub(super) async fn subscribe(t: &Ticket, channel: &str) -> Result<bool, Error> 
                     reason: reason.clone(),
                 });
             }
-            Err(refusal(t, other, &format!("subscribes on {channel:?}")))
+            Err(refusal(t, other, what))
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The socket's side of presence (§13): joining a presence channel on
 //! subscribe (refused with `presence_full` past `max_members`), the
-//! `presence`/`presence_stats` reads, and the outbox as the sink of the
+//! `presence`/`presence_stats` reads (a subscribe hook deciding the
+//! channel decides them, §15), and the outbox as the sink of the
 //! channel's diffs.
 //!
 //! Membership follows the subscription: the socket keeps the presence
@@ -24,6 +25,7 @@ use super::Socket;
 use super::delivery::Congested;
 use super::outbox::Outbox;
 use crate::config::PresenceRule;
+use crate::hooks::{Decision, Event};
 use crate::hub::Reserve;
 use crate::metrics::Layer;
 use crate::node::dialect::Outlet;
@@ -204,7 +206,10 @@ impl Socket {
         }
     }
 
-    /// `presence` (with `limit`) or, without, `presence_stats`.
+    /// `presence` (with `limit`) or, without, `presence_stats`. For a
+    /// channel a subscribe hook decides, the hook replaces the token's
+    /// `sub_channels` (§15): who is in a channel the client may not
+    /// subscribe to is not told. The frame was priced before the call.
     pub(super) fn read_presence(
         &mut self,
         id: Option<&RawValue>,
@@ -212,10 +217,48 @@ impl Socket {
         limit: Option<u32>,
         ctx: &mut Context<Self>,
     ) {
-        if !self.id.grants.subscribe.matches(channel) {
-            self.forbid(id, channel, "read presence");
-            return;
+        let hook = self.channel_hook(Event::Subscribe, channel);
+        match hook.as_ref().filter(|h| !h.config.dry_run) {
+            Some(deciding) => {
+                let ask = self.hook_ask(Event::Subscribe, Some(channel));
+                let answer = self.node.hooks.ask(deciding, ask);
+                let id: Option<Box<RawValue>> = id.map(ToOwned::to_owned);
+                let channel: Box<str> = channel.into();
+                ctx.spawn(answer.into_actor(self).map(move |decision, act, ctx| {
+                    if act.closing {
+                        return;
+                    }
+                    match decision {
+                        Decision::Allowed { .. } => {
+                            act.read_presence_now(id.as_deref(), &channel, limit, ctx)
+                        }
+                        other => act.hook_refused(id.as_deref(), Some(&channel), other, ctx),
+                    }
+                }));
+            }
+            None => {
+                let allowed = self.id.grants.subscribe.matches(channel);
+                if let Some(shadowed) = &hook {
+                    let ask = self.hook_ask(Event::Subscribe, Some(channel));
+                    self.node.hooks.shadow(shadowed, ask, allowed);
+                }
+                if !allowed {
+                    self.forbid(id, channel, "read presence");
+                    return;
+                }
+                self.read_presence_now(id, channel, limit, ctx);
+            }
         }
+    }
+
+    /// A presence read the caller may make.
+    fn read_presence_now(
+        &mut self,
+        id: Option<&RawValue>,
+        channel: &str,
+        limit: Option<u32>,
+        ctx: &mut Context<Self>,
+    ) {
         if self.presence_rule(channel).is_none() {
             self.exceeded(
                 Layer::Connection,

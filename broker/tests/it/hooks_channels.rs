@@ -313,3 +313,46 @@ async fn hook_calls_and_durations_are_on_metrics() {
         1.0
     );
 }
+
+#[actix_rt::test]
+async fn the_subscribe_hook_decides_presence_reads_of_a_hooked_channel() {
+    let mut backend = Backend::start(|v| {
+        if v["channel"] == "doc:2" {
+            Reply::error("not_member")
+        } else {
+            Reply::ok()
+        }
+    });
+    let broker = Broker::start(&format!(
+        "{}\n[namespaces.doc]\npresence = true\n",
+        backend.hook("events = [\"subscribe\"]\nchannels = [\"doc:*\"]\ntimeout_ms = 300")
+    ));
+    let mut c = client(&broker, "u1").await;
+    let read = c
+        .call(
+            json!({"type": "presence", "channel": "doc:1", "limit": 10}),
+            1,
+        )
+        .await;
+    assert_eq!(
+        read["type"], "presence",
+        "the hook allows what the token does not: {read}"
+    );
+    let call = backend.call().await;
+    assert_eq!(
+        (call["event"].clone(), call["channel"].clone()),
+        (json!("subscribe"), json!("doc:1"))
+    );
+    let refused = c
+        .call(json!({"type": "presence_stats", "channel": "doc:2"}), 2)
+        .await;
+    assert_eq!(
+        (refused["type"].clone(), refused["code"].clone()),
+        (json!("error"), json!("not_member")),
+        "who is in a channel the hook refuses is not told: {refused}"
+    );
+    backend.answer(|_| Reply::disconnect(4403));
+    c.send(json!({"type": "presence", "channel": "doc:3", "id": 3}))
+        .await;
+    assert_eq!(c.closed().await, Some(4403));
+}

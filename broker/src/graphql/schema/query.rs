@@ -21,22 +21,34 @@ pub(super) fn count(name: &str, n: Option<i32>, default: i32) -> Result<usize> {
         .map_err(|_| Code::BadRequest.error(format!("{name} must be 0 or more")))
 }
 
-/// A channel the caller may read, or the refusal.
-pub(super) fn readable(ticket: &Ticket, name: &str) -> Result<()> {
+/// A channel the caller may read, or the refusal. For a channel a
+/// subscribe hook decides, the hook replaces the token's `sub_channels`
+/// (§15): a read of a channel the caller may not subscribe to must not
+/// leak it; the hook's cache makes repeated reads cheap.
+pub(super) async fn readable(ticket: &Ticket, name: &str) -> Result<()> {
     channel::validate(name).map_err(|why| Code::BadRequest.error(why))?;
+    if crate::graphql::hooked::read(ticket, name).await? {
+        return Ok(());
+    }
     if !ticket.caller.may_read(name) {
-        return Err(Code::Forbidden.error(format!(
-            "this credential may not read {name:?} (its sub_channels do not allow it)"
-        )));
+        return Err(not_readable(name));
     }
     Ok(())
 }
 
+/// The refusal of a channel the token's `sub_channels` do not allow.
+pub(super) fn not_readable(name: &str) -> async_graphql::Error {
+    Code::Forbidden.error(format!(
+        "this credential may not read {name:?} (its sub_channels do not allow it)"
+    ))
+}
+
 #[Object]
 impl Query {
-    /// One channel; needs `sub_channels` permission.
+    /// One channel; needs `sub_channels` permission, or the subscribe
+    /// hook's for a channel one decides (§15).
     async fn channel(&self, ctx: &Context<'_>, name: String) -> Result<Channel> {
-        readable(ticket(ctx), &name)?;
+        readable(ticket(ctx), &name).await?;
         Ok(Channel { name })
     }
 
@@ -65,17 +77,34 @@ impl Query {
             .bridge
             .occupied(&prefix)
             .into_iter()
-            .filter(|(name, _)| t.caller.may_read(name))
             .map(|(name, _)| name)
             .collect();
         names.sort_unstable();
-        Ok(names
-            .into_iter()
-            .take(first)
-            .map(|name| Channel {
-                name: name.to_string(),
-            })
-            .collect())
+        // A channel a subscribe hook decides is listed only if the hook
+        // allows it (§15). The hook is asked about at most `first`
+        // channels, each paid as one of the `first` entries the list was
+        // priced for; hooked channels past that are left out.
+        let mut asks = first;
+        let mut listed = Vec::new();
+        for name in names {
+            if listed.len() == first {
+                break;
+            }
+            let allowed = if asks > 0
+                && let Some(allowed) = crate::graphql::hooked::lists(t, &name).await
+            {
+                asks -= 1;
+                allowed
+            } else {
+                !crate::graphql::hooked::decides(t, &name) && t.caller.may_read(&name)
+            };
+            if allowed {
+                listed.push(Channel {
+                    name: name.to_string(),
+                });
+            }
+        }
+        Ok(listed)
     }
 
     /// The caller's balance (weighs 0): read once per operation, however

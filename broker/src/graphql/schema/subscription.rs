@@ -28,8 +28,8 @@ impl Subscription {
         let t = ticket(ctx);
         crate::protocol::channel::validate(&channel).map_err(|why| Code::BadRequest.error(why))?;
         // A hook deciding the channel replaces the token's globs (§15).
-        if !crate::graphql::hooked::subscribe(t, &channel).await? {
-            readable(t, &channel)?;
+        if !crate::graphql::hooked::subscribe(t, &channel).await? && !t.caller.may_read(&channel) {
+            return Err(super::query::not_readable(&channel));
         }
         *t.subscribe.lock() = Some(Start::Messages {
             channel,
@@ -46,7 +46,8 @@ impl Subscription {
     /// It watches: the connection does not become a member.
     async fn presence(&self, ctx: &Context<'_>, channel: String) -> Result<Empty<PresenceDiff>> {
         let t = ticket(ctx);
-        readable(t, &channel)?;
+        // A hook deciding the channel replaces the token's globs (§15).
+        readable(t, &channel).await?;
         let namespaces = &t.node.config.load().namespaces;
         let Some(rule) = crate::config::presence_rule(namespaces, &channel) else {
             return Err(no_presence(&channel));
