@@ -14,6 +14,7 @@ mod grpc;
 mod limits;
 mod namespaces;
 mod plans;
+mod pusher;
 mod redis_cluster;
 mod report;
 mod sections;
@@ -38,6 +39,7 @@ pub use limits::{Costs, LimitName, Limits, Op, Rule, TrackBy};
 pub use namespaces::{
     Conflation, Delivery, DeliveryClasses, NamespaceSection, PresenceRule, presence_rule,
 };
+pub use pusher::{MIN_PUSHER_SECRET_BYTES, PUSHER_EVENT_TYPES, PusherApp, SAMPLE_PUSHER_SECRET};
 pub use sections::{
     ApiKey, AuthSection, ClusterMode, ClusterSection, HandshakeSection, HistorySection,
     HttpSection, NodeSection, ProxyRange, PublishSection, SAMPLE_API_KEY, SAMPLE_JWT_SECRET,
@@ -102,6 +104,8 @@ pub struct Config {
     pub webhooks: Vec<WebhookEndpoint>,
     /// `[namespaces.NAME]`: delivery classes (§11).
     pub namespaces: HashMap<String, NamespaceSection>,
+    /// `[[pusher.apps]]` (§16), in file order.
+    pub pusher_apps: Vec<PusherApp>,
     plan_tables: HashMap<String, toml::Table>,
     plans: HashMap<String, Arc<Limits>>,
     accounts: HashMap<String, AccountEntry>,
@@ -129,7 +133,7 @@ pub struct ResolvedApiKey {
 #[error("unknown plan {0:?}")]
 pub struct UnknownPlan(pub String);
 
-const SECTIONS: [&str; 16] = [
+const SECTIONS: [&str; 17] = [
     "node",
     "grpc",
     "auth",
@@ -146,6 +150,7 @@ const SECTIONS: [&str; 16] = [
     "admin",
     "log",
     "webhooks",
+    "pusher",
 ];
 
 impl Config {
@@ -312,6 +317,15 @@ impl Config {
             }
             _ => problems.push("accounts: must be a table of accounts".into()),
         }
+        let plan_names: Vec<&str> = plan_tables.keys().map(String::as_str).collect();
+        let mut pusher_apps = pusher::resolve(
+            take("pusher"),
+            env,
+            &plan_names,
+            &mut accounts,
+            &mut sources,
+            &mut problems,
+        );
         sources.name_variables(&mut problems);
         problems.sort();
         problems.dedup();
@@ -366,8 +380,10 @@ impl Config {
         if !from_file {
             retire_sample_key(exposed(&node), &mut resolved_keys, &mut warnings);
             retire_sample_key(grpc_exposed(grpc.listen), &mut resolved_keys, &mut warnings);
+            pusher::retire_sample_app(exposed(&node), &mut pusher_apps, &mut warnings);
         }
         problems.extend(sample_secret_problems(&node, &jwt_keys, &resolved_keys));
+        problems.extend(pusher::sample_secret_problems(exposed(&node), &pusher_apps));
         grpc.problems(&resolved_keys, &mut problems);
         redis_cluster::problems(&cluster, &mut problems);
         cluster::redis_problems(&cluster, &mut problems);
@@ -393,6 +409,7 @@ impl Config {
             log,
             webhooks,
             namespaces,
+            pusher_apps,
             plan_tables,
             plans,
             accounts,
