@@ -161,7 +161,7 @@ pub async fn serve_with_grpc(
                         async move {
                             // A peer gone mid-handshake is routine, not
                             // an error worth actix's error log.
-                            let routes = &[crate::graphql::ws::ROUTE];
+                            let routes = &[crate::graphql::ws::ROUTE, crate::pusher::ROUTE];
                             if let Err(e) =
                                 socket::handshake::upgrade(node, req, framed, routes).await
                             {

@@ -105,7 +105,7 @@ pub struct Config {
     /// `[namespaces.NAME]`: delivery classes (§11).
     pub namespaces: HashMap<String, NamespaceSection>,
     /// `[[pusher.apps]]` (§16), in file order.
-    pub pusher_apps: Vec<PusherApp>,
+    pub pusher_apps: Vec<Arc<PusherApp>>,
     plan_tables: HashMap<String, toml::Table>,
     plans: HashMap<String, Arc<Limits>>,
     accounts: HashMap<String, AccountEntry>,
@@ -380,10 +380,11 @@ impl Config {
         if !from_file {
             retire_sample_key(exposed(&node), &mut resolved_keys, &mut warnings);
             retire_sample_key(grpc_exposed(grpc.listen), &mut resolved_keys, &mut warnings);
-            pusher::retire_sample_app(exposed(&node), &mut pusher_apps, &mut warnings);
         }
+        // From a file too: the sample app is the shipped file's, which
+        // operators (and tests) copy with other changes.
+        pusher::retire_sample_app(exposed(&node), &mut pusher_apps, &mut warnings);
         problems.extend(sample_secret_problems(&node, &jwt_keys, &resolved_keys));
-        problems.extend(pusher::sample_secret_problems(exposed(&node), &pusher_apps));
         grpc.problems(&resolved_keys, &mut problems);
         redis_cluster::problems(&cluster, &mut problems);
         cluster::redis_problems(&cluster, &mut problems);
@@ -409,7 +410,7 @@ impl Config {
             log,
             webhooks,
             namespaces,
-            pusher_apps,
+            pusher_apps: pusher_apps.into_iter().map(Arc::new).collect(),
             plan_tables,
             plans,
             accounts,

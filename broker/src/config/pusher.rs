@@ -51,6 +51,7 @@ struct AppEntry {
     client_events: bool,
     user_max_connections: u32,
     activity_timeout_s: u64,
+    pong_timeout_s: u64,
     max_presence_members: u32,
     presence_diff_ms: u64,
     webhooks: Vec<toml::Value>,
@@ -68,6 +69,7 @@ impl Default for AppEntry {
             client_events: false,
             user_max_connections: 0,
             activity_timeout_s: 120,
+            pong_timeout_s: 30,
             max_presence_members: 100,
             presence_diff_ms: 200,
             webhooks: Vec::new(),
@@ -92,6 +94,8 @@ pub struct PusherApp {
     pub user_max_connections: u32,
     /// Advertised in `connection_established`, in seconds.
     pub activity_timeout_s: u64,
+    /// How long a `pusher:ping` waits for any answer before 4201.
+    pub pong_timeout_s: u64,
     /// Users per presence channel.
     pub max_presence_members: u32,
     /// The presence join/leave window (§13's `diff_ms`).
@@ -235,6 +239,10 @@ fn app(
         "activity_timeout_s: must be at least 1 (pusher-js takes 0 as none)".into(),
     );
     need(
+        entry.pong_timeout_s >= 1,
+        "pong_timeout_s: must be at least 1".into(),
+    );
+    need(
         entry.max_presence_members >= 1,
         "max_presence_members: must be at least 1".into(),
     );
@@ -286,14 +294,16 @@ fn app(
         client_events: entry.client_events,
         user_max_connections: entry.user_max_connections,
         activity_timeout_s: entry.activity_timeout_s,
+        pong_timeout_s: entry.pong_timeout_s,
         max_presence_members: entry.max_presence_members,
         presence_diff_ms: entry.presence_diff_ms,
         webhooks,
     })
 }
 
-/// The embedded default off loopback: the sample app (its secret is in
-/// the repository) is dropped with a warning rather than served.
+/// Off loopback the sample app (its secret is in the repository) is
+/// dropped with a warning rather than served, from the embedded default
+/// and from a file alike.
 pub(super) fn retire_sample_app(
     exposed: Option<String>,
     apps: &mut Vec<PusherApp>,
@@ -309,18 +319,4 @@ pub(super) fn retire_sample_app(
             "pusher.apps: the sample app is not served where {why}; configure an app of yours with secret_env"
         ));
     }
-}
-
-/// An operator's file that keeps the sample secret off loopback.
-pub(super) fn sample_secret_problems(exposed: Option<String>, apps: &[PusherApp]) -> Vec<String> {
-    let Some(why) = exposed else {
-        return Vec::new();
-    };
-    apps.iter()
-        .filter(|a| a.secret == SAMPLE_PUSHER_SECRET.as_bytes())
-        .map(|a| format!(
-            "pusher.apps ({:?}): the sample secret may only be used on a plain loopback listener, but {why}; use secret_env",
-            a.id
-        ))
-        .collect()
 }

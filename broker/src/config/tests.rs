@@ -443,8 +443,7 @@ fn pusher_app_ids_and_keys_are_unique_and_plan_creates_the_account() {
         "{err}"
     );
     let config = Config::from_toml(
-        &format!(
-            r#"
+        r#"
             [plans.free]
             [plans.pro]
             burst = 100
@@ -455,8 +454,7 @@ fn pusher_app_ids_and_keys_are_unique_and_plan_creates_the_account() {
             secret = "a-secret-of-16-bytes"
             account = "team"
             plan = "pro"
-            "#
-        ),
+            "#,
         &|_| None,
     )
     .unwrap();
@@ -486,8 +484,8 @@ fn pusher_app_ids_and_keys_are_unique_and_plan_creates_the_account() {
 }
 
 #[test]
-fn the_sample_pusher_secret_is_refused_off_loopback() {
-    let err = parse(&format!(
+fn the_sample_pusher_app_is_not_served_off_loopback() {
+    let config = parse(&format!(
         r#"
         [node]
         listen = "0.0.0.0:8080"
@@ -500,13 +498,34 @@ fn the_sample_pusher_secret_is_refused_off_loopback() {
         key = "k1"
         secret = "{SAMPLE_PUSHER_SECRET}"
         account = "acme"
+        [[pusher.apps]]
+        id = "2"
+        key = "k2"
+        secret = "an-operators-own-secret"
+        account = "acme"
         "#
     ))
-    .unwrap_err()
-    .problems
-    .join("\n");
-    assert!(
-        err.contains("the sample secret may only be used on a plain loopback listener"),
-        "{err}"
-    );
+    .unwrap();
+    let ids: Vec<&str> = config.pusher_apps.iter().map(|a| a.id.as_str()).collect();
+    assert_eq!(ids, ["2"]);
+    let warned = config.warnings.join("\n");
+    assert!(warned.contains("the sample app is not served"), "{warned}");
+}
+
+#[test]
+fn a_tidegate_webhook_never_covers_a_pusher_apps_channel() {
+    let config = parse(
+        r#"
+        [plans.free]
+        [[webhooks]]
+        id = "all"
+        url = "http://127.0.0.1:9/x"
+        secret = "a-webhook-secret-of-24-bytes"
+        channels = ["*"]
+        "#,
+    )
+    .unwrap();
+    let ep = &config.webhooks[0];
+    assert!(ep.covers("doc:1"));
+    assert!(!ep.covers("pusher|1234|doc"));
 }

@@ -142,9 +142,11 @@ impl WebhookEndpoint {
         self.events.iter().any(|e| e == event)
     }
 
-    /// Whether channel and message events of `channel` go to this endpoint.
+    /// Whether channel and message events of `channel` go to this endpoint
+    /// (never a Pusher app's: apps are isolated, §16).
     pub fn covers(&self, channel: &str) -> bool {
-        self.globs.iter().any(|g| g.matches(channel))
+        !crate::protocol::channel::is_pusher(channel)
+            && self.globs.iter().any(|g| g.matches(channel))
     }
 
     /// Same receiver, same events: only [`Pacing`] may differ, so pending

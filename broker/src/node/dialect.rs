@@ -20,6 +20,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use actix_http::RequestHead;
 use actix_web::HttpResponse;
 use actix_web::http::StatusCode;
 use bytes::Bytes;
@@ -28,7 +29,7 @@ use super::Node;
 use crate::auth::Grants;
 use crate::config::Limits;
 use crate::hub::OutboundGauge;
-use crate::protocol::ErrorCode;
+use crate::protocol::{CloseCode, ErrorCode};
 
 /// Work a dialect runs on its connection's worker; what it resolves to
 /// comes back through [`Dialect::done`].
@@ -38,11 +39,20 @@ pub type Work = Pin<Box<dyn Future<Output = Box<dyn Any>>>>;
 #[derive(Clone, Copy)]
 pub struct Route {
     pub path: &'static str,
-    /// Required in `Sec-WebSocket-Protocol`, and answered.
-    pub subprotocol: &'static str,
-    /// A new connection's protocol state, with the upgrade's
-    /// `Authorization` header (a credential the dialect may use).
-    pub open: fn(&Arc<Node>, Option<&str>) -> Box<dyn Dialect>,
+    /// `path` is a prefix of the paths served (`/app/` serves `/app/{key}`).
+    pub prefix: bool,
+    /// Required in `Sec-WebSocket-Protocol`, and answered; `None`: the
+    /// protocol names none (pusher-js offers none).
+    pub subprotocol: Option<&'static str>,
+    /// The credential the request itself names (a Pusher app's key in the
+    /// path), admitted at the upgrade with the §1 layers after the
+    /// credential, so an account's connection cap refuses before the
+    /// upgrade; `None`: the dialect names one later ([`Link::admit`]) or
+    /// the request names none the route knows (the dialect says so).
+    pub credential: fn(&Arc<Node>, &RequestHead) -> Option<Who>,
+    /// A new connection's protocol state, with the upgrade's head (its
+    /// path and query, its `Authorization` header).
+    pub open: fn(&Arc<Node>, &RequestHead) -> Box<dyn Dialect>,
     /// A refusal at the upgrade (a §1 layer before the credential), as
     /// this route's HTTP answers word it.
     pub refusal: fn(StatusCode, ErrorCode, &str, Option<Duration>) -> HttpResponse,
@@ -67,6 +77,17 @@ pub trait Dialect {
     fn drained(&mut self, link: &mut dyn Link, dropped: u64);
     /// The socket is stopping: leave every channel.
     fn stopping(&mut self, node: &Node);
+    /// The code on the wire for one of the socket's own closes (an
+    /// operator's, the account budget's, a slow reader's, the drain's):
+    /// a dialect whose clients read close codes their own way says it in
+    /// its words (Pusher's 4100 "reconnect with backoff").
+    fn close_code(&self, code: CloseCode) -> u16 {
+        code.code()
+    }
+    /// The `transport` label of `tidegate_connections`.
+    fn transport(&self) -> &'static str {
+        "ws"
+    }
 }
 
 /// What the socket does for its dialect.

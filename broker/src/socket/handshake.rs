@@ -291,7 +291,10 @@ where
     if let Some(u) = req.conn_data::<crate::unfinished::Unfinished>() {
         u.off();
     }
-    let route = routes.iter().find(|r| r.path == req.path()).copied();
+    let route = routes
+        .iter()
+        .find(|r| r.path == req.path() || (r.prefix && req.path().starts_with(r.path)))
+        .copied();
     if req.path() != PATH && route.is_none() {
         return refuse(framed, crate::refusal::not_found()).await;
     }
@@ -312,7 +315,7 @@ where
             None,
         ),
         Some(r) => (
-            admit_dialect(req.head(), &node, &config, r.subprotocol),
+            admit_dialect(req.head(), &node, &config, r).await,
             r.refusal,
             Some(r),
         ),
@@ -325,21 +328,16 @@ where
         }
     };
     node.metrics.handshake_done("accepted", started);
-    let subprotocol = dialect.map_or(SUBPROTOCOL, |r| r.subprotocol);
-    if offered(req.head()).any(|p| p == subprotocol) {
+    let subprotocol = dialect.map_or(Some(SUBPROTOCOL), |r| r.subprotocol);
+    if let Some(subprotocol) = subprotocol
+        && offered(req.head()).any(|p| p == subprotocol)
+    {
         response.insert_header((
             header::SEC_WEBSOCKET_PROTOCOL,
             HeaderValue::from_static(subprotocol),
         ));
     }
-    let dialect = dialect.map(|r| {
-        let authorization = req
-            .head()
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        (r.open)(&node, authorization)
-    });
+    let dialect = dialect.map(|r| (r.open)(&node, req.head()));
     let head = response.finish().drop_body();
     if let Err(e) = framed.send(h1::Message::Item((head, BodySize::None))).await {
         // Gone before the answer: the places the checks took go back with
@@ -363,15 +361,19 @@ where
 }
 
 /// A dialect's upgrade: its subprotocol, then the §1 layers before the
-/// credential; the socket starts unidentified, with the default plan's
-/// limits, until the dialect names a credential.
-fn admit_dialect(
+/// credential; then the credential the request names, if any, through the
+/// layers after it (the route's `credential`: a Pusher app's key). Without
+/// one the socket starts unidentified, with the default plan's limits,
+/// until the dialect names a credential.
+async fn admit_dialect(
     req: &RequestHead,
     node: &Arc<Node>,
     config: &Config,
-    subprotocol: &str,
+    route: Route,
 ) -> Result<Admitted, Refused> {
-    if !offered(req).any(|p| p == subprotocol) {
+    if let Some(subprotocol) = route.subprotocol
+        && !offered(req).any(|p| p == subprotocol)
+    {
         Exceeded::new(Layer::Handshake, ErrorCode::BadRequest.as_str(), "").emit(&node.metrics);
         return Err(refused(
             StatusCode::BAD_REQUEST,
@@ -381,6 +383,18 @@ fn admit_dialect(
         ));
     }
     let Peer { ip, slot } = admit_peer(req, node, config)?;
+    if let Some(who) = (route.credential)(node, req) {
+        let conn = node.next_conn();
+        let account = admit_who(node, config, ip, &who, conn).await?;
+        return Ok(Admitted {
+            limits: who.limits.clone(),
+            identity: identity(config, conn, ip, who),
+            slots: Slots {
+                ip: Some(slot),
+                account,
+            },
+        });
+    }
     let limits = config
         .limits_for("", None)
         .unwrap_or_else(|_| Arc::new(Limits::default()));
