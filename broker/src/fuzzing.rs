@@ -68,6 +68,13 @@ pub fn client_frame(data: &[u8]) -> bool {
                 "a presence read of {c:?} parsed"
             );
         }
+        ClientFrame::Rpc { method, .. } => {
+            assert!(
+                !method.is_empty() && method.len() <= frames::MAX_METHOD_LEN,
+                "an rpc method of {} bytes parsed",
+                method.len()
+            );
+        }
     }
     true
 }

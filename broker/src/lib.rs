@@ -40,7 +40,10 @@
 //!    typed refusal; API keys; a backend publish's checks and price),
 //!    [`webhook`] (outbound webhooks, §9, on their own thread),
 //!    [`presence`] (who is in a channel, §13: coalesced diffs, members
-//!    held in Redis under each node's lease).
+//!    held in Redis under each node's lease), [`hooks`] (backend hooks,
+//!    §15: the backend asked before connect, subscribe, publish, refresh
+//!    and rpc, behind its own pacing, single flight, cache and breaker,
+//!    on its own thread).
 //! 3. **Node**: [`node`] (what a node shares and how operator actions apply
 //!    to its connections; it knows no front), [`unfinished`] (connections
 //!    whose request is not complete yet: TLS handshake, head or body).
@@ -77,6 +80,7 @@ pub mod fuzzing;
 pub mod gate;
 pub mod graphql;
 pub mod grpc;
+pub mod hooks;
 pub mod http;
 pub mod hub;
 pub mod idempotency;

@@ -15,7 +15,7 @@ use crate::protocol::ErrorCode;
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorBody<'a> {
-    pub error: &'static str,
+    pub error: &'a str,
     pub message: &'a str,
     /// On every refusal (§1): 0 where waiting cannot help.
     pub retry_after_ms: u64,
@@ -41,6 +41,25 @@ pub fn refusal(
     retry_after: Option<Duration>,
 ) -> HttpResponse {
     refusal_builder(HttpResponse::build(status), code, message, retry_after)
+}
+
+/// [`refusal`] with a code that is not the broker's own: a backend
+/// hook's (§15).
+pub fn refusal_code(
+    status: StatusCode,
+    code: &str,
+    message: &str,
+    retry_after: Option<Duration>,
+) -> HttpResponse {
+    let mut builder = HttpResponse::build(status);
+    if let Some(d) = retry_after {
+        builder.insert_header(("Retry-After", retry_after_secs(d).to_string()));
+    }
+    builder.json(ErrorBody {
+        error: code,
+        message,
+        retry_after_ms: retry_after.map_or(0, retry_after_ms),
+    })
 }
 
 pub fn refusal_builder(

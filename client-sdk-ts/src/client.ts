@@ -22,12 +22,13 @@ import type {
 } from "./types.js";
 import { Connection, type Waiter } from "./connection.js";
 import { TidegateError, closedError, tooLarge } from "./errors.js";
+import { rpcFrame, rpcResult, type RpcOptions, type RpcReplyFrame } from "./rpc.js";
 import {
   PresenceTracker,
   type PresenceDiffFrame,
   type PresenceResult,
   type PresenceStatsResult,
-  type PresenceSubscription,
+  type ChannelSubscription,
 } from "./presence.js";
 
 export { SUBPROTOCOL } from "./connection.js";
@@ -63,9 +64,51 @@ export class TidegateClient extends Connection {
     return this.read<PresenceStatsResult>("presence_stats", frame, channel, options.timeoutMs);
   }
 
-  /** The presence side of a subscription made with `presence: true`. */
-  subscription(channel: string): PresenceSubscription | undefined {
-    return this.presenceSets.get(channel);
+  /**
+   * A subscription: one made by `subscribe()`, or one the broker joined at
+   * the handshake (a connect hook's `channels`, §15: `server: true`). Its
+   * `members` are kept for `presence: true` subscriptions (empty otherwise).
+   */
+  subscription(channel: string): ChannelSubscription | undefined {
+    const sub = this.subs.get(channel);
+    const tracked = this.presenceSets.get(channel);
+    if (!sub && !tracked) return undefined;
+    const subs = this.subs;
+    return {
+      channel,
+      get seq() {
+        return subs.get(channel)?.lastSeq;
+      },
+      get server() {
+        return subs.get(channel)?.server === true;
+      },
+      get live() {
+        return subs.get(channel)?.live === true;
+      },
+      members: tracked?.members ?? new Map(),
+      presence: (options = {}) => this.presence(channel, options),
+      presenceStats: () => this.presenceStats(channel),
+    };
+  }
+
+  // ----------------------------------------------------------------- rpc --
+
+  /**
+   * Calls `method` on the application's backend through the broker (§15's
+   * `rpc` hook): resolves with the backend's reply data. Rejects with the
+   * backend's own code (a `TidegateError` with its `message` and
+   * `retryAfterMs`), `hook_unavailable` (temporary: the backend did not
+   * answer), a limiter's refusal, `timeout`, or `disconnected`. An RPC is
+   * not idempotent: one in flight when the socket closes rejects
+   * `disconnected` and is never sent again by the SDK (the backend may have
+   * run it). Needs the WebSocket (over SSE: `unsupported_transport`).
+   */
+  rpc<T extends Json = Json>(method: string, data?: Json, options: RpcOptions = {}): Promise<T> {
+    const frame = rpcFrame(method, data);
+    if (frame instanceof TidegateError) return Promise.reject(frame);
+    return this.read<RpcReplyFrame>("rpc", frame, undefined, options.timeoutMs).then(
+      (reply) => rpcResult(reply) as T,
+    );
   }
 
   /** @internal */
@@ -76,9 +119,9 @@ export class TidegateClient extends Connection {
   }
 
   private read<T>(
-    kind: "presence" | "presence_stats",
+    kind: "presence" | "presence_stats" | "rpc",
     frame: Record<string, unknown>,
-    channel: string,
+    channel: string | undefined,
     timeoutMs?: number,
   ): Promise<T> {
     if (this._state === "closed") return Promise.reject(closedError());
@@ -222,6 +265,7 @@ export class TidegateClient extends Connection {
       sub.handlers.delete(handler);
       if (sub.handlers.size > 0) return Promise.resolve();
     }
+    this.clock.clearTimeout(sub.retry);
     this.subs.delete(channel);
     this.presenceSets.forget(channel);
     const unacked = new TidegateError("closed", "unsubscribed before the ack", { channel });
@@ -254,6 +298,7 @@ export class TidegateClient extends Connection {
   forget(channel: string): void {
     const sub = this.subs.get(channel);
     if (!sub) return;
+    this.clock.clearTimeout(sub.retry);
     this.subs.delete(channel);
     this.presenceSets.forget(channel);
     this.abandon(
@@ -281,6 +326,22 @@ export class TidegateClient extends Connection {
       );
       this.pacer.prepend([req]);
     });
+  }
+
+  /**
+   * Subscribes `sub` again after `retryAfterMs` (at least 1 s) plus up to
+   * a second of jitter, if it is still wanted and nothing else is asking
+   * for it by then (a reconnect's resubscribe). One timer per subscription.
+   */
+  private retrySubscribe(sub: Subscription, retryAfterMs: number | undefined): void {
+    this.clock.clearTimeout(sub.retry);
+    const delay = this.capRetry(Math.max(retryAfterMs ?? 0, 1000)) + Math.floor(this.random() * 1000);
+    sub.retry = this.clock.setTimeout(() => {
+      sub.retry = undefined;
+      if (this.subs.get(sub.channel) !== sub || this._state !== "connected" || sub.live) return;
+      if (sub.request && !sub.request.done) return;
+      this.pacer.enqueue(this.subscribeRequest(sub, true));
+    }, delay);
   }
 
   /** A subscribe frame for `sub`; its answer updates the subscription. */
@@ -316,7 +377,12 @@ export class TidegateClient extends Connection {
           this.subs.acked(sub, undefined, { type: "ack", id: req.id });
         }
         const keep = internal && (err.code === "timeout" || err.code === "disconnected");
-        if (!keep && this.subs.get(channel) === sub) this.subs.delete(channel);
+        if (internal && err.code === "hook_unavailable" && this.subs.get(channel) === sub) {
+          // The backend could not answer a resubscribe (a reconnect storm,
+          // its breaker open): keep the subscription and ask again later,
+          // instead of forgetting it for good.
+          this.retrySubscribe(sub, err.retryAfterMs);
+        } else if (!keep && this.subs.get(channel) === sub) this.subs.delete(channel);
         if (onErr) onErr(err);
         else this.emit("error", err);
       },

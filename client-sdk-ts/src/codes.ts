@@ -33,6 +33,9 @@ export const ERROR_CODES = [
   "internal",
   "banned",
   "presence_full",
+  "hook_unavailable",
+  "forbidden_origin",
+  "unknown_method",
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 export const CLOSE_CODES = {
@@ -81,8 +84,15 @@ export const CLIENT_ERROR_CODES = [
 ] as const;
 export type ClientErrorCode = (typeof CLIENT_ERROR_CODES)[number];
 
+/**
+ * A code a backend hook chose (PROTOCOL.md §15: any lower_snake_case code in
+ * its `{"error":{"code",…}}` answer), passed to the client as it is.
+ * Typed as a string that keeps the known codes' autocompletion.
+ */
+export type HookErrorCode = string & { readonly __hookCode?: never };
+
 /** Any code a `TidegateError` can carry. */
-export type AnyErrorCode = ErrorCode | ClientErrorCode;
+export type AnyErrorCode = ErrorCode | ClientErrorCode | HookErrorCode;
 
 /**
  * Whether the same request can succeed later without change: mirrors
@@ -100,6 +110,7 @@ export const TEMPORARY_ERROR_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>(
   "too_many_connections",
   "internal",
   "banned",
+  "hook_unavailable",
 ]);
 
 const CLIENT_TEMPORARY: ReadonlySet<ClientErrorCode> = new Set<ClientErrorCode>([

@@ -12,8 +12,10 @@ import { DEFAULT_MAX_QUEUE, DEFAULT_MAX_QUEUE_BYTES, noAnswer, Unsettled, window
 import { closePolicy } from "./codes.js";
 import { MAX_RETRY_AFTER_MS, planReconnect, type ReconnectSettings } from "./reconnect.js";
 import { TokenRefresher } from "./refresh.js";
-import { keyOf, type Request, type RequestKind } from "./request.js";
+import { failInFlight } from "./in-flight.js";
+import type { Request, RequestKind } from "./request.js";
 import { Subscriptions, type Subscription } from "./subscriptions.js";
+import { joinServerChannels, serverChannels } from "./server-channels.js";
 import { tokenExpired } from "./token.js";
 import type { Transport, TransportClose } from "./transport.js";
 import { TransportChooser, type TransportKind } from "./transports/auto.js";
@@ -22,6 +24,7 @@ import type {
   ClientEvents,
   ClientOptions,
   ClientState,
+  ExpiryFrame,
   Limits,
   SubscribeResult,
   WebSocketConstructor,
@@ -92,7 +95,6 @@ export abstract class Connection extends Emitter<ClientEvents> {
     };
     const headroom = options.headroom ?? 0.9;
     if (!(headroom > 0 && headroom <= 1)) throw new RangeError("headroom must be in (0, 1]");
-    if (!options.token && !options.getToken) throw new TypeError("pass token or getToken");
     this.transports = new TransportChooser(options.transport, options.WebSocket, options.fetch);
     this.pacer = new Pacer({
       clock: this.clock,
@@ -239,7 +241,7 @@ export abstract class Connection extends Emitter<ClientEvents> {
   protected async startAttempt(): Promise<void> {
     const gen = ++this.generation;
     this.setState("connecting");
-    let token: string;
+    let token: string | undefined;
     try {
       token = await this.obtainToken();
     } catch (err) {
@@ -253,7 +255,8 @@ export abstract class Connection extends Emitter<ClientEvents> {
     this.retryAfterHintMs = undefined;
     this.accountLimitedSeen = false;
     try {
-      this.transport = this.transports.factory()(this.opts.url, [SUBPROTOCOL, `bearer.${token}`], {
+      const protocols = token === undefined ? [SUBPROTOCOL] : [SUBPROTOCOL, `bearer.${token}`];
+      this.transport = this.transports.factory()(this.opts.url, protocols, {
         open: (protocol) => {
           if (gen !== this.generation) return;
           this.welcomeTimer = this.clock.setTimeout(() => {
@@ -272,8 +275,15 @@ export abstract class Connection extends Emitter<ClientEvents> {
     }
   }
 
-  protected async obtainToken(): Promise<string> {
+  /** Whether the client has a token (else the connect hook reads its cookies, §15). */
+  protected hasToken(): boolean {
+    return Boolean(this.opts.token || this.opts.getToken);
+  }
+
+  /** The token for the next handshake, or undefined for a client without one. */
+  protected async obtainToken(): Promise<string | undefined> {
     const { getToken } = this.opts;
+    if (!this.hasToken()) return undefined;
     const now = Date.now();
     if (getToken) {
       if (!this.token || this.needNewToken || tokenExpired(this.token, now)) {
@@ -301,13 +311,23 @@ export abstract class Connection extends Emitter<ClientEvents> {
     this.attempt = 0;
     this.pacer.configure(welcome.limits);
     this.setState("connected");
+    const joined = joinServerChannels(this.subs, serverChannels(welcome));
     const resubscribes: Request[] = [];
     for (const sub of this.subs.all()) {
+      if (joined.channels.has(sub.channel)) continue;
       sub.live = false;
       const pending = sub.request && !sub.request.done ? sub.request : undefined;
       resubscribes.push(pending ?? this.subscribeRequest(sub, true));
     }
     this.pacer.prepend(resubscribes);
+    for (const { sub, seq } of joined.settled) {
+      // The app's subscribe to a channel the broker joined: answered by the welcome.
+      const req = sub.request!;
+      this.pacer.remove(req);
+      delete req.frame["since"];
+      req.resolve({ type: "ack", id: req.id, ...(seq === undefined ? {} : { seq }) });
+    }
+    for (const gap of joined.gaps) this.emit("gap", gap);
     const waiters = this.waiters;
     this.waiters = [];
     for (const w of waiters) {
@@ -317,6 +337,16 @@ export abstract class Connection extends Emitter<ClientEvents> {
     this.emit("welcome", welcome);
     this.pacer.activate();
     if (this.opts.getToken) this.refresher.schedule(welcome.tokenExpiresAt);
+  }
+
+  /**
+   * @internal An `expiry` frame (§15): a refresh hook extended the
+   * connection's life. Nothing to send: the broker did the refreshing.
+   */
+  onExpiry(f: ExpiryFrame): void {
+    if (typeof f.tokenExpiresAt !== "number" || !this._welcome) return;
+    this._welcome = { ...this._welcome, tokenExpiresAt: f.tokenExpiresAt };
+    this.emit("expiry", { tokenExpiresAt: f.tokenExpiresAt });
   }
 
   /** @internal A wait the server asked for, cut to `maxRetryAfterMs`. */
@@ -353,7 +383,7 @@ export abstract class Connection extends Emitter<ClientEvents> {
     // A proxy's refusal of the upgrade is not the broker's: it is not reported.
     if (this.transports.closed(info, wasConnected)) info = { ...info, refusal: undefined };
     this.pacer.deactivate();
-    this.failInFlight(info.code, info.wasOpen && closePolicy(info.code) === "fix");
+    failInFlight(this, info.code, info.wasOpen && closePolicy(info.code) === "fix");
     const decision = planReconnect(
       {
         code: info.code,
@@ -364,6 +394,7 @@ export abstract class Connection extends Emitter<ClientEvents> {
         step: this.step,
         connectedForMs: wasConnected ? this.clock.now() - this.connectedAt : undefined,
         hasGetToken: Boolean(this.opts.getToken),
+        hasToken: this.hasToken(),
       },
       this.settings,
       this.random,
@@ -390,7 +421,10 @@ export abstract class Connection extends Emitter<ClientEvents> {
     if (decision.terminal) {
       this.emit("close", { ...base, reconnect: null });
       const { code, message } = decision.terminal;
-      const error = new TidegateError(code, message, { status: info.refusal?.status });
+      const error = new TidegateError(code, message, {
+        status: info.refusal?.status,
+        retryAfterMs: info.refusal?.retryAfterMs,
+      });
       return this.shutdown(error, !info.refusal); // a refusal was already emitted
     }
     if (this.opts.reconnect === false) {
@@ -405,50 +439,6 @@ export abstract class Connection extends Emitter<ClientEvents> {
       this.reconnectTimer = undefined;
       void this.startAttempt();
     }, decision.delayMs);
-  }
-
-  /**
-   * The socket is gone. Publishes in flight are kept and go out again,
-   * with their keys, after the reconnect, ahead of the queued ones and all
-   * in the order they were made (so each channel keeps its order): the
-   * broker answers one it already published with the first `seq` (§17).
-   * After a "fix" close (1002, 1007, 1009) the frame in flight would be
-   * refused again, so publishes in flight reject `disconnected` instead.
-   * Budget and presence reads reject `disconnected`; subscribes wait for the
-   * next connection.
-   */
-  protected failInFlight(closeCode: number, fix: boolean): void {
-    const inFlight = [...this.inFlight.values()];
-    this.inFlight.clear();
-    const queued = this.pacer.drain((r) => r.kind !== "publish");
-    const resend: Request[] = [];
-    for (const req of [...inFlight, ...queued]) {
-      if (req.kind === "unsubscribe") req.resolve(undefined);
-      else if (req.kind === "subscribe") {
-        if (req.internal) this.dropInternal(req);
-      } else if (req.kind === "publish" && !fix) resend.push(req);
-      else {
-        req.reject(
-          new TidegateError("disconnected", `the connection closed (${closeCode}) before the answer`, {
-            id: req.id,
-            closeCode,
-            channel: req.channel,
-            attempts: req.attempts,
-            key: keyOf(req),
-          }),
-        );
-      }
-    }
-    this.pacer.requeueFront([...resend, ...this.pacer.drain(() => true)]);
-    for (const sub of this.subs.all()) sub.live = false;
-  }
-
-  /** Forget a resubscribe silently: the next welcome makes a new one. */
-  protected dropInternal(req: Request): void {
-    req.done = true;
-    this.clock.clearTimeout(req.timer);
-    const sub = this.subs.get(req.channel!);
-    if (sub?.request === req) sub.request = undefined;
   }
 
   protected shutdown(error: TidegateError, emitError = false): void {
@@ -467,7 +457,10 @@ export abstract class Connection extends Emitter<ClientEvents> {
       if (req.kind === "unsubscribe") req.resolve(undefined);
       else req.reject(error);
     }
-    for (const sub of this.subs.all()) this.subs.delete(sub.channel);
+    for (const sub of this.subs.all()) {
+      this.clock.clearTimeout(sub.retry);
+      this.subs.delete(sub.channel);
+    }
     for (const w of this.waiters) {
       this.clock.clearTimeout(w.timer);
       w.reject(error);

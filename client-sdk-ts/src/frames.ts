@@ -6,10 +6,12 @@ import { isTemporary, type ErrorCode } from "./codes.js";
 import { TidegateError } from "./errors.js";
 import type { Connection } from "./connection.js";
 import { keyOf, type Request } from "./request.js";
+import type { RpcReplyFrame } from "./rpc.js";
 import type {
   AckFrame,
   BudgetFrame,
   ErrorFrame,
+  ExpiryFrame,
   MessageFrame,
   PublishResult,
   Refusal,
@@ -41,6 +43,10 @@ export class FrameHandler {
         return this.onError(frame as ErrorFrame);
       case "budget":
         return this.onBudget(frame as BudgetFrame);
+      case "rpc":
+        return this.take((frame as RpcReplyFrame).id)?.resolve(frame);
+      case "expiry":
+        return this.client.onExpiry(frame as ExpiryFrame);
       case "presence":
       case "presence_stats":
       case "presence_diff": {
@@ -185,7 +191,8 @@ export function refusalError(refusal: Refusal): TidegateError {
           ? "handshake_rate_limited"
           : "internal";
   const code = (refusal.code ?? fallback) as ErrorCode;
-  return new TidegateError(code, `handshake refused: HTTP ${refusal.status} ${code}`, {
+  const message = refusal.message ?? `handshake refused: HTTP ${refusal.status} ${code}`;
+  return new TidegateError(code, message, {
     status: refusal.status,
     retryAfterMs: refusal.retryAfterMs,
   });

@@ -12,6 +12,8 @@
  * - `refresh.ts`       when to send a fresh token on the socket (`refresh`)
  * - `backoff.ts`       backoff(step, min, max) with full jitter
  * - `presence.ts`      presence reads and member sets kept from diffs (§13)
+ * - `rpc.ts`           calls to the backend's `rpc` hook over the socket (§15)
+ * - `server-channels.ts` the `welcome`'s server-side subscriptions (§15)
  * - `codes.ts`         error and close codes (mirrors broker/src/protocol/codes.rs)
  * - `types.ts`         frames, options and the typed event map
  * - `transports/`      one file per transport (WebSocket: browser and `ws`; SSE:
@@ -45,7 +47,9 @@ export type { Transport, TransportClose, TransportFactory, TransportHandlers } f
 export type { BucketView } from "./pacer.js";
 export * from "./codes.js";
 export type * from "./types.js";
+export { MAX_RPC_METHOD_BYTES, type RpcOptions, type RpcReplyFrame } from "./rpc.js";
 export type {
+  ChannelSubscription,
   Member,
   MemberEvent,
   PresenceCounts,

@@ -62,6 +62,19 @@ export interface PresenceSubscription {
   presenceStats(): Promise<PresenceStatsResult>;
 }
 
+/**
+ * What `client.subscription(channel)` returns: any subscription, the
+ * client's or one the broker joined (§15), with its presence side.
+ */
+export interface ChannelSubscription extends PresenceSubscription {
+  /** The position: the highest `seq` delivered, or where it went live. */
+  readonly seq?: number;
+  /** Joined by the broker at the handshake (a connect hook's `channels`), not by `subscribe()`. */
+  readonly server: boolean;
+  /** Acked (or joined) on the current connection. */
+  readonly live: boolean;
+}
+
 /** What the tracker needs of the client. */
 export interface PresenceHost {
   readPresence(channel: string, limit: number): Promise<PresenceResult>;

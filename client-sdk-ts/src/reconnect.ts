@@ -8,7 +8,13 @@
  * {@link MAX_RETRY_AFTER_MS}).
  */
 import { backoff } from "./backoff.js";
-import { CLOSE_CODES, closePolicy, TOKEN_ERROR_CODES, type ReconnectPolicy } from "./codes.js";
+import {
+  CLOSE_CODES,
+  closePolicy,
+  TOKEN_ERROR_CODES,
+  type AnyErrorCode,
+  type ReconnectPolicy,
+} from "./codes.js";
 import type { Refusal } from "./types.js";
 
 export interface ReconnectInput {
@@ -24,6 +30,13 @@ export interface ReconnectInput {
   /** How long the connection had been welcomed, when it was. */
   connectedForMs?: number;
   hasGetToken: boolean;
+  /**
+   * Whether the client connects with a token (default true). A client
+   * without one is authenticated by the broker's connect hook from its
+   * cookies (§15): a 4001 (the hook's expiry passed) reconnects, and the
+   * hook decides again.
+   */
+  hasToken?: boolean;
 }
 
 /** The longest `Retry-After` / `retryAfterMs` the SDK obeys by default. */
@@ -49,7 +62,7 @@ export interface ReconnectDecision {
   /** Ask `getToken()` for a new token before the next attempt. */
   refreshToken: boolean;
   /** Set when reconnecting cannot help: the client stops with this code. */
-  terminal?: { code: "unauthorized" | "unknown_plan"; message: string };
+  terminal?: { code: AnyErrorCode; message: string };
   /** The server closed for the account's budget: surface `account_rate_limited`. */
   accountRateLimited: boolean;
   /**
@@ -91,6 +104,16 @@ export function planReconnect(
       // No floor from the ban's length: it may be lifted early. The growing
       // backoff keeps a banned client's attempts rare.
       banned = true;
+    } else if (status === 403 && code !== undefined) {
+      // A connect hook refused (its own code, `forbidden` for its
+      // `disconnect`, or `forbidden_origin`, §15): asking again changes
+      // nothing until the user does something (logs in), so the client
+      // stops with the hook's code and words. A 403 without the broker's
+      // JSON code is a proxy's, and is retried like a dropped upgrade.
+      terminal = {
+        code,
+        message: input.refusal.message ?? `the server refused the connection (HTTP 403 ${code})`,
+      };
     } else if (status === 429 || status === 503) {
       floorMs = Math.max(floorMs, Math.min(input.refusal.retryAfterMs ?? DEFAULT_REFUSAL_FLOOR_MS, cap));
     }
@@ -106,7 +129,7 @@ export function planReconnect(
       accountRateLimited = true;
     }
     if (input.code === CLOSE_CODES.OPERATOR && input.reason === "banned") banned = true;
-    if (input.code === CLOSE_CODES.TOKEN_EXPIRED) {
+    if (input.code === CLOSE_CODES.TOKEN_EXPIRED && input.hasToken !== false) {
       // The token reached its `exp` on the socket: a new one is needed.
       if (input.hasGetToken) refreshToken = true;
       else {

@@ -8,7 +8,8 @@ export type RequestKind =
   | "budget"
   | "refresh"
   | "presence"
-  | "presence_stats";
+  | "presence_stats"
+  | "rpc";
 
 /**
  * One frame with an `id`, from the call that made it to its one answer.

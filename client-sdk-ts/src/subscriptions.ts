@@ -4,6 +4,7 @@
  * a `slow_consumer` notice) the channel is subscribed again with `since`
  * and the handlers see every message once, in order (PROTOCOL.md §11).
  */
+import type { TimerHandle } from "./clock.js";
 import type { Request } from "./request.js";
 import type { AckFrame, MessageFrame, MessageHandler, SubscribeResult } from "./types.js";
 
@@ -22,6 +23,13 @@ export interface Subscription {
   ready: Promise<SubscribeResult>;
   /** Acked on the current connection (the server would deliver to it). */
   live: boolean;
+  /**
+   * Joined by the broker (a connect hook's `channels`, `server-channels.ts`),
+   * not subscribed by the client: the next `welcome` says whether it still is.
+   */
+  server?: boolean;
+  /** A resubscribe the backend could not answer, asked again at this timer (`hook_unavailable`). */
+  retry?: TimerHandle;
   /**
    * Set while a recovering resubscribe is on its way on a live socket:
    * messages arriving meanwhile wait here, because the recovery that

@@ -36,8 +36,31 @@ export interface WelcomeFrame {
   account: string;
   node: string;
   limits: Limits;
-  /** The token's `exp` in unix ms (§2): the SDK refreshes before it. */
+  /**
+   * The token's `exp` in unix ms (§2): the SDK refreshes before it. For a
+   * connection a connect hook accepted (no token), the hook's `expiresAt`;
+   * the broker extends it with `expiry` frames (§15).
+   */
   tokenExpiresAt?: number;
+  /**
+   * Server-side subscriptions (§15: a connect hook's `channels`), joined
+   * by the broker at the handshake, each with the channel's position as a
+   * subscribe ack carries it. The SDK keeps them as subscriptions
+   * (`client.subscription(channel)`).
+   */
+  channels?: Array<ServerChannel | string>;
+}
+
+/** One entry of `welcome.channels`. */
+export interface ServerChannel {
+  channel: string;
+  seq?: number;
+}
+
+/** The broker extended a hook-given expiry (§15's `refresh` event). */
+export interface ExpiryFrame {
+  type: "expiry";
+  tokenExpiresAt: number;
 }
 
 export interface AckFrame {
@@ -100,7 +123,12 @@ export type { WebSocketLike };
 export interface ClientOptions {
   /** `ws://host:port/v1/ws` or `wss://…`. */
   url: string;
-  /** A fixed token. Use `getToken` instead when tokens expire. */
+  /**
+   * A fixed token. Use `getToken` instead when tokens expire. Without
+   * either, the client connects without a token: a page served by the
+   * same site as the broker then sends its cookies with the handshake, and
+   * the broker's connect hook (PROTOCOL.md §15) reads the session from them.
+   */
   token?: string;
   /**
    * Called before the first connection; before the token expires (from
@@ -252,6 +280,8 @@ export type ClientState = "idle" | "connecting" | "connected" | "reconnecting" |
 export interface Refusal {
   status: number;
   code?: ErrorCode | string;
+  /** The body's `message` (a backend hook's own words for its refusal, §15). */
+  message?: string;
   retryAfterMs?: number;
 }
 
@@ -305,6 +335,11 @@ export interface ClientEvents {
   message: MessageFrame;
   /** The token was replaced on the open socket (`refresh`, §2). */
   tokenRefresh: { tokenExpiresAt: number };
+  /**
+   * The broker extended the connection's expiry on its own (a refresh hook
+   * answered, §15): `welcome.tokenExpiresAt` is now this.
+   */
+  expiry: { tokenExpiresAt: number };
   /** A member joined a channel subscribed with `presence: true` (§13). */
   join: MemberEvent;
   /** A member left such a channel (also ones missed while disconnected). */

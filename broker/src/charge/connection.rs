@@ -101,6 +101,7 @@ impl Admission {
             ClientFrame::Refresh { .. } => c.refresh,
             ClientFrame::Presence { limit, .. } => crate::pricing::presence(c, *limit),
             ClientFrame::PresenceStats { .. } => c.presence_stats,
+            ClientFrame::Rpc { .. } => c.rpc,
         }
     }
 

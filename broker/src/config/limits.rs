@@ -129,6 +129,8 @@ pub struct Costs {
     pub presence: u32,
     /// A `presence_stats` read (§13).
     pub presence_stats: u32,
+    /// An `rpc` frame (§15): one call to the backend's `rpc` hook.
+    pub rpc: u32,
     /// Malformed and binary frames: garbage is not free.
     pub malformed: u32,
     /// The largest single charge; an operation priced above it is refused
@@ -170,6 +172,7 @@ impl Default for Costs {
             refresh: 1,
             presence: 1,
             presence_stats: 1,
+            rpc: 1,
             malformed: 1,
             max_single: 20,
             graphql_field: 1,

@@ -11,6 +11,7 @@ mod cluster;
 mod env;
 mod flags;
 mod grpc;
+mod hooks;
 mod limits;
 mod namespaces;
 mod plans;
@@ -35,6 +36,7 @@ pub use auth::{KEY_ALGORITHMS, KeyEntry, KeySource, MIN_JWT_SECRET_BYTES, Verify
 pub use cluster::{ClusterSecrets, Secret};
 pub use env::{JWT_SECRET_ALIAS, Source, Sources, var_name};
 pub use grpc::GrpcSection;
+pub use hooks::{HOOK_EVENTS, HookConfig, HookEntry, OnError};
 pub use limits::{Costs, LimitName, Limits, Op, Rule, TrackBy};
 pub use namespaces::{
     Conflation, Delivery, DeliveryClasses, NamespaceSection, PresenceRule, presence_rule,
@@ -102,6 +104,9 @@ pub struct Config {
     pub log: LogSection,
     /// `[[webhooks]]` (§9), in file order.
     pub webhooks: Vec<WebhookEndpoint>,
+    /// `[[hooks]]` (§15), in file order (the first that covers an event
+    /// decides it).
+    pub hooks: Vec<HookConfig>,
     /// `[namespaces.NAME]`: delivery classes (§11).
     pub namespaces: HashMap<String, NamespaceSection>,
     /// `[[pusher.apps]]` (§16), in file order.
@@ -133,7 +138,7 @@ pub struct ResolvedApiKey {
 #[error("unknown plan {0:?}")]
 pub struct UnknownPlan(pub String);
 
-const SECTIONS: [&str; 17] = [
+const SECTIONS: [&str; 18] = [
     "node",
     "grpc",
     "auth",
@@ -150,6 +155,7 @@ const SECTIONS: [&str; 17] = [
     "admin",
     "log",
     "webhooks",
+    "hooks",
     "pusher",
 ];
 
@@ -245,6 +251,7 @@ impl Config {
             section(raw_keys, "api_keys", &mut problems).unwrap_or_default();
 
         let webhooks = webhooks::resolve(take("webhooks"), env, &mut problems);
+        let hooks = hooks::resolve(take("hooks"), env, &mut problems);
 
         // Plans: each validated on its own so every broken plan is reported.
         let mut plan_tables = HashMap::new();
@@ -409,6 +416,7 @@ impl Config {
             admin,
             log,
             webhooks,
+            hooks,
             namespaces,
             pusher_apps: pusher_apps.into_iter().map(Arc::new).collect(),
             plan_tables,

@@ -142,3 +142,36 @@ fn scopes_built_in_place_match_the_owned_ones() {
     let owned = k.scope("doc:1");
     with_scope(&k, "doc:1", |s| assert_eq!(s, owned));
 }
+
+#[test]
+fn past_the_cap_the_oldest_keys_go_in_a_batch_and_the_cap_holds() {
+    let (t, m) = table(60_000, 128);
+    let now = Instant::now();
+    for i in 0..128 {
+        first(t.claim(&scope(&format!("k{i}")), now)).done(i, now);
+    }
+    assert_eq!(t.len(), 128, "at the cap nothing goes");
+    first(t.claim(&scope("k128"), now)).done(128, now);
+    // 1/64 of the cap below it: the three oldest went at once.
+    assert_eq!(t.len(), 126);
+    assert_eq!(m.evictions.get(), 3);
+    for i in 0..3 {
+        assert_eq!(t.seen(&scope(&format!("k{i}")), now), Seen::New);
+    }
+    assert_eq!(t.seen(&scope("k3"), now), Seen::Held);
+    assert_eq!(t.seen(&scope("k128"), now), Seen::Held);
+}
+
+#[test]
+fn two_tables_on_one_thread_never_share_a_name() {
+    // The thread's memo of the last digest is per table: a scope named by
+    // one table is not answered with that name by another.
+    let (a, _) = table(60_000, 10);
+    let (b, _) = table(60_000, 10);
+    let now = Instant::now();
+    first(a.claim(&scope("x"), now)).done(1, now);
+    assert_eq!(a.seen(&scope("x"), now), Seen::Held);
+    assert_eq!(b.seen(&scope("x"), now), Seen::New);
+    assert!(matches!(b.claim(&scope("x"), now), Claim::First(_)));
+    assert!(matches!(a.claim(&scope("x"), now), Claim::Known(1)));
+}

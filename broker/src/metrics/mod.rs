@@ -17,42 +17,18 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
 pub mod history;
+pub mod hooks;
 pub mod idempotency;
+mod layer;
 pub mod presence;
 pub mod webhooks;
 
 pub use history::History;
+pub use hooks::HookMetrics;
+pub use layer::Layer;
 pub use webhooks::WebhookMetrics;
 
 use crate::process_metrics::ProcessMetrics;
-
-/// Where a refusal happened (§6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Layer {
-    Handshake,
-    Connection,
-    Account,
-    Rule,
-    Outbound,
-    Http,
-    Grpc,
-    Graphql,
-}
-
-impl Layer {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Layer::Handshake => "handshake",
-            Layer::Connection => "connection",
-            Layer::Account => "account",
-            Layer::Rule => "rule",
-            Layer::Outbound => "outbound",
-            Layer::Http => "http",
-            Layer::Grpc => "grpc",
-            Layer::Graphql => "graphql",
-        }
-    }
-}
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RejectLabels {
@@ -168,6 +144,8 @@ pub struct Metrics {
     /// family cannot be listed); the counters are shared with it.
     rejection_series: dashmap::DashMap<(&'static str, &'static str), Counter>,
     pub webhooks: std::sync::Arc<WebhookMetrics>,
+    /// §15: backend hook calls, durations, breakers, disagreements.
+    pub hooks: std::sync::Arc<HookMetrics>,
     /// Tokio tasks and actix actors alive (`tidegate_runtime_alive_tasks`,
     /// `tidegate_actors`).
     pub alive: crate::alive::Alive,
@@ -222,11 +200,13 @@ impl Metrics {
             control_rejected: Family::default(),
             rejection_series: dashmap::DashMap::new(),
             webhooks: Default::default(),
+            hooks: Default::default(),
             alive: Default::default(),
             presence: Default::default(),
             idempotency: Default::default(),
         };
         m.webhooks.register(&mut registry);
+        m.hooks.register(&mut registry);
         m.alive.register(&mut registry);
         m.presence.register(&mut registry);
         m.idempotency.register(&mut registry);

@@ -45,6 +45,8 @@ pub struct Node {
     pub admin: Admin,
     /// Outbound webhooks (§9).
     pub webhooks: Arc<Webhooks>,
+    /// Backend hooks (§15).
+    pub hooks: Arc<crate::hooks::Hooks>,
     /// Idempotency keys published or in flight (§17).
     pub idempotency: Arc<Idempotency>,
     /// Who is in each presence channel (§13).
@@ -147,6 +149,10 @@ impl Node {
         let admin = Admin::default();
         admin.bans.set_v6_prefix(config.handshake.ipv6_prefix_len);
         let webhooks = Webhooks::new(&config, metrics.webhooks.clone());
+        let hooks = Arc::new(crate::hooks::Hooks::new(
+            &config.hooks,
+            metrics.hooks.clone(),
+        ));
         let hook = Arc::downgrade(&webhooks);
         hub.on_occupancy(Box::new(move |channel, occupied| {
             if let Some(w) = hook.upgrade() {
@@ -203,6 +209,7 @@ impl Node {
                 rules: RuleBuckets::default(),
                 admin,
                 webhooks,
+                hooks,
                 idempotency,
                 presence,
                 tls,
@@ -274,6 +281,7 @@ impl Node {
             .bans
             .set_v6_prefix(config.handshake.ipv6_prefix_len);
         self.webhooks.apply(&config.webhooks);
+        self.hooks.apply(&config.hooks);
         self.hub
             .set_delivery(DeliveryClasses::new(&config.namespaces));
         let config = Arc::new(config);

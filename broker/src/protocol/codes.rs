@@ -29,11 +29,17 @@ pub enum ErrorCode {
     Internal,
     Banned,
     PresenceFull,
+    /// A backend hook (§15) could not answer and its `on_error` is `deny`.
+    HookUnavailable,
+    /// A tokenless handshake from a page of another site (§15).
+    ForbiddenOrigin,
+    /// An `rpc` frame no hook answers (§15).
+    UnknownMethod,
 }
 
 impl ErrorCode {
     /// Every code, in table order (used by the SDK sync test and docs).
-    pub const ALL: [ErrorCode; 20] = [
+    pub const ALL: [ErrorCode; 23] = [
         ErrorCode::RateLimited,
         ErrorCode::AccountRateLimited,
         ErrorCode::TooManySubscriptions,
@@ -54,6 +60,9 @@ impl ErrorCode {
         ErrorCode::Internal,
         ErrorCode::Banned,
         ErrorCode::PresenceFull,
+        ErrorCode::HookUnavailable,
+        ErrorCode::ForbiddenOrigin,
+        ErrorCode::UnknownMethod,
     ];
 
     /// The wire spelling.
@@ -79,6 +88,9 @@ impl ErrorCode {
             ErrorCode::Internal => "internal",
             ErrorCode::Banned => "banned",
             ErrorCode::PresenceFull => "presence_full",
+            ErrorCode::HookUnavailable => "hook_unavailable",
+            ErrorCode::ForbiddenOrigin => "forbidden_origin",
+            ErrorCode::UnknownMethod => "unknown_method",
         }
     }
 
@@ -98,6 +110,7 @@ impl ErrorCode {
                 | ErrorCode::TooManyConnections
                 | ErrorCode::Internal
                 | ErrorCode::Banned
+                | ErrorCode::HookUnavailable
         )
     }
 }

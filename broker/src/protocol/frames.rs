@@ -60,7 +60,17 @@ pub enum ClientFrame<'a> {
         id: Option<&'a RawValue>,
         channel: Cow<'a, str>,
     },
+    /// A call answered by the backend's `rpc` hook (§15).
+    Rpc {
+        id: Option<&'a RawValue>,
+        method: Cow<'a, str>,
+        /// `null` when the frame has no `data`.
+        data: Option<&'a RawValue>,
+    },
 }
+
+/// Longest accepted rpc `method`, in bytes.
+pub const MAX_METHOD_LEN: usize = 128;
 
 /// Members a presence read returns when it names no `limit` (§13).
 pub const PRESENCE_DEFAULT_LIMIT: u32 = 100;
@@ -87,6 +97,7 @@ impl<'a> ClientFrame<'a> {
             | ClientFrame::Refresh { id, .. }
             | ClientFrame::Presence { id, .. }
             | ClientFrame::PresenceStats { id, .. }
+            | ClientFrame::Rpc { id, .. }
             | ClientFrame::Budget { id } => *id,
         }
     }
@@ -101,7 +112,8 @@ impl<'a> ClientFrame<'a> {
             ClientFrame::Budget { .. }
             | ClientFrame::Refresh { .. }
             | ClientFrame::Presence { .. }
-            | ClientFrame::PresenceStats { .. } => None,
+            | ClientFrame::PresenceStats { .. }
+            | ClientFrame::Rpc { .. } => None,
         }
     }
 
@@ -112,7 +124,9 @@ impl<'a> ClientFrame<'a> {
             | ClientFrame::Publish { channel, .. }
             | ClientFrame::Presence { channel, .. }
             | ClientFrame::PresenceStats { channel, .. } => Some(channel),
-            ClientFrame::Budget { .. } | ClientFrame::Refresh { .. } => None,
+            ClientFrame::Budget { .. } | ClientFrame::Refresh { .. } | ClientFrame::Rpc { .. } => {
+                None
+            }
         }
     }
 }
@@ -152,6 +166,8 @@ struct Envelope<'a> {
     limit: Option<&'a RawValue>,
     #[serde(borrow, default)]
     key: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    method: Option<&'a RawValue>,
 }
 
 /// `data: null` is a value (publish `null`), not an absent field.
@@ -280,6 +296,23 @@ pub fn parse(text: &str, max_depth: u32) -> Result<ClientFrame<'_>, FrameError> 
             id,
             channel: channel()?,
         }),
+        "rpc" => {
+            let method = env
+                .method
+                .and_then(string)
+                .filter(|m| !m.is_empty() && m.len() <= MAX_METHOD_LEN)
+                .ok_or_else(|| {
+                    FrameError::new(
+                        id,
+                        format!("rpc needs a \"method\": a string of 1 to {MAX_METHOD_LEN} bytes"),
+                    )
+                })?;
+            Ok(ClientFrame::Rpc {
+                id,
+                method,
+                data: env.data,
+            })
+        }
         other => {
             let shown: String = other.chars().take(32).collect();
             Err(FrameError::new(id, format!("unknown frame type {shown:?}")))

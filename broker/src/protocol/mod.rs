@@ -6,6 +6,7 @@ pub mod channel;
 pub mod codes;
 pub mod frames;
 pub mod glob;
+mod hook_frames;
 pub mod idempotency_key;
 pub mod json;
 pub mod position;

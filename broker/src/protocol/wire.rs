@@ -12,6 +12,7 @@ use serde_json::value::RawValue;
 use super::ErrorCode;
 pub use super::acks::{ack, published_ack, refresh_ack};
 use super::codes::CloseCode;
+pub use super::hook_frames::{WelcomeChannel, expiry, rpc_reply};
 
 const OP_TEXT: u8 = 0x1;
 const OP_CLOSE: u8 = 0x8;
@@ -258,6 +259,9 @@ struct Welcome<'a> {
     limits: &'a WelcomeLimits,
     /// The token's `exp` in unix ms (§2): refresh before it.
     token_expires_at: u64,
+    /// A connect hook's server-side subscriptions (§15).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    channels: Option<&'a [WelcomeChannel]>,
 }
 
 pub fn welcome(
@@ -274,6 +278,27 @@ pub fn welcome(
         node,
         limits,
         token_expires_at,
+        channels: None,
+    })
+}
+
+/// A `welcome` that lists a connect hook's server-side channels (§15).
+pub fn welcome_with_channels(
+    conn_id: &str,
+    account: &str,
+    node: &str,
+    limits: &WelcomeLimits,
+    token_expires_at: u64,
+    channels: &[WelcomeChannel],
+) -> Bytes {
+    json_frame(&Welcome {
+        kind: "welcome",
+        conn_id,
+        account,
+        node,
+        limits,
+        token_expires_at,
+        channels: Some(channels),
     })
 }
 
@@ -283,7 +308,7 @@ pub fn welcome(
 pub struct ErrorFrame<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
-    pub code: &'static str,
+    pub code: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub id: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -300,9 +325,15 @@ pub struct ErrorFrame<'a> {
 
 impl<'a> ErrorFrame<'a> {
     pub fn new(code: ErrorCode) -> ErrorFrame<'a> {
+        ErrorFrame::custom(code.as_str())
+    }
+
+    /// An error with a code that is not the broker's own: a backend
+    /// hook's (§15).
+    pub fn custom(code: &'a str) -> ErrorFrame<'a> {
         ErrorFrame {
             kind: "error",
-            code: code.as_str(),
+            code,
             id: None,
             message: None,
             retry_after_ms: None,

@@ -14,8 +14,10 @@ use actix::prelude::*;
 use serde_json::value::RawValue;
 
 use super::Socket;
+use super::hooked::Hooked;
 use crate::cluster::Pending;
 use crate::config::LimitName;
+use crate::hooks::Event;
 use crate::hub::{Joined, Sink, Subscriber};
 use crate::metrics::Layer;
 use crate::protocol::ErrorCode;
@@ -29,7 +31,15 @@ impl Socket {
         since: Option<u64>,
         ctx: &mut Context<Self>,
     ) {
-        if !self.id.grants.subscribe.matches(channel) {
+        // A hook deciding this channel replaces the token's globs (§15);
+        // a dry-run one is asked too, and the token decides.
+        let hook = self.channel_hook(Event::Subscribe, channel);
+        let deciding = hook.as_ref().filter(|h| !h.config.dry_run).cloned();
+        if deciding.is_none() && !self.id.grants.subscribe.matches(channel) {
+            if let Some(h) = &hook {
+                let ask = self.hook_ask(Event::Subscribe, Some(channel));
+                self.node.hooks.shadow(h, ask, false);
+            }
             self.forbid(id, channel, "subscribe");
             return;
         }
@@ -40,8 +50,9 @@ impl Socket {
         }
         let max = self.limits().max_subscriptions as usize;
         let (count, already) = self.outbox.subscriptions(channel);
-        // Joins waiting for Redis are subscriptions to be: they count.
-        if !already && count + self.presence_joining() >= max {
+        // Joins waiting for Redis or a hook are subscriptions to be: they
+        // count.
+        if !already && count + self.presence_joining() + self.hook_order.pending() >= max {
             let dry = self.limits().is_dry_run(LimitName::Subscriptions);
             self.exceeded(
                 Layer::Connection,
@@ -62,6 +73,35 @@ impl Socket {
                 return;
             }
         }
+        if let Some(hook) = deciding {
+            let ask = self.hook_ask(Event::Subscribe, Some(channel));
+            let id: Option<Box<RawValue>> = id.map(ToOwned::to_owned);
+            self.ask_in_order(&hook, ask, channel, ctx, move |decision| {
+                Hooked::Subscribe {
+                    id,
+                    since,
+                    decision,
+                }
+            });
+            return;
+        }
+        if let Some(h) = &hook {
+            let ask = self.hook_ask(Event::Subscribe, Some(channel));
+            self.node.hooks.shadow(h, ask, true);
+        }
+        self.subscribe_allowed(id, channel, since, ctx);
+    }
+
+    /// A subscribe the token or the hook allowed: presence first where the
+    /// channel has it, then the join.
+    pub(super) fn subscribe_allowed(
+        &mut self,
+        id: Option<&RawValue>,
+        channel: &str,
+        since: Option<u64>,
+        ctx: &mut Context<Self>,
+    ) {
+        let (_, already) = self.outbox.subscriptions(channel);
         if !already && let Some(rule) = self.presence_rule(channel) {
             // Members are counted before the subscription exists, so a
             // full channel refuses without subscribing.
@@ -101,7 +141,13 @@ impl Socket {
 
     /// The ack first, then the recovered history, then what arrived live
     /// while joining: each `seq` once, in order (see [`super::outbox::Outbox::joined`]).
-    fn joined(&mut self, channel: &str, join: u64, id: Option<&RawValue>, joined: Joined) {
+    pub(super) fn joined(
+        &mut self,
+        channel: &str,
+        join: u64,
+        id: Option<&RawValue>,
+        joined: Joined,
+    ) {
         let ack = id.map(|id| wire::ack(id, Some(joined.position()), joined.recovered));
         let bytes = joined.backlog.bytes();
         if bytes > 0 {
@@ -112,6 +158,8 @@ impl Socket {
     }
 
     pub(super) fn unsubscribe(&mut self, id: Option<&RawValue>, channel: &str) {
+        // A subscribe still waiting for its hook ends here too.
+        self.hook_order.cancel(channel);
         if let Some(name) = self.outbox.leave(channel) {
             self.node.bridge.unsubscribe(&name, self.id.conn);
         }

@@ -330,6 +330,7 @@ impl Socket {
             ClientFrame::PresenceStats { id, channel } => {
                 self.read_presence(id, &channel, None, ctx)
             }
+            ClientFrame::Rpc { id, method, data } => self.rpc(id, &method, data, ctx),
         }
     }
 

@@ -20,20 +20,23 @@ use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use futures_util::SinkExt;
 
+mod dialect;
+mod hooked;
 mod who;
 
+pub use hooked::origin_allowed;
+
 use super::{Identity, Slots, Socket};
-use crate::account::AccountSlot;
-use crate::auth::{AuthError, Grants};
 use crate::config::{Config, Limits};
 use crate::exceeded::Exceeded;
 use crate::gate::IpSlot;
 use crate::metrics::Layer;
 use crate::node::Node;
-use crate::node::dialect::{Refusal, Route, TokenTimes, Who};
+use crate::node::dialect::{Route, TokenTimes, Who};
 use crate::protocol::ErrorCode;
-use crate::protocol::glob::GlobSet;
 use crate::refusal::refusal;
+use dialect::admit_dialect;
+pub(super) use dialect::admit_later;
 use who::admit_who;
 
 /// The subprotocol Tidegate speaks.
@@ -65,6 +68,8 @@ pub(super) struct Refused {
     pub(super) code: ErrorCode,
     pub(super) message: String,
     pub(super) retry: Option<Duration>,
+    /// A backend hook's own code, said instead of `code` (§15).
+    pub(super) custom: Option<String>,
 }
 
 fn refused(
@@ -78,6 +83,7 @@ fn refused(
         code,
         message: message.into(),
         retry,
+        custom: None,
     }
 }
 
@@ -180,25 +186,23 @@ fn admit_peer(req: &RequestHead, node: &Node, config: &Config) -> Result<Peer, R
 
 /// Runs the §1 checks in order with `token` (the upgrade's, or an SSE
 /// stream's). Emits one exceeded event per refusal.
+///
+/// Without a token, the connect hook (§15) names the identity, if one is
+/// configured (`transport` is what the hook is told).
 pub(super) async fn admit(
     req: &RequestHead,
     token: Option<&str>,
     node: &Arc<Node>,
     config: &Config,
+    transport: &'static str,
 ) -> Result<Admitted, Refused> {
     let Peer { ip, slot: ip_slot } = admit_peer(req, node, config)?;
     let event = |reason: ErrorCode, account: &str| {
         Exceeded::new(Layer::Handshake, reason.as_str(), account).emit(&node.metrics);
     };
-    let token = token.ok_or_else(|| {
-        event(ErrorCode::Unauthorized, "");
-        refused(
-            StatusCode::UNAUTHORIZED,
-            ErrorCode::Unauthorized,
-            AuthError::Missing.to_string(),
-            None,
-        )
-    })?;
+    let Some(token) = token else {
+        return hooked::admit_by_hook(req, node, config, ip, ip_slot, transport).await;
+    };
     let auth = node.auth.load();
     let claims = auth.verify(token).map_err(|e| {
         event(ErrorCode::Unauthorized, "");
@@ -260,6 +264,8 @@ pub(super) fn identity(config: &Config, conn: u64, ip: IpAddr, who: Who) -> Iden
         token_expires_at,
         deadline,
         info: who.info,
+        server_channels: Vec::new(),
+        hook_life_ms: None,
     }
 }
 
@@ -310,7 +316,14 @@ where
     };
     let (admitted, words, dialect): (_, RefusalBody, _) = match route {
         None => (
-            admit(req.head(), bearer_token(req.head()), &node, &config).await,
+            admit(
+                req.head(),
+                bearer_token(req.head()),
+                &node,
+                &config,
+                "websocket",
+            )
+            .await,
             refusal,
             None,
         ),
@@ -324,7 +337,11 @@ where
         Ok(a) => a,
         Err(r) => {
             node.metrics.handshake_done("refused", started);
-            return refuse(framed, words(r.status, r.code, &r.message, r.retry)).await;
+            let response = match dialect {
+                None => r.response(),
+                Some(_) => words(r.status, r.code, &r.message, r.retry),
+            };
+            return refuse(framed, response).await;
         }
     };
     node.metrics.handshake_done("accepted", started);
@@ -358,83 +375,6 @@ where
     );
     actix_rt::spawn(transport);
     Ok(())
-}
-
-/// A dialect's upgrade: its subprotocol, then the §1 layers before the
-/// credential; then the credential the request names, if any, through the
-/// layers after it (the route's `credential`: a Pusher app's key). Without
-/// one the socket starts unidentified, with the default plan's limits,
-/// until the dialect names a credential.
-async fn admit_dialect(
-    req: &RequestHead,
-    node: &Arc<Node>,
-    config: &Config,
-    route: Route,
-) -> Result<Admitted, Refused> {
-    if let Some(subprotocol) = route.subprotocol
-        && !offered(req).any(|p| p == subprotocol)
-    {
-        Exceeded::new(Layer::Handshake, ErrorCode::BadRequest.as_str(), "").emit(&node.metrics);
-        return Err(refused(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::BadRequest,
-            format!("offer the {subprotocol} subprotocol (Sec-WebSocket-Protocol)"),
-            None,
-        ));
-    }
-    let Peer { ip, slot } = admit_peer(req, node, config)?;
-    if let Some(who) = (route.credential)(node, req) {
-        let conn = node.next_conn();
-        let account = admit_who(node, config, ip, &who, conn).await?;
-        return Ok(Admitted {
-            limits: who.limits.clone(),
-            identity: identity(config, conn, ip, who),
-            slots: Slots {
-                ip: Some(slot),
-                account,
-            },
-        });
-    }
-    let limits = config
-        .limits_for("", None)
-        .unwrap_or_else(|_| Arc::new(Limits::default()));
-    let who = Who {
-        account: String::new(),
-        plan: None,
-        role: None,
-        limits: limits.clone(),
-        grants: Grants {
-            subscribe: GlobSet::new::<&str>(&[]),
-            publish: GlobSet::new::<&str>(&[]),
-        },
-        token: None,
-        info: None,
-    };
-    Ok(Admitted {
-        identity: identity(config, node.next_conn(), ip, who),
-        limits,
-        slots: Slots {
-            ip: Some(slot),
-            account: None,
-        },
-    })
-}
-
-/// [`admit_who`] for a dialect's socket, as the dialect hears it.
-pub(super) async fn admit_later(
-    node: &Arc<Node>,
-    ip: IpAddr,
-    who: &Who,
-    conn: u64,
-) -> Result<Option<AccountSlot>, Refusal> {
-    let config = node.config.load_full();
-    admit_who(node, &config, ip, who, conn)
-        .await
-        .map_err(|r| Refusal {
-            code: r.code,
-            message: r.message,
-            retry: r.retry,
-        })
 }
 
 /// `GET /v1/ws` without the upgrade headers, through the router.

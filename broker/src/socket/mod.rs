@@ -7,6 +7,9 @@ mod channels;
 mod delivery;
 mod handle;
 pub mod handshake;
+mod hook_order;
+mod hook_session;
+mod hooked;
 pub(crate) mod inbound;
 mod link;
 mod outbox;
@@ -73,6 +76,12 @@ pub struct Identity {
     pub deadline: u64,
     /// The token's `info` claim (compact JSON), shown by presence (§13).
     pub info: Option<Arc<str>>,
+    /// A connect hook's server-side `channels` (§15), joined at the start
+    /// and listed in `welcome`.
+    pub server_channels: Vec<Arc<str>>,
+    /// `Some`: the expiry is a hook's (§15), which gave this much life (ms)
+    /// last; the refresh hook extends it.
+    pub hook_life_ms: Option<u64>,
 }
 
 /// Places this socket holds in node-wide counts; dropping them (with the
@@ -121,6 +130,11 @@ pub struct Socket {
     grace: Option<SpawnHandle>,
     /// The close at the token's deadline (`socket/refresh.rs`).
     expiry: Option<SpawnHandle>,
+    /// Hook answers applied in frame order per channel (`socket/hooked.rs`).
+    hook_order: hook_order::HookOrder<hooked::Hooked>,
+    /// The refresh hook's call before a hook-given expiry
+    /// (`socket/hook_session.rs`).
+    hook_refresh: Option<SpawnHandle>,
     span: tracing::Span,
     /// Counts this actor in `tidegate_actors{kind="socket"}` until dropped.
     _alive: crate::alive::ActorGuard,
@@ -282,14 +296,19 @@ impl Actor for Socket {
         if self.with_dialect(ctx, |d, link| d.opened(link)) {
             return;
         }
-        let limits = self.limits().clone();
-        self.send(wire::welcome(
-            &self.id.label,
-            &self.id.account,
-            &config.node.id,
-            &welcome_limits(&limits, node.bridge.account_share(&self.id.account)),
-            self.id.token_expires_at,
-        ));
+        if self.id.server_channels.is_empty() {
+            let limits = self.limits().clone();
+            self.send(wire::welcome(
+                &self.id.label,
+                &self.id.account,
+                &config.node.id,
+                &welcome_limits(&limits, node.bridge.account_share(&self.id.account)),
+                self.id.token_expires_at,
+            ));
+        } else {
+            // The welcome waits for the joins: it lists their `seq`.
+            self.join_server_channels(ctx);
+        }
         self.sse_open(ctx);
         self.arm_expiry(ctx);
         let _e = self.span.enter();

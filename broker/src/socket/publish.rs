@@ -8,7 +8,9 @@ use actix::prelude::*;
 use serde_json::value::RawValue;
 
 use super::Socket;
+use super::hooked::Hooked;
 use crate::cluster::Pending;
+use crate::hooks::Event;
 use crate::idempotency::{Keyed, Published};
 use crate::node::Begun;
 use crate::protocol::wire;
@@ -25,10 +27,55 @@ impl Socket {
         key: Option<&str>,
         ctx: &mut Context<Self>,
     ) {
-        if !self.id.grants.publish.matches(channel) {
-            self.forbid(id, channel, "publish");
-            return;
+        // A hook deciding this channel replaces the token's globs (§15).
+        let hook = self.channel_hook(Event::Publish, channel);
+        match hook.filter(|h| !h.config.dry_run) {
+            Some(hook) => {
+                // §17: a duplicate of a key gets the first answer, no call.
+                let keyed = key.map(|key| Keyed {
+                    publisher: &self.id.account,
+                    key,
+                });
+                if keyed.is_none() || !self.node.is_duplicate(channel, keyed) {
+                    let mut ask = self.hook_ask(Event::Publish, Some(channel));
+                    ask.data = Some(data.to_owned());
+                    let id: Option<Box<RawValue>> = id.map(ToOwned::to_owned);
+                    let (data, key) = (data.to_owned(), key.map(str::to_owned));
+                    self.ask_in_order(&hook, ask, channel, ctx, move |decision| Hooked::Publish {
+                        id,
+                        data,
+                        key,
+                        decision,
+                    });
+                    return;
+                }
+            }
+            None => {
+                let allows = self.id.grants.publish.matches(channel);
+                if let Some(h) = self.channel_hook(Event::Publish, channel) {
+                    let mut ask = self.hook_ask(Event::Publish, Some(channel));
+                    ask.data = Some(data.to_owned());
+                    self.node.hooks.shadow(&h, ask, allows);
+                }
+                if !allows {
+                    self.forbid(id, channel, "publish");
+                    return;
+                }
+            }
         }
+        self.publish_now(id, channel, data, key, ctx);
+    }
+
+    /// A publish allowed (by the token or a hook), to the bridge once per
+    /// idempotency key.
+    pub(super) fn publish_now(
+        &mut self,
+        id: Option<&RawValue>,
+        channel: &str,
+        data: &RawValue,
+        key: Option<&str>,
+        ctx: &mut Context<Self>,
+    ) {
         let keyed = key.map(|key| Keyed {
             publisher: &self.id.account,
             key,
@@ -77,7 +124,7 @@ impl Socket {
                                 act.ack_published(id.as_deref(), published);
                             }
                             None => {
-                                act.publish(id.as_deref(), &channel, &data, key.as_deref(), ctx)
+                                act.publish_now(id.as_deref(), &channel, &data, key.as_deref(), ctx)
                             }
                         }),
                 );

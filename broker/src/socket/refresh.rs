@@ -42,6 +42,7 @@ impl Socket {
         if let Some(h) = self.expiry.take() {
             ctx.cancel_future(h);
         }
+        self.arm_hook_refresh(ctx);
         let deadline_ms = self.id.deadline.saturating_mul(1000);
         let wait = Duration::from_millis(deadline_ms.saturating_sub(unix_now_ms())).min(MAX_WAIT);
         self.expiry = Some(ctx.run_later(wait, |act, ctx| {
@@ -81,6 +82,8 @@ impl Socket {
             }
         };
         self.id.deadline = auth.deadline(&claims);
+        // A token's expiry from now on, not a hook's (§15).
+        self.id.hook_life_ms = None;
         self.id.token_expires_at = claims.expires_at_ms();
         self.id.grants = claims.grants();
         self.id.role = claims.role;

@@ -104,6 +104,8 @@ impl Socket {
                 congested_since: None,
                 grace: None,
                 expiry: None,
+                hook_order: Default::default(),
+                hook_refresh: None,
                 span,
                 _alive: node.metrics.alive.actor(crate::alive::ActorKind::Socket),
                 dialect,

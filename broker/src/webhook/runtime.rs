@@ -15,10 +15,15 @@ pub struct Runtime {
 
 impl Runtime {
     pub fn start() -> std::io::Result<Runtime> {
+        Runtime::start_named("tidegate-webhooks")
+    }
+
+    /// A runtime on a thread of this name (the hooks have their own).
+    pub fn start_named(name: &str) -> std::io::Result<Runtime> {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         std::thread::Builder::new()
-            .name("tidegate-webhooks".into())
+            .name(name.into())
             .spawn(move || {
                 let rt = match tokio::runtime::Builder::new_current_thread()
                     .enable_all()

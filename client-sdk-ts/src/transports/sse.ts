@@ -179,10 +179,7 @@ class SseStream implements Transport {
 
   private async run(ctrl: AbortLike): Promise<void> {
     const query = [...this.channels].map((c) => `channel=${encodeURIComponent(c)}`).join("&");
-    const headers: Record<string, string> = {
-      Authorization: `Bearer ${this.token}`,
-      Accept: "text/event-stream",
-    };
+    const headers: Record<string, string> = { ...this.auth(), Accept: "text/event-stream" };
     // Kept channels resume where they are; new ones from their `since`
     // (a `recovered` event answers them) or live (an `id:` block does).
     const kept = new Map([...this.position].filter(([c]) => this.channels.has(c)));
@@ -292,10 +289,7 @@ class SseStream implements Transport {
     if (this.done) return;
     let res: FetchResponseLike;
     let body: Record<string, unknown>;
-    const headers: Record<string, string> = {
-      Authorization: `Bearer ${this.token}`,
-      "Content-Type": "application/json",
-    };
+    const headers: Record<string, string> = { ...this.auth(), "Content-Type": "application/json" };
     if (key !== undefined) headers["Idempotency-Key"] = key;
     try {
       res = await this.fetch(this.urls.publish, {
@@ -326,6 +320,15 @@ class SseStream implements Transport {
       retryAfterMs,
       channel,
     });
+  }
+
+  /**
+   * The token's header; none for a client without a token, whose requests
+   * carry the page's cookies instead (same-origin `fetch`), for the
+   * broker's connect hook to read (PROTOCOL.md §15).
+   */
+  private auth(): Record<string, string> {
+    return this.token ? { Authorization: `Bearer ${this.token}` } : {};
   }
 
   /** A subscribe or unsubscribe changed the set: reopen once for all of them. */

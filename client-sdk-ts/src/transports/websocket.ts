@@ -94,8 +94,9 @@ export function webSocketTransport(Ctor: WebSocketConstructor): TransportFactory
           if (settled) return;
           settled = true;
           try {
-            const parsed = JSON.parse(body) as { error?: unknown; retryAfterMs?: unknown };
+            const parsed = JSON.parse(body) as { error?: unknown; message?: unknown; retryAfterMs?: unknown };
             if (refusal && typeof parsed.error === "string") refusal.code = parsed.error;
+            if (refusal && typeof parsed.message === "string") refusal.message = parsed.message;
             if (refusal && typeof parsed.retryAfterMs === "number") {
               refusal.retryAfterMs = Math.max(refusal.retryAfterMs ?? 0, parsed.retryAfterMs);
             }

@@ -149,6 +149,8 @@ export class FakeServer {
   tokenExpiresAt?: number;
   /** `tokenExpiresAt` of the ack to a `refresh`. */
   refreshedExpiresAt?: number;
+  /** More fields of the next welcomes (e.g. a connect hook's `channels`, §15). */
+  welcomeExtra: Record<string, unknown> = {};
   script: FrameScript = (conn, frame) => conn.answer(frame);
   readonly seqs = new Map<string, number>();
   /** Keys published, per channel (`channel\0key` → first seq); a test's lifetime bounds it. */
@@ -220,6 +222,7 @@ export class FakeServer {
           node: "fake",
           limits: this.limits,
           ...(this.tokenExpiresAt !== undefined ? { tokenExpiresAt: this.tokenExpiresAt } : {}),
+          ...this.welcomeExtra,
         });
       }
       this.connWaiters = this.connWaiters.filter((w) => {

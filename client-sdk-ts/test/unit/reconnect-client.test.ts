@@ -170,7 +170,12 @@ test("a handshake 429 waits at least Retry-After and reports the refusal", async
     assert.equal(e.status, 429);
     const c = await close;
     assert.equal(c.wasOpen, false);
-    assert.deepEqual(c.refusal, { status: 429, code: "too_many_connections", retryAfterMs: 3000 });
+    assert.deepEqual(c.refusal, {
+      status: 429,
+      code: "too_many_connections",
+      message: "refused by the fake server",
+      retryAfterMs: 3000,
+    });
     assert.ok(c.reconnect!.delayMs >= 3000 && c.reconnect!.delayMs < 4000);
     clock.advance(2999);
     assert.equal(client.state, "reconnecting");

@@ -222,7 +222,7 @@ async fn open(
     };
     let config = node.config.load_full();
     let token = credential(req);
-    let admitted = handshake::admit(req, token.as_deref(), &node, &config).await;
+    let admitted = handshake::admit(req, token.as_deref(), &node, &config, "sse").await;
     let Admitted {
         identity,
         limits,
@@ -231,7 +231,7 @@ async fn open(
         Ok(a) => a,
         Err(r) => {
             node.metrics.handshake_done("refused", started);
-            return Err(refusal(r.status, r.code, &r.message, r.retry));
+            return Err(r.response());
         }
     };
     // The places `slots` took go back when it is dropped on a refusal.

@@ -13,18 +13,18 @@ export const REPO_ROOT = resolve(HERE, "../../../..");
 export const TIDEGATE_BIN = resolve(REPO_ROOT, process.env.TIDEGATE_BIN ?? "target/release/tidegate");
 export const API_KEY = "tidegate-sample-publish-key";
 
-/** Appends `extra` after the shipped config with the `[plans.free]` keys it names replaced. */
-function configWith(planFree) {
+/** The shipped config with the `[plans.free]` keys `planFree` names replaced, and `extra` TOML after it. */
+function configWith(planFree, extra) {
   let lines = readFileSync(join(REPO_ROOT, "config.toml"), "utf8").split("\n");
   const header = lines.findIndex((l) => l.trim() === "[plans.free]");
   for (const [k, v] of Object.entries(planFree)) {
     const at = lines.findIndex((l, i) => i > header && new RegExp(`^${k}\\s*=`).test(l));
     lines[at] = `${k} = ${JSON.stringify(v)}`;
   }
-  return lines.join("\n");
+  return `${lines.join("\n")}\n${extra}`;
 }
 
-export async function startBroker(planFree = {}) {
+export async function startBroker(planFree = {}, extra = "") {
   if (!existsSync(TIDEGATE_BIN)) {
     throw new Error(
       `the tidegate binary is missing at ${TIDEGATE_BIN}: run \`cargo build --release -p tidegate\` (or set TIDEGATE_BIN)`,
@@ -32,7 +32,7 @@ export async function startBroker(planFree = {}) {
   }
   const dir = mkdtempSync(join(tmpdir(), "tidegate-graphql-"));
   const configPath = join(dir, "config.toml");
-  writeFileSync(configPath, configWith(planFree));
+  writeFileSync(configPath, configWith(planFree, extra));
   const child = spawn(TIDEGATE_BIN, ["serve", "--config", configPath, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"], {
     stdio: ["ignore", "pipe", "pipe"],
     env: { ...process.env, RUST_LOG: process.env.RUST_LOG ?? "warn" },
