@@ -49,6 +49,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(resource("/readyz").route(web::get().to(http::ops::readyz)))
     .service(resource("/metrics").route(web::get().to(http::ops::metrics)));
     crate::admin::routes(cfg);
+    crate::pusher::api::routes(cfg);
     cfg.default_service(web::to(|| async { not_found() }));
 }
 

@@ -15,7 +15,10 @@
 //! - A subscription is a hub subscriber of its own (`sink.rs`) that
 //!   queues Pusher frames published whole.
 
+pub mod api;
+pub mod auth;
 pub mod frames;
+mod md5;
 pub mod names;
 mod session;
 pub mod sign;

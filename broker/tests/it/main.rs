@@ -71,6 +71,7 @@ mod presence_ends;
 mod presence_single;
 mod presence_webhooks;
 mod process;
+mod pusher_api;
 mod pusher_ws;
 mod receiver;
 mod redis_cluster;
