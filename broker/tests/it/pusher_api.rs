@@ -272,3 +272,32 @@ async fn channels_and_channel_info_read_the_apps_channels_only() {
     .unwrap();
     assert_eq!(empty, json!({"occupied":false}));
 }
+
+#[tokio::test]
+async fn a_socket_on_node_a_gets_an_event_triggered_through_node_b() {
+    let redis = crate::redis_server::RedisServer::start();
+    let prefix = crate::cluster::prefix();
+    let (a, b) = crate::cluster::two_nodes(&redis, &prefix, "").await;
+    let (mut on_a, ida) = connected(&a).await;
+    let (mut on_b, idb) = connected(&b).await;
+    assert_ne!(
+        ida.split('.').next(),
+        idb.split('.').next(),
+        "the node is in the socket_id"
+    );
+    subscribe(&mut on_a, &ida, "private-both").await;
+    subscribe(&mut on_b, &idb, "private-both").await;
+    let ev = json!({"name":"hello","channel":"private-both","data":"from b"});
+    let resp = call(&b, "POST", &format!("/apps/{APP}/events"), &[], Some(&ev)).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        on_a.next_json().await,
+        json!({"event":"hello","channel":"private-both","data":"from b"})
+    );
+    assert_eq!(on_b.next_json().await["event"], "hello");
+    // A client event crosses too, and is not echoed to its sender.
+    on_b.send(json!({"event":"client-x","channel":"private-both","data":"hi"}))
+        .await;
+    assert_eq!(on_a.next_json().await["event"], "client-x");
+    assert_eq!(pong(&mut on_b).await["event"], "pusher:pong");
+}
