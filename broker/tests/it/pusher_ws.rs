@@ -323,3 +323,41 @@ async fn a_pong_keeps_a_quiet_client() {
         c.send(json!({"event":"pusher:pong","data":{}})).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_reader_past_its_grace_is_closed_4100() {
+    use tokio::io::AsyncWriteExt;
+    let b = Broker::start(
+        "[plans.free]\noutbound_high_water_bytes = 65536\noutbound_grace_ms = 50\n\
+         [socket]\nsend_buffer_bytes = 4096\n",
+    );
+    let window = crate::common::small_window(b.addr).await;
+    let mut s =
+        crate::common::upgrade_path(window, b.addr, "/app/app-key?protocol=7", "none").await;
+    let sub = json!({"event":"pusher:subscribe","data":{"channel":"lobby"}}).to_string();
+    s.write_all(&crate::common::masked_text(sub.as_bytes()))
+        .await
+        .unwrap();
+    // Subscribed once the hub counts it.
+    let internal = tidegate::pusher::names::internal("1234", "lobby");
+    while b.node.bridge.subscribers(&internal) == 0 {
+        tokio::task::yield_now().await;
+    }
+    // Never read: 2,000 events of 1 KiB are far past the 64 KiB mark.
+    let frame = tidegate::pusher::frames::channel_event("e", "lobby", &"x".repeat(1024), None);
+    let data = tidegate::pusher::sink::publish_data("", &frame);
+    for _ in 0..2000 {
+        b.node.publish(&internal, &data, "test", None).await;
+    }
+    crate::bounds_memory::wait_for_metric(
+        &b,
+        "tidegate_rejections_total{layer=\"outbound\",reason=\"slow_consumer_closed\"}",
+    )
+    .await;
+    let mut c = crate::bounds_memory::reading(s).await;
+    assert_eq!(
+        c.closed().await,
+        Some(4100),
+        "a slow reader is 4100, never 4200"
+    );
+}
