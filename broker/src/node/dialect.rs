@@ -110,6 +110,15 @@ pub trait Link {
     /// `max_single`: `Err` with the refusal (counted under
     /// `layer="connection"`): the wait until a token when it is empty.
     fn charge_frame(&mut self, units: u32) -> Result<(), crate::charge::Refused>;
+    /// [`Link::charge_frame`] for a frame of `bytes` that is the account's
+    /// traffic as a `tidegate.v1` frame is (a Pusher client's): also the
+    /// byte bucket, and counted toward the account's sampled budget, whose
+    /// breach closes every connection of the account.
+    fn charge_account_frame(
+        &mut self,
+        units: u32,
+        bytes: usize,
+    ) -> Result<(), crate::charge::Refused>;
     /// Takes `units` from the connection's frame bucket even below zero,
     /// for what cannot wait once it is bought (a subscription's `recovery`
     /// once its `since` is known); its next frames wait instead.

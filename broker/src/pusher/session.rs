@@ -162,7 +162,10 @@ impl PusherWs {
     fn frame(&mut self, link: &mut dyn Link, text: &str) {
         let costs = link.limits().costs.clone();
         let Ok(msg) = serde_json::from_str::<Incoming>(text) else {
-            if link.charge_frame(costs.malformed).is_ok() {
+            if link
+                .charge_account_frame(costs.malformed, text.len())
+                .is_ok()
+            {
                 link.send(&frames::error(
                     None,
                     "Invalid JSON: a frame is {\"event\",\"data\"}",
@@ -177,18 +180,23 @@ impl PusherWs {
                 }
             }
             "pusher:pong" => {}
-            "pusher:subscribe" => self.subscribe(link, &msg.data, costs.subscribe),
+            "pusher:subscribe" => self.subscribe(link, &msg.data, (costs.subscribe, text.len())),
             "pusher:unsubscribe" => {
-                if link.charge_frame(costs.unsubscribe).is_ok()
+                if link
+                    .charge_account_frame(costs.unsubscribe, text.len())
+                    .is_ok()
                     && let Some(ch) = msg.data.get("channel").and_then(Value::as_str)
                     && let Some(sub) = self.channels.remove(ch)
                 {
                     self.leave(&sub);
                 }
             }
-            e if e.starts_with("client-") => self.client_event(link, &msg),
+            e if e.starts_with("client-") => self.client_event(link, &msg, text.len()),
             _ => {
-                if link.charge_frame(costs.malformed).is_ok() {
+                if link
+                    .charge_account_frame(costs.malformed, text.len())
+                    .is_ok()
+                {
                     link.send(&frames::error(
                         None,
                         &format!("Unknown event {:?}", msg.event),
@@ -202,9 +210,9 @@ impl PusherWs {
         link.send(&frames::subscription_error(channel, kind, error, status));
     }
 
-    fn subscribe(&mut self, link: &mut dyn Link, data: &Value, units: u32) {
+    fn subscribe(&mut self, link: &mut dyn Link, data: &Value, (units, bytes): (u32, usize)) {
         let channel = data.get("channel").and_then(Value::as_str).unwrap_or("");
-        if let Err(r) = link.charge_frame(units) {
+        if let Err(r) = link.charge_account_frame(units, bytes) {
             let wait = r.retry_after.as_millis();
             let why = format!("subscribing too fast: retry in {wait} ms");
             return self.refuse_sub(link, channel, "LimitReached", &why, 429);
@@ -318,12 +326,12 @@ impl PusherWs {
 
     /// `client-*` on a private or presence channel this socket holds, when
     /// the app allows them; never echoed to the sender.
-    fn client_event(&mut self, link: &mut dyn Link, msg: &Incoming) {
+    fn client_event(&mut self, link: &mut dyn Link, msg: &Incoming, bytes: usize) {
         let channel = msg.channel.as_deref().unwrap_or("");
         let data = frames::data_string(&msg.data);
         let costs = link.limits().costs.clone();
         let units = crate::pricing::publish(&costs, data.len(), 0);
-        if let Err(r) = link.charge_frame(units) {
+        if let Err(r) = link.charge_account_frame(units, bytes) {
             let wait = r.retry_after.as_millis();
             return self.notice(
                 link,

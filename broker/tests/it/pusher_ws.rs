@@ -343,21 +343,43 @@ async fn a_slow_reader_past_its_grace_is_closed_4100() {
     while b.node.bridge.subscribers(&internal) == 0 {
         tokio::task::yield_now().await;
     }
-    // Never read: 2,000 events of 1 KiB are far past the 64 KiB mark.
+    // Never read, and kept under pressure until the grace runs out: the
+    // kernel's buffers fill, the queue stays at its 64 KiB mark.
     let frame = tidegate::pusher::frames::channel_event("e", "lobby", &"x".repeat(1024), None);
     let data = tidegate::pusher::sink::publish_data("", &frame);
-    for _ in 0..2000 {
-        b.node.publish(&internal, &data, "test", None).await;
+    let closed = "tidegate_rejections_total{layer=\"outbound\",reason=\"slow_consumer_closed\"}";
+    let deadline = std::time::Instant::now() + crate::common::PATIENCE;
+    while b.metric(closed).await == 0.0 {
+        assert!(std::time::Instant::now() < deadline, "{closed} never rose");
+        for _ in 0..200 {
+            b.node.publish(&internal, &data, "test", None).await;
+        }
     }
-    crate::bounds_memory::wait_for_metric(
-        &b,
-        "tidegate_rejections_total{layer=\"outbound\",reason=\"slow_consumer_closed\"}",
-    )
-    .await;
     let mut c = crate::bounds_memory::reading(s).await;
     assert_eq!(
         c.closed().await,
         Some(4100),
         "a slow reader is 4100, never 4200"
+    );
+}
+
+#[tokio::test]
+async fn client_events_past_the_accounts_budget_close_the_apps_connections_4100() {
+    let b = Broker::start(
+        "[accounts.acme]\naccount_burst = 5\naccount_messages_per_sec = 0.01\naccount_sample_every = 1\n",
+    );
+    let (mut a, ida) = connected(&b, KEY).await;
+    let (mut o, _) = connected(&b, KEY).await;
+    let ch = "private-flood";
+    subscribe(&mut a, ch, Some(&auth(KEY, SECRET, &ida, ch))).await;
+    for _ in 0..10 {
+        a.send(json!({"event":"client-x","channel":ch,"data":"{}"}))
+            .await;
+    }
+    assert_eq!(a.closed().await, Some(4100));
+    assert_eq!(
+        o.closed().await,
+        Some(4100),
+        "every connection of the account"
     );
 }
