@@ -74,6 +74,8 @@ pub enum Start {
         channel: String,
         rule: crate::config::PresenceRule,
     },
+    /// A subscribe hook's `disconnect` (§15): close the socket with it.
+    Disconnect { code: u16, reason: String },
 }
 
 /// What happened at the charge.

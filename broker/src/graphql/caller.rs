@@ -21,6 +21,16 @@ pub enum Payer {
     Account,
 }
 
+/// Where a caller asks from, as backend hooks are told (§15's `client`).
+#[derive(Debug, Clone)]
+pub struct Origin {
+    /// The socket's label, or one per HTTP request.
+    pub conn_id: Arc<str>,
+    pub ip: std::net::IpAddr,
+    /// `graphql-ws` or `http`.
+    pub transport: &'static str,
+}
+
 /// An identified caller.
 #[derive(Debug, Clone)]
 pub struct Caller {
@@ -32,6 +42,8 @@ pub struct Caller {
     grants: Option<Grants>,
     /// A token's claims the socket keeps (`None` for an API key).
     token: Option<Token>,
+    /// Set by the front once it knows it; hooks are asked only with it.
+    pub origin: Option<Origin>,
 }
 
 /// What a WebSocket keeps of a caller's token.
@@ -67,6 +79,7 @@ impl Caller {
                 payer: Payer::Key(key),
                 grants: None,
                 token: None,
+                origin: None,
             });
         }
         let auth = node.auth.load();
@@ -92,6 +105,7 @@ impl Caller {
             }),
             account: claims.sub,
             payer: Payer::Account,
+            origin: None,
         })
     }
 
@@ -118,6 +132,22 @@ impl Caller {
             token: self.token.as_ref().map(|t| t.times),
             info: None,
         }
+    }
+
+    /// What a backend hook is told of this caller: a token's only (an API
+    /// key is the backend itself and never calls a hook, §15), once the
+    /// front set its [`Origin`].
+    pub fn hook_client(&self) -> Option<crate::hooks::Client> {
+        let token = self.token.as_ref()?;
+        let origin = self.origin.as_ref()?;
+        Some(crate::hooks::Client {
+            conn_id: origin.conn_id.clone(),
+            ip: origin.ip,
+            transport: origin.transport,
+            sub: Some(self.account.as_str().into()),
+            plan: token.plan.clone(),
+            info: None,
+        })
     }
 
     /// Whether the caller may read `channel` (its `sub_channels`).

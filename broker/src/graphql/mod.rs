@@ -33,6 +33,7 @@ pub mod caller;
 pub mod charge;
 pub mod documents;
 pub mod executor;
+mod hooked;
 mod operation;
 pub mod over_http;
 pub mod prices;

@@ -446,7 +446,10 @@ async fn execute(
         Exceeded::new(Layer::Graphql, Code::Forbidden.reason(), &caller.account)
             .emit(&node.metrics);
     }
-    let subscribe = subscribe.filter(|_| response.errors.is_empty());
+    // A subscription starts only without errors; a hook's `disconnect`
+    // (an error too) is carried to the socket, which closes.
+    let subscribe =
+        subscribe.filter(|s| response.errors.is_empty() || matches!(s, Start::Disconnect { .. }));
     let status = if extra.refused.is_some() {
         // A resolver could not pay for what it read: a status-only client
         // must not take the answer for a success.

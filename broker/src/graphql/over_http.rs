@@ -65,7 +65,7 @@ async fn serve(req: HttpRequest, payload: Option<web::Payload>, node: Arc<Node>)
         .headers()
         .get("authorization")
         .and_then(|v| v.to_str().ok());
-    let caller = match Caller::identify(&node, authorization) {
+    let mut caller = match Caller::identify(&node, authorization) {
         Ok(c) => c,
         Err(e) => {
             let r = Refused::status(
@@ -79,6 +79,11 @@ async fn serve(req: HttpRequest, payload: Option<web::Payload>, node: Arc<Node>)
         }
     };
     let ip = crate::gate::request_ip(req.head(), &node.config.load().node.trusted_proxies);
+    caller.origin = Some(super::caller::Origin {
+        conn_id: format!("{}-{:x}", node.config.load().node.id, node.next_conn()).into(),
+        ip,
+        transport: "http",
+    });
     if let Some(ban) = node.admin.bans.check(Some(&caller.account), Some(ip)) {
         let r = Refused::status(StatusCode::FORBIDDEN, Code::Banned, ban.message());
         return refused(&node, Some(&caller), media, r, Some(ban.remaining), 0)

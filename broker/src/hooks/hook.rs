@@ -154,16 +154,22 @@ impl Hook {
         let event = ask.event;
         let start = Instant::now();
         let deadline = start + self.config.timeout;
+        // A call waits for its token and slot at most half its time, so
+        // the backend, once asked, has at least the other half to answer:
+        // a call sent with its time nearly spent would cost the backend
+        // work whose answer the broker no longer waits for (in a storm,
+        // 3 % of the calls, each then asked again).
+        let queued_until = start + self.config.timeout / 2;
         if let Admit::Refuse(wait) = lock(&self.breaker).admit(start) {
             return self.shed(event, wait, false);
         }
         // A token now, or reserved for when it comes if that is within
-        // the timeout: the backend never sees more than the bucket allows.
+        // the wait: the backend never sees more than the bucket allows.
         let wait = {
             let mut bucket = lock(&self.pacing);
             match bucket.try_take(1.0, start) {
                 Ok(()) => Duration::ZERO,
-                Err(wait) if start + wait <= deadline => {
+                Err(wait) if start + wait <= queued_until => {
                     bucket.force_take(1.0, start);
                     wait
                 }
@@ -173,7 +179,7 @@ impl Hook {
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
-        let slot = tokio::time::timeout_at(deadline.into(), self.slots.clone().acquire_owned());
+        let slot = tokio::time::timeout_at(queued_until.into(), self.slots.clone().acquire_owned());
         let Ok(Ok(_permit)) = slot.await else {
             return self.shed(event, FAILURE_RETRY, true);
         };

@@ -15,6 +15,7 @@
 mod breaker;
 mod cache;
 mod hook;
+mod http;
 pub mod wire;
 
 use std::future::Future;
@@ -25,6 +26,7 @@ use arc_swap::ArcSwap;
 use serde_json::{Map, Value};
 
 pub use hook::{Hook, Outcome};
+pub use http::HttpRefusal;
 pub use wire::{Answer, Ask, Client};
 
 use crate::config::{HookConfig, OnError};
@@ -103,10 +105,29 @@ impl Decision {
         }
     }
 
+    /// A publish result's `{"data":..}`: the message to publish instead.
+    pub fn replaced_data(&self) -> Option<Box<serde_json::value::RawValue>> {
+        let Decision::Allowed { result, .. } = self else {
+            return None;
+        };
+        serde_json::value::to_raw_value(result.get("data")?).ok()
+    }
+
     /// Whether it lets the operation through (dry-run comparisons).
     pub fn allows(&self) -> bool {
         matches!(self, Decision::Allowed { .. })
     }
+}
+
+/// Who decides an operation on a channel (§15).
+#[derive(Debug, Clone)]
+pub enum ChannelHook {
+    /// No hook covers it: the token's globs.
+    Token,
+    /// A dry-run hook: asked and compared, the token enforced.
+    Shadow(Arc<Hook>),
+    /// The hook, in place of the token's globs.
+    Deciding(Arc<Hook>),
 }
 
 /// The node's hooks, swapped whole on a reload (a hook whose config did
@@ -162,6 +183,19 @@ impl Hooks {
                     && (!needs_channel || channel.is_some_and(|c| h.config.covers(c)))
             })
             .cloned()
+    }
+
+    /// The hook for `event` on `channel` (subscribe, publish), split by
+    /// whether it decides or only shadows the token (dry run).
+    pub fn for_channel(&self, event: Event, channel: &str) -> ChannelHook {
+        if !self.any() {
+            return ChannelHook::Token;
+        }
+        match self.hook_for(event, Some(channel)) {
+            None => ChannelHook::Token,
+            Some(h) if h.config.dry_run => ChannelHook::Shadow(h),
+            Some(h) => ChannelHook::Deciding(h),
+        }
     }
 
     /// Whether any hook is configured (so fronts skip the work otherwise).

@@ -27,6 +27,30 @@ pub struct Client {
     pub info: Option<Arc<str>>,
 }
 
+impl Client {
+    /// A caller without a connection (`POST /v1/client/publish`, GraphQL
+    /// over HTTP): who its token names; `conn_id` names the request.
+    pub fn of_token(
+        claims: &crate::auth::Claims,
+        conn_id: Arc<str>,
+        ip: IpAddr,
+        transport: &'static str,
+    ) -> Client {
+        Client {
+            conn_id,
+            ip,
+            transport,
+            sub: Some(claims.sub.as_str().into()),
+            plan: claims.plan.clone(),
+            info: claims
+                .info
+                .as_ref()
+                .filter(|v| !v.is_null())
+                .map(|v| Arc::from(v.to_string())),
+        }
+    }
+}
+
 /// One question to a hook, front-neutral.
 #[derive(Debug, Clone)]
 pub struct Ask {

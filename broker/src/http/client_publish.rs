@@ -15,11 +15,13 @@ use std::time::Instant;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 
+use super::client_hook;
 use super::keyed::{duplicate_refund, keyed, keyed_price, publish_key, published_body, refund};
 use super::publish::{One, Refused, parse, read_body, refuse, with_rate_headers};
 use crate::charge::{self, KeyState, Payer, Price};
 use crate::config::Limits;
 use crate::exceeded::Exceeded;
+use crate::hooks::{ChannelHook, Event};
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::ErrorCode;
@@ -120,8 +122,25 @@ pub async fn publish(
         Ok(m) => m,
         Err(r) => return refuse(&node, Some(&key), r),
     };
+    // A hook deciding the channel replaces the token's globs (§15).
+    let who = node.hooks.for_channel(Event::Publish, &msg.channel);
+    let mut key = key;
+    if matches!(who, ChannelHook::Deciding(_)) {
+        // The price's own glob check then passes: the hook decides.
+        key.publish = GlobSet::new(&[msg.channel.as_ref()]);
+    }
+    let token_allows = key.publish.matches(&msg.channel);
     if crate::protocol::channel::validate(&msg.channel).is_ok()
-        && !key.publish.matches(&msg.channel)
+        && !token_allows
+        && client_hook::token_decides(
+            &node,
+            &claims,
+            ip,
+            &who,
+            &msg.channel,
+            msg.data,
+            token_allows,
+        )
     {
         let message = format!("this token may not publish on {:?}", msg.channel);
         let r = Refused::new(StatusCode::FORBIDDEN, ErrorCode::Forbidden, message);
@@ -167,8 +186,13 @@ pub async fn publish(
         node.ledger().refund_to(identity, cost).wait().await;
         return rate_limited(&r, "the account's");
     }
+    let hooked = client_hook::decide(&node, &claims, ip, &who, &msg.channel, msg.data, keyed).await;
+    let data = match hooked {
+        Ok(replaced) => replaced.unwrap_or_else(|| msg.data.to_owned()),
+        Err(refused) => return refused,
+    };
     let published = node
-        .publish(&msg.channel, msg.data.get(), "client", keyed)
+        .publish(&msg.channel, data.get(), "client", keyed)
         .await;
     let back = duplicate_refund(published, cost, &limits);
     let mut balance = admitted.balance;

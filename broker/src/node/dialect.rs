@@ -97,6 +97,8 @@ pub trait Link {
     fn conn(&self) -> u64;
     /// The connection's label shown to clients (`n1-8f3a`).
     fn label(&self) -> &str;
+    /// The client's address (after `trusted_proxies`), for hooks (§15).
+    fn ip(&self) -> std::net::IpAddr;
     /// The limits in force (the default plan's until [`Link::admit`]).
     fn limits(&self) -> Arc<Limits>;
     /// Where the dialect's own hub sinks queue frames.

@@ -264,12 +264,15 @@ struct Welcome<'a> {
     channels: Option<&'a [WelcomeChannel]>,
 }
 
+/// The `welcome` frame (§1), listing a connect hook's server-side
+/// channels when there are (§15).
 pub fn welcome(
     conn_id: &str,
     account: &str,
     node: &str,
     limits: &WelcomeLimits,
     token_expires_at: u64,
+    channels: Option<&[WelcomeChannel]>,
 ) -> Bytes {
     json_frame(&Welcome {
         kind: "welcome",
@@ -278,27 +281,7 @@ pub fn welcome(
         node,
         limits,
         token_expires_at,
-        channels: None,
-    })
-}
-
-/// A `welcome` that lists a connect hook's server-side channels (§15).
-pub fn welcome_with_channels(
-    conn_id: &str,
-    account: &str,
-    node: &str,
-    limits: &WelcomeLimits,
-    token_expires_at: u64,
-    channels: &[WelcomeChannel],
-) -> Bytes {
-    json_frame(&Welcome {
-        kind: "welcome",
-        conn_id,
-        account,
-        node,
-        limits,
-        token_expires_at,
-        channels: Some(channels),
+        channels,
     })
 }
 

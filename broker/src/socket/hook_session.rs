@@ -51,13 +51,13 @@ impl Socket {
                 .collect();
             let config = act.node.config.load();
             let share = act.node.bridge.account_share(&act.id.account);
-            act.send(wire::welcome_with_channels(
+            act.send(wire::welcome(
                 &act.id.label,
                 &act.id.account,
                 &config.node.id,
                 &welcome_limits(act.limits(), share),
                 act.id.token_expires_at,
-                &listed,
+                Some(&listed),
             ));
             for (channel, join, joined) in results {
                 act.joined(&channel, join, None, joined);

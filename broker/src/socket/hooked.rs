@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 
 use super::Socket;
 use crate::hooks::{Ask, Client, Decision, Event, Hook};
@@ -34,21 +34,29 @@ pub(super) enum Hooked {
     },
 }
 
+impl super::Identity {
+    /// What the hooks are told of a connection of this identity.
+    pub(crate) fn hook_client(&self, transport: &'static str) -> Client {
+        Client {
+            conn_id: self.label.clone(),
+            ip: self.ip,
+            transport,
+            sub: Some(self.account.clone()),
+            plan: self.plan.clone(),
+            info: self.info.clone(),
+        }
+    }
+}
+
 impl Socket {
     /// What the hooks are told of this connection.
     pub(super) fn hook_client(&self) -> Client {
-        Client {
-            conn_id: self.id.label.clone(),
-            ip: self.id.ip,
-            transport: if self.sse.is_some() {
-                "sse"
-            } else {
-                "websocket"
-            },
-            sub: Some(self.id.account.clone()),
-            plan: self.id.plan.clone(),
-            info: self.id.info.clone(),
-        }
+        let transport = if self.sse.is_some() {
+            "sse"
+        } else {
+            "websocket"
+        };
+        self.id.hook_client(transport)
     }
 
     pub(super) fn hook_ask(&self, event: Event, channel: Option<&str>) -> Ask {
@@ -112,8 +120,8 @@ impl Socket {
                 key,
                 decision,
             } => match decision {
-                Decision::Allowed { result, .. } => {
-                    let data = replaced(&result).unwrap_or(data);
+                allowed @ Decision::Allowed { .. } => {
+                    let data = allowed.replaced_data().unwrap_or(data);
                     self.publish_now(id.as_deref(), channel, &data, key.as_deref(), ctx);
                 }
                 other => self.hook_refused(id.as_deref(), Some(channel), other, ctx),
@@ -214,10 +222,4 @@ impl Socket {
             }
         }));
     }
-}
-
-/// A publish result's `{"data":..}`: the message to publish instead.
-fn replaced(result: &Map<String, Value>) -> Option<Box<RawValue>> {
-    let data = result.get("data")?;
-    serde_json::value::to_raw_value(data).ok()
 }

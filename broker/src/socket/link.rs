@@ -121,6 +121,10 @@ impl Link for SocketLink<'_> {
         &self.socket.id.label
     }
 
+    fn ip(&self) -> std::net::IpAddr {
+        self.socket.id.ip
+    }
+
     fn limits(&self) -> Arc<Limits> {
         self.socket.limits().clone()
     }

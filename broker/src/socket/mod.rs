@@ -304,6 +304,7 @@ impl Actor for Socket {
                 &config.node.id,
                 &welcome_limits(&limits, node.bridge.account_share(&self.id.account)),
                 self.id.token_expires_at,
+                None,
             ));
         } else {
             // The welcome waits for the joins: it lists their `seq`.

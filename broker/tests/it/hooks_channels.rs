@@ -220,3 +220,96 @@ async fn a_subscribe_unsubscribed_while_its_hook_is_asked_does_not_happen() {
     }
     assert_eq!(seen, vec![json!(3)], "the first subscribe was not acked");
 }
+
+#[actix_rt::test]
+async fn a_dry_run_publish_hook_is_compared_and_the_token_enforced() {
+    let mut backend = Backend::start(|_| Reply::error("spam"));
+    let broker = hooked(&backend, "\"publish\"", "dry_run = true");
+    let mut reader = broker.client("reader").await;
+    reader
+        .call(json!({"type": "subscribe", "channel": "doc:1"}), 1)
+        .await;
+    // The token allows doc:1, the hook refuses: published as sent.
+    let token = broker.token_with("u1", &["doc:*"], &["doc:1"], None);
+    let mut c = crate::common::Client::connect(&broker.ws_url(), &token)
+        .await
+        .unwrap();
+    assert_eq!(c.next_json().await["type"], "welcome");
+    let ack = c
+        .call(
+            json!({"type": "publish", "channel": "doc:1", "data": "as sent"}),
+            2,
+        )
+        .await;
+    assert_eq!(ack["type"], "ack", "the token decides: {ack}");
+    let msg = reader.until(|f| f["type"] == "message").await;
+    assert_eq!(msg["data"], "as sent");
+    // The dry-run call is made in the background: answered before the
+    // script changes.
+    assert_eq!(backend.call().await["data"], "as sent");
+    // The token refuses doc:2, the hook allows: forbidden.
+    backend.answer(|_| Reply::ok());
+    let e = c
+        .call(json!({"type": "publish", "channel": "doc:2", "data": 1}), 3)
+        .await;
+    assert_eq!(e["code"], "forbidden", "the token decides: {e}");
+    let series = "tidegate_hook_disagreements_total{hook=\"app\",event=\"publish\"}";
+    let deadline = std::time::Instant::now() + crate::common::PATIENCE;
+    while broker.metric(series).await < 2.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "both disagreements were not counted"
+        );
+        tokio::task::yield_now().await;
+    }
+    let hooks = &broker.node.metrics.hooks;
+    assert_eq!(
+        (
+            hooks.calls("app", "publish", "refused"),
+            hooks.calls("app", "publish", "allowed")
+        ),
+        (1, 1)
+    );
+}
+
+#[actix_rt::test]
+async fn hook_calls_and_durations_are_on_metrics() {
+    let backend = Backend::start(|v| {
+        if v["channel"] == "doc:1" {
+            Reply::ok()
+        } else {
+            Reply::error("not_member")
+        }
+    });
+    let broker = hooked(&backend, "\"subscribe\"", "");
+    let mut c = client(&broker, "u1").await;
+    let ack = c
+        .call(json!({"type": "subscribe", "channel": "doc:1"}), 1)
+        .await;
+    assert_eq!(ack["type"], "ack");
+    let e = c
+        .call(json!({"type": "subscribe", "channel": "doc:2"}), 2)
+        .await;
+    assert_eq!(e["code"], "not_member");
+    let text = broker.metrics().await;
+    let value = |series: &str| crate::common::metric_value(&text, series);
+    for outcome in ["allowed", "refused"] {
+        let series = format!(
+            "tidegate_hook_calls_total{{hook=\"app\",event=\"subscribe\",outcome=\"{outcome}\"}}"
+        );
+        assert_eq!(value(&series), 1.0, "{series} in:\n{text}");
+    }
+    assert_eq!(
+        value("tidegate_hook_duration_seconds_count{hook=\"app\",event=\"subscribe\"}"),
+        2.0,
+        "{text}"
+    );
+    assert!(
+        value("tidegate_hook_duration_seconds_sum{hook=\"app\",event=\"subscribe\"}") > 0.0,
+        "{text}"
+    );
+    assert_eq!(
+        value("tidegate_rejections_total{layer=\"hook\",reason=\"not_member\"}"),
+        1.0
+    );
+}

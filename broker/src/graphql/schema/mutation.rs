@@ -7,6 +7,8 @@ use async_graphql::{Context, Object, Result};
 use super::query::ticket;
 use super::{Code, Json, PublishInput, Published, Seq};
 use crate::graphql::admission::Ticket;
+use crate::graphql::hooked;
+use crate::hooks::{ChannelHook, Event};
 use crate::idempotency::Keyed;
 use crate::pricing;
 use crate::protocol::channel;
@@ -14,7 +16,15 @@ use crate::protocol::channel;
 pub struct Mutation;
 
 /// The message's channel and `data` text, or why it cannot be published.
-fn checked(t: &Ticket, channel: &str, data: &Json, key: Option<&str>) -> Result<String> {
+/// For a channel a hook decides (`who`), the hook replaces the token's
+/// `pub_channels` (§15: asked in [`hooked::publish`]).
+fn checked(
+    t: &Ticket,
+    channel: &str,
+    data: &Json,
+    key: Option<&str>,
+    who: &ChannelHook,
+) -> Result<String> {
     channel::validate(channel).map_err(|why| Code::BadRequest.error(why))?;
     if let Some(key) = key {
         crate::idempotency::validate(key).map_err(|e| Code::BadRequest.error(e.to_string()))?;
@@ -34,12 +44,20 @@ fn checked(t: &Ticket, channel: &str, data: &Json, key: Option<&str>) -> Result<
             limits.max_json_depth
         )));
     }
-    if !t.caller.may_publish(channel) {
+    if !matches!(who, ChannelHook::Deciding(_)) && !t.caller.may_publish(channel) {
+        hooked::shadow(t, who, Event::Publish, channel, Some(&text), false);
         return Err(Code::Forbidden.error(format!(
             "this credential may not publish on {channel:?} (its pub_channels do not allow it)"
         )));
     }
     Ok(text)
+}
+
+fn keyed<'a>(t: &'a Ticket, key: Option<&'a str>) -> Option<Keyed<'a>> {
+    key.map(|key| Keyed {
+        publisher: &t.caller.account,
+        key,
+    })
 }
 
 /// Publishes a checked message once per key (§17). The operation was
@@ -76,7 +94,10 @@ impl Mutation {
         key: Option<String>,
     ) -> Result<Published> {
         let t = ticket(ctx);
-        let text = checked(t, &channel, &data, key.as_deref())?;
+        let who = hooked::who(t, Event::Publish, &channel);
+        let text = checked(t, &channel, &data, key.as_deref(), &who)?;
+        let keyed = keyed(t, key.as_deref());
+        let text = hooked::publish(t, &who, &channel, text, keyed).await?;
         Ok(publish_one(t, channel, &text, key.as_deref()).await)
     }
 
@@ -95,16 +116,35 @@ impl Mutation {
                 messages.len()
             )));
         }
+        let at = |i: usize| {
+            move |mut e: async_graphql::Error| {
+                e.message = format!("messages[{i}]: {}", e.message);
+                e
+            }
+        };
+        let whos: Vec<ChannelHook> = messages
+            .iter()
+            .map(|m| hooked::who(t, Event::Publish, &m.channel))
+            .collect();
         let texts = messages
             .iter()
+            .zip(&whos)
             .enumerate()
-            .map(|(i, m)| {
-                checked(t, &m.channel, &m.data, m.key.as_deref()).map_err(|mut e| {
-                    e.message = format!("messages[{i}]: {}", e.message);
-                    e
-                })
+            .map(|(i, (m, who))| {
+                checked(t, &m.channel, &m.data, m.key.as_deref(), who).map_err(at(i))
             })
             .collect::<Result<Vec<_>>>()?;
+        // Every hook answers before any message is sent: a refusal
+        // refuses the whole batch.
+        let mut decided = Vec::with_capacity(texts.len());
+        for (i, ((m, who), text)) in messages.iter().zip(&whos).zip(texts).enumerate() {
+            let keyed = keyed(t, m.key.as_deref());
+            let text = hooked::publish(t, who, &m.channel, text, keyed)
+                .await
+                .map_err(at(i))?;
+            decided.push(text);
+        }
+        let texts = decided;
         let mut out = Vec::with_capacity(messages.len());
         for (m, text) in messages.into_iter().zip(texts) {
             out.push(publish_one(t, m.channel, &text, m.key.as_deref()).await);

@@ -155,7 +155,12 @@ impl GraphqlWs {
             .map(str::to_owned)
             .or_else(|| self.upgrade.clone());
         match Caller::identify(&self.node, credential.as_deref()) {
-            Ok(caller) => {
+            Ok(mut caller) => {
+                caller.origin = Some(super::caller::Origin {
+                    conn_id: link.label().into(),
+                    ip: link.ip(),
+                    transport: "graphql-ws",
+                });
                 let who = caller.who();
                 self.caller = Some(caller);
                 link.admit(who);
@@ -303,6 +308,7 @@ impl GraphqlWs {
             Some(Start::Presence { channel, rule }) => {
                 self.watch(link, id, (&channel, rule), &ran, params)
             }
+            Some(Start::Disconnect { code, reason }) => link.close(code, &reason),
             // A subscription that did not start: its errors came before the
             // stream (the resolver refused), an `error` message.
             None if reply.data.is_some() && ran.operation != "subscription" => {

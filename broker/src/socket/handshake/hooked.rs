@@ -5,7 +5,6 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix_http::RequestHead;
 use actix_web::http::StatusCode;
@@ -20,7 +19,6 @@ use crate::exceeded::Exceeded;
 use crate::gate::IpSlot;
 use crate::hooks::{Ask, Client, Decision, Event};
 use crate::metrics::Layer;
-use crate::metrics::hooks::hook_reason;
 use crate::node::Node;
 use crate::node::dialect::{TokenTimes, Who};
 use crate::protocol::ErrorCode;
@@ -125,43 +123,20 @@ pub(super) async fn admit_by_hook(
             failed_open: true, ..
         } => return Err(unauthorized(node)),
         Decision::Allowed { result, .. } => result,
-        Decision::Refused {
-            code,
-            message,
-            retry_after_ms,
-        } => {
-            refuse_as(hook_reason(&code));
-            let mut r = refused(
-                StatusCode::FORBIDDEN,
-                ErrorCode::Forbidden,
-                message,
-                retry_after_ms.map(Duration::from_millis),
-            );
-            r.custom = Some(code);
-            return Err(r);
-        }
-        Decision::Disconnect { reason, .. } => {
-            refuse_as("disconnected");
-            let message = if reason.is_empty() {
-                "the backend refused this connection".to_owned()
-            } else {
-                reason
+        other => {
+            // A hook's `error`, `disconnect` or failure under `deny`.
+            let Some(r) = other.http_refusal("this connection") else {
+                unreachable!("an allowing decision was matched above")
             };
-            return Err(refused(
-                StatusCode::FORBIDDEN,
-                ErrorCode::Forbidden,
-                message,
-                None,
-            ));
-        }
-        Decision::Unavailable { retry_after } => {
-            refuse_as(ErrorCode::HookUnavailable.as_str());
-            return Err(refused(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::HookUnavailable,
-                "the backend deciding connections did not answer; try again later",
-                Some(retry_after),
-            ));
+            refuse_as(r.reason);
+            let code = if r.status == StatusCode::SERVICE_UNAVAILABLE {
+                ErrorCode::HookUnavailable
+            } else {
+                ErrorCode::Forbidden
+            };
+            let mut out = refused(r.status, code, r.message, r.retry_after);
+            out.custom = Some(r.code);
+            return Err(out);
         }
     };
     let (who, channels, life) = who_from(node, config, &result)?;

@@ -34,9 +34,16 @@ impl Socket {
         let Some(stream) = &mut self.sse else { return };
         let start = std::mem::take(&mut stream.start);
         let units = std::mem::take(&mut stream.price);
+        let decided = std::mem::take(&mut stream.decided);
         self.charge_opening(units, ctx);
         for (channel, since) in start {
-            self.subscribe(Some(&ack_id(&channel)), &channel, since, ctx);
+            let id = ack_id(&channel);
+            // A hook allowed it at the request already (`hooked.rs`).
+            if decided.contains(&channel) {
+                self.subscribe_allowed(Some(&id), &channel, since, ctx);
+            } else {
+                self.subscribe(Some(&id), &channel, since, ctx);
+            }
         }
     }
 

@@ -18,6 +18,7 @@
 mod actor;
 mod body;
 mod feed;
+mod hooked;
 mod memo;
 mod render;
 mod tcp;
@@ -59,6 +60,9 @@ pub(super) struct Stream {
     /// The channels to join once open, each with its `since` (taken when
     /// the actor starts; at most the plan's `max_subscriptions`).
     start: Vec<(String, Option<u64>)>,
+    /// The channels of `start` a hook allowed at the request (`hooked.rs`):
+    /// joined without asking again. At most `start`'s size.
+    decided: HashSet<String>,
     /// What the channels cost ([`price`]), charged once the actor runs.
     price: u32,
     ender: Ender,
@@ -246,11 +250,18 @@ async fn open(
             ));
         }
     };
-    if let Some(c) = ask
-        .channels
-        .iter()
-        .find(|c| !identity.grants.subscribe.matches(c))
-    {
+    // A hook deciding a channel replaces the token's globs for it (§15).
+    let mut by_hook = Vec::new();
+    let mut refused = None;
+    for c in &ask.channels {
+        match hooked::deciding(&node, c) {
+            Some(hook) => by_hook.push((hook, c.clone())),
+            None if refused.is_none() && !identity.grants.subscribe.matches(c) => refused = Some(c),
+            None => {}
+        }
+    }
+    if let Some(c) = refused {
+        hooked::shadow_refused(&node, &identity, c);
         let message = format!("this token may not subscribe on {c:?}");
         return Err(refuse(
             StatusCode::FORBIDDEN,
@@ -288,10 +299,18 @@ async fn open(
             ));
         }
     };
+    let decided = match hooked::ask_all(&node, &identity, by_hook).await {
+        Ok(d) => d,
+        Err(r) => {
+            node.metrics.handshake_done("refused", started);
+            return Err(r);
+        }
+    };
     node.metrics.handshake_done("accepted", started);
     let ender = Ender::new(fd);
     let stream = Stream {
         start,
+        decided,
         price,
         ender: ender.clone(),
     };
