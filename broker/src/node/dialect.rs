@@ -58,6 +58,13 @@ pub struct Route {
     pub refusal: fn(StatusCode, ErrorCode, &str, Option<Duration>) -> HttpResponse,
 }
 
+/// The upgrade's `Authorization` header (a credential a dialect may use).
+pub fn authorization(head: &RequestHead) -> Option<&str> {
+    head.headers()
+        .get(actix_web::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+}
+
 /// A protocol the socket speaks instead of `tidegate.v1`. Every method
 /// runs on the socket's actor, with the socket's services in `link`.
 pub trait Dialect {

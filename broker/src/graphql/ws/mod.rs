@@ -59,10 +59,7 @@ pub const ROUTE: Route = Route {
 };
 
 fn open(node: &Arc<Node>, head: &actix_http::RequestHead) -> Box<dyn Dialect> {
-    let authorization = head
-        .headers()
-        .get(actix_web::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
+    let authorization = crate::node::dialect::authorization(head);
     Box::new(GraphqlWs {
         node: node.clone(),
         session: Session::new(Instant::now()),
