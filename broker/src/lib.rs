@@ -54,7 +54,10 @@
 //!    (`tidegate.v1.Broker` on its own runtime), [`admin`] (the operators'
 //!    routes and page, §10), [`graphql`] (the GraphQL API, §12: documents
 //!    priced and measured before they run, charged to the bucket HTTP and
-//!    gRPC share, run on a runtime of their own, refunded after).
+//!    gRPC share, run on a runtime of their own, refunded after),
+//!    [`pusher`] (the Pusher Channels protocol, §16: `/app/{key}` as a
+//!    dialect of the socket machinery, the app's channels under names no
+//!    Tidegate client can give).
 //! 5. **Top**: [`drain`] (the staggered SIGTERM drain), [`reload`] (SIGHUP
 //!    and file-change reloads), [`server`] (routes, listeners and
 //!    `run(listener, config, shutdown)`, the entry point of the binary and
@@ -88,6 +91,7 @@ pub mod presence;
 pub mod pricing;
 pub mod process_metrics;
 pub mod protocol;
+pub mod pusher;
 pub mod refusal;
 pub mod reload;
 pub mod rules;

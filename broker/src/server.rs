@@ -49,6 +49,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(resource("/readyz").route(web::get().to(http::ops::readyz)))
     .service(resource("/metrics").route(web::get().to(http::ops::metrics)));
     crate::admin::routes(cfg);
+    crate::pusher::api::routes(cfg);
     cfg.default_service(web::to(|| async { not_found() }));
 }
 
@@ -161,7 +162,7 @@ pub async fn serve_with_grpc(
                         async move {
                             // A peer gone mid-handshake is routine, not
                             // an error worth actix's error log.
-                            let routes = &[crate::graphql::ws::ROUTE];
+                            let routes = &[crate::graphql::ws::ROUTE, crate::pusher::ROUTE];
                             if let Err(e) =
                                 socket::handshake::upgrade(node, req, framed, routes).await
                             {

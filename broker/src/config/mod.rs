@@ -15,6 +15,7 @@ mod hooks;
 mod limits;
 mod namespaces;
 mod plans;
+mod pusher;
 mod redis_cluster;
 mod report;
 mod sections;
@@ -40,6 +41,7 @@ pub use limits::{Costs, LimitName, Limits, Op, Rule, TrackBy};
 pub use namespaces::{
     Conflation, Delivery, DeliveryClasses, NamespaceSection, PresenceRule, presence_rule,
 };
+pub use pusher::{MIN_PUSHER_SECRET_BYTES, PUSHER_EVENT_TYPES, PusherApp, SAMPLE_PUSHER_SECRET};
 pub use sections::{
     ApiKey, AuthSection, ClusterMode, ClusterSection, HandshakeSection, HistorySection,
     HttpSection, NodeSection, ProxyRange, PublishSection, SAMPLE_API_KEY, SAMPLE_JWT_SECRET,
@@ -107,6 +109,8 @@ pub struct Config {
     pub hooks: Vec<HookConfig>,
     /// `[namespaces.NAME]`: delivery classes (§11).
     pub namespaces: HashMap<String, NamespaceSection>,
+    /// `[[pusher.apps]]` (§16), in file order.
+    pub pusher_apps: Vec<Arc<PusherApp>>,
     plan_tables: HashMap<String, toml::Table>,
     plans: HashMap<String, Arc<Limits>>,
     accounts: HashMap<String, AccountEntry>,
@@ -134,7 +138,7 @@ pub struct ResolvedApiKey {
 #[error("unknown plan {0:?}")]
 pub struct UnknownPlan(pub String);
 
-const SECTIONS: [&str; 17] = [
+const SECTIONS: [&str; 18] = [
     "node",
     "grpc",
     "auth",
@@ -152,6 +156,7 @@ const SECTIONS: [&str; 17] = [
     "log",
     "webhooks",
     "hooks",
+    "pusher",
 ];
 
 impl Config {
@@ -319,6 +324,15 @@ impl Config {
             }
             _ => problems.push("accounts: must be a table of accounts".into()),
         }
+        let plan_names: Vec<&str> = plan_tables.keys().map(String::as_str).collect();
+        let mut pusher_apps = pusher::resolve(
+            take("pusher"),
+            env,
+            &plan_names,
+            &mut accounts,
+            &mut sources,
+            &mut problems,
+        );
         sources.name_variables(&mut problems);
         problems.sort();
         problems.dedup();
@@ -374,6 +388,9 @@ impl Config {
             retire_sample_key(exposed(&node), &mut resolved_keys, &mut warnings);
             retire_sample_key(grpc_exposed(grpc.listen), &mut resolved_keys, &mut warnings);
         }
+        // From a file too: the sample app is the shipped file's, which
+        // operators (and tests) copy with other changes.
+        pusher::retire_sample_app(exposed(&node), &mut pusher_apps, &mut warnings);
         problems.extend(sample_secret_problems(&node, &jwt_keys, &resolved_keys));
         grpc.problems(&resolved_keys, &mut problems);
         redis_cluster::problems(&cluster, &mut problems);
@@ -401,6 +418,7 @@ impl Config {
             webhooks,
             hooks,
             namespaces,
+            pusher_apps: pusher_apps.into_iter().map(Arc::new).collect(),
             plan_tables,
             plans,
             accounts,

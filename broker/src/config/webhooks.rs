@@ -142,9 +142,11 @@ impl WebhookEndpoint {
         self.events.iter().any(|e| e == event)
     }
 
-    /// Whether channel and message events of `channel` go to this endpoint.
+    /// Whether channel and message events of `channel` go to this endpoint
+    /// (never a Pusher app's: apps are isolated, §16).
     pub fn covers(&self, channel: &str) -> bool {
-        self.globs.iter().any(|g| g.matches(channel))
+        !crate::protocol::channel::is_pusher(channel)
+            && self.globs.iter().any(|g| g.matches(channel))
     }
 
     /// Same receiver, same events: only [`Pacing`] may differ, so pending
@@ -209,6 +211,26 @@ fn endpoint(
     problems: &mut Vec<String>,
 ) -> Option<WebhookEndpoint> {
     let before = problems.len();
+    let secrets = secrets(&entry, env, &mut |ok, what| {
+        if !ok {
+            problems.push(format!("{path}.{what}"));
+        }
+    });
+    let ep = endpoint_with(entry, path, secrets, &EVENT_TYPES, problems);
+    ep.filter(|_| problems.len() == before)
+}
+
+/// An endpoint from its entry with its HMAC keys already read, its events
+/// checked against `known` (§9's names, or another front's: the Pusher
+/// apps' webhooks take Pusher's names and the app's secret).
+pub(super) fn endpoint_with(
+    entry: WebhookEntry,
+    path: &str,
+    secrets: Vec<Vec<u8>>,
+    known: &[&str],
+    problems: &mut Vec<String>,
+) -> Option<WebhookEndpoint> {
+    let before = problems.len();
     let mut need = |ok: bool, what: String| {
         if !ok {
             problems.push(format!("{path}.{what}"));
@@ -235,7 +257,6 @@ fn endpoint(
             None
         }
     };
-    let secrets = secrets(&entry, env, &mut need);
     let ca_pem = entry
         .ca_file
         .as_deref()
@@ -248,11 +269,8 @@ fn endpoint(
         });
     for e in &entry.events {
         need(
-            EVENT_TYPES.contains(&e.as_str()),
-            format!(
-                "events: unknown event {e:?} (known: {})",
-                EVENT_TYPES.join(", ")
-            ),
+            known.contains(&e.as_str()),
+            format!("events: unknown event {e:?} (known: {})", known.join(", ")),
         );
     }
     need(

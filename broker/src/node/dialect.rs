@@ -20,6 +20,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use actix_http::RequestHead;
 use actix_web::HttpResponse;
 use actix_web::http::StatusCode;
 use bytes::Bytes;
@@ -28,7 +29,7 @@ use super::Node;
 use crate::auth::Grants;
 use crate::config::Limits;
 use crate::hub::OutboundGauge;
-use crate::protocol::ErrorCode;
+use crate::protocol::{CloseCode, ErrorCode};
 
 /// Work a dialect runs on its connection's worker; what it resolves to
 /// comes back through [`Dialect::done`].
@@ -38,14 +39,30 @@ pub type Work = Pin<Box<dyn Future<Output = Box<dyn Any>>>>;
 #[derive(Clone, Copy)]
 pub struct Route {
     pub path: &'static str,
-    /// Required in `Sec-WebSocket-Protocol`, and answered.
-    pub subprotocol: &'static str,
-    /// A new connection's protocol state, with the upgrade's
-    /// `Authorization` header (a credential the dialect may use).
-    pub open: fn(&Arc<Node>, Option<&str>) -> Box<dyn Dialect>,
+    /// `path` is a prefix of the paths served (`/app/` serves `/app/{key}`).
+    pub prefix: bool,
+    /// Required in `Sec-WebSocket-Protocol`, and answered; `None`: the
+    /// protocol names none (pusher-js offers none).
+    pub subprotocol: Option<&'static str>,
+    /// The credential the request itself names (a Pusher app's key in the
+    /// path), admitted at the upgrade with the §1 layers after the
+    /// credential, so an account's connection cap refuses before the
+    /// upgrade; `None`: the dialect names one later ([`Link::admit`]) or
+    /// the request names none the route knows (the dialect says so).
+    pub credential: fn(&Arc<Node>, &RequestHead) -> Option<Who>,
+    /// A new connection's protocol state, with the upgrade's head (its
+    /// path and query, its `Authorization` header).
+    pub open: fn(&Arc<Node>, &RequestHead) -> Box<dyn Dialect>,
     /// A refusal at the upgrade (a §1 layer before the credential), as
     /// this route's HTTP answers word it.
     pub refusal: fn(StatusCode, ErrorCode, &str, Option<Duration>) -> HttpResponse,
+}
+
+/// The upgrade's `Authorization` header (a credential a dialect may use).
+pub fn authorization(head: &RequestHead) -> Option<&str> {
+    head.headers()
+        .get(actix_web::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
 }
 
 /// A protocol the socket speaks instead of `tidegate.v1`. Every method
@@ -67,6 +84,17 @@ pub trait Dialect {
     fn drained(&mut self, link: &mut dyn Link, dropped: u64);
     /// The socket is stopping: leave every channel.
     fn stopping(&mut self, node: &Node);
+    /// The code on the wire for one of the socket's own closes (an
+    /// operator's, the account budget's, a slow reader's, the drain's):
+    /// a dialect whose clients read close codes their own way says it in
+    /// its words (Pusher's 4100 "reconnect with backoff").
+    fn close_code(&self, code: CloseCode) -> u16 {
+        code.code()
+    }
+    /// The `transport` label of `tidegate_connections`.
+    fn transport(&self) -> &'static str {
+        "ws"
+    }
 }
 
 /// What the socket does for its dialect.
@@ -91,6 +119,15 @@ pub trait Link {
     /// `max_single`: `Err` with the refusal (counted under
     /// `layer="connection"`): the wait until a token when it is empty.
     fn charge_frame(&mut self, units: u32) -> Result<(), crate::charge::Refused>;
+    /// [`Link::charge_frame`] for a frame of `bytes` that is the account's
+    /// traffic as a `tidegate.v1` frame is (a Pusher client's): also the
+    /// byte bucket, and counted toward the account's sampled budget, whose
+    /// breach closes every connection of the account.
+    fn charge_account_frame(
+        &mut self,
+        units: u32,
+        bytes: usize,
+    ) -> Result<(), crate::charge::Refused>;
     /// Takes `units` from the connection's frame bucket even below zero,
     /// for what cannot wait once it is bought (a subscription's `recovery`
     /// once its `since` is known); its next frames wait instead.

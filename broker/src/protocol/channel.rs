@@ -36,6 +36,16 @@ pub fn validate(name: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// The start of every hub channel of a Pusher app (§16): `|` is outside
+/// the alphabet above, so no Tidegate client can name one, and what is
+/// Tidegate's own (§9's webhooks) leaves them out.
+pub const PUSHER_PREFIX: &str = "pusher|";
+
+/// Whether a hub channel is a Pusher app's.
+pub fn is_pusher(name: &str) -> bool {
+    name.starts_with(PUSHER_PREFIX)
+}
+
 /// The namespace: the part before the first `:` (the whole name if none).
 pub fn namespace(name: &str) -> &str {
     name.split_once(':').map_or(name, |(ns, _)| ns)

@@ -20,23 +20,23 @@ use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use futures_util::SinkExt;
 
+mod dialect;
 mod hooked;
 mod who;
 
 pub use hooked::origin_allowed;
 
 use super::{Identity, Slots, Socket};
-use crate::account::AccountSlot;
-use crate::auth::Grants;
 use crate::config::{Config, Limits};
 use crate::exceeded::Exceeded;
 use crate::gate::IpSlot;
 use crate::metrics::Layer;
 use crate::node::Node;
-use crate::node::dialect::{Refusal, Route, TokenTimes, Who};
+use crate::node::dialect::{Route, TokenTimes, Who};
 use crate::protocol::ErrorCode;
-use crate::protocol::glob::GlobSet;
 use crate::refusal::refusal;
+use dialect::admit_dialect;
+pub(super) use dialect::admit_later;
 use who::admit_who;
 
 /// The subprotocol Tidegate speaks.
@@ -297,7 +297,10 @@ where
     if let Some(u) = req.conn_data::<crate::unfinished::Unfinished>() {
         u.off();
     }
-    let route = routes.iter().find(|r| r.path == req.path()).copied();
+    let route = routes
+        .iter()
+        .find(|r| r.path == req.path() || (r.prefix && req.path().starts_with(r.path)))
+        .copied();
     if req.path() != PATH && route.is_none() {
         return refuse(framed, crate::refusal::not_found()).await;
     }
@@ -325,7 +328,7 @@ where
             None,
         ),
         Some(r) => (
-            admit_dialect(req.head(), &node, &config, r.subprotocol),
+            admit_dialect(req.head(), &node, &config, r).await,
             r.refusal,
             Some(r),
         ),
@@ -342,21 +345,16 @@ where
         }
     };
     node.metrics.handshake_done("accepted", started);
-    let subprotocol = dialect.map_or(SUBPROTOCOL, |r| r.subprotocol);
-    if offered(req.head()).any(|p| p == subprotocol) {
+    let subprotocol = dialect.map_or(Some(SUBPROTOCOL), |r| r.subprotocol);
+    if let Some(subprotocol) = subprotocol
+        && offered(req.head()).any(|p| p == subprotocol)
+    {
         response.insert_header((
             header::SEC_WEBSOCKET_PROTOCOL,
             HeaderValue::from_static(subprotocol),
         ));
     }
-    let dialect = dialect.map(|r| {
-        let authorization = req
-            .head()
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        (r.open)(&node, authorization)
-    });
+    let dialect = dialect.map(|r| (r.open)(&node, req.head()));
     let head = response.finish().drop_body();
     if let Err(e) = framed.send(h1::Message::Item((head, BodySize::None))).await {
         // Gone before the answer: the places the checks took go back with
@@ -377,67 +375,6 @@ where
     );
     actix_rt::spawn(transport);
     Ok(())
-}
-
-/// A dialect's upgrade: its subprotocol, then the §1 layers before the
-/// credential; the socket starts unidentified, with the default plan's
-/// limits, until the dialect names a credential.
-fn admit_dialect(
-    req: &RequestHead,
-    node: &Arc<Node>,
-    config: &Config,
-    subprotocol: &str,
-) -> Result<Admitted, Refused> {
-    if !offered(req).any(|p| p == subprotocol) {
-        Exceeded::new(Layer::Handshake, ErrorCode::BadRequest.as_str(), "").emit(&node.metrics);
-        return Err(refused(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::BadRequest,
-            format!("offer the {subprotocol} subprotocol (Sec-WebSocket-Protocol)"),
-            None,
-        ));
-    }
-    let Peer { ip, slot } = admit_peer(req, node, config)?;
-    let limits = config
-        .limits_for("", None)
-        .unwrap_or_else(|_| Arc::new(Limits::default()));
-    let who = Who {
-        account: String::new(),
-        plan: None,
-        role: None,
-        limits: limits.clone(),
-        grants: Grants {
-            subscribe: GlobSet::new::<&str>(&[]),
-            publish: GlobSet::new::<&str>(&[]),
-        },
-        token: None,
-        info: None,
-    };
-    Ok(Admitted {
-        identity: identity(config, node.next_conn(), ip, who),
-        limits,
-        slots: Slots {
-            ip: Some(slot),
-            account: None,
-        },
-    })
-}
-
-/// [`admit_who`] for a dialect's socket, as the dialect hears it.
-pub(super) async fn admit_later(
-    node: &Arc<Node>,
-    ip: IpAddr,
-    who: &Who,
-    conn: u64,
-) -> Result<Option<AccountSlot>, Refusal> {
-    let config = node.config.load_full();
-    admit_who(node, &config, ip, who, conn)
-        .await
-        .map_err(|r| Refusal {
-            code: r.code,
-            message: r.message,
-            retry: r.retry,
-        })
 }
 
 /// `GET /v1/ws` without the upgrade headers, through the router.

@@ -160,6 +160,35 @@ impl Link for SocketLink<'_> {
         Ok(())
     }
 
+    fn charge_account_frame(&mut self, units: u32, bytes: usize) -> Result<(), Refused> {
+        let s = &mut *self.socket;
+        let now = Instant::now();
+        if units == 0 && !s.take_free_frame(now) {
+            return Err(Refused {
+                reason: Reason::RateLimited,
+                retry_after: s.free_frames.wait_at(1.0, now),
+                balance: None,
+            });
+        }
+        let price = Price::frame(units, bytes, s.admission.limits(), None);
+        let payer = Payer::Connection(Connection {
+            admission: &mut s.admission,
+            sampler: Some(&mut s.sampler),
+            rules: None,
+            account: &s.id.account,
+            conn: &s.id.label,
+        });
+        let charge::Pending::Ready(outcome) = s.node.ledger().charge(payer, price, now) else {
+            unreachable!("a connection's own buckets answer at once")
+        };
+        let admitted = outcome?;
+        s.node.metrics.messages_in.inc();
+        if let Some(sample) = admitted.sample {
+            s.charge_account(sample, self.ctx);
+        }
+        Ok(())
+    }
+
     fn owe_frame(&mut self, units: u32) {
         // Never refused: the outcome says nothing.
         let _ = self.charge(Price::owed(units));

@@ -149,7 +149,11 @@ pub struct Socket {
 impl Socket {
     /// The `transport` label of `tidegate_connections`.
     fn transport(&self) -> &'static str {
-        if self.sse.is_some() { "sse" } else { "ws" }
+        match (&self.sse, &self.dialect) {
+            (Some(_), _) => "sse",
+            (None, Some(d)) => d.transport(),
+            (None, None) => "ws",
+        }
     }
 
     fn limits(&self) -> &Arc<Limits> {
@@ -192,7 +196,13 @@ impl Socket {
                 .webhooks
                 .limit_exceeded(&self.id.account, event, Some(code.code()));
         }
-        self.close_with(ctx, code.code(), reason, code == CloseCode::SlowConsumer);
+        // A dialect says the code in its words (the socket's services,
+        // its reasons).
+        let wire = self
+            .dialect
+            .as_ref()
+            .map_or(code.code(), |d| d.close_code(code));
+        self.close_with(ctx, wire, reason, code == CloseCode::SlowConsumer);
     }
 
     /// Queues a close frame with any code (a dialect's own too) after what

@@ -75,6 +75,8 @@ mod presence_ends;
 mod presence_single;
 mod presence_webhooks;
 mod process;
+mod pusher_api;
+mod pusher_ws;
 mod receiver;
 mod redis_cluster;
 mod redis_key_expiry;

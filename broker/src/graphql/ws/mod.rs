@@ -51,12 +51,15 @@ use sink::OpSink;
 /// `/v1/graphql` upgraded with `graphql-transport-ws`.
 pub const ROUTE: Route = Route {
     path: super::PATH,
-    subprotocol: SUBPROTOCOL,
+    prefix: false,
+    subprotocol: Some(SUBPROTOCOL),
+    credential: |_, _| None,
     open,
     refusal,
 };
 
-fn open(node: &Arc<Node>, authorization: Option<&str>) -> Box<dyn Dialect> {
+fn open(node: &Arc<Node>, head: &actix_http::RequestHead) -> Box<dyn Dialect> {
+    let authorization = crate::node::dialect::authorization(head);
     Box::new(GraphqlWs {
         node: node.clone(),
         session: Session::new(Instant::now()),

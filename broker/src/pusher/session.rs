@@ -1,0 +1,439 @@
+//! One `/app/{key}` connection: Pusher's protocol as a dialect of the
+//! socket machinery (`node/dialect.rs`).
+//!
+//! Every client frame is charged to the connection's frame bucket before it
+//! is read further (`pusher:ping` to its ping bucket, like a WebSocket
+//! ping): a client event over it is dropped and answered `pusher:error`
+//! 4301 at most once a second, a subscription over it is refused with
+//! status 429; the connection stays open. The activity clock pings a
+//! silent client and closes 4201 when the pong does not come.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix_http::RequestHead;
+use serde_json::Value;
+
+use super::frames::{self, Incoming, code};
+use super::names::{self, Kind};
+use super::sign;
+use super::sink::{PusherSink, publish_data};
+use crate::cluster::Pending;
+use crate::config::{LimitName, PusherApp};
+use crate::exceeded::Exceeded;
+use crate::hub::{Sink, Subscriber};
+use crate::metrics::Layer;
+use crate::node::Node;
+use crate::node::dialect::{Dialect, Link, Refusal};
+use crate::protocol::CloseCode;
+
+/// Protocol versions spoken (pusher-js 8 speaks 7).
+const PROTOCOLS: std::ops::RangeInclusive<u32> = 5..=7;
+/// At most one `pusher:error` 4301 a second (§3's `rate_limited`).
+const NOTICE_INTERVAL: Duration = Duration::from_secs(1);
+
+pub(super) fn open(node: &Arc<Node>, head: &RequestHead) -> Box<dyn Dialect> {
+    let key = head.uri.path().strip_prefix(super::WS_PREFIX).unwrap_or("");
+    let app = super::app_by_key(node, key);
+    let protocol = head
+        .uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("protocol="))
+        .map(str::to_owned);
+    let refusal = match (&app, protocol) {
+        (None, _) => Some((
+            code::APP_UNKNOWN,
+            format!("App key {key} not in this cluster. Did you forget to specify the cluster?"),
+        )),
+        (_, None) => Some((code::NO_PROTOCOL, "No protocol version supplied".to_owned())),
+        (_, Some(p)) if !p.parse().is_ok_and(|v: u32| PROTOCOLS.contains(&v)) => Some((
+            code::UNSUPPORTED_PROTOCOL,
+            format!("Unsupported protocol version {p}"),
+        )),
+        _ => None,
+    };
+    Box::new(PusherWs {
+        node: node.clone(),
+        app,
+        refusal,
+        socket_id: Arc::from(""),
+        channels: HashMap::new(),
+        last_heard: Instant::now(),
+        pinged: false,
+        last_notice: None,
+    })
+}
+
+/// One subscribed channel.
+struct Sub {
+    sink: Arc<PusherSink>,
+}
+
+struct PusherWs {
+    node: Arc<Node>,
+    /// `None`: the key named no app (closed 4001 once open).
+    app: Option<Arc<PusherApp>>,
+    /// Why the connection is closed as soon as it opens.
+    refusal: Option<(u16, String)>,
+    socket_id: Arc<str>,
+    /// By Pusher name. Bounded by the plan's `max_subscriptions`: a
+    /// subscribe past it is refused.
+    channels: HashMap<String, Sub>,
+    last_heard: Instant,
+    /// A `pusher:ping` is out and unanswered.
+    pinged: bool,
+    /// When the last `pusher:error` 4301 went out.
+    last_notice: Option<Instant>,
+}
+
+/// The activity clock rang.
+struct Activity;
+/// The pong timeout rang.
+struct PongDue;
+/// A subscription's join was answered.
+struct Joined(String, Arc<PusherSink>);
+
+impl PusherWs {
+    fn app(&self) -> &PusherApp {
+        self.app
+            .as_deref()
+            .expect("a refused connection reads no frame")
+    }
+
+    fn activity_timeout(&self) -> Duration {
+        Duration::from_secs(self.app().activity_timeout_s)
+    }
+
+    fn arm(&self, link: &mut dyn Link, after: Duration) {
+        link.spawn(Box::pin(async move {
+            actix_rt::time::sleep(after).await;
+            Box::new(Activity) as Box<dyn Any>
+        }));
+    }
+
+    /// The activity clock: a client silent for the timeout is pinged; one
+    /// silent past the pong timeout too is closed 4201.
+    fn tick(&mut self, link: &mut dyn Link) {
+        let timeout = self.activity_timeout();
+        let silent = self.last_heard.elapsed();
+        if silent < timeout {
+            return self.arm(link, timeout - silent);
+        }
+        if !self.pinged {
+            self.pinged = true;
+            link.send(&frames::event("pusher:ping", None, "{}"));
+            let pong = Duration::from_secs(self.app().pong_timeout_s);
+            link.spawn(Box::pin(async move {
+                actix_rt::time::sleep(pong).await;
+                Box::new(PongDue) as Box<dyn Any>
+            }));
+        }
+    }
+
+    fn pong_due(&mut self, link: &mut dyn Link) {
+        if self.pinged {
+            Exceeded::new(Layer::Connection, "heartbeat_timeout", &self.app().account)
+                .conn(link.label())
+                .emit(&self.node.metrics);
+            link.close(code::PONG_TIMEOUT, "Pong reply not received");
+        } else {
+            self.tick(link);
+        }
+    }
+
+    /// A frame the connection's bucket refused: a client event is dropped
+    /// with at most one `pusher:error` 4301 a second.
+    fn notice(&mut self, link: &mut dyn Link, message: &str) {
+        let now = Instant::now();
+        if self
+            .last_notice
+            .is_some_and(|t| now.duration_since(t) < NOTICE_INTERVAL)
+        {
+            return;
+        }
+        self.last_notice = Some(now);
+        link.send(&frames::error(Some(code::CLIENT_EVENT_REJECTED), message));
+    }
+
+    fn frame(&mut self, link: &mut dyn Link, text: &str) {
+        let costs = link.limits().costs.clone();
+        let Ok(msg) = serde_json::from_str::<Incoming>(text) else {
+            if link
+                .charge_account_frame(costs.malformed, text.len())
+                .is_ok()
+            {
+                link.send(&frames::error(
+                    None,
+                    "Invalid JSON: a frame is {\"event\",\"data\"}",
+                ));
+            }
+            return;
+        };
+        match msg.event.as_str() {
+            "pusher:ping" => {
+                if link.ping() {
+                    link.send(&frames::event("pusher:pong", None, "{}"));
+                }
+            }
+            "pusher:pong" => {}
+            "pusher:subscribe" => self.subscribe(link, &msg.data, (costs.subscribe, text.len())),
+            "pusher:unsubscribe" => {
+                if link
+                    .charge_account_frame(costs.unsubscribe, text.len())
+                    .is_ok()
+                    && let Some(ch) = msg.data.get("channel").and_then(Value::as_str)
+                    && let Some(sub) = self.channels.remove(ch)
+                {
+                    self.leave(&sub);
+                }
+            }
+            e if e.starts_with("client-") => self.client_event(link, &msg, text.len()),
+            _ => {
+                if link
+                    .charge_account_frame(costs.malformed, text.len())
+                    .is_ok()
+                {
+                    link.send(&frames::error(
+                        None,
+                        &format!("Unknown event {:?}", msg.event),
+                    ));
+                }
+            }
+        }
+    }
+
+    fn refuse_sub(&self, link: &mut dyn Link, channel: &str, kind: &str, error: &str, status: u16) {
+        link.send(&frames::subscription_error(channel, kind, error, status));
+    }
+
+    fn subscribe(&mut self, link: &mut dyn Link, data: &Value, (units, bytes): (u32, usize)) {
+        let channel = data.get("channel").and_then(Value::as_str).unwrap_or("");
+        if let Err(r) = link.charge_account_frame(units, bytes) {
+            let wait = r.retry_after.as_millis();
+            let why = format!("subscribing too fast: retry in {wait} ms");
+            return self.refuse_sub(link, channel, "LimitReached", &why, 429);
+        }
+        if !names::valid(channel) {
+            let why = "a channel name is 1-200 bytes of [A-Za-z0-9_-=@,.;]";
+            return self.refuse_sub(link, channel, "InvalidChannel", why, 400);
+        }
+        if self.channels.contains_key(channel) {
+            // Pusher answers a repeated subscribe as a first one.
+            link.send(&frames::event(
+                "pusher_internal:subscription_succeeded",
+                Some(channel),
+                "{}",
+            ));
+            return;
+        }
+        let limits = link.limits();
+        let max = limits.max_subscriptions as usize;
+        if self.channels.len() >= max && !limits.is_dry_run(LimitName::Subscriptions) {
+            Exceeded::new(
+                Layer::Connection,
+                "too_many_subscriptions",
+                &self.app().account,
+            )
+            .conn(link.label())
+            .emit(&self.node.metrics);
+            let why = format!("a connection may hold at most {max} subscriptions");
+            return self.refuse_sub(link, channel, "LimitReached", &why, 429);
+        }
+        let kind = names::kind(channel);
+        if kind != Kind::Public {
+            let app = self.app();
+            let auth = data.get("auth").and_then(Value::as_str).unwrap_or("");
+            let channel_data = (kind == Kind::Presence).then(|| {
+                data.get("channel_data")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+            });
+            if !sign::channel_auth_ok(
+                &app.key,
+                &app.secret,
+                &self.socket_id,
+                channel,
+                channel_data,
+                auth,
+            ) {
+                Exceeded::new(Layer::Connection, "unauthorized", &app.account)
+                    .conn(link.label())
+                    .emit(&self.node.metrics);
+                let why = format!(
+                    "Invalid signature: the auth of {channel} does not sign it for this socket"
+                );
+                return self.refuse_sub(link, channel, "AuthError", &why, 401);
+            }
+            if kind == Kind::Presence {
+                let why = "presence channels are not served by this build yet";
+                return self.refuse_sub(link, channel, "NotAllowed", why, 403);
+            }
+        }
+        let internal: Arc<str> = names::internal(&self.app().id, channel).into();
+        let conn = self.node.next_conn();
+        let sink = PusherSink::new(
+            conn,
+            internal.clone(),
+            self.socket_id.clone(),
+            link.outlet(),
+        );
+        let sub = Subscriber {
+            conn,
+            sink: Sink::Socket(sink.clone()),
+            gauge: link.gauge(),
+        };
+        self.channels
+            .insert(channel.to_owned(), Sub { sink: sink.clone() });
+        match self.node.bridge.subscribe(&internal, sub, None) {
+            Pending::Ready(_) => self.joined(link, channel.to_owned(), &sink),
+            Pending::Later(f) => {
+                let channel = channel.to_owned();
+                link.spawn(Box::pin(async move {
+                    f.await;
+                    Box::new(Joined(channel, sink)) as Box<dyn Any>
+                }))
+            }
+        }
+    }
+
+    fn joined(&mut self, link: &mut dyn Link, channel: String, sink: &Arc<PusherSink>) {
+        // Unsubscribed (and perhaps subscribed again) meanwhile.
+        if !self
+            .channels
+            .get(&channel)
+            .is_some_and(|s| Arc::ptr_eq(&s.sink, sink))
+        {
+            return;
+        }
+        link.send(&frames::event(
+            "pusher_internal:subscription_succeeded",
+            Some(&channel),
+            "{}",
+        ));
+        sink.go_live();
+    }
+
+    fn leave(&self, sub: &Sub) {
+        sub.sink.end();
+        self.node
+            .bridge
+            .unsubscribe(&sub.sink.channel, sub.sink.conn);
+    }
+
+    /// `client-*` on a private or presence channel this socket holds, when
+    /// the app allows them; never echoed to the sender.
+    fn client_event(&mut self, link: &mut dyn Link, msg: &Incoming, bytes: usize) {
+        let channel = msg.channel.as_deref().unwrap_or("");
+        let data = frames::data_string(&msg.data);
+        let costs = link.limits().costs.clone();
+        let units = crate::pricing::publish(&costs, data.len(), 0);
+        if let Err(r) = link.charge_account_frame(units, bytes) {
+            let wait = r.retry_after.as_millis();
+            return self.notice(
+                link,
+                &format!("client event rejected: over the rate limit, retry in {wait} ms"),
+            );
+        }
+        if !self.app().client_events {
+            return self.notice(link, "client events are disabled for this app");
+        }
+        let Some(sub) = self.channels.get(channel) else {
+            return link.send(&frames::error(
+                None,
+                &format!("client event on {channel:?}, which this socket is not subscribed to"),
+            ));
+        };
+        if !matches!(
+            names::kind(channel),
+            Kind::Private | Kind::Encrypted | Kind::Presence
+        ) {
+            return link.send(&frames::error(
+                None,
+                "client events are only for private and presence channels",
+            ));
+        }
+        let frame = frames::channel_event(&msg.event, channel, &data, None);
+        let published = publish_data(&self.socket_id, &frame);
+        let internal = sub.sink.channel.clone();
+        self.node.metrics.published("pusher");
+        if let Pending::Later(f) = self.node.bridge.publish(&internal, &published, None) {
+            link.spawn(Box::pin(async move {
+                f.await;
+                Box::new(()) as Box<dyn Any>
+            }));
+        }
+    }
+}
+
+impl Dialect for PusherWs {
+    fn opened(&mut self, link: &mut dyn Link) {
+        if let Some((code, message)) = self.refusal.take() {
+            link.send(&frames::error(Some(code), &message));
+            return link.close(code, &message);
+        }
+        let config = self.node.config.load();
+        self.socket_id = names::socket_id(&config.node.id, link.conn()).into();
+        let timeout = self.app().activity_timeout_s;
+        link.send(&frames::connection_established(&self.socket_id, timeout));
+        self.last_heard = Instant::now();
+        self.arm(link, self.activity_timeout());
+    }
+
+    fn text(&mut self, link: &mut dyn Link, text: &str) {
+        self.last_heard = Instant::now();
+        self.pinged = false;
+        self.frame(link, text);
+    }
+
+    fn binary(&mut self, link: &mut dyn Link, _len: usize) {
+        link.send(&frames::error(
+            None,
+            "binary frames are not part of the protocol",
+        ));
+    }
+
+    fn done(&mut self, link: &mut dyn Link, output: Box<dyn Any>) {
+        let output = match output.downcast::<Joined>() {
+            Ok(j) => return self.joined(link, j.0, &j.1),
+            Err(other) => other,
+        };
+        if output.is::<Activity>() {
+            self.tick(link);
+        } else if output.is::<PongDue>() {
+            self.pong_due(link);
+        }
+    }
+
+    fn admitted(&mut self, _link: &mut dyn Link, _verdict: Result<(), Refusal>) {}
+
+    fn drained(&mut self, _link: &mut dyn Link, _dropped: u64) {}
+
+    fn stopping(&mut self, _node: &Node) {
+        for (_, sub) in std::mem::take(&mut self.channels) {
+            self.leave(&sub);
+        }
+    }
+
+    /// pusher-js retries 41xx after a backoff and 42xx at once; it never
+    /// reconnects on 4000–4099. A slow reader, an operator's close and the
+    /// account's budget are 4100 (never 4200: an immediate reconnect of
+    /// every abusive connection would be a storm); the drain is 4200
+    /// (reconnect, to another node).
+    fn close_code(&self, c: CloseCode) -> u16 {
+        match c {
+            CloseCode::GoingAway | CloseCode::ServiceRestart => code::RECONNECT,
+            CloseCode::InvalidUtf8 | CloseCode::MessageTooBig | CloseCode::ProtocolError => {
+                c.code()
+            }
+            _ => code::OVER_CAPACITY,
+        }
+    }
+
+    fn transport(&self) -> &'static str {
+        "pusher"
+    }
+}

@@ -1,0 +1,178 @@
+//! One Pusher subscription as the hub sees it: a subscriber of its own
+//! (its own number) whose sink takes the Pusher frame out of each message
+//! and queues it in the socket's outbox ([`Outlet`]), bounded by the
+//! socket's gauge like every subscription of the socket.
+//!
+//! What this front publishes into the hub is `["<socket_id>",<frame>]`:
+//! the socket to leave out (the HTTP API's `socket_id`, a client event's
+//! sender; empty for none) and the Pusher frame the subscribers get, whole.
+//! So a delivery parses nothing: it compares the socket id and queues the
+//! frame, rendered into a WebSocket frame once per fan-out ([`Renders`]).
+//!
+//! Messages that arrive while the join is answered (in a cluster, while
+//! delivery from every node goes live) wait, counted in the gauge, until
+//! `subscription_succeeded` is queued: nothing of a channel reaches
+//! pusher-js before it knows it is subscribed.
+
+use std::sync::{Arc, LazyLock};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use crate::hub::{DirectSink, OutboundGauge, Renders};
+use crate::node::dialect::Outlet;
+use crate::protocol::wire;
+
+/// The key this front's rendering is shared under in a fan-out.
+static RENDER_KEY: LazyLock<Arc<[u8]>> = LazyLock::new(|| Arc::from(&b"pusher.frame"[..]));
+
+/// What [`publish_data`] builds and [`split`] reads.
+pub fn publish_data(exclude: &str, frame: &str) -> String {
+    let mut out = String::with_capacity(frame.len() + exclude.len() + 6);
+    out.push_str("[\"");
+    out.push_str(exclude);
+    out.push_str("\",");
+    out.push_str(frame);
+    out.push(']');
+    out
+}
+
+/// The socket to leave out and the frame, from a published message's
+/// `data` (`None`: not this front's).
+pub fn split(data: &[u8]) -> Option<(&[u8], &[u8])> {
+    let rest = data.strip_prefix(b"[\"")?;
+    let end = rest.iter().position(|&b| b == b'"')?;
+    let (exclude, rest) = rest.split_at(end);
+    let frame = rest.strip_prefix(b"\",")?.strip_suffix(b"]")?;
+    Some((exclude, frame))
+}
+
+enum Pos {
+    /// Waiting for the bridge: `(seq, frame)`, counted in the gauge.
+    Joining(Vec<(u64, Bytes)>),
+    Live,
+    Ended,
+}
+
+pub struct PusherSink {
+    /// The hub subscriber's number (unique on the node).
+    pub conn: u64,
+    /// The hub's channel (the app's, `names::internal`).
+    pub channel: Arc<str>,
+    socket_id: Arc<str>,
+    outlet: Arc<dyn Outlet>,
+    pos: Mutex<Pos>,
+}
+
+impl PusherSink {
+    pub fn new(
+        conn: u64,
+        channel: Arc<str>,
+        socket_id: Arc<str>,
+        outlet: Arc<dyn Outlet>,
+    ) -> Arc<Self> {
+        Arc::new(PusherSink {
+            conn,
+            channel,
+            socket_id,
+            outlet,
+            pos: Mutex::new(Pos::Joining(Vec::new())),
+        })
+    }
+
+    /// The join is answered and `subscription_succeeded` queued: what
+    /// waited is queued after it, then every message as it comes.
+    pub fn go_live(&self) {
+        let mut pos = self.pos.lock();
+        if let Pos::Joining(held) = std::mem::replace(&mut *pos, Pos::Live) {
+            for (seq, frame) in held {
+                self.queue(seq, &frame, &mut Renders::default());
+            }
+        } else {
+            *pos = Pos::Ended;
+        }
+    }
+
+    /// Nothing more is queued; what waited is given back to the gauge.
+    pub fn end(&self) {
+        let mut pos = self.pos.lock();
+        if let Pos::Joining(held) = std::mem::replace(&mut *pos, Pos::Ended) {
+            self.outlet
+                .gauge()
+                .release(held.iter().map(|(_, f)| f.len()).sum());
+        }
+    }
+
+    fn queue(&self, seq: u64, frame: &Bytes, renders: &mut Renders) {
+        let gauge = self.outlet.gauge();
+        let data = wire::message_data_slice(frame, &self.channel, seq);
+        let Some((exclude, body)) = split(data) else {
+            gauge.release(frame.len());
+            return;
+        };
+        if exclude == self.socket_id.as_bytes() {
+            gauge.release(frame.len());
+            return;
+        }
+        let rendered = match renders.get(&RENDER_KEY) {
+            Some(r) => r.clone(),
+            None => {
+                let r = Arc::new(wire::text(body));
+                renders.keep(&RENDER_KEY, &r);
+                r
+            }
+        };
+        recount(gauge, frame.len(), rendered.len());
+        self.outlet.push_frame(Bytes::clone(&rendered));
+    }
+}
+
+/// The gauge holds what is queued, not what the hub reserved.
+fn recount(gauge: &OutboundGauge, reserved: usize, len: usize) {
+    if len >= reserved {
+        gauge.add(len - reserved);
+    } else {
+        gauge.release(reserved - len);
+    }
+}
+
+impl DirectSink for PusherSink {
+    fn message(
+        &self,
+        _channel: &Arc<str>,
+        seq: u64,
+        frame: &Bytes,
+        _key: Option<&Arc<str>>,
+        renders: &mut Renders,
+    ) {
+        let mut pos = self.pos.lock();
+        match &mut *pos {
+            Pos::Live => self.queue(seq, frame, renders),
+            Pos::Joining(held) => held.push((seq, frame.clone())),
+            Pos::Ended => {
+                drop(pos);
+                self.outlet.gauge().release(frame.len());
+            }
+        }
+    }
+
+    fn congested(&self) {
+        self.outlet.congested();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_reads_what_publish_data_wrote() {
+        let d = publish_data("1.2", r#"{"event":"e","channel":"c","data":"\"x\""}"#);
+        let (ex, frame) = split(d.as_bytes()).unwrap();
+        assert_eq!(ex, b"1.2");
+        assert_eq!(frame, br#"{"event":"e","channel":"c","data":"\"x\""}"#);
+        let d = publish_data("", "{}");
+        assert_eq!(split(d.as_bytes()), Some((&b""[..], &b"{}"[..])));
+        assert_eq!(split(b"{\"type\":1}"), None);
+    }
+}

@@ -1,0 +1,120 @@
+// The Pusher Channels protocol (§16) with the ecosystem's own libraries,
+// unchanged, against the release broker and the shipped config's sample
+// app: pusher-js 8 (its Node build) subscribes and sends client events,
+// the `pusher` server library triggers, signs channel authorizations and
+// reads channel info over the HTTP API.
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import PusherJsModule from "pusher-js";
+import PusherServer from "pusher";
+import { startBroker } from "../lib/broker.mjs";
+
+const PusherJs = PusherJsModule.default ?? PusherJsModule;
+const APP = { appId: "1234", key: "app-key", secret: "tidegate-sample-pusher-secret" };
+
+let broker;
+let server;
+let port;
+const clients = [];
+before(async () => {
+  broker = await startBroker();
+  port = Number(new URL(broker.url).port);
+  server = new PusherServer({ ...APP, host: "127.0.0.1", port: String(port), useTLS: false });
+});
+after(async () => {
+  for (const c of clients) c.disconnect();
+  await broker?.stop();
+});
+
+/** A pusher-js client of the sample app, authorized by the server library, once connected. */
+async function client() {
+  const c = new PusherJs(APP.key, {
+    cluster: "mt1",
+    wsHost: "127.0.0.1",
+    wsPort: port,
+    forceTLS: false,
+    enabledTransports: ["ws"],
+    disableStats: true,
+    channelAuthorization: {
+      customHandler: ({ socketId, channelName }, callback) =>
+        callback(null, server.authorizeChannel(socketId, channelName)),
+    },
+  });
+  clients.push(c);
+  await new Promise((ok, fail) => {
+    c.connection.bind("connected", ok);
+    c.connection.bind("failed", () => fail(new Error("pusher-js could not connect")));
+  });
+  return c;
+}
+
+function subscribed(c, name) {
+  const ch = c.subscribe(name);
+  return new Promise((ok, fail) => {
+    ch.bind("pusher:subscription_succeeded", () => ok(ch));
+    ch.bind("pusher:subscription_error", (e) => fail(new Error(`subscription refused: ${JSON.stringify(e)}`)));
+  });
+}
+
+const next = (ch, event) => new Promise((ok) => ch.bind(event, ok));
+
+test("pusher-js gets what the pusher library triggers, and a socket_id is left out", async () => {
+  const a = await client();
+  const b = await client();
+  assert.match(a.connection.socket_id, /^\d+\.\d+$/);
+  const cha = await subscribed(a, "news");
+  const chb = await subscribed(b, "news");
+  const gotA = next(cha, "update");
+  const gotB = next(chb, "update");
+  const res = await server.trigger("news", "update", { headline: "tide" }, { socket_id: a.connection.socket_id });
+  assert.equal(res.status, 200);
+  assert.deepEqual(await gotB, { headline: "tide" });
+  // a was left out: the next event it sees is the one after.
+  await server.trigger("news", "update", { headline: "second" });
+  assert.deepEqual(await gotA, { headline: "second" });
+});
+
+test("private channels: the library's authorization admits, client events reach the others only", async () => {
+  const a = await client();
+  const b = await client();
+  const cha = await subscribed(a, "private-room");
+  const chb = await subscribed(b, "private-room");
+  const echoed = [];
+  cha.bind("client-typing", (d) => echoed.push(d));
+  const got = next(chb, "client-typing");
+  assert.equal(cha.trigger("client-typing", { who: "a" }), true);
+  assert.deepEqual(await got, { who: "a" });
+  // The sender's own next event is the server's, not its echo.
+  const after = next(cha, "done");
+  await server.trigger("private-room", "done", {});
+  await after;
+  assert.deepEqual(echoed, []);
+});
+
+test("the library reads channel info, and a wrong secret is refused with 401", async () => {
+  const a = await client();
+  await subscribed(a, "info-room");
+  const res = await server.get({ path: "/channels/info-room", params: { info: "subscription_count" } });
+  assert.equal(res.status, 200);
+  assert.deepEqual(await res.json(), { occupied: true, subscription_count: 1 });
+  const forged = new PusherServer({ ...APP, secret: "not-the-apps-secret", host: "127.0.0.1", port: String(port), useTLS: false });
+  await assert.rejects(forged.trigger("info-room", "x", {}), (e) => e.status === 401);
+});
+
+test("a forged channel authorization is refused with a subscription_error 401", async () => {
+  const c = new PusherJs(APP.key, {
+    cluster: "mt1",
+    wsHost: "127.0.0.1",
+    wsPort: port,
+    forceTLS: false,
+    enabledTransports: ["ws"],
+    disableStats: true,
+    channelAuthorization: {
+      customHandler: (_p, callback) => callback(null, { auth: `${APP.key}:${"0".repeat(64)}` }),
+    },
+  });
+  clients.push(c);
+  const ch = c.subscribe("private-locked");
+  const err = await next(ch, "pusher:subscription_error");
+  assert.equal(err.status, 401);
+});
