@@ -17,7 +17,8 @@ pub fn hmac_hex(secret: &[u8], text: &[u8]) -> String {
     hex(&mac.finalize().into_bytes())
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// `bytes` as lowercase hex digits (signatures and digests on Pusher's wire).
+pub(super) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {
