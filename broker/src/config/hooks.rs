@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::webhooks::{MIN_SECRET_BYTES, WHSEC_PREFIX, webhook_key};
+use super::webhooks::{check_id, check_key, check_url};
 use crate::protocol::glob::Glob;
 
 /// The events of §15, by their wire names.
@@ -190,27 +190,8 @@ fn hook(
             problems.push(format!("{path}.{what}"));
         }
     };
-    let id_ok = !entry.id.is_empty()
-        && entry.id.len() <= 64
-        && entry
-            .id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
-    need(id_ok, "id: 1-64 characters of [A-Za-z0-9_.-]".into());
-    let url = match reqwest::Url::parse(&entry.url) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Some(u),
-        Ok(_) => {
-            need(
-                false,
-                "url: must be an http:// URL or an https:// one, with a host".into(),
-            );
-            None
-        }
-        Err(e) => {
-            need(false, format!("url: {e}"));
-            None
-        }
-    };
+    check_id(&entry.id, &mut need);
+    let url = check_url(&entry.url, &mut need);
     let secret = secret(&entry, env, &mut need);
     need(
         !entry.events.is_empty(),
@@ -339,27 +320,7 @@ fn secret(
             return Vec::new();
         }
     };
-    match webhook_key(&text) {
-        Ok(key) => {
-            need(
-                key.len() >= MIN_SECRET_BYTES,
-                format!(
-                    "secret: must be at least {MIN_SECRET_BYTES} bytes (this one has {}{})",
-                    key.len(),
-                    if text.starts_with(WHSEC_PREFIX) {
-                        " after decoding"
-                    } else {
-                        ""
-                    }
-                ),
-            );
-            key
-        }
-        Err(why) => {
-            need(false, format!("secret: {why}"));
-            Vec::new()
-        }
-    }
+    check_key(&text, need).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -223,6 +223,61 @@ fn endpoint(
 /// An endpoint from its entry with its HMAC keys already read, its events
 /// checked against `known` (§9's names, or another front's: the Pusher
 /// apps' webhooks take Pusher's names and the app's secret).
+/// An outbound target's `id` (webhooks, hooks): 1-64 characters of
+/// `[A-Za-z0-9_.-]`, a metric label and a log field.
+pub(super) fn check_id(id: &str, need: &mut impl FnMut(bool, String)) {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    need(ok, "id: 1-64 characters of [A-Za-z0-9_.-]".into());
+}
+
+/// An outbound target's `url` (webhooks, hooks): http or https, with a host.
+pub(super) fn check_url(url: &str, need: &mut impl FnMut(bool, String)) -> Option<reqwest::Url> {
+    match reqwest::Url::parse(url) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Some(u),
+        Ok(_) => {
+            need(
+                false,
+                "url: must be an http:// URL or an https:// one, with a host".into(),
+            );
+            None
+        }
+        Err(e) => {
+            need(false, format!("url: {e}"));
+            None
+        }
+    }
+}
+
+/// A signing secret as §9 reads it (`whsec_` decoded), at least
+/// [`MIN_SECRET_BYTES`] long: the key, or `None` with the problem told.
+pub(super) fn check_key(text: &str, need: &mut impl FnMut(bool, String)) -> Option<Vec<u8>> {
+    match webhook_key(text) {
+        Ok(key) => {
+            need(
+                key.len() >= MIN_SECRET_BYTES,
+                format!(
+                    "secret: must be at least {MIN_SECRET_BYTES} bytes (this one has {}{})",
+                    key.len(),
+                    if text.starts_with(WHSEC_PREFIX) {
+                        " after decoding"
+                    } else {
+                        ""
+                    }
+                ),
+            );
+            Some(key)
+        }
+        Err(why) => {
+            need(false, format!("secret: {why}"));
+            None
+        }
+    }
+}
+
 pub(super) fn endpoint_with(
     entry: WebhookEntry,
     path: &str,
@@ -236,27 +291,8 @@ pub(super) fn endpoint_with(
             problems.push(format!("{path}.{what}"));
         }
     };
-    let id_ok = !entry.id.is_empty()
-        && entry.id.len() <= 64
-        && entry
-            .id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
-    need(id_ok, "id: 1-64 characters of [A-Za-z0-9_.-]".into());
-    let url = match reqwest::Url::parse(&entry.url) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Some(u),
-        Ok(_) => {
-            need(
-                false,
-                "url: must be an http:// URL or an https:// one, with a host".into(),
-            );
-            None
-        }
-        Err(e) => {
-            need(false, format!("url: {e}"));
-            None
-        }
-    };
+    check_id(&entry.id, &mut need);
+    let url = check_url(&entry.url, &mut need);
     let ca_pem = entry
         .ca_file
         .as_deref()
@@ -379,24 +415,7 @@ fn secrets(
     };
     let mut keys = Vec::new();
     for s in &list {
-        match webhook_key(s) {
-            Ok(key) => {
-                need(
-                    key.len() >= MIN_SECRET_BYTES,
-                    format!(
-                        "secret: must be at least {MIN_SECRET_BYTES} bytes (this one has {}{})",
-                        key.len(),
-                        if s.starts_with(WHSEC_PREFIX) {
-                            " after decoding"
-                        } else {
-                            ""
-                        }
-                    ),
-                );
-                keys.push(key);
-            }
-            Err(why) => need(false, format!("secret: {why}")),
-        }
+        keys.extend(check_key(s, need));
     }
     keys
 }
