@@ -146,26 +146,9 @@ pub(super) fn resolve(
     env: &dyn Fn(&str) -> Option<String>,
     problems: &mut Vec<String>,
 ) -> Vec<HookConfig> {
-    let entries = match value {
-        toml::Value::Table(t) if t.is_empty() => return Vec::new(),
-        toml::Value::Array(a) => a,
-        _ => {
-            problems.push("hooks: must be an array of tables ([[hooks]])".into());
-            return Vec::new();
-        }
-    };
     let mut out: Vec<HookConfig> = Vec::new();
     let mut seen: Vec<String> = Vec::new();
-    for (i, value) in entries.into_iter().enumerate() {
-        let path = format!("hooks[{i}]");
-        let Some(entry) = super::section::<HookEntry>(value, &path, problems) else {
-            continue;
-        };
-        let path = if entry.id.is_empty() {
-            path
-        } else {
-            format!("{path} ({:?})", entry.id)
-        };
+    for (path, entry) in super::entries::<HookEntry>(value, "hooks", |e| &e.id, problems) {
         if !entry.id.is_empty() && seen.contains(&entry.id) {
             problems.push(format!("{path}.id: {:?} is used twice", entry.id));
             continue;

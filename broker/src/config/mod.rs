@@ -430,6 +430,39 @@ impl Config {
     }
 }
 
+/// The tables of an array-of-tables section (`[[hooks]]`, `[[webhooks]]`),
+/// each deserialized, with the path its problems are told under
+/// (`name[i] ("id")` once its id is known). An empty table (the section's
+/// default) is no entry.
+fn entries<T: DeserializeOwned>(
+    value: toml::Value,
+    name: &str,
+    id: impl Fn(&T) -> &str,
+    problems: &mut Vec<String>,
+) -> Vec<(String, T)> {
+    let tables = match value {
+        toml::Value::Table(t) if t.is_empty() => return Vec::new(),
+        toml::Value::Array(a) => a,
+        _ => {
+            problems.push(format!("{name}: must be an array of tables ([[{name}]])"));
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    for (i, value) in tables.into_iter().enumerate() {
+        let path = format!("{name}[{i}]");
+        let Some(entry) = section::<T>(value, &path, problems) else {
+            continue;
+        };
+        let path = match id(&entry) {
+            "" => path,
+            id => format!("{path} ({id:?})"),
+        };
+        out.push((path, entry));
+    }
+    out
+}
+
 /// Deserializes one section, recording unknown keys (with their full path)
 /// and the first type error (with its path) instead of stopping.
 fn section<T: DeserializeOwned>(

@@ -174,25 +174,8 @@ pub(super) fn resolve(
     env: &dyn Fn(&str) -> Option<String>,
     problems: &mut Vec<String>,
 ) -> Vec<WebhookEndpoint> {
-    let entries = match value {
-        toml::Value::Table(t) if t.is_empty() => return Vec::new(),
-        toml::Value::Array(a) => a,
-        _ => {
-            problems.push("webhooks: must be an array of tables ([[webhooks]])".into());
-            return Vec::new();
-        }
-    };
     let mut out: Vec<WebhookEndpoint> = Vec::new();
-    for (i, value) in entries.into_iter().enumerate() {
-        let path = format!("webhooks[{i}]");
-        let Some(entry) = super::section::<WebhookEntry>(value, &path, problems) else {
-            continue;
-        };
-        let path = if entry.id.is_empty() {
-            path
-        } else {
-            format!("{path} ({:?})", entry.id)
-        };
+    for (path, entry) in super::entries::<WebhookEntry>(value, "webhooks", |e| &e.id, problems) {
         if let Some(ep) = endpoint(entry, &path, env, problems) {
             if out.iter().any(|o| o.id == ep.id) {
                 problems.push(format!("{path}.id: {:?} is used twice", ep.id));
