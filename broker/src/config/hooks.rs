@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::webhooks::{check_id, check_key, check_url};
+use super::webhooks::{check_id, check_key, check_pacing, check_url};
 use crate::protocol::glob::Glob;
 
 /// The events of §15, by their wire names.
@@ -196,18 +196,14 @@ fn hook(
         !entry.channels.is_empty(),
         "channels: give at least one glob (\"*\" for all)".into(),
     );
-    need(
-        entry.timeout_ms >= 1,
-        "timeout_ms: must be at least 1".into(),
-    );
-    need(
-        entry.rate_per_sec > 0.0 && entry.rate_per_sec.is_finite(),
-        "rate_per_sec: must be a positive number".into(),
-    );
-    need(entry.burst >= 1, "burst: must be at least 1".into());
-    need(
-        entry.max_in_flight >= 1,
-        "max_in_flight: must be at least 1".into(),
+    check_pacing(
+        (
+            entry.rate_per_sec,
+            entry.burst,
+            entry.max_in_flight,
+            entry.timeout_ms,
+        ),
+        &mut need,
     );
     need(
         entry.cache_max_entries >= 1,

@@ -203,9 +203,6 @@ fn endpoint(
     ep.filter(|_| problems.len() == before)
 }
 
-/// An endpoint from its entry with its HMAC keys already read, its events
-/// checked against `known` (§9's names, or another front's: the Pusher
-/// apps' webhooks take Pusher's names and the app's secret).
 /// An outbound target's `id` (webhooks, hooks): 1-64 characters of
 /// `[A-Za-z0-9_.-]`, a metric label and a log field.
 pub(super) fn check_id(id: &str, need: &mut impl FnMut(bool, String)) {
@@ -215,6 +212,24 @@ pub(super) fn check_id(id: &str, need: &mut impl FnMut(bool, String)) {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
     need(ok, "id: 1-64 characters of [A-Za-z0-9_.-]".into());
+}
+
+/// An outbound target's pacing (webhooks, hooks): `rate_per_sec`, `burst`,
+/// `max_in_flight` and `timeout_ms`, each positive.
+pub(super) fn check_pacing(
+    (rate_per_sec, burst, max_in_flight, timeout_ms): (f64, u32, u32, u64),
+    need: &mut impl FnMut(bool, String),
+) {
+    need(
+        rate_per_sec > 0.0 && rate_per_sec.is_finite(),
+        "rate_per_sec: must be a positive number".into(),
+    );
+    need(burst >= 1, "burst: must be at least 1".into());
+    need(
+        max_in_flight >= 1,
+        "max_in_flight: must be at least 1".into(),
+    );
+    need(timeout_ms >= 1, "timeout_ms: must be at least 1".into());
 }
 
 /// An outbound target's `url` (webhooks, hooks): http or https, with a host.
@@ -261,6 +276,9 @@ pub(super) fn check_key(text: &str, need: &mut impl FnMut(bool, String)) -> Opti
     }
 }
 
+/// An endpoint from its entry with its HMAC keys already read, its events
+/// checked against `known` (§9's names, or another front's: the Pusher
+/// apps' webhooks take Pusher's names and the app's secret).
 pub(super) fn endpoint_with(
     entry: WebhookEntry,
     path: &str,
@@ -300,18 +318,14 @@ pub(super) fn endpoint_with(
         !entry.channels.is_empty(),
         "channels: give at least one glob (\"*\" for all)".into(),
     );
-    need(
-        entry.rate_per_sec > 0.0 && entry.rate_per_sec.is_finite(),
-        "rate_per_sec: must be a positive number".into(),
-    );
-    need(entry.burst >= 1, "burst: must be at least 1".into());
-    need(
-        entry.max_in_flight >= 1,
-        "max_in_flight: must be at least 1".into(),
-    );
-    need(
-        entry.timeout_ms >= 1,
-        "timeout_ms: must be at least 1".into(),
+    check_pacing(
+        (
+            entry.rate_per_sec,
+            entry.burst,
+            entry.max_in_flight,
+            entry.timeout_ms,
+        ),
+        &mut need,
     );
     need(entry.queue_max >= 1, "queue_max: must be at least 1".into());
     need(

@@ -14,13 +14,6 @@ use crate::redis_cluster::{Backend, on_both};
 
 on_both!(a_ban_on_one_node_closes_and_refuses_on_every_node_through_redis);
 
-fn rand_suffix() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-}
-
 /// Polls (with a deadline) until the overview from `from` lists exactly
 /// `want` as its nodes, cluster-wide.
 async fn overview_lists(from: &Broker, want: &[&str]) {
@@ -43,7 +36,7 @@ async fn overview_lists(from: &Broker, want: &[&str]) {
 }
 
 async fn a_ban_on_one_node_closes_and_refuses_on_every_node_through_redis(redis: &impl Backend) {
-    let prefix = format!("adm{}x{}:", std::process::id(), rand_suffix());
+    let prefix = format!("adm{}x{}:", std::process::id(), crate::common::unique());
     let cfg = |id: &str| {
         format!(
             "[node]\nid = \"{id}\"\n[cluster]\nmode = \"{}\"\nredis_url = \"{}\"\nkey_prefix = \"{prefix}\"\nlease_ms = 1000\n{}",

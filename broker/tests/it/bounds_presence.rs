@@ -9,7 +9,6 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tidegate::auth::{Claims, unix_now};
 
 use crate::cluster::{node, prefix};
 use crate::common::{Broker, Client, PATIENCE, metric_value};
@@ -24,15 +23,7 @@ const NS: &str = "[namespaces.note]\npresence = true\njoin_leave = true\ndiff_ms
 const FAST: &str = "[plans.free]\nmessages_per_sec = 1000\nburst = 1000\n";
 
 fn token(b: &Broker, user: &str, info: Value) -> String {
-    b.mint(Claims {
-        sub: user.into(),
-        exp: unix_now() + 600,
-        plan: None,
-        role: None,
-        sub_channels: vec!["note:*".into()],
-        pub_channels: vec![],
-        info: Some(info),
-    })
+    b.member_token(user, &["note:*"], Some(info))
 }
 
 async fn redis_conn(redis: &RedisServer) -> redis::aio::MultiplexedConnection {

@@ -12,11 +12,7 @@ use crate::redis_cluster::{Backend, on_both};
 use crate::redis_server::RedisServer;
 
 pub fn prefix() -> String {
-    let n = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("t{}x{n}:", std::process::id())
+    format!("t{}x{}:", std::process::id(), crate::common::unique())
 }
 
 /// A node of a cluster on `redis` (one server or a Redis Cluster), with

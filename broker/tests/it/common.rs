@@ -127,6 +127,20 @@ impl Broker {
         })
     }
 
+    /// A subscriber's token for `user` (its `sub`) on `sub_channels`, with
+    /// presence `info`: what presence tests connect with.
+    pub fn member_token(&self, user: &str, sub_channels: &[&str], info: Option<Value>) -> String {
+        self.mint(Claims {
+            sub: user.into(),
+            exp: unix_now() + 600,
+            plan: None,
+            role: None,
+            sub_channels: sub_channels.iter().map(|c| c.to_string()).collect(),
+            pub_channels: vec![],
+            info,
+        })
+    }
+
     pub fn mint(&self, claims: Claims) -> String {
         self.node.auth.load().mint(&claims)
     }
@@ -171,6 +185,14 @@ impl Broker {
             .unwrap()
     }
 
+    /// Publishes over HTTP with the sample API key, expects 200 and gives
+    /// the message's `seq`.
+    pub async fn published(&self, channel: &str, data: Value) -> u64 {
+        let r = self.publish_http(channel, data).await;
+        assert_eq!(r.status(), 200, "publish to {channel}");
+        r.json::<Value>().await.unwrap()["seq"].as_u64().unwrap()
+    }
+
     pub async fn metrics(&self) -> String {
         reqwest::get(self.url("/metrics"))
             .await
@@ -184,6 +206,18 @@ impl Broker {
     pub async fn metric(&self, series: &str) -> f64 {
         metric_value(&self.metrics().await, series)
     }
+}
+
+/// A number no other call in this process (nor, in practice, another
+/// test process) gives: for Redis key prefixes, account and user names.
+pub fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    nanos.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// Splits a connection attempt into the client or (status, body, Retry-After).

@@ -121,9 +121,7 @@ async fn first_error(c: &mut Client) -> Value {
 }
 
 async fn publish(b: &Broker, channel: &str, data: Value) -> u64 {
-    let r = b.publish_http(channel, data).await;
-    assert_eq!(r.status(), 200);
-    r.json::<Value>().await.unwrap()["seq"].as_u64().unwrap()
+    b.published(channel, data).await
 }
 
 /// Reads until the server closes; the close code.

@@ -11,9 +11,7 @@ use crate::common::{API_KEY, Broker, Client};
 use crate::graphql_ws::{connected, live, subscribe};
 
 async fn publish(b: &Broker, channel: &str, data: Value) -> u64 {
-    let r = b.publish_http(channel, data).await;
-    assert_eq!(r.status(), 200);
-    r.json::<Value>().await.unwrap()["seq"].as_u64().unwrap()
+    b.published(channel, data).await
 }
 
 /// The next `n` `next` messages on `c`, by operation id.

@@ -7,7 +7,6 @@
 //! members of the channel (one Redis and a three-master Redis Cluster).
 
 use serde_json::{Value, json};
-use tidegate::auth::{Claims, unix_now};
 
 use crate::cluster::{node, prefix};
 use crate::common::{API_KEY, Broker, Client};
@@ -31,15 +30,7 @@ fn broker(extra: &str) -> Broker {
 }
 
 fn token(b: &Broker, user: &str, channels: &[&str]) -> String {
-    b.mint(Claims {
-        sub: user.into(),
-        exp: unix_now() + 600,
-        plan: None,
-        role: None,
-        sub_channels: channels.iter().map(|c| c.to_string()).collect(),
-        pub_channels: vec![],
-        info: Some(json!({ "name": user })),
-    })
+    b.member_token(user, channels, Some(json!({ "name": user })))
 }
 
 /// A `/v1/ws` member of `channel` on `b`: the client and its connection

@@ -9,8 +9,6 @@
 
 use serde_json::{Value, json};
 
-use tidegate::auth::{Claims, unix_now};
-
 use crate::common::{API_KEY, Broker, Client};
 use crate::graphql::{GQL_JSON, post};
 use crate::graphql_ws::{SUB, connected, live, next_for, subscribe};
@@ -187,15 +185,7 @@ fn hooked_reads(backend: &Backend) -> Broker {
 /// `u1`'s token: `chat:*` only (the hook alone can let it read `doc:*`),
 /// with an `info` claim.
 fn token_with_info(broker: &Broker) -> String {
-    broker.mint(Claims {
-        sub: "u1".into(),
-        exp: unix_now() + 600,
-        plan: None,
-        role: None,
-        sub_channels: vec!["chat:*".into()],
-        pub_channels: vec![],
-        info: Some(json!({"name": "Ann"})),
-    })
+    broker.member_token("u1", &["chat:*"], Some(json!({"name": "Ann"})))
 }
 
 /// Refuses `doc:2` to `u1`, allows the rest.

@@ -7,7 +7,6 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tidegate::auth::{Claims, unix_now};
 
 use crate::cluster::{bridge_up, node, prefix};
 use crate::common::{Broker, Client, PATIENCE};
@@ -23,15 +22,7 @@ on_both!(
 const NS: &str = "[namespaces.note]\npresence = true\njoin_leave = true\ndiff_ms = 100\n";
 
 fn token(b: &Broker, user: &str) -> String {
-    b.mint(Claims {
-        sub: user.into(),
-        exp: unix_now() + 600,
-        plan: None,
-        role: None,
-        sub_channels: vec!["note:*".into()],
-        pub_channels: vec![],
-        info: Some(json!({ "name": user })),
-    })
+    b.member_token(user, &["note:*"], Some(json!({ "name": user })))
 }
 
 /// Connects to `ws` and subscribes to `channel`: the client and its

@@ -12,7 +12,6 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tidegate::auth::{Claims, unix_now};
 
 use crate::admin::{admin_config, ban, disconnect};
 use crate::cluster::{node, prefix};
@@ -24,15 +23,7 @@ use crate::redis_server::RedisServer;
 const NS: &str = "[namespaces.note]\npresence = true\njoin_leave = true\ndiff_ms = 50\n";
 
 fn token(b: &Broker, user: &str, globs: &[&str]) -> String {
-    b.mint(Claims {
-        sub: user.into(),
-        exp: unix_now() + 600,
-        plan: None,
-        role: None,
-        sub_channels: globs.iter().map(|g| g.to_string()).collect(),
-        pub_channels: vec![],
-        info: Some(json!({ "name": user })),
-    })
+    b.member_token(user, globs, Some(json!({ "name": user })))
 }
 
 /// `user` connected to `b` and subscribed to `channel`: the client and

@@ -4,7 +4,6 @@
 //! and `GET /v1/presence`.
 
 use serde_json::{Value, json};
-use tidegate::auth::{Claims, unix_now};
 
 use crate::common::{API_KEY, Broker, Client};
 
@@ -16,15 +15,7 @@ fn broker(extra: &str) -> Broker {
 }
 
 fn token(b: &Broker, user: &str, info: Option<Value>) -> String {
-    b.mint(Claims {
-        sub: user.into(),
-        exp: unix_now() + 600,
-        plan: None,
-        role: None,
-        sub_channels: vec!["note:*".into(), "doc:*".into()],
-        pub_channels: vec![],
-        info,
-    })
+    b.member_token(user, &["note:*", "doc:*"], info)
 }
 
 async fn join(b: &Broker, user: &str, channel: &str) -> (Client, String) {

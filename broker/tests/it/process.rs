@@ -30,7 +30,7 @@ impl Proc {
         let dir = std::env::temp_dir().join(format!(
             "tidegate-proc-{}-{}",
             std::process::id(),
-            rand_suffix()
+            crate::common::unique()
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let config = dir.join("config.toml");
@@ -137,13 +137,6 @@ impl Proc {
             .unwrap();
         String::from_utf8(out.stdout).unwrap().trim().to_owned()
     }
-}
-
-fn rand_suffix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
 }
 
 /// The shipped config with exact pieces of text replaced.

@@ -124,7 +124,7 @@ impl RedisCluster {
         let dir = std::env::temp_dir().join(format!(
             "tidegate-redis-cluster-{}-{}",
             std::process::id(),
-            rand_suffix()
+            crate::common::unique()
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let mut cluster = RedisCluster {
@@ -328,13 +328,6 @@ impl RedisCluster {
             }
         }
     }
-}
-
-fn rand_suffix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
 }
 
 impl Backend for RedisCluster {

@@ -3,7 +3,7 @@
 //! on one node resumes on another from the cluster's history, and the
 //! account's connection cap counts streams and sockets cluster-wide.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::cluster::{bridge_up, node, prefix};
 use crate::redis_server::RedisServer;
@@ -11,9 +11,7 @@ use crate::sse_client::open;
 use crate::sse_stream::stream;
 
 async fn publish(b: &crate::common::Broker, n: u64) -> u64 {
-    let resp = b.publish_http("doc:k", json!({"n": n})).await;
-    assert_eq!(resp.status(), 200);
-    resp.json::<Value>().await.unwrap()["seq"].as_u64().unwrap()
+    b.published("doc:k", json!({"n": n})).await
 }
 
 #[actix_rt::test]

@@ -26,9 +26,7 @@ pub async fn stream(broker: &Broker, account: &str, query: &str, headers: &[(&st
 }
 
 pub async fn publish(broker: &Broker, channel: &str, n: u64) -> u64 {
-    let resp = broker.publish_http(channel, json!({"n": n})).await;
-    assert_eq!(resp.status(), 200);
-    resp.json::<Value>().await.unwrap()["seq"].as_u64().unwrap()
+    broker.published(channel, json!({"n": n})).await
 }
 
 #[actix_rt::test]

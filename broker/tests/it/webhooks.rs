@@ -27,8 +27,7 @@ pub fn hook(id: &str, url: &str, extra: &str) -> String {
 }
 
 async fn publish(b: &Broker, channel: &str, n: u64) {
-    let r = b.publish_http(channel, json!({ "n": n })).await;
-    assert_eq!(r.status(), 200);
+    b.published(channel, json!({ "n": n })).await;
 }
 
 /// Polls `/metrics` until `series` reaches `want` (fails after PATIENCE).

@@ -29,14 +29,7 @@ fn node(redis: &impl Backend, id: &str, prefix: &str, hooks: &str) -> Broker {
 }
 
 fn prefix() -> String {
-    format!("wh{}x{}:", std::process::id(), rand_suffix())
-}
-
-fn rand_suffix() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
+    format!("wh{}x{}:", std::process::id(), crate::common::unique())
 }
 
 fn owns(b: &Broker, endpoint: &str) -> bool {
@@ -48,8 +41,7 @@ fn owns(b: &Broker, endpoint: &str) -> bool {
 }
 
 async fn publish(b: &Broker, n: u64) {
-    let r = b.publish_http("doc:c", json!({ "n": n })).await;
-    assert_eq!(r.status(), 200);
+    b.published("doc:c", json!({ "n": n })).await;
 }
 
 async fn a_killed_owner_loses_no_event_and_none_is_in_flight_twice(redis: &impl Backend) {
