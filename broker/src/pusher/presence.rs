@@ -165,7 +165,8 @@ impl PusherMembers {
 }
 
 /// `{"presence":{"ids":[...],"hash":{id:info},"count":n}}` of `members`
-/// (sorted by user; a user's first connection names its info) and `me`.
+/// (sorted by user; a user's first connection names its info) and `me`,
+/// the ids sorted.
 pub fn presence_data(members: &[Member], me: &ChannelData) -> String {
     let mut ids: Vec<&str> = Vec::with_capacity(members.len() + 1);
     let mut hash = serde_json::Map::with_capacity(members.len() + 1);
@@ -179,6 +180,8 @@ pub fn presence_data(members: &[Member], me: &ChannelData) -> String {
             hash.insert(user.to_string(), info_value(info));
         }
     }
+    // Sorted, `me` among the others.
+    ids.sort_unstable();
     let count = ids.len();
     serde_json::json!({"presence": {"ids": ids, "hash": hash, "count": count}}).to_string()
 }

@@ -201,6 +201,72 @@ async fn a_join_and_a_leave_of_one_user_inside_a_window_cancel_and_a_user_is_new
     );
 }
 
+/// Reads `c`'s member events until `last` is added: what it heard.
+async fn heard_until(c: &mut Client, channel: &str, last: &str) -> Vec<(String, String)> {
+    let mut heard = Vec::new();
+    loop {
+        let (what, user, _) = member_event(c, channel).await;
+        let done = what == "added" && user == last;
+        heard.push((what, user));
+        if done {
+            return heard;
+        }
+    }
+}
+
+fn news(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(w, u)| ((*w).to_owned(), (*u).to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_member_listed_while_its_join_was_unsent_is_told_its_leave() {
+    let b = Broker::start(
+        r#"
+        [[pusher.apps]]
+        id = "1234"
+        key = "app-key"
+        secret = "tidegate-sample-pusher-secret"
+        account = "acme"
+        presence_diff_ms = 1000
+        "#,
+    );
+    let ch = "presence-unsent";
+    let (mut cid, _) = member(b.addr, ch, "cid").await;
+    // A window of its own, closed: cid hears of eve.
+    let (_eve, _) = member(b.addr, ch, "eve").await;
+    assert_eq!(
+        heard_until(&mut cid, ch, "eve").await,
+        news(&[("added", "eve")])
+    );
+    // Inside one new window: ann comes, bob comes and is shown ann, ann
+    // goes. The others never hear of ann (her join and leave cancel), but
+    // bob listed her, so he must hear she left.
+    let (ann, _) = member(b.addr, ch, "ann").await;
+    let (mut bob, listed) = member(b.addr, ch, "bob").await;
+    assert_eq!(
+        listed["ids"],
+        json!(["ann", "bob", "cid", "eve"]),
+        "{listed}"
+    );
+    drop(ann);
+    let deadline = Instant::now() + crate::common::PATIENCE;
+    while users(b.addr, ch).await.contains(&"ann".to_owned()) {
+        assert!(Instant::now() < deadline, "ann never left");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (_dan, _) = member(b.addr, ch, "dan").await;
+    assert_eq!(
+        heard_until(&mut bob, ch, "dan").await,
+        news(&[("removed", "ann"), ("added", "dan")])
+    );
+    assert_eq!(
+        heard_until(&mut cid, ch, "dan").await,
+        news(&[("added", "bob"), ("added", "dan")])
+    );
+}
+
 #[tokio::test]
 async fn the_cap_counts_users_and_a_full_channel_is_403_presence_full() {
     let b = Broker::start(
@@ -309,6 +375,33 @@ async fn the_http_api_counts_users_of_presence_channels() {
     )
     .await;
     assert_eq!(status, 400);
+    // An event's `info` counts users of the presence channels it reached.
+    let body = json!({"name":"e","data":"{}","channels":["presence-one","lobby"],
+        "info":"user_count,subscription_count"})
+    .to_string();
+    let path = format!("/apps/{APP}/events");
+    let q = signed_query(
+        KEY,
+        SECRET.as_bytes(),
+        ("POST", &path),
+        &[],
+        body.as_bytes(),
+        now(),
+    );
+    let resp = reqwest::Client::new()
+        .post(format!("http://{}{path}?{q}", b.addr))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let info: Value = resp.json().await.unwrap();
+    assert_eq!(
+        info,
+        json!({"channels":{"presence-one":{"user_count":2,"subscription_count":3},
+            "lobby":{"subscription_count":0}}})
+    );
 }
 
 /// A Pusher-app node of a cluster on `redis`.
