@@ -440,6 +440,41 @@ async fn members_are_users_across_two_nodes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cap_counts_users_across_the_cluster() {
+    let redis = RedisServer::start();
+    let p = crate::cluster::prefix();
+    let app = r#"
+        [[pusher.apps]]
+        id = "1234"
+        key = "app-key"
+        secret = "tidegate-sample-pusher-secret"
+        account = "acme"
+        max_presence_members = 2
+        "#;
+    let a = crate::cluster::node(&redis, "a", &p, app);
+    let b = crate::cluster::node(&redis, "b", &p, app);
+    crate::presence_cluster::up(&a).await;
+    crate::presence_cluster::up(&b).await;
+    let ch = "presence-capped";
+    let (_ann, _) = member(a.addr, ch, "ann").await;
+    let (_bob, _) = member(b.addr, ch, "bob").await;
+    // Ann's second tab, on the other node: no new member.
+    let (_ann2, listed) = member(b.addr, ch, "ann").await;
+    assert_eq!(listed["ids"], json!(["ann", "bob"]), "{listed}");
+    // A third user, on either node: the channel is full.
+    for at in [a.addr, b.addr] {
+        let (mut cid, id) = connected(at).await;
+        let refused = join(&mut cid, &id, ch, "cid").await;
+        assert_eq!(refused["event"], "pusher:subscription_error", "{refused}");
+        let data: Value = serde_json::from_str(refused["data"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            (data["status"].clone(), data["error"].clone()),
+            (json!(403), json!("presence_full"))
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_nodes_members_leave_within_the_lease() {
     let redis = RedisServer::start();
     let p = crate::cluster::prefix();
