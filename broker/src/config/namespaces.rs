@@ -61,6 +61,11 @@ pub struct PresenceRule {
     pub max_members: u32,
     pub diff_ms: u64,
     pub join_leave_max_members: u32,
+    /// `max_members` counts users, not connections, and a window's news
+    /// is also told per user (a user's first connection in, its last
+    /// out): Pusher's presence, where members are users (§16). Never set
+    /// by a namespace.
+    pub by_user: bool,
 }
 
 impl NamespaceSection {
@@ -71,6 +76,7 @@ impl NamespaceSection {
             max_members: self.max_members,
             diff_ms: self.diff_ms,
             join_leave_max_members: self.join_leave_max_members,
+            by_user: false,
         })
     }
 }

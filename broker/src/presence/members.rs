@@ -54,7 +54,7 @@ impl Presence {
                 this.sync(&redis, &channel, &state, true).await;
             }
             let known = redis
-                .join(&channel, &member, rule.max_members, others)
+                .join(&channel, &member, (rule.max_members, rule.by_user), others)
                 .await;
             let result = this.joined(&channel, &state, &redis, member, watcher, known);
             redis.settle(before);
@@ -104,7 +104,14 @@ impl Presence {
         match known {
             Some(Err(full)) => return Err(full),
             Some(Ok(())) => {}
-            None if st.roster.connections >= u64::from(max)
+            None if st.rule.by_user
+                && st.roster.members.len() >= max as usize
+                && !st.roster.members.contains_key(&member.user) =>
+            {
+                return Err(Full { max });
+            }
+            None if !st.rule.by_user
+                && st.roster.connections >= u64::from(max)
                 && !st.roster.contains(&member.user, &member.conn_id) =>
             {
                 return Err(Full { max });
@@ -126,6 +133,12 @@ impl Presence {
             }
         }
         if st.rule.join_leave {
+            if st.rule.by_user {
+                // The members as they are, under the lock: every window
+                // after this one is news to it, and this one's unsent
+                // users it weighs against this list.
+                watcher.listed(&st.roster.list(usize::MAX), &st.window.users());
+            }
             st.watchers.insert(member.conn_id.clone(), watcher);
         }
         if st.roster.insert(&member) {
@@ -199,6 +212,7 @@ mod tests {
         max_members: 100,
         diff_ms: 200,
         join_leave_max_members: 100,
+        by_user: false,
     };
 
     fn join(p: &Arc<Presence>, member: Member) -> Result<(), Full> {

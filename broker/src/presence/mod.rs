@@ -21,6 +21,7 @@
 mod cluster;
 mod members;
 mod roster;
+mod users;
 mod watch;
 mod window;
 
@@ -34,6 +35,7 @@ use parking_lot::Mutex;
 
 pub use cluster::{RedisPresence, RedisSettings};
 pub(crate) use roster::Roster;
+pub use users::UserChanges;
 pub use window::Window;
 
 use crate::config::PresenceRule;
@@ -60,8 +62,22 @@ pub enum Update<'a> {
 /// GraphQL `presence` subscription (which renders `update` itself).
 pub trait PresenceSink: Send + Sync {
     /// `frame` is the `/v1/ws` frame saying `update`, encoded once for
-    /// every watcher of the window.
+    /// every watcher of the window (not called on a `by_user` channel:
+    /// [`PresenceSink::users`] is).
     fn send(&self, frame: &Bytes, update: &Update<'_>);
+
+    /// A member's own watcher on a `by_user` channel, as it joins: the
+    /// members as they are now (sorted by user then connection), and the
+    /// users the open window touched, whose news the others have not had
+    /// yet. Called under the channel's lock, before any window reaches
+    /// it: the next window's news about those users is to be weighed
+    /// against this list, not against what the others knew.
+    fn listed(&self, _members: &[Member], _unsent: &[Arc<str>]) {}
+
+    /// A window of a `by_user` channel (Pusher's presence) closed: who
+    /// came (their first connection in) and who went (their last out),
+    /// and who is in now.
+    fn users(&self, _changes: &UserChanges<'_>) {}
 }
 
 /// A subscribe that would take the channel past `max_members`.
@@ -315,7 +331,18 @@ impl Presence {
         };
         let mut st = state.lock();
         st.scheduled = false;
-        if !st.window.is_empty() {
+        if st.rule.by_user {
+            // Even a window that netted to nothing closes: a member that
+            // joined inside it weighs its list against it.
+            let (joins, leaves) = st.window.take();
+            let changes = UserChanges::of(&st.roster, &joins, &leaves);
+            if !changes.is_empty() {
+                self.metrics.presence.diffs.inc_by(st.watchers.len() as u64);
+            }
+            for w in st.watchers.values() {
+                w.users(&changes);
+            }
+        } else if !st.window.is_empty() {
             let (joins, leaves) = st.window.take();
             let (frame, update) =
                 if st.roster.connections > u64::from(st.rule.join_leave_max_members) {

@@ -76,13 +76,7 @@ impl Presence {
                 let frame = frames::stats(None, channel, counts, false);
                 sink.send(&frame, &Update::Counts(counts));
             } else {
-                let mut listed: Vec<Member> = st
-                    .roster
-                    .iter()
-                    .filter(|m| !st.window.joining(&m.conn_id))
-                    .chain(st.window.leaving().cloned())
-                    .collect();
-                listed.sort();
+                let listed = st.told();
                 let frame = frames::diff(channel, &listed, &[]);
                 sink.send(
                     &frame,
@@ -94,6 +88,21 @@ impl Presence {
             }
             st.watchers.insert(key, sink);
         });
+    }
+}
+
+impl ChannelState {
+    /// The members as the channel's watchers were last told: without the
+    /// joins, with the leaves, the open window will send; sorted.
+    pub(crate) fn told(&self) -> Vec<Member> {
+        let mut listed: Vec<Member> = self
+            .roster
+            .iter()
+            .filter(|m| !self.window.joining(&m.conn_id))
+            .chain(self.window.leaving().cloned())
+            .collect();
+        listed.sort();
+        listed
     }
 }
 

@@ -44,6 +44,19 @@ impl Window {
         self.leaves.values()
     }
 
+    /// The users this window touched (each once, sorted).
+    pub fn users(&self) -> Vec<Arc<str>> {
+        let mut users: Vec<Arc<str>> = self
+            .joins
+            .values()
+            .chain(self.leaves.values())
+            .map(|m| m.user.clone())
+            .collect();
+        users.sort();
+        users.dedup();
+        users
+    }
+
     pub fn is_empty(&self) -> bool {
         self.joins.is_empty() && self.leaves.is_empty()
     }

@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 
 use super::names::{self, Kind};
 use super::sink::publish_data;
-use super::{app_by_id, auth, frames};
+use super::{app_by_id, auth, frames, presence};
 use crate::charge::{Balance, KeyState, Payer, Price};
 use crate::config::{Limits, PusherApp};
 use crate::exceeded::Exceeded;
@@ -278,24 +278,25 @@ async fn publish(node: &Node, e: &Event, p: &Priced) -> Value {
         if let Some(wanted) = &e.info {
             info.insert(
                 name.clone(),
-                channel_info(node, internal, names::kind(name), wanted),
+                channel_info(node, internal, names::kind(name), wanted).await,
             );
         }
     }
     Value::Object(info)
 }
 
-/// `subscription_count` and `user_count` as `info` asks.
-fn channel_info(node: &Node, internal: &str, kind: Kind, wanted: &str) -> Value {
+/// `subscription_count` and `user_count` (presence channels only) as
+/// `info` asks.
+async fn channel_info(node: &Node, internal: &str, kind: Kind, wanted: &str) -> Value {
     let mut out = Map::new();
     for attr in wanted.split(',') {
         match attr {
             "subscription_count" => {
                 out.insert(attr.into(), json!(node.bridge.subscribers(internal)));
             }
-            // Presence channels are not served by this build yet: no users.
             "user_count" if kind == Kind::Presence => {
-                out.insert(attr.into(), json!(0));
+                let users = presence::user_count(node, internal).await;
+                out.insert(attr.into(), json!(users));
             }
             _ => {}
         }
@@ -432,7 +433,7 @@ async fn channels(req: HttpRequest, node: web::Data<Arc<Node>>) -> HttpResponse 
         }
         let name = &internal[prefix.len()..];
         let info = if wants_users {
-            json!({"user_count": 0})
+            json!({"user_count": presence::user_count(&node, &internal).await})
         } else {
             json!({})
         };
@@ -450,8 +451,21 @@ async fn channel(req: HttpRequest, node: web::Data<Arc<Node>>) -> HttpResponse {
     let internal = names::internal(&app.id, &name);
     let count = node.bridge.subscribers(&internal);
     let mut out = json!({"occupied": count > 0});
-    if let Some(wanted) = query(&req).get("info")
-        && let Value::Object(info) = channel_info(&node, &internal, names::kind(&name), wanted)
+    let kind = names::kind(&name);
+    let wanted = query(&req).get("info").cloned();
+    if kind != Kind::Presence
+        && wanted
+            .iter()
+            .any(|w| w.split(',').any(|a| a == "user_count"))
+    {
+        return bad(
+            &node,
+            &app,
+            "Cannot retrieve the user count unless the channel is a presence channel",
+        );
+    }
+    if let Some(wanted) = wanted
+        && let Value::Object(info) = channel_info(&node, &internal, kind, &wanted).await
     {
         out.as_object_mut().expect("an object").extend(info);
     }
@@ -467,5 +481,11 @@ async fn users(req: HttpRequest, node: web::Data<Arc<Node>>) -> HttpResponse {
     if names::kind(name) != Kind::Presence {
         return bad(&node, &app, "users are listed for presence channels only");
     }
-    HttpResponse::Ok().json(json!({"users": []}))
+    let internal = names::internal(&app.id, name);
+    let users: Vec<Value> = presence::user_ids(&node, &app, &internal)
+        .await
+        .into_iter()
+        .map(|id| json!({"id": &*id}))
+        .collect();
+    HttpResponse::Ok().json(json!({"users": users}))
 }

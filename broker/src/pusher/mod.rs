@@ -14,12 +14,17 @@
 //!   one.
 //! - A subscription is a hub subscriber of its own (`sink.rs`) that
 //!   queues Pusher frames published whole.
+//! - A `presence-` subscription is also one §13 member (`presence.rs`),
+//!   under a rule that counts and tells members by user; the machinery
+//!   hands its watcher the member list and each window's users, which it
+//!   renders as Pusher's frames on the subscription's sink.
 
 pub mod api;
 pub mod auth;
 pub mod frames;
 mod md5;
 pub mod names;
+pub mod presence;
 mod session;
 pub mod sign;
 pub mod sink;

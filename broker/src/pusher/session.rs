@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use super::frames::{self, Incoming, code};
 use super::names::{self, Kind};
+use super::presence::{self, PusherMembers};
 use super::sign;
 use super::sink::{PusherSink, publish_data};
 use crate::cluster::Pending;
@@ -27,6 +28,7 @@ use crate::hub::{Sink, Subscriber};
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::node::dialect::{Dialect, Link, Refusal};
+use crate::presence::{Full, Pending as Joining};
 use crate::protocol::CloseCode;
 
 /// Protocol versions spoken (pusher-js 8 speaks 7).
@@ -71,6 +73,8 @@ pub(super) fn open(node: &Arc<Node>, head: &RequestHead) -> Box<dyn Dialect> {
 /// One subscribed channel.
 struct Sub {
     sink: Arc<PusherSink>,
+    /// A presence channel's member (its user, its watcher).
+    members: Option<Arc<PusherMembers>>,
 }
 
 struct PusherWs {
@@ -94,8 +98,9 @@ struct PusherWs {
 struct Activity;
 /// The pong timeout rang.
 struct PongDue;
-/// A subscription's join was answered.
-struct Joined(String, Arc<PusherSink>);
+/// A subscription's join was answered (and its presence join, refused
+/// when the channel is full).
+struct Joined(String, Arc<PusherSink>, Result<(), Full>);
 
 impl PusherWs {
     fn app(&self) -> &PusherApp {
@@ -244,14 +249,14 @@ impl PusherWs {
             return self.refuse_sub(link, channel, "LimitReached", &why, 429);
         }
         let kind = names::kind(channel);
+        let channel_data = (kind == Kind::Presence).then(|| {
+            data.get("channel_data")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+        });
         if kind != Kind::Public {
             let app = self.app();
             let auth = data.get("auth").and_then(Value::as_str).unwrap_or("");
-            let channel_data = (kind == Kind::Presence).then(|| {
-                data.get("channel_data")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-            });
             if !sign::channel_auth_ok(
                 &app.key,
                 &app.secret,
@@ -268,11 +273,14 @@ impl PusherWs {
                 );
                 return self.refuse_sub(link, channel, "AuthError", &why, 401);
             }
-            if kind == Kind::Presence {
-                let why = "presence channels are not served by this build yet";
-                return self.refuse_sub(link, channel, "NotAllowed", why, 403);
-            }
         }
+        let me = match channel_data.map(presence::channel_data).transpose() {
+            Ok(me) => me,
+            Err(bad) => {
+                let why = bad.to_string();
+                return self.refuse_sub(link, channel, "InvalidChannelData", &why, 400);
+            }
+        };
         let internal: Arc<str> = names::internal(&self.app().id, channel).into();
         let conn = self.node.next_conn();
         let sink = PusherSink::new(
@@ -286,33 +294,68 @@ impl PusherWs {
             sink: Sink::Socket(sink.clone()),
             gauge: link.gauge(),
         };
-        self.channels
-            .insert(channel.to_owned(), Sub { sink: sink.clone() });
-        match self.node.bridge.subscribe(&internal, sub, None) {
-            Pending::Ready(_) => self.joined(link, channel.to_owned(), &sink),
-            Pending::Later(f) => {
+        let members = me.map(|me| PusherMembers::new(channel, me, sink.clone()));
+        let rule = presence::rule(self.app());
+        let presence = members.as_ref().map(|m| {
+            let member = m.member(&self.socket_id);
+            self.node.presence.join(&internal, rule, member, m.clone())
+        });
+        let hub = self.node.bridge.subscribe(&internal, sub, None);
+        let entry = Sub {
+            sink: sink.clone(),
+            members,
+        };
+        self.channels.insert(channel.to_owned(), entry);
+        match (hub, presence) {
+            (Pending::Ready(_), None) => self.joined(link, channel.to_owned(), &sink, Ok(())),
+            (Pending::Ready(_), Some(Joining::Ready(r))) => {
+                self.joined(link, channel.to_owned(), &sink, r)
+            }
+            (hub, presence) => {
                 let channel = channel.to_owned();
                 link.spawn(Box::pin(async move {
-                    f.await;
-                    Box::new(Joined(channel, sink)) as Box<dyn Any>
+                    if let Pending::Later(f) = hub {
+                        f.await;
+                    }
+                    let r = match presence {
+                        Some(p) => p.wait().await,
+                        None => Ok(()),
+                    };
+                    Box::new(Joined(channel, sink, r)) as Box<dyn Any>
                 }))
             }
         }
     }
 
-    fn joined(&mut self, link: &mut dyn Link, channel: String, sink: &Arc<PusherSink>) {
+    fn joined(
+        &mut self,
+        link: &mut dyn Link,
+        channel: String,
+        sink: &Arc<PusherSink>,
+        presence: Result<(), Full>,
+    ) {
         // Unsubscribed (and perhaps subscribed again) meanwhile.
-        if !self
+        let Some(sub) = self
             .channels
             .get(&channel)
-            .is_some_and(|s| Arc::ptr_eq(&s.sink, sink))
-        {
+            .filter(|s| Arc::ptr_eq(&s.sink, sink))
+        else {
             return;
+        };
+        if presence.is_err() {
+            if let Some(sub) = self.channels.remove(&channel) {
+                self.leave(&sub);
+            }
+            Exceeded::new(Layer::Connection, "presence_full", &self.app().account)
+                .conn(link.label())
+                .emit(&self.node.metrics);
+            return self.refuse_sub(link, &channel, "LimitReached", "presence_full", 403);
         }
+        let data = sub.members.as_ref().and_then(|m| m.succeeded());
         link.send(&frames::event(
             "pusher_internal:subscription_succeeded",
             Some(&channel),
-            "{}",
+            data.as_deref().unwrap_or("{}"),
         ));
         sink.go_live();
     }
@@ -322,6 +365,12 @@ impl PusherWs {
         self.node
             .bridge
             .unsubscribe(&sub.sink.channel, sub.sink.conn);
+        if let Some(m) = &sub.members {
+            let user = &m.me.user_id;
+            self.node
+                .presence
+                .leave(&sub.sink.channel, user, &self.socket_id);
+        }
     }
 
     /// `client-*` on a private or presence channel this socket holds, when
@@ -356,7 +405,8 @@ impl PusherWs {
                 "client events are only for private and presence channels",
             ));
         }
-        let frame = frames::channel_event(&msg.event, channel, &data, None);
+        let user = sub.members.as_ref().map(|m| &*m.me.user_id);
+        let frame = frames::channel_event(&msg.event, channel, &data, user);
         let published = publish_data(&self.socket_id, &frame);
         let internal = sub.sink.channel.clone();
         self.node.metrics.published("pusher");
@@ -398,7 +448,7 @@ impl Dialect for PusherWs {
 
     fn done(&mut self, link: &mut dyn Link, output: Box<dyn Any>) {
         let output = match output.downcast::<Joined>() {
-            Ok(j) => return self.joined(link, j.0, &j.1),
+            Ok(j) => return self.joined(link, j.0, &j.1, j.2),
             Err(other) => other,
         };
         if output.is::<Activity>() {

@@ -47,9 +47,26 @@ pub fn split(data: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((exclude, frame))
 }
 
+/// What waits for `subscription_succeeded`, counted in the gauge.
+enum Held {
+    /// A hub message: `(seq, frame)`.
+    Hub(u64, Bytes),
+    /// A frame of this front's own (a presence member event), rendered.
+    Own(Bytes),
+}
+
+impl Held {
+    fn len(&self) -> usize {
+        match self {
+            Held::Hub(_, f) | Held::Own(f) => f.len(),
+        }
+    }
+}
+
 enum Pos {
-    /// Waiting for the bridge: `(seq, frame)`, counted in the gauge.
-    Joining(Vec<(u64, Bytes)>),
+    /// Waiting for the bridge. Bounded by the socket's gauge: what waits
+    /// is counted in it, and a socket past its mark is closed.
+    Joining(Vec<Held>),
     Live,
     Ended,
 }
@@ -85,8 +102,11 @@ impl PusherSink {
     pub fn go_live(&self) {
         let mut pos = self.pos.lock();
         if let Pos::Joining(held) = std::mem::replace(&mut *pos, Pos::Live) {
-            for (seq, frame) in held {
-                self.queue(seq, &frame, &mut Renders::default());
+            for h in held {
+                match h {
+                    Held::Hub(seq, frame) => self.queue(seq, &frame, &mut Renders::default()),
+                    Held::Own(frame) => self.outlet.push_frame(frame),
+                }
             }
         } else {
             *pos = Pos::Ended;
@@ -99,7 +119,27 @@ impl PusherSink {
         if let Pos::Joining(held) = std::mem::replace(&mut *pos, Pos::Ended) {
             self.outlet
                 .gauge()
-                .release(held.iter().map(|(_, f)| f.len()).sum());
+                .release(held.iter().map(Held::len).sum());
+        }
+    }
+
+    /// Queues a frame of this front's own on the channel (a presence
+    /// member event), after `subscription_succeeded` like every message
+    /// of the channel. It is never dropped (pusher-js's member list must
+    /// stay exact): one that takes the socket past its mark starts the
+    /// slow-consumer grace instead, which closes a reader that stopped.
+    pub fn push_own(&self, frame: &str) {
+        let mut pos = self.pos.lock();
+        if matches!(*pos, Pos::Ended) {
+            return;
+        }
+        let rendered = wire::text(frame.as_bytes());
+        if self.outlet.gauge().add_answer(rendered.len()) {
+            self.outlet.congested();
+        }
+        match &mut *pos {
+            Pos::Joining(held) => held.push(Held::Own(rendered)),
+            _ => self.outlet.push_frame(rendered),
         }
     }
 
@@ -148,7 +188,7 @@ impl DirectSink for PusherSink {
         let mut pos = self.pos.lock();
         match &mut *pos {
             Pos::Live => self.queue(seq, frame, renders),
-            Pos::Joining(held) => held.push((seq, frame.clone())),
+            Pos::Joining(held) => held.push(Held::Hub(seq, frame.clone())),
             Pos::Ended => {
                 drop(pos);
                 self.outlet.gauge().release(frame.len());

@@ -179,7 +179,7 @@ impl RedisPresence {
         self: &Arc<Self>,
         channel: &str,
         m: &Member,
-        max: u32,
+        (max, by_user): (u32, bool),
         others: bool,
     ) -> Option<Result<(), Full>> {
         let mut conn = self.conn().await?;
@@ -195,7 +195,8 @@ impl RedisPresence {
             .arg(self.lease_ms)
             .arg(self.topic())
             .arg(self.event(channel, &[m], &[]))
-            .arg(if others { "1" } else { "0" });
+            .arg(if others { "1" } else { "0" })
+            .arg(if by_user { "1" } else { "0" });
         let call = inv.invoke_async::<redis::Value>(&mut conn);
         let Ok(Ok(value)) = tokio::time::timeout(COMMAND_TIMEOUT, call).await else {
             self.set_up(false);

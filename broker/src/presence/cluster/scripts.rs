@@ -96,7 +96,8 @@ end
 
 /// A member joins unless the channel is full. ARGV: node, sort key,
 /// stored member, max_members, lease ms, events topic, sealed event,
-/// `1` if this node holds other members of the channel. Answers
+/// `1` if this node holds other members of the channel, `1` if
+/// max_members counts users (a user already in always joins). Answers
 /// `[status, lapsed, #gone, gone...]`: status 1 joined (or was in), 0
 /// full; lapsed 1 when the node expected to hold members here but its
 /// lease on the channel had ended (its members were pruned: it must
@@ -108,7 +109,15 @@ local lapsed = 0
 if ARGV[8] == '1' and not redis.call('ZSCORE', o, ARGV[1]) then lapsed = 1 end
 local status = 1
 if not redis.call('HGET', w, ARGV[2]) then
-  if redis.call('ZCARD', m) >= tonumber(ARGV[4]) then
+  local max = tonumber(ARGV[4])
+  local full
+  if ARGV[9] == '1' then
+    local uk = user_of(ARGV[2])
+    full = redis.call('HEXISTS', u, uk) == 0 and redis.call('HLEN', u) >= max
+  else
+    full = redis.call('ZCARD', m) >= max
+  end
+  if full then
     status = 0
   else
     add(ARGV[2], ARGV[3], ARGV[1])
