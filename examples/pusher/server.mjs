@@ -76,7 +76,7 @@ export function startServer({ port = 9100, host = "127.0.0.1", broker = "http://
   const who = (req) => {
     const sid = /(?:^|;\s*)sid=([0-9a-f]{32})/.exec(req.headers.cookie ?? "")?.[1];
     const token = /^Bearer ([0-9a-f]{32})$/.exec(req.headers.authorization ?? "")?.[1];
-    return sessions.get(sid ?? token);
+    return sessions.get(sid) ?? sessions.get(token);
   };
 
   const server = createServer(async (req, res) => {
