@@ -395,6 +395,39 @@ pub async fn publish_batch(
             ))
         })
         .collect();
+    // The plan's rules, message by message (issue 42: rules hold for every
+    // payer): a message a rule refuses gets `rate_limited` in place and
+    // costs nothing; the others' tokens go back if the batch is refused.
+    let ledger = node.ledger();
+    let mut passed = Vec::new();
+    let checked: Vec<Checked<'_>> = checked
+        .into_iter()
+        .zip(&batch.messages)
+        .map(|(c, m)| {
+            let ok = c?;
+            let ruled = ledger.rules_alone(
+                &key.account,
+                &limits,
+                Op::Publish,
+                &m.channel,
+                Instant::now(),
+            );
+            match ruled {
+                Ok(p) => {
+                    passed.push(p);
+                    Ok(ok)
+                }
+                Err(r) => Err(Refusal::new(
+                    ErrorCode::RateLimited,
+                    format!(
+                        "a rule of this plan limits publishes on {:?}; retry after {} ms",
+                        m.channel,
+                        crate::refusal::retry_after_ms(r.retry_after)
+                    ),
+                )),
+            }
+        })
+        .collect();
     let cost: u32 = checked
         .iter()
         .map(|c| match c {
@@ -404,7 +437,12 @@ pub async fn publish_batch(
         .fold(0, u32::saturating_add);
     let admitted = match charge(&node, &key, &limits, cost).await {
         Ok(a) => a,
-        Err(r) => return rate_limited(&r),
+        Err(r) => {
+            for p in passed {
+                ledger.give_back_rules(p);
+            }
+            return rate_limited(&r);
+        }
     };
     // In order: each publish is awaited before the next, so a batch's
     // messages to one channel get increasing seqs.
@@ -424,9 +462,12 @@ pub async fn publish_batch(
                 }
             }
             Err(r) => {
-                Exceeded::new(Layer::Http, r.code.as_str(), &key.account)
-                    .channel(&msg.channel)
-                    .emit(&node.metrics);
+                // A rule's refusal was counted by the charge layer.
+                if r.code != ErrorCode::RateLimited {
+                    Exceeded::new(Layer::Http, r.code.as_str(), &key.account)
+                        .channel(&msg.channel)
+                        .emit(&node.metrics);
+                }
                 Outcome::Err {
                     error: r.code.as_str(),
                     message: r.message,

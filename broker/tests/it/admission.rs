@@ -8,8 +8,8 @@
 //!   `costs.malformed` from the payer, `cost_exceeds_max` nothing (gRPC
 //!   charged it; HTTP publish charged nothing for a 400 or a 403);
 //! - a plan rule ("5 publishes a minute on this document") holds across
-//!   the socket, HTTP publish, client publish, the GraphQL mutation and
-//!   gRPC (it held on socket frames only);
+//!   the socket, HTTP publish and batch, client publish, the GraphQL
+//!   mutation and gRPC (it held on socket frames only);
 //! - `/v1/client/publish` answers `X-RateLimit-*` from the identity's
 //!   bucket on a 200 and on every 429.
 
@@ -219,7 +219,7 @@ async fn a_plan_rule_holds_across_every_publishing_front() {
     let mutation = json!({"query": "mutation { publish(channel: \"doc:r\", data: 1) { seq } }"});
     let mut grpc = connect(&broker).await;
     let mut socket = broker.client("acme").await;
-    // Five publishes on doc:r, one per front (HTTP twice).
+    // Five publishes on doc:r, one per front.
     let (status, _, b) = http(&broker, "/v1/publish", API_KEY, &one).await;
     assert_eq!(status, 200, "{b}");
     let (status, _, b) = http(&broker, "/v1/client/publish", &token, &one).await;
@@ -271,6 +271,17 @@ async fn a_plan_rule_holds_across_every_publishing_front() {
         socket_publish(&mut socket, "doc:r", json!(1), 2).await,
         "rate_limited"
     );
+    // In a batch, the message on doc:r is refused in place, the other
+    // published.
+    let batch = json!({"messages":[
+        {"channel":"doc:r","data":1},
+        {"channel":"doc:free","data":2},
+    ]})
+    .to_string();
+    let (status, _, b) = http(&broker, "/v1/publish/batch", API_KEY, &batch).await;
+    assert_eq!(status, 200, "{b}");
+    assert_eq!(b["results"][0]["error"], "rate_limited", "{b}");
+    assert!(b["results"][1]["seq"].as_u64().is_some(), "{b}");
     // Another document is not limited by doc:r's bucket.
     let other = json!({"channel":"doc:other","data":1}).to_string();
     let (status, _, b) = http(&broker, "/v1/publish", API_KEY, &other).await;
