@@ -9,6 +9,14 @@
 //! They are checked before the payer's bucket, and their tokens are given
 //! back when the bucket then refuses, as a connection gives its buckets
 //! back when a rule refuses: a refused operation costs no rule a token.
+//!
+//! Bounds: a request's own [`ConnRules`] lives as long as the request. The
+//! node's shared rule buckets it reaches are the sockets' map
+//! ([`crate::rules::RuleBuckets`]), swept of full buckets: it holds the
+//! buckets of operations admitted within their rules' windows, plus those
+//! that requests refused after the rules (their tokens given back, so
+//! full) created since the last sweep, at most one per authenticated,
+//! priced request.
 
 use std::time::{Duration, Instant};
 
