@@ -71,24 +71,6 @@ impl Claims {
     }
 }
 
-/// The credential of an `Authorization` header value in the Bearer
-/// scheme, or `None` for another scheme or an empty credential.
-///
-/// The scheme's name is case-insensitive (RFC 7235 §2.1): `bearer` and
-/// `BEARER` are `Bearer`. Whitespace around the credential is not part of
-/// it. Every front (`/v1/ws`, SSE, HTTP and client publish, presence,
-/// GraphQL, gRPC, the admin API) reads its header through this one
-/// function, so a spelling is accepted or refused everywhere alike
-/// (issue 42: seven copies disagreed on the case).
-pub fn bearer(value: &str) -> Option<&str> {
-    let (scheme, credential) = value.trim_start().split_once([' ', '\t'])?;
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return None;
-    }
-    let credential = credential.trim();
-    (!credential.is_empty()).then_some(credential)
-}
-
 /// Why a token was refused. The messages go to the client (401 bodies,
 /// `bad_request` on a refresh), so they say what to change and never
 /// quote a key.

@@ -249,7 +249,13 @@ pub fn grpc_request(data: &[u8]) -> Option<u32> {
     let subscribers = u64::from(which / 2) * 1000;
     let priced = crate::charge::publish::check_json(&msg.data_json, limits.max_json_depth)
         .and_then(|()| {
-            crate::charge::publish::price(&msg.channel, &msg.data_json, &key, &limits, subscribers)
+            crate::charge::publish::price(
+                &msg.channel,
+                &msg.data_json,
+                &key.publish,
+                &limits,
+                subscribers,
+            )
         });
     let cost = match priced {
         Ok(cost) => cost,
@@ -271,7 +277,7 @@ pub fn grpc_request(data: &[u8]) -> Option<u32> {
     ));
     serde_json::from_str::<serde::de::IgnoredAny>(&msg.data_json).expect("data_json is JSON");
     assert!(
-        cost <= limits.costs.max_single,
+        crate::admission::check_single(cost, limits.costs.max_single).is_ok(),
         "a price over the maximum passed"
     );
     // The reply echoes the id; it must survive the wire.

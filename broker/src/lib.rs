@@ -33,7 +33,9 @@
 //!    [`cluster`] (the
 //!    [`cluster::Bridge`]: memory for one node, Redis for many; it reports
 //!    upward through [`cluster::Events`] and does not know the node).
-//! 2. **Services**: [`account`] (the supervisor actor: sampled account
+//! 2. **Services**: [`admission`] (the one-place rules of every front's
+//!    admission: the `Authorization` parser, the `max_single` comparison,
+//!    what a refusal costs), [`account`] (the supervisor actor: sampled account
 //!    budget, connection cap, 1008 on breach; the `CloseWith` and
 //!    `Reconfigure` messages every connection takes), [`charge`] (the one
 //!    charge primitive every front calls: payer, price, admitted or a
@@ -66,6 +68,7 @@
 
 pub mod account;
 pub mod admin;
+pub mod admission;
 pub mod alive;
 pub mod auth;
 pub mod bans;

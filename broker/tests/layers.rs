@@ -412,3 +412,96 @@ fn crate_refs_read_paths_and_groups() {
     let refs: Vec<String> = crate_refs(&code).into_iter().collect();
     assert_eq!(refs, ["a", "d"]);
 }
+
+/// Where a line of code parses the `Authorization` header's Bearer scheme
+/// itself: a string literal that is the scheme's name (`"Bearer"`,
+/// `"bearer "`, any case), as a comparison or a prefix strip would hold
+/// it. The subprotocol's `bearer.<token>` is another carrier, not the
+/// scheme.
+fn parses_bearer(line: &str) -> bool {
+    line.split('"').skip(1).step_by(2).any(|lit| {
+        let lit = lit.to_ascii_lowercase();
+        lit == "bearer" || lit.starts_with("bearer ") || lit.starts_with("bearer\\t")
+    })
+}
+
+/// Where a line of code compares a price with the plan's `max_single` (the
+/// field, not GraphQL's `graphql_max_single` or a method of that name).
+fn compares_max_single(line: &str) -> bool {
+    let field = line.match_indices("max_single").any(|(at, _)| {
+        !line[..at].ends_with("graphql_") && !line[at + "max_single".len()..].starts_with('(')
+    });
+    field
+        && [" > ", " < ", " >= ", " <= "]
+            .iter()
+            .any(|op| line.contains(op))
+}
+
+/// Issue 42's one-place rules: every front reads `Authorization` through
+/// `admission::bearer` and compares a price with `max_single` through
+/// `admission::check_single`; a copy anywhere else is how the fronts
+/// drifted apart (seven Bearer parsers, five `max_single` checks).
+#[test]
+fn admission_rules_live_in_one_place() {
+    let src = src_dir();
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let texts: HashMap<PathBuf, String> = files
+        .iter()
+        .map(|f| (f.clone(), fs::read_to_string(f).expect("readable source")))
+        .collect();
+    let tests = test_only(&files, &texts);
+    let mut copies = Vec::new();
+    for f in &files {
+        let rel = f.strip_prefix(&src).expect("under src");
+        // `config/` checks the limit's own value (`max_single <= burst`),
+        // which is no price compared with it.
+        if tests.contains(f) || rel.starts_with("admission") {
+            continue;
+        }
+        let config = rel.starts_with("config");
+        for (n, line) in code_of(&texts[f]).lines().enumerate() {
+            if parses_bearer(line) {
+                copies.push(format!(
+                    "{}:{}: a Bearer parse: {}",
+                    rel.display(),
+                    n + 1,
+                    line.trim()
+                ));
+            }
+            if !config && compares_max_single(line) {
+                copies.push(format!(
+                    "{}:{}: a max_single comparison: {}",
+                    rel.display(),
+                    n + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert!(
+        copies.is_empty(),
+        "the admission's rules belong in broker/src/admission/ \
+         (admission::bearer, admission::check_single):\n{}",
+        copies.join("\n")
+    );
+}
+
+#[test]
+fn the_one_place_checks_see_the_copies_issue_42_found() {
+    assert!(parses_bearer(r#"let t = v.strip_prefix("Bearer ")?;"#));
+    assert!(parses_bearer(
+        r#"if !scheme.eq_ignore_ascii_case("bearer") {"#
+    ));
+    assert!(!parses_bearer(r#"const BEARER_PREFIX: &str = "bearer.";"#));
+    assert!(!parses_bearer(
+        r#"message: "send `Authorization: Bearer <api key>`","#
+    ));
+    assert!(compares_max_single("    if cost > c.max_single {"));
+    assert!(compares_max_single("if price <= limits.costs.max_single {"));
+    assert!(!compares_max_single("if cost > graphql_max_single {"));
+    assert!(!compares_max_single("let max = caller.max_single(share);"));
+    assert!(!compares_max_single(
+        "max_single: Some(limits.costs.max_single),"
+    ));
+}

@@ -126,7 +126,7 @@ fn authorize(
         .headers()
         .get("authorization")
         .and_then(|v| v.to_str().ok())
-        .and_then(crate::auth::bearer)
+        .and_then(crate::admission::bearer)
         .unwrap_or("");
     let role = if same_key(given, admin_key) {
         Role::Admin

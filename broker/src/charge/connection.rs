@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Admitted, Connection, Ledger, Outcome, Price, Reason, Refused};
+use crate::admission::{CostExceedsMax, check_single};
 use crate::config::{LimitName, Limits};
 use crate::exceeded::Exceeded;
 use crate::limiter::TokenBucket;
@@ -120,8 +121,8 @@ impl Admission {
         now: Instant,
         shadow: &mut Option<Shadow>,
     ) -> Verdict {
-        let max = self.limits.costs.max_single;
-        if cost > max {
+        if let Err(CostExceedsMax { cost, max }) = check_single(cost, self.limits.costs.max_single)
+        {
             if self.limits.is_dry_run(LimitName::Cost) {
                 *shadow = Some(Shadow {
                     reason: "cost_exceeds_max",

@@ -9,7 +9,8 @@
 //! and trailers.
 //!
 //! What lives here once, not per front: the order of the checks (the
-//! single-charge limit before any bucket, then the buckets, then the rules
+//! single-charge limit before any bucket, compared in one place,
+//! [`crate::admission::check_single`], then the buckets, then the rules
 //! for a connection), dry run (`limits.dry_run`: a would-be refusal is
 //! counted and let through), giving back what a later check refused, and
 //! the one `exceeded` event and `tidegate_rejections_total` /
@@ -37,6 +38,13 @@
 //!   front's [`Layer`]) is charged the units, all or nothing for a batch.
 //!   [`Ledger::balance`] reads the bucket without charging (trailers on a
 //!   refusal).
+//! - **A client publish** (`http/client_publish.rs`, §14): the token's
+//!   identity, [`Payer::Identity`] (its own cluster-wide bucket with the
+//!   plan's per-connection numbers), then [`Payer::Account`]; the second
+//!   refusing gives the first back ([`Ledger::refund_to`]).
+//! - **A refusal of the input** on a front without connection buckets
+//!   (HTTP, gRPC): [`crate::admission::refusal_units`] of it, charged as
+//!   [`Price::units`] to the same payer.
 //! - **A GraphQL operation** (`graphql/charge.rs`): the front prices the
 //!   parsed document (and variables) and refuses a price over
 //!   `graphql_max_single` itself (`QUERY_TOO_EXPENSIVE`, with its own
@@ -50,10 +58,12 @@
 //! - **A presence read**: a fixed small price ([`Price::units`] from the
 //!   plan's cost table, no bytes), the reader's payer, the same translation.
 
+mod bucket;
 mod connection;
 pub mod keys;
 mod price;
 pub mod publish;
+mod rules;
 pub mod subscribe;
 
 use std::future::Future;
@@ -64,7 +74,9 @@ pub use connection::{Admission, Shadow, Verdict};
 pub use keys::{ApiKeys, KeyState};
 pub use price::Price;
 pub use publish::Refusal;
+pub use rules::RulesPassed;
 
+use crate::admission::{CostExceedsMax, check_single};
 use crate::cluster::{self, Bridge, KeyCharge};
 use crate::config::{LimitName, Limits};
 use crate::exceeded::Exceeded;
@@ -72,6 +84,7 @@ use crate::limiter::{Sample, Sampler};
 use crate::metrics::{Layer, Metrics};
 use crate::protocol::Op;
 use crate::rules::{ConnRules, RuleBuckets};
+use bucket::{Bucket, dry_run, identity_bucket};
 
 /// A charge's answer: ready now (a connection's own buckets, single-node
 /// buckets), or once the bridge answers (Redis).
@@ -111,6 +124,16 @@ pub enum Payer<'a> {
     Key {
         layer: Layer,
         key: &'a KeyState,
+        limits: &'a Limits,
+    },
+    /// A token's identity (`sub`) without a connection (client publish,
+    /// §14): its own cluster-wide bucket, named after the account, with
+    /// the plan's per-connection numbers (`burst`, `messages_per_sec`), so
+    /// a client publishing over HTTP is paced as one socket is. Its dry-run
+    /// name is `messages`, the per-connection budget's.
+    Identity {
+        layer: Layer,
+        account: &'a str,
         limits: &'a Limits,
     },
     /// An account's budget directly, charged at once (not sampled): for a
@@ -217,18 +240,6 @@ pub struct Refused {
 /// The outcome of one charge.
 pub type Outcome = Result<Admitted, Refused>;
 
-/// Whether a refusal by a key's or an account's bucket is only counted
-/// (dry run): under GraphQL's layer, its own name shadows it on either
-/// bucket (§12: `dry_run = ["graphql"]`); elsewhere `name`, the bucket's
-/// own (an API key's bucket has none: §0 lists the socket's and the
-/// account's limits, so it always enforces).
-fn dry_run(layer: Layer, limits: &Limits, name: Option<LimitName>) -> bool {
-    match layer {
-        Layer::Graphql => limits.is_dry_run(LimitName::Graphql),
-        _ => name.is_some_and(|n| limits.is_dry_run(n)),
-    }
-}
-
 /// The charge layer over a node's state: what [`Ledger::charge`] reads and
 /// counts into. Three references, copied freely
 /// ([`crate::node::Node::ledger`]).
@@ -257,30 +268,17 @@ impl<'a> Ledger<'a> {
         match payer {
             Payer::Connection(c) => Pending::Ready(self.connection(c, price, now)),
             Payer::Key { layer, key, limits } => {
-                let shadowed = match self.single(layer, &key.account, limits, &price) {
-                    Ok(shadowed) => shadowed,
-                    Err(r) => return Pending::Ready(Err(r)),
-                };
-                let taken = self.bridge.charge_key(
-                    &key.id,
-                    f64::from(price.units),
-                    f64::from(limits.account_burst),
-                    limits.account_messages_per_sec,
-                );
-                let settle = move |c: KeyCharge| {
-                    let dry = dry_run(layer, limits, None);
-                    self.settle(
-                        layer,
-                        &key.account,
-                        &price,
-                        c.allowed,
-                        c.retry_after,
-                        Some(Balance::from(&c)),
-                        dry,
-                    )
-                    .map(|a| a.shadowed(shadowed))
-                };
-                then(taken, settle)
+                let bucket = Bucket::key(key, limits);
+                self.bucket(layer, &key.account, limits, bucket, price, now)
+            }
+            Payer::Identity {
+                layer,
+                account,
+                limits,
+            } => {
+                let id = identity_bucket(account);
+                let bucket = Bucket::identity(&id, limits);
+                self.bucket(layer, account, limits, bucket, price, now)
             }
             Payer::Account {
                 layer,
@@ -289,6 +287,10 @@ impl<'a> Ledger<'a> {
             } => {
                 let shadowed = match self.single(layer, account, limits, &price) {
                     Ok(shadowed) => shadowed,
+                    Err(r) => return Pending::Ready(Err(r)),
+                };
+                let passed = match self.request_rules(account, limits, &price, now) {
+                    Ok(passed) => passed,
                     Err(r) => return Pending::Ready(Err(r)),
                 };
                 let taken = self
@@ -305,7 +307,7 @@ impl<'a> Ledger<'a> {
                         )
                         .unwrap_or_default(),
                     };
-                    self.settle(
+                    let outcome = self.settle(
                         layer,
                         account,
                         &price,
@@ -313,8 +315,11 @@ impl<'a> Ledger<'a> {
                         c.retry_after,
                         Some(balance),
                         dry,
-                    )
-                    .map(|a| a.shadowed(shadowed))
+                    );
+                    if outcome.is_err() {
+                        self.give_back_rules(passed);
+                    }
+                    outcome.map(|a| a.shadowed(shadowed))
                 };
                 then(taken, settle)
             }
@@ -339,12 +344,19 @@ impl<'a> Ledger<'a> {
                 c.admission.refund(units, 0);
                 return Pending::Ready(0);
             }
-            Payer::Key { key, limits, .. } => self.bridge.refund_key(
-                &key.id,
-                f64::from(units),
-                f64::from(limits.account_burst),
-                limits.account_messages_per_sec,
-            ),
+            Payer::Key { key, limits, .. } => {
+                let b = Bucket::key(key, limits);
+                self.bridge
+                    .refund_key(b.id, f64::from(units), b.capacity, b.rate)
+            }
+            Payer::Identity {
+                account, limits, ..
+            } => {
+                let id = identity_bucket(account);
+                let b = Bucket::identity(&id, limits);
+                self.bridge
+                    .refund_key(b.id, f64::from(units), b.capacity, b.rate)
+            }
             Payer::Account {
                 account, limits, ..
             } => self.bridge.refund_account(account, units, limits),
@@ -363,6 +375,50 @@ impl<'a> Ledger<'a> {
         then(read, |c| Balance::from(&c))
     }
 
+    /// A charge to a bucket the bridge keeps by name (an API key's, an
+    /// identity's): the single-charge limit, then the take.
+    fn bucket(
+        self,
+        layer: Layer,
+        account: &'a str,
+        limits: &'a Limits,
+        bucket: Bucket<'_>,
+        price: Price<'a>,
+        now: Instant,
+    ) -> Pending<'a, Outcome> {
+        let shadowed = match self.single(layer, account, limits, &price) {
+            Ok(shadowed) => shadowed,
+            Err(r) => return Pending::Ready(Err(r)),
+        };
+        let passed = match self.request_rules(account, limits, &price, now) {
+            Ok(passed) => passed,
+            Err(r) => return Pending::Ready(Err(r)),
+        };
+        let units = f64::from(price.units);
+        let taken = self
+            .bridge
+            .charge_key(bucket.id, units, bucket.capacity, bucket.rate);
+        let dry_name = bucket.dry_run;
+        let settle = move |c: KeyCharge| {
+            let dry = dry_run(layer, limits, dry_name);
+            let balance = Some(Balance::from(&c));
+            let outcome = self.settle(
+                layer,
+                account,
+                &price,
+                c.allowed,
+                c.retry_after,
+                balance,
+                dry,
+            );
+            if outcome.is_err() {
+                self.give_back_rules(passed);
+            }
+            outcome.map(|a| a.shadowed(shadowed))
+        };
+        then(taken, settle)
+    }
+
     /// The single-charge limit of a payer without connection buckets;
     /// `Ok(true)`: over it, but in dry run.
     fn single(
@@ -375,9 +431,9 @@ impl<'a> Ledger<'a> {
         let Some(max) = price.max_single else {
             return Ok(false);
         };
-        if price.units <= max {
+        let Err(CostExceedsMax { cost, max }) = check_single(price.units, max) else {
             return Ok(false);
-        }
+        };
         let dry = limits.is_dry_run(LimitName::Cost);
         Exceeded::new(layer, "cost_exceeds_max", account)
             .dry_run(dry)
@@ -386,10 +442,7 @@ impl<'a> Ledger<'a> {
             return Ok(true);
         }
         Err(Refused {
-            reason: Reason::CostExceedsMax {
-                cost: price.units,
-                max,
-            },
+            reason: Reason::CostExceedsMax { cost, max },
             retry_after: Duration::ZERO,
             balance: None,
         })

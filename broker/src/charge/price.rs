@@ -3,6 +3,7 @@
 //! refused at all ([`Price::owed`]).
 
 use crate::config::Limits;
+use crate::protocol::Op;
 
 /// What it costs.
 #[derive(Debug, Clone, Copy)]
@@ -23,6 +24,19 @@ pub struct Price<'a> {
     /// connection's next frames wait instead (an SSE stream's opening,
     /// which is one request and cannot resend a frame: [`Price::owed`]).
     pub owed: bool,
+    /// The operation the plan's rules know it as, for a payer without
+    /// connection buckets (a connection passes its rules with its own
+    /// buckets, `Connection::rules`): with [`Price::channel`], the rules
+    /// that apply are checked before the payer's bucket.
+    pub op: Option<Op>,
+}
+
+impl<'c> Price<'c> {
+    /// This price as the operation `op` for the plan's rules.
+    pub fn rules_as(mut self, op: Op) -> Price<'c> {
+        self.op = Some(op);
+        self
+    }
 }
 
 impl Price<'_> {
@@ -40,6 +54,7 @@ impl Price<'_> {
             max_single: Some(limits.costs.max_single),
             channel,
             owed: false,
+            op: None,
         }
     }
 
@@ -51,6 +66,7 @@ impl Price<'_> {
             max_single: None,
             channel: None,
             owed: false,
+            op: None,
         }
     }
 
@@ -63,6 +79,7 @@ impl Price<'_> {
             max_single: None,
             channel,
             owed: false,
+            op: None,
         }
     }
 
@@ -76,6 +93,7 @@ impl Price<'_> {
             max_single: None,
             channel: None,
             owed: true,
+            op: None,
         }
     }
 }

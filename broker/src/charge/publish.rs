@@ -6,8 +6,8 @@
 
 use serde_json::value::RawValue;
 
-use super::keys::KeyState;
 use crate::config::Limits;
+use crate::protocol::glob::GlobSet;
 use crate::protocol::{ErrorCode, channel};
 
 /// A refusal of one message: a contract code and a sentence.
@@ -48,10 +48,13 @@ pub fn check_json(data: &str, max_depth: u32) -> Result<(), Refusal> {
 /// `max_single` is refused here too, message by message, as a batch
 /// needs; [`super::Price::publish`] carries the same limit for the
 /// primitive.
+///
+/// `grants`: the channels the publisher may publish on (an API key's
+/// `pub_channels`, a token's).
 pub fn price(
     channel: &str,
     data: &str,
-    key: &KeyState,
+    grants: &GlobSet,
     limits: &Limits,
     subscribers: u64,
 ) -> Result<u32, Refusal> {
@@ -66,23 +69,22 @@ pub fn price(
             ),
         ));
     }
-    if !key.publish.matches(channel) {
+    if !grants.matches(channel) {
         return Err(Refusal::new(
             ErrorCode::Forbidden,
-            format!("this API key may not publish on {channel:?}"),
+            format!("this credential may not publish on {channel:?}"),
         ));
     }
     let c = &limits.costs;
     let cost = crate::pricing::publish(c, size, subscribers);
-    if cost > c.max_single {
-        return Err(Refusal::new(
+    crate::admission::check_single(cost, c.max_single).map_err(|over| {
+        Refusal::new(
             ErrorCode::CostExceedsMax,
             format!(
-                "this message costs {cost} units, above the largest single charge of {}; \
-                 send less data or publish to a channel with fewer subscribers",
-                c.max_single
+                "this message {over}; \
+                 send less data or publish to a channel with fewer subscribers"
             ),
-        ));
-    }
+        )
+    })?;
     Ok(cost)
 }

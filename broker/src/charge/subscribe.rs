@@ -18,15 +18,12 @@ use crate::protocol::ErrorCode;
 pub fn price(limits: &Limits, channel: &str, since: bool) -> Result<u32, Refusal> {
     let c = &limits.costs;
     let price = crate::pricing::subscribe(c, since);
-    if price > c.max_single {
-        return Err(Refusal::new(
+    crate::admission::check_single(price, c.max_single).map_err(|over| {
+        Refusal::new(
             ErrorCode::CostExceedsMax,
-            format!(
-                "subscribing to {channel:?} costs {price} units, above the largest single charge of {}",
-                c.max_single
-            ),
-        ));
-    }
+            format!("subscribing to {channel:?} {over}"),
+        )
+    })?;
     Ok(price)
 }
 

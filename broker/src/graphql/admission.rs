@@ -19,6 +19,7 @@ use async_graphql::{ErrorExtensionValues, ErrorExtensions, ServerError, Validati
 
 use super::caller::Caller;
 use super::charge::{self, Balance, Taken};
+use super::request::Refused;
 use super::schema::{Budget, Code};
 use crate::config::LimitName;
 use crate::exceeded::Exceeded;
@@ -261,4 +262,39 @@ impl Extension for Admission {
         }
         Ok(result)
     }
+}
+
+/// `dearest`: the highest price of one message an operation publishes.
+/// Each message a mutation publishes is one operation of the cost table,
+/// held to the plan's `max_single` as an HTTP publish of it is (issue 42:
+/// `graphql_max_single`, the whole document's limit, let a publish priced
+/// 31 through against a `max_single` of 20 that HTTP, gRPC and the socket
+/// refuse). Refused before anything is charged, as `QUERY_TOO_EXPENSIVE`
+/// with its `cost` and `max`; a plan with `cost` or `graphql` in
+/// `dry_run` lets it through, counted.
+pub(super) fn single_publishes(node: &Node, caller: &Caller, dearest: u64) -> Result<(), Refused> {
+    let limits = &caller.limits;
+    let Err(over) = crate::admission::single::check_single_wide(dearest, limits.costs.max_single)
+    else {
+        return Ok(());
+    };
+    if limits.is_dry_run(LimitName::Cost) || limits.is_dry_run(LimitName::Graphql) {
+        Exceeded::new(
+            Layer::Graphql,
+            Code::QueryTooExpensive.reason(),
+            &caller.account,
+        )
+        .dry_run(true)
+        .emit(&node.metrics);
+        return Ok(());
+    }
+    Err(Refused::request(
+        Code::QueryTooExpensive,
+        format!(
+            "a message this operation publishes {over}; send less data or publish to a \
+             channel with fewer subscribers"
+        ),
+    )
+    .with("cost", u64::from(over.cost))
+    .with("max", u64::from(over.max)))
 }

@@ -72,7 +72,7 @@ impl Caller {
     /// The caller named by an `Authorization` header value.
     pub fn identify(node: &Node, authorization: Option<&str>) -> Result<Caller, Unidentified> {
         let value = authorization.ok_or(Unidentified::Missing)?;
-        let credential = crate::auth::bearer(value).ok_or(Unidentified::Missing)?;
+        let credential = crate::admission::bearer(value).ok_or(Unidentified::Missing)?;
         let config = node.config.load();
         if let Some(key) = node.keys.load().get(credential) {
             return Ok(Caller {

@@ -19,7 +19,7 @@ use async_graphql::parser::types::{ExecutableDocument, OperationType};
 use async_graphql::{Request, ServerError, Variables};
 use async_graphql_value::ConstValue;
 
-use super::admission::{Start, Ticket, rate_limited};
+use super::admission::{Start, Ticket, rate_limited, single_publishes};
 use super::caller::Caller;
 use super::charge::{self, Balance};
 use super::over_http::{MAX_DOCUMENT_BYTES, MAX_TEXT_NESTING};
@@ -189,6 +189,9 @@ async fn run_here(node: &Arc<Node>, caller: Caller, media: Media, params: Params
     let label = operation_label(priced.estimate.operation);
     let cost = priced.estimate.cost;
     node.metrics.graphql_cost(label, cost);
+    if let Err(r) = single_publishes(node, &caller, priced.dearest_publish) {
+        return Ran::refused(refused(node, Some(&caller), media, r, None, cost).await);
+    }
     let over = cost > max;
     let shadow = caller.limits.is_dry_run(LimitName::Graphql);
     if over && shadow {
@@ -228,6 +231,9 @@ struct Priced {
     operation_name: Option<String>,
     variables: Variables,
     estimate: pricing::Estimate,
+    /// The highest price of one message the operation publishes (0: it
+    /// publishes nothing).
+    dearest_publish: u64,
 }
 
 /// Parses, checks the method, prices and measures: everything before a
@@ -288,13 +294,16 @@ fn price(node: &Node, caller: &Caller, params: Params, via: Via) -> Result<Price
     let bridge = &node.bridge;
     // A name longer than a channel's is refused by the resolver: no
     // lookup for it.
+    let dearest = std::cell::Cell::new(0u64);
     let publish = |channel: &str, len: usize| -> u64 {
         let subscribers = if channel.len() <= crate::protocol::channel::MAX_CHANNEL_LEN {
             bridge.subscribers(channel)
         } else {
             0
         };
-        u64::from(crate::pricing::publish(costs, len, subscribers))
+        let price = u64::from(crate::pricing::publish(costs, len, subscribers));
+        dearest.set(dearest.get().max(price));
+        price
     };
     let estimate = pricing::estimate(
         &doc,
@@ -324,6 +333,7 @@ fn price(node: &Node, caller: &Caller, params: Params, via: Via) -> Result<Price
         operation_name,
         variables,
         estimate,
+        dearest_publish: dearest.get(),
     })
 }
 
@@ -344,6 +354,7 @@ async fn execute(
         operation_name,
         variables,
         estimate,
+        ..
     } = priced;
     // Kept only when the actual cost can be lower: a query with lists.
     let kept = (estimate.sized_lists && estimate.operation == OperationType::Query)

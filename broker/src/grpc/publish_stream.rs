@@ -100,10 +100,10 @@ async fn run(
         let reply = match svc.price(&caller, &msg) {
             Err(r) => {
                 svc.count(r.code.as_str(), &caller.key.account, Some(&msg.channel));
-                if let Err(refused) = svc.charge_refused(&caller).await {
-                    break status::rate_limited(&refused, spent.units);
+                match svc.charge_refused(&caller, r.code).await {
+                    Ok(units) => spent.units += u64::from(units),
+                    Err(refused) => break status::rate_limited(&refused, spent.units),
                 }
-                spent.units += u64::from(caller.limits.costs.malformed);
                 PublishReply {
                     id: msg.id,
                     seq: 0,
@@ -116,7 +116,7 @@ async fn run(
                 }
             }
             Ok(cost) => {
-                let admitted = match svc.charge(&caller, cost, Some(&msg.channel)).await {
+                let admitted = match svc.charge_publish(&caller, cost, &msg.channel).await {
                     Ok(a) => a,
                     Err(refused) => break status::rate_limited(&refused, spent.units),
                 };

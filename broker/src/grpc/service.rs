@@ -28,7 +28,7 @@ use crate::exceeded::Exceeded;
 use crate::idempotency::{Keyed, Published};
 use crate::metrics::Layer;
 use crate::node::Node;
-use crate::protocol::ErrorCode;
+use crate::protocol::{ErrorCode, Op};
 
 /// The shared state of every call.
 #[derive(Debug, Clone)]
@@ -81,10 +81,21 @@ impl BrokerService {
         }
     }
 
-    /// Charges a refused message (bad JSON, bad channel, forbidden) the
-    /// plan's malformed price to the caller's key, so refusals are not
-    /// free (issue 26); the charge's own refusal when the bucket is empty.
-    pub(super) async fn charge_refused(&self, caller: &Caller) -> Result<(), charge::Refused> {
+    /// Charges a refused message what its refusal costs
+    /// ([`crate::admission::refusal_units`]: bad JSON, a bad channel, a
+    /// forbidden one cost the plan's malformed price, so refusals of input
+    /// are not free, issue 26; `cost_exceeds_max` costs nothing, issue 42)
+    /// to the caller's key: the units charged, or the charge's own refusal
+    /// when the bucket is empty.
+    pub(super) async fn charge_refused(
+        &self,
+        caller: &Caller,
+        code: ErrorCode,
+    ) -> Result<u32, charge::Refused> {
+        let units = crate::admission::refusal_units(&caller.limits.costs, code);
+        if units == 0 {
+            return Ok(0);
+        }
         let payer = Payer::Key {
             layer: Layer::Grpc,
             key: &caller.key,
@@ -92,10 +103,10 @@ impl BrokerService {
         };
         self.node
             .ledger()
-            .charge(payer, Price::malformed(&caller.limits), Instant::now())
+            .charge(payer, Price::units(units, None), Instant::now())
             .wait()
             .await
-            .map(|_| ())
+            .map(|_| units)
     }
 
     /// Draining first (§7: `UNAVAILABLE`, another node answers), then the
@@ -110,7 +121,7 @@ impl BrokerService {
         let key = metadata
             .get("authorization")
             .and_then(|v| v.to_str().ok())
-            .and_then(crate::auth::bearer)
+            .and_then(crate::admission::bearer)
             .and_then(|k| self.node.keys.load().get(k));
         let Some(key) = key else {
             self.count(ErrorCode::Unauthorized.as_str(), "", None);
@@ -140,7 +151,7 @@ impl BrokerService {
         let cost = charge::publish::price(
             &msg.channel,
             &msg.data_json,
-            &caller.key,
+            &caller.key.publish,
             &caller.limits,
             subscribers,
         )?;
@@ -205,6 +216,28 @@ impl BrokerService {
             .await
     }
 
+    /// Takes one message's `cost` from the caller's key, the plan's rules
+    /// for a `publish` on `channel` first (issue 42: rules hold for every
+    /// payer).
+    pub(super) async fn charge_publish(
+        &self,
+        caller: &Caller,
+        cost: u32,
+        channel: &str,
+    ) -> Outcome {
+        let payer = Payer::Key {
+            layer: Layer::Grpc,
+            key: &caller.key,
+            limits: &caller.limits,
+        };
+        let price = Price::units(cost, Some(channel)).rules_as(Op::Publish);
+        self.node
+            .ledger()
+            .charge(payer, price, Instant::now())
+            .wait()
+            .await
+    }
+
     /// The key's balance, read without charging.
     pub(super) async fn balance(&self, caller: &Caller) -> Balance {
         self.node
@@ -218,12 +251,12 @@ impl BrokerService {
     /// balance (read without charging) in its trailers.
     pub(super) async fn refuse_call(&self, caller: &Caller, r: &Refusal, channel: &str) -> Status {
         self.count(r.code.as_str(), &caller.key.account, Some(channel));
-        if let Err(refused) = self.charge_refused(caller).await {
-            return status::rate_limited(&refused, 0);
-        }
+        let units = match self.charge_refused(caller, r.code).await {
+            Ok(units) => units,
+            Err(refused) => return status::rate_limited(&refused, 0),
+        };
         let balance = self.balance(caller).await;
-        let cost = u64::from(caller.limits.costs.malformed);
-        status::refused(r.code, &r.message, Some((&balance, cost)))
+        status::refused(r.code, &r.message, Some((&balance, u64::from(units))))
     }
 }
 
@@ -250,7 +283,7 @@ impl Broker for BrokerService {
             Ok(cost) => cost,
             Err(r) => return Err(self.refuse_call(&caller, &r, &msg.channel).await),
         };
-        let admitted = match self.charge(&caller, cost, Some(&msg.channel)).await {
+        let admitted = match self.charge_publish(&caller, cost, &msg.channel).await {
             Ok(a) => a,
             Err(refused) => return Err(status::rate_limited(&refused, 0)),
         };

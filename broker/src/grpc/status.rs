@@ -12,7 +12,7 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-use crate::charge::{Balance, Refused};
+use crate::charge::{Balance, Reason, Refused};
 use crate::protocol::ErrorCode;
 use crate::refusal::{retry_after_ms, retry_after_secs};
 
@@ -82,12 +82,15 @@ pub fn rate_limited(refused: &Refused, cost: u64) -> Status {
     md.insert(PUSHBACK_MS, MetadataValue::from(ms));
     let mut d = details(ErrorCode::RateLimited);
     d.set_retry_info(Some(Duration::from_millis(ms)));
-    Status::with_error_details_and_metadata(
-        Code::ResourceExhausted,
-        format!("this API key's budget is empty; retry after {ms} ms"),
-        d,
-        md,
-    )
+    let message = match refused.reason {
+        Reason::Rule { .. } => {
+            format!(
+                "a rule of this plan limits this operation on this channel; retry after {ms} ms"
+            )
+        }
+        _ => format!("this API key's budget is empty; retry after {ms} ms"),
+    };
+    Status::with_error_details_and_metadata(Code::ResourceExhausted, message, d, md)
 }
 
 /// The end of a stream that finished well, carrying its trailers.

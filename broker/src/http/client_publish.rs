@@ -7,7 +7,9 @@
 //! account budget all its sockets share. The answers are §5's: `{"seq"}`,
 //! or the error body with `retryAfterMs` (429 `rate_limited` with
 //! `Retry-After` when a bucket is empty, 403 `forbidden` outside
-//! `pub_channels`, 403 `banned` under an operator's ban).
+//! `pub_channels`, 403 `banned` under an operator's ban). A refusal of
+//! the input costs the identity `costs.malformed` (`super::refused`).
+//! `X-RateLimit-*` are always the identity bucket's.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,38 +18,42 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::client_hook;
-use super::keyed::{duplicate_refund, keyed, keyed_price, publish_key, published_body, refund};
+use super::keyed::{duplicate_refund, keyed, keyed_price, publish_key, published_body};
 use super::publish::{One, Refused, parse, read_body, refuse, with_rate_headers};
-use crate::charge::{self, KeyState, Payer, Price};
+use super::refused::{Whose, rate_limited, refuse_paid};
+use crate::charge::{Balance, Payer, Price, Reason};
 use crate::config::Limits;
 use crate::exceeded::Exceeded;
 use crate::hooks::{ChannelHook, Event};
 use crate::metrics::Layer;
 use crate::node::Node;
-use crate::protocol::ErrorCode;
 use crate::protocol::glob::GlobSet;
-use crate::refusal::{refusal, refusal_builder, retry_after_ms};
+use crate::protocol::{ErrorCode, Op};
+use crate::refusal::refusal;
 
 /// The path.
 pub const PATH: &str = "/v1/client/publish";
 
-/// The token's identity as a payer: the bucket is named after the
-/// account (`sub`), so every node of a cluster charges the same one.
-fn identity(account: &str, publish: GlobSet) -> KeyState {
-    KeyState {
-        account: account.to_owned(),
-        publish,
-        subscribe: GlobSet::new::<&str>(&[]),
-        id: format!("sub:{account}"),
+/// How a 429 names the identity's bucket.
+const IDENTITY: &str = "this identity's";
+
+/// The token's identity as the payer: its own bucket, cluster-wide
+/// ([`Payer::Identity`]).
+fn identity<'a>(account: &'a str, limits: &'a Limits) -> Payer<'a> {
+    Payer::Identity {
+        layer: Layer::Http,
+        account,
+        limits,
     }
 }
 
-/// The plan's per-connection numbers as the bucket's capacity and rate.
-fn per_identity(limits: &Limits) -> Limits {
-    Limits {
-        account_burst: limits.burst,
-        account_messages_per_sec: limits.messages_per_sec,
-        ..limits.clone()
+/// The identity as the payer of its request's refusal.
+fn identity_pays<'a>(account: &'a str, limits: &'a Limits) -> Whose<'a> {
+    Whose {
+        payer: identity(account, limits),
+        account,
+        costs: &limits.costs,
+        name: IDENTITY,
     }
 }
 
@@ -56,20 +62,6 @@ fn unauthorized(node: &Node, code: ErrorCode, message: String) -> HttpResponse {
         node,
         None,
         Refused::new(StatusCode::UNAUTHORIZED, code, message),
-    )
-}
-
-/// A bucket was empty (counted by the charge layer): 429 with
-/// `Retry-After` and `retryAfterMs`.
-fn rate_limited(refused: &charge::Refused, whose: &str) -> HttpResponse {
-    let wait = retry_after_ms(refused.retry_after);
-    let builder = with_rate_headers(StatusCode::TOO_MANY_REQUESTS, refused.balance.as_ref(), 0);
-    let message = format!("{whose} budget is empty; retry after {wait} ms");
-    refusal_builder(
-        builder,
-        ErrorCode::RateLimited,
-        &message,
-        Some(refused.retry_after),
     )
 }
 
@@ -82,7 +74,7 @@ pub async fn publish(
         .headers()
         .get("authorization")
         .and_then(|v| v.to_str().ok())
-        .and_then(crate::auth::bearer);
+        .and_then(crate::admission::bearer);
     let Some(token) = token else {
         let message = "send `Authorization: Bearer <JWT>`".to_owned();
         return unauthorized(&node, ErrorCode::Unauthorized, message);
@@ -99,10 +91,11 @@ pub async fn publish(
             return unauthorized(&node, ErrorCode::UnknownPlan, message);
         }
     };
-    let key = identity(&claims.sub, claims.grants().publish);
+    // The token's `sub` is the account: one publisher with its API keys.
+    let account = claims.sub.as_str();
     let ip = crate::gate::request_ip(req.head(), &config.node.trusted_proxies);
-    if let Some(ban) = node.admin.bans.check(Some(&key.account), Some(ip)) {
-        Exceeded::new(Layer::Http, ErrorCode::Banned.as_str(), &key.account)
+    if let Some(ban) = node.admin.bans.check(Some(account), Some(ip)) {
+        Exceeded::new(Layer::Http, ErrorCode::Banned.as_str(), account)
             .reset(ban.remaining)
             .emit(&node.metrics);
         let status = StatusCode::FORBIDDEN;
@@ -116,20 +109,21 @@ pub async fn publish(
     // Room for the envelope around a maximal `data`.
     let body = match read_body(payload, limits.max_payload_bytes + 1024).await {
         Ok(b) => b,
-        Err(r) => return refuse(&node, Some(&key), r),
+        Err(r) => return refuse_paid(&node, identity_pays(account, &limits), r).await,
     };
     let msg: One<'_> = match parse(&body, limits.max_json_depth) {
         Ok(m) => m,
-        Err(r) => return refuse(&node, Some(&key), r),
+        Err(r) => return refuse_paid(&node, identity_pays(account, &limits), r).await,
     };
     // A hook deciding the channel replaces the token's globs (§15).
     let who = node.hooks.for_channel(Event::Publish, &msg.channel);
-    let mut key = key;
-    if matches!(who, ChannelHook::Deciding(_)) {
+    let grants = if matches!(who, ChannelHook::Deciding(_)) {
         // The price's own glob check then passes: the hook decides.
-        key.publish = GlobSet::new(&[msg.channel.as_ref()]);
-    }
-    let token_allows = key.publish.matches(&msg.channel);
+        GlobSet::new(&[msg.channel.as_ref()])
+    } else {
+        claims.grants().publish
+    };
+    let token_allows = grants.matches(&msg.channel);
     if crate::protocol::channel::validate(&msg.channel).is_ok()
         && !token_allows
         && client_hook::token_decides(
@@ -144,47 +138,53 @@ pub async fn publish(
     {
         let message = format!("this token may not publish on {:?}", msg.channel);
         let r = Refused::new(StatusCode::FORBIDDEN, ErrorCode::Forbidden, message);
-        return refuse(&node, Some(&key), r);
+        return refuse_paid(&node, identity_pays(account, &limits), r).await;
     }
     let idem = match publish_key(&req, &msg) {
         Ok(k) => k,
-        Err(r) => return refuse(&node, Some(&key), r),
+        Err(r) => return refuse_paid(&node, identity_pays(account, &limits), r).await,
     };
-    // The token's `sub` is the account: one publisher with its API keys.
-    let keyed = keyed(&key.account, idem.as_deref());
-    let cost = match keyed_price(&node, &msg, &key, &limits, keyed) {
+    let keyed = keyed(account, idem.as_deref());
+    let cost = match keyed_price(&node, &msg, &grants, &limits, keyed) {
         Ok(cost) => cost,
-        Err(r) => return refuse(&node, Some(&key), r.into()),
+        Err(r) => return refuse_paid(&node, identity_pays(account, &limits), r.into()).await,
     };
     let now = Instant::now();
-    let bucket = per_identity(&limits);
-    let payer = Payer::Key {
-        layer: Layer::Http,
-        key: &key,
-        limits: &bucket,
-    };
     let price = Price::units(cost, Some(&msg.channel));
-    let admitted = match node.ledger().charge(payer, price, now).wait().await {
+    // `X-RateLimit-*` are the identity bucket's on every answer (§14), a
+    // 429 of the account's budget included.
+    let admitted = match node
+        .ledger()
+        .charge(identity(account, &limits), price, now)
+        .wait()
+        .await
+    {
         Ok(a) => a,
-        Err(r) => return rate_limited(&r, "this identity's"),
+        Err(r) => return rate_limited(&r, IDENTITY),
     };
     let payer = Payer::Account {
         layer: Layer::Http,
-        account: &key.account,
+        account,
         limits: &limits,
     };
-    if let Err(r) = node.ledger().charge(payer, price, now).wait().await {
+    // The plan's rules are checked once, with the account's charge, which
+    // gives their tokens back itself when its bucket refuses (issue 42:
+    // rules hold for every payer).
+    let ruled = price.rules_as(Op::Publish);
+    if let Err(mut r) = node.ledger().charge(payer, ruled, now).wait().await {
         // Nothing is published: the identity's charge goes back, as a
         // later step's refusal gives back the earlier ones everywhere
         // (issue 42: it was kept, so an account at its limit drained its
         // identities' buckets too).
-        let identity = Payer::Key {
-            layer: Layer::Http,
-            key: &key,
-            limits: &bucket,
+        let back = identity(account, &limits);
+        let remaining = node.ledger().refund_to(back, cost).wait().await;
+        r.balance = admitted.balance.map(|b| Balance { remaining, ..b });
+        let whose = if matches!(r.reason, Reason::Rule { .. }) {
+            IDENTITY
+        } else {
+            "the account's"
         };
-        node.ledger().refund_to(identity, cost).wait().await;
-        return rate_limited(&r, "the account's");
+        return rate_limited(&r, whose);
     }
     let hooked = client_hook::decide(&node, &claims, ip, &who, &msg.channel, msg.data, keyed).await;
     let data = match hooked {
@@ -197,13 +197,18 @@ pub async fn publish(
     let back = duplicate_refund(published, cost, &limits);
     let mut balance = admitted.balance;
     if back > 0 {
-        let account = Payer::Account {
+        let account_payer = Payer::Account {
             layer: Layer::Http,
-            account: &key.account,
+            account,
             limits: &limits,
         };
-        node.ledger().refund_to(account, back).wait().await;
-        balance = refund(&node, &key, &bucket, back, balance).await;
+        node.ledger().refund_to(account_payer, back).wait().await;
+        let remaining = node
+            .ledger()
+            .refund_to(identity(account, &limits), back)
+            .wait()
+            .await;
+        balance = balance.map(|b| Balance { remaining, ..b });
     }
     with_rate_headers(StatusCode::OK, balance.as_ref(), cost - back).json(published_body(published))
 }

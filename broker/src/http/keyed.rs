@@ -16,6 +16,7 @@ use crate::idempotency::{Keyed, Published};
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::ErrorCode;
+use crate::protocol::glob::GlobSet;
 
 /// A publish's idempotency key (§17): the `Idempotency-Key` header, else
 /// the body's `"key"`; checked ([`crate::idempotency::validate`]).
@@ -62,12 +63,12 @@ pub(super) fn keyed<'a>(account: &'a str, key: Option<&'a str>) -> Option<Keyed<
 pub(super) fn keyed_price(
     node: &Node,
     msg: &One<'_>,
-    key: &KeyState,
+    grants: &GlobSet,
     limits: &Limits,
     keyed: Option<Keyed<'_>>,
 ) -> Result<u32, Refusal> {
     let subscribers = node.bridge.subscribers(&msg.channel);
-    let cost = price(&msg.channel, msg.data.get(), key, limits, subscribers)?;
+    let cost = price(&msg.channel, msg.data.get(), grants, limits, subscribers)?;
     Ok(if node.is_duplicate(&msg.channel, keyed) {
         limits.costs.publish
     } else {

@@ -7,6 +7,7 @@ mod keyed;
 pub mod ops;
 pub mod presence;
 pub mod publish;
+mod refused;
 
 pub use crate::gate::request_ip;
 pub use crate::refusal::{ErrorBody, refusal, refusal_builder, retry_after_ms, retry_after_secs};

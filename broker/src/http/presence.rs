@@ -9,8 +9,9 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 
 use super::publish::{
-    Refused, authenticate, banned, charge, rate_limited, refuse, unauthorized, with_rate_headers,
+    Refused, authenticate, banned, charge, key_pays, rate_limited, unauthorized, with_rate_headers,
 };
+use super::refused::refuse_paid;
 use crate::node::Node;
 use crate::protocol::presence::PresenceReply;
 use crate::protocol::{ErrorCode, channel, frames};
@@ -32,22 +33,26 @@ pub async fn get(
     if let Some(refusal) = banned(&req, &node, &key) {
         return refusal;
     }
+    let config = node.config.load_full();
+    let limits = config.account_limits(&key.account);
+    // A refusal of the input costs `malformed` (`super::refused`).
+    let pays = || key_pays(&key, &limits);
     let bad =
         |message: String| Refused::new(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, message);
     let query = match query {
         Ok(q) => q.into_inner(),
-        Err(e) => return refuse(&node, Some(&key), bad(format!("malformed query: {e}"))),
+        Err(e) => return refuse_paid(&node, pays(), bad(format!("malformed query: {e}"))).await,
     };
     let Some(name) = query.channel else {
-        return refuse(&node, Some(&key), bad("presence needs ?channel=".into()));
+        return refuse_paid(&node, pays(), bad("presence needs ?channel=".into())).await;
     };
     if let Err(why) = channel::validate(&name) {
-        return refuse(&node, Some(&key), bad(why.to_string()));
+        return refuse_paid(&node, pays(), bad(why.to_string())).await;
     }
     let asked = query.limit.map(|l| l.parse::<u64>().unwrap_or(u64::MAX));
     let limit = match frames::presence_limit(asked) {
         Ok(l) => l,
-        Err(why) => return refuse(&node, Some(&key), bad(why)),
+        Err(why) => return refuse_paid(&node, pays(), bad(why)).await,
     };
     if !key.subscribe.matches(&name) {
         let r = Refused::new(
@@ -55,14 +60,12 @@ pub async fn get(
             ErrorCode::Forbidden,
             format!("this API key's sub_channels do not allow {name:?}"),
         );
-        return refuse(&node, Some(&key), r);
+        return refuse_paid(&node, pays(), r).await;
     }
-    let config = node.config.load_full();
     if crate::config::presence_rule(&config.namespaces, &name).is_none() {
         let why = format!("presence is not enabled for {name:?}'s namespace");
-        return refuse(&node, Some(&key), bad(why));
+        return refuse_paid(&node, pays(), bad(why)).await;
     }
-    let limits = config.account_limits(&key.account);
     let cost = crate::pricing::presence(&limits.costs, limit);
     let admitted = match charge(&node, &key, &limits, cost).await {
         Ok(a) => a,

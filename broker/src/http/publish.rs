@@ -14,13 +14,14 @@ use serde_json::value::RawValue;
 use super::keyed::{
     body_key, duplicate_refund, keyed, keyed_price, publish_key, published_body, refund,
 };
+use super::refused::{Whose, refuse_paid};
 use crate::charge::{self, Balance, KeyState, Payer, Price, Refusal, publish::price};
 use crate::config::Limits;
 use crate::exceeded::Exceeded;
 use crate::metrics::Layer;
 use crate::node::Node;
-use crate::protocol::{ErrorCode, channel};
-use crate::refusal::{refusal, refusal_builder, retry_after_ms, retry_after_secs};
+use crate::protocol::{ErrorCode, Op, channel};
+use crate::refusal::{refusal, refusal_builder, retry_after_secs};
 
 #[derive(Deserialize)]
 pub(super) struct One<'a> {
@@ -61,9 +62,9 @@ enum Outcome {
 
 /// A refusal of one message: status, code and a sentence.
 pub(super) struct Refused {
-    status: StatusCode,
-    code: ErrorCode,
-    message: String,
+    pub(super) status: StatusCode,
+    pub(super) code: ErrorCode,
+    pub(super) message: String,
 }
 
 impl Refused {
@@ -91,7 +92,7 @@ impl From<Refusal> for Refused {
 /// The key named by `Authorization: Bearer <key>`.
 pub(super) fn authenticate(req: &HttpRequest, node: &Node) -> Option<Arc<KeyState>> {
     let value = req.headers().get("authorization")?.to_str().ok()?;
-    node.keys.load().get(crate::auth::bearer(value)?)
+    node.keys.load().get(crate::admission::bearer(value)?)
 }
 
 /// Reads at most `limit` bytes of body; more is a 413 without reading on.
@@ -202,17 +203,25 @@ pub(super) fn refuse(node: &Node, key: Option<&KeyState>, r: Refused) -> HttpRes
 /// The key's bucket refused the charge (counted by the charge layer): 429
 /// with `Retry-After`, `retryAfterMs` and the balance.
 pub(super) fn rate_limited(refused: &charge::Refused) -> HttpResponse {
-    let builder = with_rate_headers(StatusCode::TOO_MANY_REQUESTS, refused.balance.as_ref(), 0);
-    let message = format!(
-        "this API key's budget is empty; retry after {} ms",
-        retry_after_ms(refused.retry_after)
-    );
-    refusal_builder(
-        builder,
-        ErrorCode::RateLimited,
-        &message,
-        Some(refused.retry_after),
-    )
+    super::refused::rate_limited(refused, KEYS)
+}
+
+/// How a 429 names an API key's bucket.
+const KEYS: &str = "this API key's";
+
+/// An API key as the payer of its request's refusal
+/// ([`super::refused::refuse_paid`]).
+pub(super) fn key_pays<'a>(key: &'a KeyState, limits: &'a Limits) -> Whose<'a> {
+    Whose {
+        payer: Payer::Key {
+            layer: Layer::Http,
+            key,
+            limits,
+        },
+        account: &key.account,
+        costs: &limits.costs,
+        name: KEYS,
+    }
 }
 
 /// Takes `cost` from the key's bucket through the charge primitive.
@@ -229,6 +238,27 @@ pub(super) async fn charge(
     };
     node.ledger()
         .charge(payer, Price::units(cost, None), Instant::now())
+        .wait()
+        .await
+}
+
+/// Takes one message's `cost` from the key's bucket, the plan's rules for
+/// a `publish` on `channel` first (issue 42: rules hold for every payer).
+pub(super) async fn charge_publish(
+    node: &Node,
+    key: &KeyState,
+    limits: &Limits,
+    cost: u32,
+    channel: &str,
+) -> charge::Outcome {
+    let payer = Payer::Key {
+        layer: Layer::Http,
+        key,
+        limits,
+    };
+    let price = Price::units(cost, Some(channel)).rules_as(Op::Publish);
+    node.ledger()
+        .charge(payer, price, Instant::now())
         .wait()
         .await
 }
@@ -276,22 +306,22 @@ pub async fn publish(
     // Room for the envelope around a maximal `data`.
     let body = match read_body(payload, limits.max_payload_bytes + 1024).await {
         Ok(b) => b,
-        Err(r) => return refuse(&node, Some(&key), r),
+        Err(r) => return refuse_paid(&node, key_pays(&key, &limits), r).await,
     };
     let msg: One<'_> = match parse(&body, limits.max_json_depth) {
         Ok(m) => m,
-        Err(r) => return refuse(&node, Some(&key), r),
+        Err(r) => return refuse_paid(&node, key_pays(&key, &limits), r).await,
     };
     let idem = match publish_key(&req, &msg) {
         Ok(k) => k,
-        Err(r) => return refuse(&node, Some(&key), r),
+        Err(r) => return refuse_paid(&node, key_pays(&key, &limits), r).await,
     };
     let keyed = keyed(&key.account, idem.as_deref());
-    let cost = match keyed_price(&node, &msg, &key, &limits, keyed) {
+    let cost = match keyed_price(&node, &msg, &key.publish, &limits, keyed) {
         Ok(cost) => cost,
-        Err(r) => return refuse(&node, Some(&key), r.into()),
+        Err(r) => return refuse_paid(&node, key_pays(&key, &limits), r.into()).await,
     };
-    let admitted = match charge(&node, &key, &limits, cost).await {
+    let admitted = match charge_publish(&node, &key, &limits, cost, &msg.channel).await {
         Ok(a) => a,
         Err(r) => return rate_limited(&r),
     };
@@ -318,11 +348,11 @@ pub async fn publish_batch(
     let limits = config.account_limits(&key.account);
     let body = match read_body(payload, config.http.max_batch_bytes).await {
         Ok(b) => b,
-        Err(r) => return refuse(&node, Some(&key), r),
+        Err(r) => return refuse_paid(&node, key_pays(&key, &limits), r).await,
     };
     let batch: Batch<'_> = match parse(&body, limits.max_json_depth.saturating_add(2)) {
         Ok(b) => b,
-        Err(r) => return refuse(&node, Some(&key), r),
+        Err(r) => return refuse_paid(&node, key_pays(&key, &limits), r).await,
     };
     let n = batch.messages.len();
     if n == 0 || n > config.http.max_batch {
@@ -334,12 +364,13 @@ pub async fn publish_batch(
                 config.http.max_batch
             ),
         );
-        return refuse(&node, Some(&key), r);
+        return refuse_paid(&node, key_pays(&key, &limits), r).await;
     }
     // A batch costs the sum of its messages' prices, all or nothing; a
-    // message refused on its own is charged the plan's `publish` (so with
-    // the default flat price a batch costs the number of its messages, §5)
-    // and gets its error in place.
+    // message refused on its own is charged what its refusal costs
+    // (`admission::refusal_units`: `malformed` for bad input, nothing over
+    // `max_single`; with the default prices a batch costs the number of
+    // its messages, §5) and gets its error in place.
     // A key held here, or one an earlier message of this batch carries,
     // is a duplicate: the base price (§17).
     let mut seen = std::collections::HashSet::new();
@@ -349,7 +380,7 @@ pub async fn publish_batch(
         .map(|m| {
             let idem = body_key(m.key)?;
             let subscribers = node.bridge.subscribers(&m.channel);
-            let cost = price(&m.channel, m.data.get(), &key, &limits, subscribers)?;
+            let cost = price(&m.channel, m.data.get(), &key.publish, &limits, subscribers)?;
             let duplicate = idem.as_deref().is_some_and(|k| {
                 !seen.insert((m.channel.as_ref(), k.to_owned()))
                     || node.is_duplicate(&m.channel, keyed(&key.account, Some(k)))
@@ -364,13 +395,54 @@ pub async fn publish_batch(
             ))
         })
         .collect();
+    // The plan's rules, message by message (issue 42: rules hold for every
+    // payer): a message a rule refuses gets `rate_limited` in place and
+    // costs nothing; the others' tokens go back if the batch is refused.
+    let ledger = node.ledger();
+    let mut passed = Vec::new();
+    let checked: Vec<Checked<'_>> = checked
+        .into_iter()
+        .zip(&batch.messages)
+        .map(|(c, m)| {
+            let ok = c?;
+            let ruled = ledger.rules_alone(
+                &key.account,
+                &limits,
+                Op::Publish,
+                &m.channel,
+                Instant::now(),
+            );
+            match ruled {
+                Ok(p) => {
+                    passed.push(p);
+                    Ok(ok)
+                }
+                Err(r) => Err(Refusal::new(
+                    ErrorCode::RateLimited,
+                    format!(
+                        "a rule of this plan limits publishes on {:?}; retry after {} ms",
+                        m.channel,
+                        crate::refusal::retry_after_ms(r.retry_after)
+                    ),
+                )),
+            }
+        })
+        .collect();
     let cost: u32 = checked
         .iter()
-        .map(|c| c.as_ref().map_or(limits.costs.publish, |(cost, _)| *cost))
+        .map(|c| match c {
+            Ok((cost, _)) => *cost,
+            Err(r) => crate::admission::refusal_units(&limits.costs, r.code),
+        })
         .fold(0, u32::saturating_add);
     let admitted = match charge(&node, &key, &limits, cost).await {
         Ok(a) => a,
-        Err(r) => return rate_limited(&r),
+        Err(r) => {
+            for p in passed {
+                ledger.give_back_rules(p);
+            }
+            return rate_limited(&r);
+        }
     };
     // In order: each publish is awaited before the next, so a batch's
     // messages to one channel get increasing seqs.
@@ -390,9 +462,12 @@ pub async fn publish_batch(
                 }
             }
             Err(r) => {
-                Exceeded::new(Layer::Http, r.code.as_str(), &key.account)
-                    .channel(&msg.channel)
-                    .emit(&node.metrics);
+                // A rule's refusal was counted by the charge layer.
+                if r.code != ErrorCode::RateLimited {
+                    Exceeded::new(Layer::Http, r.code.as_str(), &key.account)
+                        .channel(&msg.channel)
+                        .emit(&node.metrics);
+                }
                 Outcome::Err {
                     error: r.code.as_str(),
                     message: r.message,

@@ -211,14 +211,11 @@ fn price(
             data.len(),
             node.bridge.subscribers(&internal),
         );
-        if cost > limits.costs.max_single {
+        if let Err(over) = crate::admission::check_single(cost, limits.costs.max_single) {
             return Err((
                 StatusCode::UNPROCESSABLE_ENTITY,
                 ErrorCode::CostExceedsMax,
-                format!(
-                    "this event costs {cost} units on {name:?}, above the largest single charge of {}",
-                    limits.costs.max_single
-                ),
+                format!("this event on {name:?} {over}"),
             ));
         }
         units = units.saturating_add(cost);

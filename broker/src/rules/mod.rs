@@ -57,6 +57,25 @@ fn in_namespace(channel: &str, ns: &str) -> bool {
         && !n.contains(&b':')
 }
 
+/// Gives back the tokens a passing [`check`] took for one operation that a
+/// later step refused (a payer's bucket): every applicable rule but those
+/// in `shadows`, which refused in dry run and took nothing.
+pub fn give_back(
+    limits: &Limits,
+    op: Op,
+    account: &str,
+    channel: &str,
+    shared: &RuleBuckets,
+    conn: &mut ConnRules,
+    shadows: &[RuleShadow<'_>],
+) {
+    for rule in limits.rules.iter().filter(|r| applies(r, op, channel)) {
+        if !shadows.iter().any(|s| std::ptr::eq(s.rule, rule)) {
+            conn.refund(rule, account, channel, shared);
+        }
+    }
+}
+
 /// Whether these limits skip rules for this connection (service accounts,
 /// exempt roles).
 pub fn skipped(limits: &Limits, role: Option<&str>) -> bool {

@@ -58,7 +58,9 @@ fn offered(req: &RequestHead) -> impl Iterator<Item = &str> {
 fn bearer_token(req: &RequestHead) -> Option<&str> {
     offered(req)
         .find_map(|p| p.strip_prefix(BEARER_PREFIX))
-        .or_else(|| crate::auth::bearer(req.headers().get(header::AUTHORIZATION)?.to_str().ok()?))
+        .or_else(|| {
+            crate::admission::bearer(req.headers().get(header::AUTHORIZATION)?.to_str().ok()?)
+        })
         .filter(|t| !t.is_empty())
 }
 

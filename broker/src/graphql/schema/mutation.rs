@@ -2,15 +2,20 @@
 //! (§5): the same checks, the same bridge, the same webhooks. The price
 //! was charged for the whole operation before it ran.
 
-use async_graphql::{Context, Object, Result};
+use std::time::Instant;
+
+use async_graphql::{Context, ErrorExtensions, Object, Result};
 
 use super::query::ticket;
 use super::{Code, Json, PublishInput, Published, Seq};
+use crate::charge::RulesPassed;
 use crate::graphql::admission::Ticket;
+use crate::graphql::admission::{retry_ms, retry_secs};
 use crate::graphql::hooked;
 use crate::hooks::{ChannelHook, Event};
 use crate::idempotency::Keyed;
 use crate::pricing;
+use crate::protocol::Op;
 use crate::protocol::channel;
 
 pub struct Mutation;
@@ -51,6 +56,42 @@ fn checked(
         )));
     }
     Ok(text)
+}
+
+/// The plan's rules for a publish on `channel` (issue 42: they held on
+/// socket frames only). A rule's refusal fails the field with
+/// `RATE_LIMITED` and its `retryAfterMs`, makes the response a 429, and
+/// gives back what the message was priced in the operation's estimate:
+/// nothing was published.
+async fn rules<'t>(
+    t: &'t Ticket,
+    channel: &'t str,
+    text_len: usize,
+) -> Result<Option<RulesPassed<'t>>> {
+    let limits = &t.caller.limits;
+    let checked = t.node.ledger().rules_alone(
+        &t.caller.account,
+        limits,
+        Op::Publish,
+        channel,
+        Instant::now(),
+    );
+    let refused = match checked {
+        Ok(passed) => return Ok(passed),
+        Err(r) => r,
+    };
+    let price = pricing::publish(&limits.costs, text_len, t.node.bridge.subscribers(channel));
+    t.give_back(u64::from(price)).await;
+    t.extra.lock().refused = Some(refused.retry_after);
+    let ms = retry_ms(refused.retry_after);
+    Err(Code::RateLimited
+        .error(format!(
+            "a rule of this plan limits publishes on {channel:?}; retry after {ms} ms"
+        ))
+        .extend_with(|_, x| {
+            x.set("retryAfter", retry_secs(refused.retry_after));
+            x.set("retryAfterMs", ms);
+        }))
 }
 
 fn keyed<'a>(t: &'a Ticket, key: Option<&'a str>) -> Option<Keyed<'a>> {
@@ -96,8 +137,16 @@ impl Mutation {
         let t = ticket(ctx);
         let who = hooked::who(t, Event::Publish, &channel);
         let text = checked(t, &channel, &data, key.as_deref(), &who)?;
+        let passed = rules(t, &channel, text.len()).await?;
         let keyed = keyed(t, key.as_deref());
-        let text = hooked::publish(t, &who, &channel, text, keyed).await?;
+        let text = match hooked::publish(t, &who, &channel, text, keyed).await {
+            Ok(text) => text,
+            Err(e) => {
+                t.node.ledger().give_back_rules(passed);
+                return Err(e);
+            }
+        };
+        drop(passed);
         Ok(publish_one(t, channel, &text, key.as_deref()).await)
     }
 
@@ -134,15 +183,30 @@ impl Mutation {
                 checked(t, &m.channel, &m.data, m.key.as_deref(), who).map_err(at(i))
             })
             .collect::<Result<Vec<_>>>()?;
-        // Every hook answers before any message is sent: a refusal
-        // refuses the whole batch.
+        // Every rule and every hook answers before any message is sent: a
+        // refusal refuses the whole batch (the rules' tokens go back).
+        let mut passed = Vec::with_capacity(texts.len());
         let mut decided = Vec::with_capacity(texts.len());
         for (i, ((m, who), text)) in messages.iter().zip(&whos).zip(texts).enumerate() {
             let keyed = keyed(t, m.key.as_deref());
-            let text = hooked::publish(t, who, &m.channel, text, keyed)
-                .await
-                .map_err(at(i))?;
-            decided.push(text);
+            let allowed = match rules(t, &m.channel, text.len()).await {
+                Ok(p) => hooked::publish(t, who, &m.channel, text, keyed)
+                    .await
+                    .map(|text| (p, text)),
+                Err(e) => Err(e),
+            };
+            match allowed {
+                Ok((p, text)) => {
+                    passed.push(p);
+                    decided.push(text);
+                }
+                Err(e) => {
+                    for p in passed {
+                        t.node.ledger().give_back_rules(p);
+                    }
+                    return Err(at(i)(e));
+                }
+            }
         }
         let texts = decided;
         let mut out = Vec::with_capacity(messages.len());

@@ -91,7 +91,7 @@ fn credential(req: &RequestHead) -> Option<String> {
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(crate::auth::bearer)
+        .and_then(crate::admission::bearer)
         .map(str::to_owned);
     bearer
         .or_else(|| query_token(req.uri.query().unwrap_or_default()))

@@ -1,0 +1,27 @@
+//! The admission's one-place rules: the decisions every front makes about
+//! a request before and around its charge, written once so that the same
+//! situation gets the same answer on `/v1/ws`, SSE, HTTP publish, client
+//! publish, presence, GraphQL, gRPC and Pusher (issue 42: each front had
+//! its own copy, and the copies had drifted apart).
+//!
+//! - [`credential`]: the one `Authorization` parser ([`bearer`]); the
+//!   scheme is case-insensitive (RFC 7235).
+//! - [`single`]: the one comparison of a price with the plan's
+//!   `max_single`, the largest single charge (§0); over it is
+//!   `cost_exceeds_max` before any bucket is touched, on every front.
+//! - [`refusal`]: what a refusal costs its payer: garbage, forbidden and
+//!   invalid input `costs.malformed`; a limit's refusal (`cost_exceeds_max`,
+//!   a rate limit) nothing.
+//!
+//! The bucket take itself is [`crate::charge::Ledger::charge`], which
+//! applies [`single`] to every payer. Pure functions of their arguments:
+//! `tests/layers.rs` holds the rules' one place (no `Bearer` parse and no
+//! `max_single` comparison elsewhere).
+
+pub mod credential;
+pub mod refusal;
+pub mod single;
+
+pub use credential::bearer;
+pub use refusal::refusal_units;
+pub use single::{CostExceedsMax, check_single};
