@@ -64,6 +64,9 @@ enum Peer {
     /// Tidegate again, subscribers on `GET /v1/sse` streams instead of
     /// `/v1/ws` (fan-out and idle: the two side by side in one run).
     Sse,
+    /// Tidegate again, every client on the Pusher wire (`/app/{key}`,
+    /// §16): fan-out and idle, side by side with `/v1/ws` in one run.
+    Pusher,
     None,
 }
 
@@ -322,6 +325,7 @@ fn main() -> Result<()> {
             Peer::Relay => Kind::Relay,
             Peer::Graphql => Kind::Graphql,
             Peer::Sse => Kind::Sse,
+            Peer::Pusher => Kind::Pusher,
             Peer::None => continue,
         };
         if !kinds.contains(&kind) {
@@ -393,7 +397,11 @@ async fn run(
                 polite: a.polite,
             };
             // SSE streams are measured in fanout and idle only.
-            let kinds: Vec<Kind> = kinds.iter().copied().filter(|k| *k != Kind::Sse).collect();
+            let kinds: Vec<Kind> = kinds
+                .iter()
+                .copied()
+                .filter(|k| !matches!(k, Kind::Sse | Kind::Pusher))
+                .collect();
             let r = handshakes::run(env, &kinds, &p).await?;
             ("handshakes", json!(p), r)
         }

@@ -189,6 +189,33 @@ fn fanout_over_sse_streams_is_compared_with_ws() {
     assert_eq!(r["results"]["sse_vs_ws_rounds"][0]["rounds"], 1);
 }
 
+/// Pusher subscribers (`/app/{key}`, §16) with Pusher publishers (client
+/// events) beside `/v1/ws` in one run, and the report compares the two.
+#[test]
+fn fanout_over_the_pusher_wire_is_compared_with_ws() {
+    // The publishers' client events reached the subscribers (delivered,
+    // no close, no error: `fanout_beside` checks the cell).
+    let (r, pusher) = fanout_beside("pusher", "pusher_vs_ws");
+    assert_eq!(r["results"]["sse_vs_ws"], serde_json::json!([]));
+    assert!(pusher["published"].as_u64().unwrap() > 0, "{pusher}");
+}
+
+#[test]
+fn idle_pusher_connections_are_measured_beside_sockets() {
+    let r = run_beside("pusher", &["idle", "--connections", "20", "--hold", "0.2"]);
+    let runs = r["results"]["runs"].as_array().unwrap();
+    let brokers: Vec<&str> = runs.iter().map(|r| r["broker"].as_str().unwrap()).collect();
+    assert_eq!(brokers, ["tidegate", "pusher"], "{runs:?}");
+    for run in runs {
+        assert_eq!(run["still_open"], true, "{run}");
+        assert!(run["rss_per_conn_bytes"].is_u64(), "{run}");
+    }
+    assert!(
+        r["results"]["pusher_vs_ws"]["rss_per_conn_ratio"].is_number(),
+        "{r}"
+    );
+}
+
 /// `--rounds 2` runs the two cells twice, interleaved, pairs them by
 /// round and gives the median of the two ratios.
 #[test]

@@ -26,7 +26,7 @@ pub fn color_of(broker: &str) -> RGBColor {
     match broker {
         "nats" => NATS,
         "relay" => THIRD,
-        "graphql" | "sse" => FOURTH,
+        "graphql" | "sse" | "pusher" => FOURTH,
         _ => TIDEGATE,
     }
 }

@@ -9,7 +9,9 @@
 //! `rss_per_conn_marginal` is the slope over the second half.
 //!
 //! `--peer sse` runs it again with `GET /v1/sse` streams (one channel
-//! each) instead of sockets: `sse_vs_ws` is per stream over per socket.
+//! each) instead of sockets: `sse_vs_ws` is per stream over per socket;
+//! `--peer pusher` with Pusher connections (`/app/{key}`, one private
+//! channel each): `pusher_vs_ws`.
 
 use std::time::{Duration, Instant};
 
@@ -119,8 +121,9 @@ pub async fn run(env: &Env, kinds: &[Kind], p: &Params) -> Result<serde_json::Va
         }),
         _ => json!(null),
     };
-    // `--peer sse`: a stream's RSS beside a socket's (issue 28).
-    let sse_vs_ws = match (t, runs.iter().find(|r| r.broker == "sse")) {
+    // `--peer sse` / `--peer pusher`: a stream's or a Pusher connection's
+    // RSS beside a socket's (issues 28 and 40).
+    let vs_ws = |peer: &str| match (t, runs.iter().find(|r| r.broker == peer)) {
         (Some(t), Some(s)) => json!({
             "rss_per_conn_ratio": report::ratio(s.rss_per_conn_kib, t.rss_per_conn_kib),
             "rss_per_conn_marginal_ratio": report::ratio(s.rss_per_conn_marginal_kib, t.rss_per_conn_marginal_kib),
@@ -128,10 +131,16 @@ pub async fn run(env: &Env, kinds: &[Kind], p: &Params) -> Result<serde_json::Va
         }),
         _ => json!(null),
     };
+    let (sse_vs_ws, pusher_vs_ws) = (vs_ws("sse"), vs_ws("pusher"));
     if let Some(path) = &env.chart {
         chart(path, &runs)?;
     }
-    Ok(json!({ "runs": runs, "tidegate_vs_nats": comparison, "sse_vs_ws": sse_vs_ws }))
+    Ok(json!({
+        "runs": runs,
+        "tidegate_vs_nats": comparison,
+        "sse_vs_ws": sse_vs_ws,
+        "pusher_vs_ws": pusher_vs_ws,
+    }))
 }
 
 /// RSS per idle connection (with the 8 KiB target) and the connect rate.

@@ -57,8 +57,11 @@ impl Env {
     /// plus `layers`.
     pub fn start(&self, kind: Kind, layers: &[&str]) -> Result<Running> {
         match kind {
-            Kind::Tidegate | Kind::Graphql | Kind::Sse => {
+            Kind::Tidegate | Kind::Graphql | Kind::Sse | Kind::Pusher => {
                 let mut all = vec![target::TIDEGATE_BASE];
+                if kind == Kind::Pusher {
+                    all.push(target::pusher::LAYER);
+                }
                 all.extend_from_slice(layers);
                 let (text, config) = target::tidegate_config(&all)?;
                 let (process, addr) =

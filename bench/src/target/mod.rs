@@ -5,6 +5,7 @@
 mod config;
 mod frames;
 mod graphql;
+pub mod pusher;
 mod sse;
 
 use std::net::SocketAddr;
@@ -37,6 +38,9 @@ pub enum Kind {
     /// Tidegate with subscribers on `GET /v1/sse` streams (§14) instead
     /// of `/v1/ws`; publishers stay on `/v1/ws`.
     Sse,
+    /// Tidegate with every client on the Pusher wire (`/app/{key}`, §16):
+    /// subscribers on a private channel, publishers sending client events.
+    Pusher,
 }
 
 impl Kind {
@@ -47,6 +51,7 @@ impl Kind {
             Kind::Relay => "relay",
             Kind::Graphql => "graphql",
             Kind::Sse => "sse",
+            Kind::Pusher => "pusher",
         }
     }
 
@@ -54,7 +59,7 @@ impl Kind {
     fn tidegate_wire(self) -> bool {
         matches!(
             self,
-            Kind::Tidegate | Kind::Relay | Kind::Graphql | Kind::Sse
+            Kind::Tidegate | Kind::Relay | Kind::Graphql | Kind::Sse | Kind::Pusher
         )
     }
 }
@@ -144,6 +149,7 @@ impl Target {
                 format!("doc:{name}")
             }
             Kind::Nats => format!("doc.{name}"),
+            Kind::Pusher => format!("private-doc-{name}"),
         }
     }
 
@@ -157,6 +163,7 @@ impl Target {
         recv_buffer: u32,
     ) -> Result<std::result::Result<Conn, Refused>> {
         let proto;
+        let pusher_path;
         let headers_owned: Vec<(&str, &str)>;
         let token = match who.token {
             Some(t) => t.to_string(),
@@ -183,6 +190,15 @@ impl Target {
                 }
             }
             Kind::Sse => bail!("an SSE stream names its channel as it opens (connect_sse)"),
+            Kind::Pusher => {
+                pusher_path = pusher::path();
+                Open {
+                    path: &pusher_path,
+                    headers: &[],
+                    read_chunk,
+                    recv_buffer,
+                }
+            }
             Kind::Nats => Open {
                 path: "/",
                 headers: &[],
@@ -215,6 +231,12 @@ impl Target {
                 Ok(Ok(conn))
             }
             Kind::Sse => bail!("an SSE stream opens with connect_sse"),
+            Kind::Pusher => {
+                let socket_id = pusher::hello(&mut ws).await?;
+                let mut conn = Conn::new(self.kind, ws);
+                conn.socket_id = socket_id;
+                Ok(Ok(conn))
+            }
             Kind::Nats => {
                 let mut conn = Conn::new(self.kind, ws);
                 conn.wait_event(|e| matches!(e, Event::Info).then_some(()))
@@ -269,6 +291,8 @@ pub struct Conn {
     op_id: String,
     /// SSE: the body's decoder (`ws` is then a plain HTTP stream).
     sse: crate::sse::Decoder,
+    /// Pusher: the connection's `socket_id` (what a subscription signs).
+    socket_id: String,
 }
 
 impl Conn {
@@ -281,6 +305,7 @@ impl Conn {
             since: 0,
             op_id: String::new(),
             sse: crate::sse::Decoder::new(false),
+            socket_id: String::new(),
         }
     }
 
@@ -297,6 +322,11 @@ impl Conn {
             Kind::Graphql => {
                 self.ws
                     .read_frames(|op, p| f(graphql::classify(op, p)))
+                    .await?;
+            }
+            Kind::Pusher => {
+                self.ws
+                    .read_frames(|op, p| f(pusher::classify(op, p)))
                     .await?;
             }
             Kind::Sse => loop {
@@ -459,6 +489,10 @@ impl Conn {
             // `id:` alone) says the subscription is live.
             Kind::Sse => {}
             Kind::Nats => self.send_raw_payload(&nats::sub(topic, 1)).await?,
+            Kind::Pusher => {
+                let frame = pusher::subscribe(topic, &self.socket_id)?;
+                self.send_raw_payload(frame.as_bytes()).await?;
+            }
         }
         self.wait_ack().await
     }
@@ -478,6 +512,12 @@ impl Conn {
                 self.scratch.extend_from_slice(br#","data":"#);
                 self.scratch.extend_from_slice(data);
                 self.scratch.push(b'}');
+                let payload = std::mem::take(&mut self.scratch);
+                self.ws.frame_into(OP_TEXT, &payload, out);
+                self.scratch = payload;
+            }
+            Kind::Pusher => {
+                pusher::client_event(topic, data, &mut self.scratch);
                 let payload = std::mem::take(&mut self.scratch);
                 self.ws.frame_into(OP_TEXT, &payload, out);
                 self.scratch = payload;

@@ -117,7 +117,7 @@ pub(super) fn chart(path: &std::path::Path, cells: &[FanoutCell]) -> Result<()> 
         .iter()
         .map(|(s, b)| format!("{s} subs, {b} B"))
         .collect();
-    let brokers = ["tidegate", "graphql", "sse", "nats", "relay"]
+    let brokers = ["tidegate", "graphql", "sse", "pusher", "nats", "relay"]
         .into_iter()
         .filter(|b| cells.iter().any(|c| c.broker == *b));
     let panel = |title: &str, y: &str, f: &dyn Fn(&FanoutCell) -> f64| {

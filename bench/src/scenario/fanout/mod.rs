@@ -139,13 +139,15 @@ pub async fn run_cell(
         |_| Some(topic.clone()),
     )
     .await?;
+    // A Pusher client sends client events on a channel it is subscribed to.
+    let pub_topic = (kind == Kind::Pusher).then(|| topic.clone());
     let pubs = open_many(
         &pub_target,
         &pub_accounts,
         p.publishers,
         8,
         16 * 1024,
-        |_| None,
+        |_| pub_topic.clone(),
     )
     .await?;
     let connect_secs = connect_start.elapsed().as_secs_f64();
@@ -324,6 +326,7 @@ pub async fn run(env: &Env, kinds: &[Kind], p: &Params) -> Result<serde_json::Va
     }
     let graphql = chart::compare_with_ws(&cells, "graphql");
     let sse = chart::compare_with_ws(&cells, "sse");
+    let pusher = chart::compare_with_ws(&cells, "pusher");
     Ok(json!({
         "tidegate_vs_nats": chart::compare(&cells, "nats"),
         "tidegate_vs_relay": chart::compare(&cells, "relay"),
@@ -331,6 +334,8 @@ pub async fn run(env: &Env, kinds: &[Kind], p: &Params) -> Result<serde_json::Va
         "sse_vs_ws_rounds": chart::over_rounds(&sse),
         "graphql_vs_ws": graphql,
         "sse_vs_ws": sse,
+        "pusher_vs_ws_rounds": chart::over_rounds(&pusher),
+        "pusher_vs_ws": pusher,
         "cells": cells,
     }))
 }
