@@ -42,6 +42,9 @@ pub(super) fn body_key(raw: Option<&RawValue>) -> Result<Option<Cow<'_, str>>, R
     let Some(raw) = raw.filter(|r| r.get() != "null") else {
         return Ok(None);
     };
+    if let Some(key) = crate::idempotency::unquoted(raw.get()) {
+        return Ok(Some(Cow::Borrowed(key)));
+    }
     let key: Cow<'_, str> = serde_json::from_str(raw.get())
         .map_err(|_| Refusal::new(ErrorCode::BadRequest, "key must be a string"))?;
     crate::idempotency::validate(&key)

@@ -2,7 +2,7 @@
 //! under. The key itself is checked by [`validate`] (the wire contract's
 //! one check, in `protocol`).
 
-pub use crate::protocol::idempotency_key::{KeyError, MAX_KEY_BYTES, validate};
+pub use crate::protocol::idempotency_key::{KeyError, MAX_KEY_BYTES, unquoted, validate};
 
 /// A checked key, and whose it is: the scope is (publisher, channel, key),
 /// where the publisher is the account (an API key's account, or a token's
@@ -30,8 +30,15 @@ impl<'a> Keyed<'a> {
 
     /// [`Keyed::scope`], appended to `out`.
     pub fn write_scope(&self, channel: &str, out: &mut String) {
-        use std::fmt::Write;
-        let _ = write!(out, "{}:{}:", self.publisher.len(), channel.len());
+        // `itoa`, not `write!`: the formatting machinery (twice a publish)
+        // was about half of the instructions a key added to a socket
+        // publish (bench/README.md, idempotency).
+        let mut n = itoa::Buffer::new();
+        out.reserve(24 + self.publisher.len() + channel.len() + self.key.len());
+        out.push_str(n.format(self.publisher.len()));
+        out.push(':');
+        out.push_str(n.format(channel.len()));
+        out.push(':');
         out.push_str(self.publisher);
         out.push_str(channel);
         out.push_str(self.key);

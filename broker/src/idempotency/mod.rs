@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-pub use key::{KeyError, Keyed, MAX_KEY_BYTES, validate};
+pub use key::{KeyError, Keyed, MAX_KEY_BYTES, unquoted, validate};
 
 use crate::metrics::idempotency::IdempotencyMetrics;
 
