@@ -27,6 +27,13 @@ pub(super) fn publish_key<'a>(
         |message: String| Refused::new(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, message);
     match req.headers().get("idempotency-key") {
         Some(value) => {
+            // A valid key is visible ASCII: checked once, then read as text
+            // (the checks below only say what is wrong).
+            if let Ok(key) = std::str::from_utf8(value.as_bytes())
+                && crate::idempotency::validate(key).is_ok()
+            {
+                return Ok(Some(Cow::Borrowed(key)));
+            }
             let key = value
                 .to_str()
                 .map_err(|_| bad("Idempotency-Key must be visible ASCII".into()))?;

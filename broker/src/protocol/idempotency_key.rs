@@ -17,6 +17,19 @@ pub enum KeyError {
     BadByte(usize),
 }
 
+/// The bytes a key may hold, as a table: one load a byte (every keyed
+/// publish checks its key).
+const ALLOWED: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b':' | b'-');
+        b += 1;
+    }
+    t
+};
+
 /// Checks a key: 1–64 bytes of `[A-Za-z0-9_.:-]`.
 pub fn validate(key: &str) -> Result<(), KeyError> {
     if key.is_empty() {
@@ -25,10 +38,7 @@ pub fn validate(key: &str) -> Result<(), KeyError> {
     if key.len() > MAX_KEY_BYTES {
         return Err(KeyError::TooLong(key.len()));
     }
-    match key
-        .bytes()
-        .position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-')))
-    {
+    match key.bytes().position(|b| !ALLOWED[usize::from(b)]) {
         Some(at) => Err(KeyError::BadByte(at)),
         None => Ok(()),
     }
