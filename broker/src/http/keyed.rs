@@ -28,6 +28,13 @@ pub(super) fn publish_key<'a>(
         |message: String| Refused::new(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, message);
     match req.headers().get("idempotency-key") {
         Some(value) => {
+            // A valid key is visible ASCII: checked once, then read as text
+            // (the checks below only say what is wrong).
+            if let Ok(key) = std::str::from_utf8(value.as_bytes())
+                && crate::idempotency::validate(key).is_ok()
+            {
+                return Ok(Some(Cow::Borrowed(key)));
+            }
             let key = value
                 .to_str()
                 .map_err(|_| bad("Idempotency-Key must be visible ASCII".into()))?;
@@ -43,6 +50,9 @@ pub(super) fn body_key(raw: Option<&RawValue>) -> Result<Option<Cow<'_, str>>, R
     let Some(raw) = raw.filter(|r| r.get() != "null") else {
         return Ok(None);
     };
+    if let Some(key) = crate::idempotency::unquoted(raw.get()) {
+        return Ok(Some(Cow::Borrowed(key)));
+    }
     let key: Cow<'_, str> = serde_json::from_str(raw.get())
         .map_err(|_| Refusal::new(ErrorCode::BadRequest, "key must be a string"))?;
     crate::idempotency::validate(&key)

@@ -2,7 +2,7 @@
 //! (or is publishing) within the window, so a retry is answered with the
 //! first `seq` instead of publishing again.
 //!
-//! The table is keyed by (publisher, channel, key) ([`Keyed::scope`]); an
+//! The table is keyed by (publisher, channel, key) ([`Scope`]); an
 //! entry is in flight (its publisher is publishing; duplicates wait for
 //! its answer) or done (`seq`, and when it went out). The window runs from
 //! the publish that went out: duplicates do not extend it. A claim whose
@@ -27,15 +27,16 @@ mod key;
 
 use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use siphasher::sip128::{Hasher128, SipHasher13};
 use tokio::sync::watch;
 
-pub use key::{KeyError, Keyed, MAX_KEY_BYTES, validate};
+pub use key::{KeyError, Keyed, MAX_KEY_BYTES, Scope, unquoted, validate};
 
 use crate::metrics::idempotency::IdempotencyMetrics;
 
@@ -93,15 +94,17 @@ struct Entry {
     state: State,
 }
 
-/// A scope's name in the table: a 128-bit keyed hash of its string, not
-/// the string. Two SipHash-1-3 (std's `RandomState`, keys drawn at
-/// start) make it a keyed pseudo-random function: a client that chooses
-/// keys cannot aim one at another scope's name without the node's keys,
-/// and two of the table's at most `idempotency_max_keys` names meet by
-/// chance with odds of about n²/2¹²⁹ (10⁻²⁹ at the default 100,000). In
-/// exchange the table holds no string per key and evicting the oldest
-/// key touches no cold string: the key cost the publish path 1.3 µs of a
-/// 3.4 µs socket publish when the map was keyed by the scope's string.
+/// A scope's name in the table: a 128-bit keyed hash of its parts
+/// ([`Scope`]), not a string. SipHash-1-3 with a 128-bit output, under a
+/// key drawn at start, is a keyed pseudo-random function: a client that
+/// chooses keys cannot aim one at another scope's name without the
+/// node's key, and two of the table's at most `idempotency_max_keys`
+/// names meet by chance with odds of about n²/2¹²⁹ (10⁻²⁹ at the default
+/// 100,000). In exchange the table holds no string per key and evicting
+/// the oldest key touches no cold string: the key cost the publish path
+/// 1.3 µs of a 3.4 µs socket publish when the map was keyed by the
+/// scope's string. One pass of the 128-bit variant, not two of std's
+/// 64-bit `RandomState` (bench/README.md, idempotency).
 type Digest = u128;
 
 /// The map's hasher: a digest is already a uniform keyed hash, so its
@@ -140,10 +143,10 @@ struct Table {
 /// The node's idempotency table.
 pub struct Idempotency {
     table: Mutex<Table>,
-    /// The keys of the two halves of a [`Digest`].
-    digest: (RandomState, RandomState),
+    /// The SipHash key of a [`Digest`], drawn at start.
+    digest: (u64, u64),
     /// Tells this table's digests from another's in the thread's memo
-    /// ([`LAST_DIGEST`]).
+    /// ([`MEMO`]).
     serial: u64,
     window_ms: AtomicU64,
     max_keys: AtomicU64,
@@ -160,7 +163,7 @@ impl Idempotency {
     pub fn new(window_ms: u64, max_keys: u64, metrics: Arc<IdempotencyMetrics>) -> Arc<Self> {
         Arc::new(Idempotency {
             table: Mutex::default(),
-            digest: (RandomState::new(), RandomState::new()),
+            digest: (rand::random(), rand::random()),
             serial: SERIALS.fetch_add(1, Ordering::Relaxed),
             window_ms: AtomicU64::new(window_ms),
             max_keys: AtomicU64::new(max_keys),
@@ -186,34 +189,39 @@ impl Idempotency {
 
     /// The name of `scope`. A publish asks twice (priced, then claimed),
     /// on one thread: the second time is answered from the thread's memo
-    /// of the last scope, compared in full, so the two SipHash passes run
-    /// once a publish.
-    fn digest(&self, scope: &str) -> Digest {
-        LAST_DIGEST.with(|memo| {
+    /// of the last scope, compared in place, so the hash runs once a
+    /// publish.
+    fn digest(&self, scope: Scope<'_>) -> Digest {
+        MEMO.with(|memo| {
             let Ok(mut memo) = memo.try_borrow_mut() else {
-                return self.digest_of(scope);
+                let mut bytes = Vec::new();
+                scope.write(&mut bytes);
+                return self.digest_of(&bytes);
             };
-            let (serial, last, name) = &mut *memo;
-            if *serial == self.serial && last == scope {
+            let Memo {
+                serial,
+                bytes,
+                name,
+            } = &mut *memo;
+            if *serial == self.serial && scope.wrote(bytes) {
                 return *name;
             }
-            let fresh = self.digest_of(scope);
+            scope.write(bytes);
             *serial = self.serial;
-            last.clear();
-            last.push_str(scope);
-            *name = fresh;
-            fresh
+            *name = self.digest_of(bytes);
+            *name
         })
     }
 
-    fn digest_of(&self, scope: &str) -> Digest {
-        let (high, low) = &self.digest;
-        (u128::from(high.hash_one(scope)) << 64) | u128::from(low.hash_one(scope))
+    fn digest_of(&self, bytes: &[u8]) -> Digest {
+        let mut h = SipHasher13::new_with_keys(self.digest.0, self.digest.1);
+        h.write(bytes);
+        h.finish128().as_u128()
     }
 
     /// Whether `scope` is held (published in the window or in flight),
     /// without claiming it.
-    pub fn seen(&self, scope: &str, now: Instant) -> Seen {
+    pub fn seen(&self, scope: Scope<'_>, now: Instant) -> Seen {
         let window = self.window();
         let name = self.digest(scope);
         let t = self.table.lock();
@@ -226,7 +234,7 @@ impl Idempotency {
 
     /// Claims `scope` for a publish, or says who has it. One lookup for
     /// the key, then the oldest keys past the cap go.
-    pub fn claim(self: &Arc<Self>, scope: &str, now: Instant) -> Claim {
+    pub fn claim(self: &Arc<Self>, scope: Scope<'_>, now: Instant) -> Claim {
         let window = self.window();
         let max = usize::try_from(self.max_keys.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
         let name = self.digest(scope);
@@ -373,30 +381,24 @@ fn batch(max: usize) -> usize {
 /// Numbers the tables of a process (see [`Idempotency::digest`]).
 static SERIALS: AtomicU64 = AtomicU64::new(1);
 
-thread_local! {
-    /// The last scope this thread named, with its table's serial and its
-    /// name. One string, bounded like [`SCOPE`].
-    static LAST_DIGEST: std::cell::RefCell<(u64, String, Digest)> =
-        const { std::cell::RefCell::new((0, String::new(), 0)) };
-
-    /// The scope of the key being looked up, built here rather than in a
-    /// new string each time (a string is made only for a key the table
-    /// keeps). Bounded by the longest scope (a channel, an account and a
-    /// key, each bounded by the contract).
-    static SCOPE: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+/// The last scope a thread named ([`Idempotency::digest`]): the table
+/// it was named for, its bytes ([`Scope::write`]) and its name.
+struct Memo {
+    serial: u64,
+    bytes: Vec<u8>,
+    name: Digest,
 }
 
-/// Runs `f` on the scope of `keyed` on `channel` ([`Keyed::scope`]).
-pub fn with_scope<R>(keyed: &Keyed<'_>, channel: &str, f: impl FnOnce(&str) -> R) -> R {
-    SCOPE.with(|s| match s.try_borrow_mut() {
-        Ok(mut s) => {
-            s.clear();
-            keyed.write_scope(channel, &mut s);
-            f(&s)
-        }
-        // Re-entered (never, in practice): a string of its own.
-        Err(_) => f(&keyed.scope(channel)),
-    })
+thread_local! {
+    /// One scope's bytes, bounded by the longest scope (a channel, an
+    /// account and a key, each bounded by the contract).
+    static MEMO: std::cell::RefCell<Memo> = const {
+        std::cell::RefCell::new(Memo {
+            serial: 0,
+            bytes: Vec::new(),
+            name: 0,
+        })
+    };
 }
 
 /// A claimed key: the claimer publishes, then says the `seq`. Dropped

@@ -8,8 +8,8 @@ fn table(window_ms: u64, max_keys: u64) -> (Arc<Idempotency>, Arc<IdempotencyMet
     (Idempotency::new(window_ms, max_keys, m.clone()), m)
 }
 
-fn scope(key: &str) -> String {
-    Keyed::new("acct", key).unwrap().scope("doc:1")
+fn scope(key: &str) -> Scope<'_> {
+    Keyed::new("acct", key).unwrap().on("doc:1")
 }
 
 fn first(c: Claim) -> First {
@@ -30,23 +30,23 @@ fn waiter(c: Claim) -> Waiter {
 fn a_published_key_is_known_for_the_window_from_its_publish() {
     let (t, _) = table(1000, 10);
     let now = Instant::now();
-    let f = first(t.claim(&scope("a"), now));
-    assert_eq!(t.seen(&scope("a"), now), Seen::Held);
+    let f = first(t.claim(scope("a"), now));
+    assert_eq!(t.seen(scope("a"), now), Seen::Held);
     f.done(7, now);
     let later = now + Duration::from_millis(999);
-    assert!(matches!(t.claim(&scope("a"), later), Claim::Known(7)));
+    assert!(matches!(t.claim(scope("a"), later), Claim::Known(7)));
     // Duplicates do not extend the window.
     let past = now + Duration::from_millis(1000);
-    assert_eq!(t.seen(&scope("a"), past), Seen::New);
-    assert!(matches!(t.claim(&scope("a"), past), Claim::First(_)));
+    assert_eq!(t.seen(scope("a"), past), Seen::New);
+    assert!(matches!(t.claim(scope("a"), past), Claim::First(_)));
 }
 
 #[tokio::test]
 async fn a_duplicate_in_flight_waits_for_the_first_answer() {
     let (t, _) = table(1000, 10);
     let now = Instant::now();
-    let f = first(t.claim(&scope("a"), now));
-    let w = waiter(t.claim(&scope("a"), now));
+    let f = first(t.claim(scope("a"), now));
+    let w = waiter(t.claim(scope("a"), now));
     let waiting = tokio::spawn(w.wait());
     f.done(42, now);
     assert_eq!(waiting.await.unwrap(), Some(42));
@@ -56,13 +56,13 @@ async fn a_duplicate_in_flight_waits_for_the_first_answer() {
 async fn a_dropped_claim_uses_up_nothing() {
     let (t, m) = table(1000, 10);
     let now = Instant::now();
-    let f = first(t.claim(&scope("a"), now));
-    let w = waiter(t.claim(&scope("a"), now));
+    let f = first(t.claim(scope("a"), now));
+    let w = waiter(t.claim(scope("a"), now));
     drop(f);
     assert_eq!(w.wait().await, None, "the waiter learns it was given up");
     assert!(t.is_empty());
     assert_eq!(m.keys.get(), 0);
-    assert!(matches!(t.claim(&scope("a"), now), Claim::First(_)));
+    assert!(matches!(t.claim(scope("a"), now), Claim::First(_)));
 }
 
 #[test]
@@ -70,13 +70,13 @@ fn the_oldest_key_is_evicted_past_the_cap_and_counted() {
     let (t, m) = table(60_000, 2);
     let now = Instant::now();
     for k in ["a", "b", "c"] {
-        first(t.claim(&scope(k), now)).done(1, now);
+        first(t.claim(scope(k), now)).done(1, now);
     }
     assert_eq!(t.len(), 2);
     assert_eq!(m.evictions.get(), 1);
     assert_eq!(m.keys.get(), 2);
-    assert_eq!(t.seen(&scope("a"), now), Seen::New, "the oldest went");
-    assert_eq!(t.seen(&scope("c"), now), Seen::Held);
+    assert_eq!(t.seen(scope("a"), now), Seen::New, "the oldest went");
+    assert_eq!(t.seen(scope("c"), now), Seen::Held);
 }
 
 #[test]
@@ -84,13 +84,13 @@ fn expired_keys_make_room_without_counting_an_eviction() {
     let (t, m) = table(10, 2);
     let now = Instant::now();
     for k in ["a", "b"] {
-        first(t.claim(&scope(k), now)).done(1, now);
+        first(t.claim(scope(k), now)).done(1, now);
     }
     let later = now + Duration::from_millis(20);
-    first(t.claim(&scope("c"), later)).done(2, later);
+    first(t.claim(scope("c"), later)).done(2, later);
     assert_eq!(m.evictions.get(), 0, "a had expired: not an eviction");
     assert_eq!(t.len(), 2);
-    assert_eq!(t.seen(&scope("a"), later), Seen::New);
+    assert_eq!(t.seen(scope("a"), later), Seen::New);
     t.sweep(later + Duration::from_millis(20));
     assert!(t.is_empty());
 }
@@ -100,7 +100,7 @@ fn dropped_claims_leave_the_age_queue_bounded() {
     let (t, _) = table(60_000, 4);
     let now = Instant::now();
     for i in 0..1000 {
-        drop(t.claim(&scope(&format!("k{i}")), now));
+        drop(t.claim(scope(&format!("k{i}")), now));
     }
     assert!(t.table.lock().order.len() <= 64 + 1);
 }
@@ -110,10 +110,10 @@ fn a_smaller_cap_applies_on_the_next_claim() {
     let (t, m) = table(60_000, 10);
     let now = Instant::now();
     for k in ["a", "b", "c", "d"] {
-        first(t.claim(&scope(k), now)).done(1, now);
+        first(t.claim(scope(k), now)).done(1, now);
     }
     t.reconfigure(60_000, 2);
-    first(t.claim(&scope("e"), now)).done(1, now);
+    first(t.claim(scope("e"), now)).done(1, now);
     assert_eq!(t.len(), 2);
     assert_eq!(m.evictions.get(), 3);
 }
@@ -122,25 +122,18 @@ fn a_smaller_cap_applies_on_the_next_claim() {
 async fn a_key_in_flight_is_never_evicted_and_its_waiters_get_its_answer() {
     let (t, m) = table(60_000, 1);
     let now = Instant::now();
-    let f = first(t.claim(&scope("a"), now));
-    let w = waiter(t.claim(&scope("a"), now));
+    let f = first(t.claim(scope("a"), now));
+    let w = waiter(t.claim(scope("a"), now));
     // The cap is 1 and "a" is in flight: "b" goes in beside it.
-    first(t.claim(&scope("b"), now)).done(2, now);
+    first(t.claim(scope("b"), now)).done(2, now);
     assert_eq!(t.len(), 2);
     assert_eq!(m.evictions.get(), 0);
     f.done(1, now);
     assert_eq!(w.wait().await, Some(1));
     // Now published, "a" is the oldest: the next key evicts it.
-    first(t.claim(&scope("c"), now)).done(3, now);
-    assert_eq!(t.seen(&scope("a"), now), Seen::New);
+    first(t.claim(scope("c"), now)).done(3, now);
+    assert_eq!(t.seen(scope("a"), now), Seen::New);
     assert_eq!(m.evictions.get(), 2, "a and b");
-}
-
-#[test]
-fn scopes_built_in_place_match_the_owned_ones() {
-    let k = Keyed::new("acct", "k-1").unwrap();
-    let owned = k.scope("doc:1");
-    with_scope(&k, "doc:1", |s| assert_eq!(s, owned));
 }
 
 #[test]
@@ -148,18 +141,18 @@ fn past_the_cap_the_oldest_keys_go_in_a_batch_and_the_cap_holds() {
     let (t, m) = table(60_000, 128);
     let now = Instant::now();
     for i in 0..128 {
-        first(t.claim(&scope(&format!("k{i}")), now)).done(i, now);
+        first(t.claim(scope(&format!("k{i}")), now)).done(i, now);
     }
     assert_eq!(t.len(), 128, "at the cap nothing goes");
-    first(t.claim(&scope("k128"), now)).done(128, now);
+    first(t.claim(scope("k128"), now)).done(128, now);
     // 1/64 of the cap below it: the three oldest went at once.
     assert_eq!(t.len(), 126);
     assert_eq!(m.evictions.get(), 3);
     for i in 0..3 {
-        assert_eq!(t.seen(&scope(&format!("k{i}")), now), Seen::New);
+        assert_eq!(t.seen(scope(&format!("k{i}")), now), Seen::New);
     }
-    assert_eq!(t.seen(&scope("k3"), now), Seen::Held);
-    assert_eq!(t.seen(&scope("k128"), now), Seen::Held);
+    assert_eq!(t.seen(scope("k3"), now), Seen::Held);
+    assert_eq!(t.seen(scope("k128"), now), Seen::Held);
 }
 
 #[test]
@@ -169,9 +162,9 @@ fn two_tables_on_one_thread_never_share_a_name() {
     let (a, _) = table(60_000, 10);
     let (b, _) = table(60_000, 10);
     let now = Instant::now();
-    first(a.claim(&scope("x"), now)).done(1, now);
-    assert_eq!(a.seen(&scope("x"), now), Seen::Held);
-    assert_eq!(b.seen(&scope("x"), now), Seen::New);
-    assert!(matches!(b.claim(&scope("x"), now), Claim::First(_)));
-    assert!(matches!(a.claim(&scope("x"), now), Claim::Known(1)));
+    first(a.claim(scope("x"), now)).done(1, now);
+    assert_eq!(a.seen(scope("x"), now), Seen::Held);
+    assert_eq!(b.seen(scope("x"), now), Seen::New);
+    assert!(matches!(b.claim(scope("x"), now), Claim::First(_)));
+    assert!(matches!(a.claim(scope("x"), now), Claim::Known(1)));
 }

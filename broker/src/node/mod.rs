@@ -332,9 +332,7 @@ impl Node {
     pub fn is_duplicate(&self, channel: &str, key: Option<Keyed<'_>>) -> bool {
         key.is_some_and(|k| {
             let now = std::time::Instant::now();
-            crate::idempotency::with_scope(&k, channel, |scope| {
-                self.idempotency.seen(scope, now) == Seen::Held
-            })
+            self.idempotency.seen(k.on(channel), now) == Seen::Held
         })
     }
 
@@ -353,9 +351,7 @@ impl Node {
             return Begun::Publishing(None, self.bridge.publish(channel, data, None));
         };
         let now = std::time::Instant::now();
-        let claim =
-            crate::idempotency::with_scope(&k, channel, |scope| self.idempotency.claim(scope, now));
-        match claim {
+        match self.idempotency.claim(k.on(channel), now) {
             Claim::First(first) => {
                 Begun::Publishing(Some(first), self.bridge.publish(channel, data, key))
             }

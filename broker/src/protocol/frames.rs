@@ -255,13 +255,16 @@ pub fn parse(text: &str, max_depth: u32) -> Result<ClientFrame<'_>, FrameError> 
             let key = match env.key {
                 None => None,
                 Some(raw) if raw.get() == "null" => None,
-                Some(raw) => {
-                    let key =
-                        string(raw).ok_or_else(|| FrameError::new(id, "key must be a string"))?;
-                    super::idempotency_key::validate(&key)
-                        .map_err(|e| FrameError::new(id, e.to_string()))?;
-                    Some(key)
-                }
+                Some(raw) => match super::idempotency_key::unquoted(raw.get()) {
+                    Some(key) => Some(Cow::Borrowed(key)),
+                    None => {
+                        let key = string(raw)
+                            .ok_or_else(|| FrameError::new(id, "key must be a string"))?;
+                        super::idempotency_key::validate(&key)
+                            .map_err(|e| FrameError::new(id, e.to_string()))?;
+                        Some(key)
+                    }
+                },
             };
             Ok(ClientFrame::Publish {
                 id,
@@ -445,6 +448,19 @@ mod tests {
         assert_eq!(&*e.message, "key must be a string");
         let e = err(r#"{"type":"publish","channel":"a","data":1,"key":"a b"}"#);
         assert!(e.message.contains("may hold only"), "{}", e.message);
+        let e = err(r#"{"type":"publish","channel":"a","data":1,"key":"a\u0020b"}"#);
+        assert!(e.message.contains("may hold only"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_key_is_read_as_written_or_through_its_escapes() {
+        for key in [r#""k-1""#, r#""k\u002d1""#] {
+            let frame = format!(r#"{{"type":"publish","channel":"a","data":1,"key":{key}}}"#);
+            let Ok(ClientFrame::Publish { key: Some(k), .. }) = parse(&frame, 32) else {
+                panic!("{frame}");
+            };
+            assert_eq!(k, "k-1");
+        }
     }
 
     #[test]

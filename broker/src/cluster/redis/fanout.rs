@@ -213,7 +213,11 @@ impl RedisBridge {
     /// (its hash tag on Redis Cluster), lengths first so no two scopes
     /// share a name.
     pub(super) fn idem_key(&self, channel: &str, keyed: &Keyed<'_>) -> String {
-        format!("{}:{}", self.key("idem", channel), keyed.scope(channel))
+        // Built in one string (it was two `format!`s and a third string).
+        let mut name = self.key("idem", channel);
+        name.push(':');
+        keyed.write_scope(channel, &mut name);
+        name
     }
 
     /// Publishes here alone (Redis is away or refused the script): the
