@@ -392,6 +392,9 @@ impl Config {
         // From a file too: the sample app is the shipped file's, which
         // operators (and tests) copy with other changes.
         pusher::retire_sample_app(exposed(&node), &mut pusher_apps, &mut warnings);
+        if history.size == 0 && !pusher_apps.is_empty() {
+            warnings.push("history.size is 0: the cache- channels of pusher.apps have no last event to replay (every subscriber gets pusher:cache_miss)".into());
+        }
         problems.extend(sample_secret_problems(&node, &jwt_keys, &resolved_keys));
         grpc.problems(&resolved_keys, &mut problems);
         redis_cluster::problems(&cluster, &mut problems);

@@ -76,6 +76,7 @@ mod presence_single;
 mod presence_webhooks;
 mod process;
 mod pusher_api;
+mod pusher_cache;
 mod pusher_presence;
 mod pusher_ws;
 mod receiver;
