@@ -49,7 +49,8 @@ pub use sections::{
     SocketSection,
 };
 pub use webhooks::{
-    EVENT_TYPES, MIN_SECRET_BYTES, Pacing, WHSEC_PREFIX, WebhookEndpoint, WebhookEntry, webhook_key,
+    EVENT_TYPES, MIN_SECRET_BYTES, Pacing, PusherTarget, WHSEC_PREFIX, WebhookEndpoint,
+    WebhookEntry, pusher_event_name, webhook_key,
 };
 
 /// The shipped `config.toml`, also the embedded default. The crate keeps

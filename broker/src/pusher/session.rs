@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix_http::RequestHead;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::frames::{self, Incoming, code};
 use super::names::{self, Kind};
@@ -31,6 +31,7 @@ use crate::node::Node;
 use crate::node::dialect::{Dialect, Link, Refusal};
 use crate::presence::{Full, Pending as Joining};
 use crate::protocol::CloseCode;
+use crate::webhook::event::{CACHE_MISS, CLIENT_EVENT};
 
 /// At most one `pusher:error` 4301 a second (§3's `rate_limited`).
 const NOTICE_INTERVAL: Duration = Duration::from_secs(1);
@@ -347,6 +348,12 @@ impl PusherWs {
         };
         if sink.go_live_cached(read.held.pop()) == Replay::Miss {
             link.send(&frames::event("pusher:cache_miss", Some(channel), "{}"));
+            let id = &*self.socket_id;
+            self.node.webhooks.pusher_event(
+                &sink.channel,
+                CACHE_MISS,
+                || json!({"name": CACHE_MISS, "channel": channel, "socket_id": id}),
+            );
         }
     }
 
@@ -391,6 +398,17 @@ impl PusherWs {
         let published = publish_data(&self.socket_id, &frame);
         let internal = sub.sink.channel.clone();
         self.node.metrics.published("pusher");
+        let id = &*self.socket_id;
+        self.node
+            .webhooks
+            .pusher_event(&internal, CLIENT_EVENT, || {
+                let mut e = json!({"name": CLIENT_EVENT, "channel": channel, "event": msg.event,
+                "data": data, "socket_id": id});
+                if let Some(user) = user {
+                    e["user_id"] = json!(user);
+                }
+                e
+            });
         if let Pending::Later(f) = self.node.bridge.publish(&internal, &published, None) {
             link.spawn(Box::pin(async move {
                 f.await;

@@ -78,6 +78,7 @@ mod process;
 mod pusher_api;
 mod pusher_cache;
 mod pusher_presence;
+mod pusher_webhooks;
 mod pusher_ws;
 mod receiver;
 mod redis_cluster;
