@@ -49,7 +49,8 @@ pub use sections::{
     SocketSection,
 };
 pub use webhooks::{
-    EVENT_TYPES, MIN_SECRET_BYTES, Pacing, WHSEC_PREFIX, WebhookEndpoint, WebhookEntry, webhook_key,
+    EVENT_TYPES, MIN_SECRET_BYTES, Pacing, PusherTarget, WHSEC_PREFIX, WebhookEndpoint,
+    WebhookEntry, pusher_event_name, webhook_key,
 };
 
 /// The shipped `config.toml`, also the embedded default. The crate keeps
@@ -392,6 +393,9 @@ impl Config {
         // From a file too: the sample app is the shipped file's, which
         // operators (and tests) copy with other changes.
         pusher::retire_sample_app(exposed(&node), &mut pusher_apps, &mut warnings);
+        if history.size == 0 && !pusher_apps.is_empty() {
+            warnings.push("history.size is 0: the cache- channels of pusher.apps have no last event to replay (every subscriber gets pusher:cache_miss)".into());
+        }
         problems.extend(sample_secret_problems(&node, &jwt_keys, &resolved_keys));
         grpc.problems(&resolved_keys, &mut problems);
         redis_cluster::problems(&cluster, &mut problems);

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 
-use super::webhooks::{WebhookEntry, endpoint_with};
+use super::webhooks::{PusherTarget, WebhookEntry, endpoint_with};
 use super::{AccountEntry, Source, Sources, WebhookEndpoint};
 
 /// The shortest app secret accepted, in bytes: it keys every signature of
@@ -283,6 +283,12 @@ fn app(
             &PUSHER_EVENT_TYPES,
             problems,
         ) {
+            let prefix = format!("{}{}|", crate::protocol::channel::PUSHER_PREFIX, entry.id);
+            let mut ep = ep;
+            ep.pusher = Some(PusherTarget {
+                key: entry.key.clone(),
+                prefix,
+            });
             webhooks.push(ep);
         }
     }

@@ -135,18 +135,65 @@ pub struct WebhookEndpoint {
     pub channels: Vec<String>,
     globs: Vec<Glob>,
     pub pacing: Pacing,
+    /// A Pusher app's webhook (§16): its events in Pusher's format and
+    /// names, for that app's channels only. `None`: §9's own.
+    pub pusher: Option<PusherTarget>,
+}
+
+/// The app a Pusher-format endpoint belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PusherTarget {
+    /// `X-Pusher-Key`.
+    pub key: String,
+    /// The hub's prefix of the app's channels (`pusher|{id}|`): what it
+    /// covers, and what is cut off to give the Pusher name.
+    pub prefix: String,
+}
+
+/// The Pusher name of a §9 event this front also sends (`channel.occupied`
+/// is `channel_occupied`); others are named the same on both.
+pub fn pusher_event_name(kind: &str) -> &str {
+    match kind {
+        "channel.occupied" => "channel_occupied",
+        "channel.vacated" => "channel_vacated",
+        "member.added" => "member_added",
+        "member.removed" => "member_removed",
+        other => other,
+    }
 }
 
 impl WebhookEndpoint {
+    /// Whether the endpoint takes `event` (§9's name; a Pusher app's
+    /// endpoint lists Pusher's).
     pub fn wants(&self, event: &str) -> bool {
+        let event = match self.pusher {
+            Some(_) => pusher_event_name(event),
+            None => event,
+        };
         self.events.iter().any(|e| e == event)
     }
 
-    /// Whether channel and message events of `channel` go to this endpoint
-    /// (never a Pusher app's: apps are isolated, §16).
+    /// Whether channel and message events of the hub channel `channel` go
+    /// to this endpoint: §9's never see a Pusher app's, and an app's see
+    /// only its own (apps are isolated, §16), matched by their Pusher name.
     pub fn covers(&self, channel: &str) -> bool {
-        !crate::protocol::channel::is_pusher(channel)
-            && self.globs.iter().any(|g| g.matches(channel))
+        let name = match &self.pusher {
+            None if crate::protocol::channel::is_pusher(channel) => return false,
+            None => channel,
+            Some(p) => match channel.strip_prefix(&p.prefix) {
+                Some(name) => name,
+                None => return false,
+            },
+        };
+        self.globs.iter().any(|g| g.matches(name))
+    }
+
+    /// The Pusher name of a hub channel this endpoint covers.
+    pub fn pusher_name<'a>(&self, channel: &'a str) -> &'a str {
+        self.pusher
+            .as_ref()
+            .and_then(|p| channel.strip_prefix(&p.prefix))
+            .unwrap_or(channel)
     }
 
     /// Same receiver, same events: only [`Pacing`] may differ, so pending
@@ -158,6 +205,7 @@ impl WebhookEndpoint {
             && self.ca_pem == other.ca_pem
             && self.events == other.events
             && self.channels == other.channels
+            && self.pusher == other.pusher
     }
 }
 
@@ -358,6 +406,7 @@ pub(super) fn endpoint_with(
         url: url?,
         secrets,
         ca_pem,
+        pusher: None,
         events: entry.events,
         channels: entry.channels,
     })

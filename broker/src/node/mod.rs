@@ -280,7 +280,7 @@ impl Node {
         self.admin
             .bans
             .set_v6_prefix(config.handshake.ipv6_prefix_len);
-        self.webhooks.apply(&config.webhooks);
+        self.webhooks.apply(&crate::webhook::configured(&config));
         self.hooks.apply(&config.hooks);
         self.hub
             .set_delivery(DeliveryClasses::new(&config.namespaces));

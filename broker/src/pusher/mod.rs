@@ -24,10 +24,12 @@ pub mod auth;
 pub mod frames;
 mod md5;
 pub mod names;
+mod opening;
 pub mod presence;
 mod session;
 pub mod sign;
 pub mod sink;
+mod subscribe;
 
 use std::sync::Arc;
 

@@ -47,6 +47,20 @@ fn node_number(node_id: &str) -> u32 {
     })
 }
 
+/// Whether a channel replays its last event to a new subscriber:
+/// `cache-`, and the cache kind of every other channel (Pusher's
+/// `private-cache-`, `private-encrypted-cache-`, `presence-cache-`).
+pub fn is_cache(name: &str) -> bool {
+    [
+        "cache-",
+        "private-cache-",
+        "private-encrypted-cache-",
+        "presence-cache-",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
+}
+
 /// What kind of channel a name is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -88,6 +102,27 @@ mod tests {
         assert!(crate::protocol::channel::validate(&n).is_err());
         assert!(is_internal(&n));
         assert_ne!(internal("1", "a"), internal("2", "a"));
+    }
+
+    #[test]
+    fn cache_channels_by_prefix() {
+        for yes in [
+            "cache-a",
+            "private-cache-a",
+            "presence-cache-a",
+            "private-encrypted-cache-a",
+        ] {
+            assert!(is_cache(yes), "{yes}");
+        }
+        for no in [
+            "a-cache-b",
+            "private-a",
+            "presence-a",
+            "cachex",
+            "encrypted-cache-a",
+        ] {
+            assert!(!is_cache(no), "{no}");
+        }
     }
 
     #[test]

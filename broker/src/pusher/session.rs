@@ -14,14 +14,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix_http::RequestHead;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::frames::{self, Incoming, code};
 use super::names::{self, Kind};
+use super::opening;
 use super::presence::{self, PusherMembers};
-use super::sign;
-use super::sink::{PusherSink, publish_data};
-use crate::cluster::Pending;
+use super::sink::{PusherSink, Replay, publish_data};
+use super::subscribe::{self, Sub};
+use crate::cluster::{ChannelRead, Pending};
 use crate::config::{LimitName, PusherApp};
 use crate::exceeded::Exceeded;
 use crate::hub::{Sink, Subscriber};
@@ -30,34 +31,15 @@ use crate::node::Node;
 use crate::node::dialect::{Dialect, Link, Refusal};
 use crate::presence::{Full, Pending as Joining};
 use crate::protocol::CloseCode;
+use crate::webhook::event::{CACHE_MISS, CLIENT_EVENT};
 
-/// Protocol versions spoken (pusher-js 8 speaks 7).
-const PROTOCOLS: std::ops::RangeInclusive<u32> = 5..=7;
 /// At most one `pusher:error` 4301 a second (§3's `rate_limited`).
 const NOTICE_INTERVAL: Duration = Duration::from_secs(1);
 
 pub(super) fn open(node: &Arc<Node>, head: &RequestHead) -> Box<dyn Dialect> {
     let key = head.uri.path().strip_prefix(super::WS_PREFIX).unwrap_or("");
     let app = super::app_by_key(node, key);
-    let protocol = head
-        .uri
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .find_map(|kv| kv.strip_prefix("protocol="))
-        .map(str::to_owned);
-    let refusal = match (&app, protocol) {
-        (None, _) => Some((
-            code::APP_UNKNOWN,
-            format!("App key {key} not in this cluster. Did you forget to specify the cluster?"),
-        )),
-        (_, None) => Some((code::NO_PROTOCOL, "No protocol version supplied".to_owned())),
-        (_, Some(p)) if !p.parse().is_ok_and(|v: u32| PROTOCOLS.contains(&v)) => Some((
-            code::UNSUPPORTED_PROTOCOL,
-            format!("Unsupported protocol version {p}"),
-        )),
-        _ => None,
-    };
+    let refusal = opening::refusal(app.is_some(), key, head.uri.query().unwrap_or(""));
     Box::new(PusherWs {
         node: node.clone(),
         app,
@@ -68,13 +50,6 @@ pub(super) fn open(node: &Arc<Node>, head: &RequestHead) -> Box<dyn Dialect> {
         pinged: false,
         last_notice: None,
     })
-}
-
-/// One subscribed channel.
-struct Sub {
-    sink: Arc<PusherSink>,
-    /// A presence channel's member (its user, its watcher).
-    members: Option<Arc<PusherMembers>>,
 }
 
 struct PusherWs {
@@ -94,6 +69,8 @@ struct PusherWs {
     last_notice: Option<Instant>,
 }
 
+/// A cache channel's last event was read.
+struct Cached(String, Arc<PusherSink>, ChannelRead);
 /// The activity clock rang.
 struct Activity;
 /// The pong timeout rang.
@@ -223,8 +200,8 @@ impl PusherWs {
             return self.refuse_sub(link, channel, "LimitReached", &why, 429);
         }
         if !names::valid(channel) {
-            let why = "a channel name is 1-200 bytes of [A-Za-z0-9_-=@,.;]";
-            return self.refuse_sub(link, channel, "InvalidChannel", why, 400);
+            let r = subscribe::invalid_name();
+            return self.refuse_sub(link, channel, r.kind, &r.error, r.status);
         }
         if self.channels.contains_key(channel) {
             // Pusher answers a repeated subscribe as a first one.
@@ -248,37 +225,15 @@ impl PusherWs {
             let why = format!("a connection may hold at most {max} subscriptions");
             return self.refuse_sub(link, channel, "LimitReached", &why, 429);
         }
-        let kind = names::kind(channel);
-        let channel_data = (kind == Kind::Presence).then(|| {
-            data.get("channel_data")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-        });
-        if kind != Kind::Public {
-            let app = self.app();
-            let auth = data.get("auth").and_then(Value::as_str).unwrap_or("");
-            if !sign::channel_auth_ok(
-                &app.key,
-                &app.secret,
-                &self.socket_id,
-                channel,
-                channel_data,
-                auth,
-            ) {
-                Exceeded::new(Layer::Connection, "unauthorized", &app.account)
-                    .conn(link.label())
-                    .emit(&self.node.metrics);
-                let why = format!(
-                    "Invalid signature: the auth of {channel} does not sign it for this socket"
-                );
-                return self.refuse_sub(link, channel, "AuthError", &why, 401);
-            }
-        }
-        let me = match channel_data.map(presence::channel_data).transpose() {
+        let me = match subscribe::check(self.app(), &self.socket_id, channel, data) {
             Ok(me) => me,
-            Err(bad) => {
-                let why = bad.to_string();
-                return self.refuse_sub(link, channel, "InvalidChannelData", &why, 400);
+            Err(r) => {
+                if let Some(reason) = r.reason {
+                    Exceeded::new(Layer::Connection, reason, &self.app().account)
+                        .conn(link.label())
+                        .emit(&self.node.metrics);
+                }
+                return self.refuse_sub(link, channel, r.kind, &r.error, r.status);
             }
         };
         let internal: Arc<str> = names::internal(&self.app().id, channel).into();
@@ -335,13 +290,10 @@ impl PusherWs {
         presence: Result<(), Full>,
     ) {
         // Unsubscribed (and perhaps subscribed again) meanwhile.
-        let Some(sub) = self
-            .channels
-            .get(&channel)
-            .filter(|s| Arc::ptr_eq(&s.sink, sink))
-        else {
+        let ours = self.channels.get(&channel);
+        if !ours.is_some_and(|s| Arc::ptr_eq(&s.sink, sink)) {
             return;
-        };
+        }
         if presence.is_err() {
             if let Some(sub) = self.channels.remove(&channel) {
                 self.leave(&sub);
@@ -351,26 +303,62 @@ impl PusherWs {
                 .emit(&self.node.metrics);
             return self.refuse_sub(link, &channel, "LimitReached", "presence_full", 403);
         }
+        if !names::is_cache(&channel) {
+            return self.succeed(link, &channel, sink, None);
+        }
+        // The last event, read once the subscription is live: what is
+        // published from here on waits in the sink behind it.
+        match self.node.bridge.read_channel(&sink.channel, 1, 0) {
+            Pending::Ready(read) => self.succeed(link, &channel, sink, Some(read)),
+            Pending::Later(read) => {
+                let sink = sink.clone();
+                link.spawn(Box::pin(async move {
+                    Box::new(Cached(channel, sink, read.await)) as Box<dyn Any>
+                }))
+            }
+        }
+    }
+
+    /// `subscription_succeeded`, then on a cache channel its last event or
+    /// `pusher:cache_miss` (and the app's `cache_miss` webhook), then what
+    /// the channel published meanwhile.
+    fn succeed(
+        &mut self,
+        link: &mut dyn Link,
+        channel: &str,
+        sink: &Arc<PusherSink>,
+        cached: Option<ChannelRead>,
+    ) {
+        // Unsubscribed (and perhaps subscribed again) meanwhile.
+        let Some(sub) = self
+            .channels
+            .get(channel)
+            .filter(|s| Arc::ptr_eq(&s.sink, sink))
+        else {
+            return;
+        };
         let data = sub.members.as_ref().and_then(|m| m.succeeded());
         link.send(&frames::event(
             "pusher_internal:subscription_succeeded",
-            Some(&channel),
+            Some(channel),
             data.as_deref().unwrap_or("{}"),
         ));
-        sink.go_live();
+        let Some(mut read) = cached else {
+            return sink.go_live();
+        };
+        if sink.go_live_cached(read.held.pop()) == Replay::Miss {
+            link.send(&frames::event("pusher:cache_miss", Some(channel), "{}"));
+            let id = &*self.socket_id;
+            self.node.webhooks.pusher_event(
+                &sink.channel,
+                CACHE_MISS,
+                || json!({"name": CACHE_MISS, "channel": channel, "socket_id": id}),
+            );
+        }
     }
 
     fn leave(&self, sub: &Sub) {
-        sub.sink.end();
-        self.node
-            .bridge
-            .unsubscribe(&sub.sink.channel, sub.sink.conn);
-        if let Some(m) = &sub.members {
-            let user = &m.me.user_id;
-            self.node
-                .presence
-                .leave(&sub.sink.channel, user, &self.socket_id);
-        }
+        sub.leave(&self.node, &self.socket_id);
     }
 
     /// `client-*` on a private or presence channel this socket holds, when
@@ -410,6 +398,17 @@ impl PusherWs {
         let published = publish_data(&self.socket_id, &frame);
         let internal = sub.sink.channel.clone();
         self.node.metrics.published("pusher");
+        let id = &*self.socket_id;
+        self.node
+            .webhooks
+            .pusher_event(&internal, CLIENT_EVENT, || {
+                let mut e = json!({"name": CLIENT_EVENT, "channel": channel, "event": msg.event,
+                "data": data, "socket_id": id});
+                if let Some(user) = user {
+                    e["user_id"] = json!(user);
+                }
+                e
+            });
         if let Pending::Later(f) = self.node.bridge.publish(&internal, &published, None) {
             link.spawn(Box::pin(async move {
                 f.await;
@@ -449,6 +448,10 @@ impl Dialect for PusherWs {
     fn done(&mut self, link: &mut dyn Link, output: Box<dyn Any>) {
         let output = match output.downcast::<Joined>() {
             Ok(j) => return self.joined(link, j.0, &j.1, j.2),
+            Err(other) => other,
+        };
+        let output = match output.downcast::<Cached>() {
+            Ok(c) => return self.succeed(link, &c.0, &c.1, Some(c.2)),
             Err(other) => other,
         };
         if output.is::<Activity>() {

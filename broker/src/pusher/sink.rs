@@ -63,6 +63,19 @@ impl Held {
     }
 }
 
+/// What a new subscriber of a cache channel was given first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replay {
+    /// The channel's last event.
+    Sent,
+    /// Nothing: the channel holds no event (`pusher:cache_miss`).
+    Miss,
+    /// A newer event arrived during the join and comes next anyway.
+    Superseded,
+    /// The subscription ended meanwhile.
+    Gone,
+}
+
 enum Pos {
     /// Waiting for the bridge. Bounded by the socket's gauge: what waits
     /// is counted in it, and a socket past its mark is closed.
@@ -111,6 +124,41 @@ impl PusherSink {
         } else {
             *pos = Pos::Ended;
         }
+    }
+
+    /// [`PusherSink::go_live`] for a cache channel: `cached` (its newest
+    /// held message, read once the subscription was live) is queued
+    /// first, unless a message at least as new already waits (that one
+    /// comes next anyway, and the newest is what a cache channel
+    /// promises). Says what the subscriber was given.
+    pub fn go_live_cached(&self, cached: Option<(u64, Bytes)>) -> Replay {
+        let pos = self.pos.lock();
+        let Pos::Joining(held) = &*pos else {
+            drop(pos);
+            self.go_live();
+            return Replay::Gone;
+        };
+        let newest_held = held
+            .iter()
+            .filter_map(|h| match h {
+                Held::Hub(seq, _) => Some(*seq),
+                Held::Own(_) => None,
+            })
+            .max();
+        let replay = match (cached, newest_held) {
+            (Some((seq, frame)), n) if n.is_none_or(|n| n < seq) => {
+                // Not reserved by the hub: counted here, then recounted
+                // to the rendered size like a delivery.
+                self.outlet.gauge().add(frame.len());
+                self.queue(seq, &frame, &mut Renders::default());
+                Replay::Sent
+            }
+            (None, None) => Replay::Miss,
+            _ => Replay::Superseded,
+        };
+        drop(pos);
+        self.go_live();
+        replay
     }
 
     /// Nothing more is queued; what waited is given back to the gauge.

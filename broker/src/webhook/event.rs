@@ -31,6 +31,18 @@ pub const MEMBER_ADDED: &str = "member.added";
 /// A user's last connection gone, after the endpoint's `vacated_delay_ms`.
 pub const MEMBER_REMOVED: &str = "member.removed";
 
+/// A Pusher app's client event (§16), sent by the sender's node.
+pub const CLIENT_EVENT: &str = "client_event";
+/// A Pusher cache channel's subscriber found nothing to replay.
+pub const CACHE_MISS: &str = "cache_miss";
+
+/// Pusher's webhook body: `{"time_ms","events":[..]}`.
+#[derive(Serialize)]
+struct PusherBody<'a> {
+    time_ms: u64,
+    events: [&'a serde_json::Value; 1],
+}
+
 #[derive(Serialize)]
 struct Body<'a, D: Serialize> {
     id: &'a str,
@@ -148,6 +160,25 @@ impl Event {
         )
     }
 
+    /// One event in Pusher's format (§16): `fields` is the event's object
+    /// (`name`, `channel`, ...), sent as Pusher sends a batch of one.
+    /// `kind` is §9's name where there is one (logs, the cluster queue).
+    pub fn pusher(kind: &'static str, fields: &serde_json::Value) -> Event {
+        let body = serde_json::to_vec(&PusherBody {
+            time_ms: unix_ms(),
+            events: [fields],
+        })
+        // A JSON value: cannot fail.
+        .expect("event bodies serialize");
+        Event {
+            id: new_id(),
+            kind,
+            body: Bytes::from(body),
+            attempts: 0,
+            entry: None,
+        }
+    }
+
     /// An event read back from a cluster queue (its body as stored).
     pub fn stored(id: Arc<str>, kind: &'static str, body: Bytes, attempts: u32) -> Event {
         Event {
@@ -169,6 +200,8 @@ pub fn kind_of(name: &str) -> Option<&'static str> {
         LIMIT_EXCEEDED,
         MEMBER_ADDED,
         MEMBER_REMOVED,
+        CLIENT_EVENT,
+        CACHE_MISS,
     ]
     .into_iter()
     .find(|k| *k == name)
@@ -198,6 +231,20 @@ mod tests {
         assert_eq!(
             v["data"],
             serde_json::json!({"channel":"doc:1","seq":42,"data":1,"key":"k-1"})
+        );
+    }
+
+    #[test]
+    fn pusher_bodies_are_a_batch_of_one() {
+        let e = Event::pusher(
+            CACHE_MISS,
+            &serde_json::json!({"name":"cache_miss","channel":"cache-a"}),
+        );
+        let v: serde_json::Value = serde_json::from_slice(&e.body).unwrap();
+        assert!(v["time_ms"].as_u64().unwrap() > 1_600_000_000_000);
+        assert_eq!(
+            v["events"],
+            serde_json::json!([{"name":"cache_miss","channel":"cache-a"}])
         );
     }
 

@@ -42,6 +42,12 @@ use crate::metrics::webhooks::outcome;
 /// `limit.exceeded` is sent at most once per account, reason and minute.
 const LIMIT_WINDOW_SECS: u64 = 60;
 
+/// Every endpoint a config names: `[[webhooks]]` and each Pusher app's.
+pub fn configured(config: &Config) -> Vec<WebhookEndpoint> {
+    let apps = config.pusher_apps.iter().flat_map(|a| a.webhooks.iter());
+    config.webhooks.iter().chain(apps).cloned().collect()
+}
+
 /// The node's webhooks.
 pub struct Webhooks {
     endpoints: ArcSwap<Vec<Arc<Endpoint>>>,
@@ -85,7 +91,7 @@ impl Webhooks {
             reload: Mutex::new(()),
             me: me.clone(),
         });
-        webhooks.apply(&config.webhooks);
+        webhooks.apply(&configured(config));
         webhooks
     }
 
@@ -244,6 +250,30 @@ impl Webhooks {
         if let Some(tx) = self.occupancy.get() {
             let subject = occupancy::Subject::member(channel.into(), user.clone());
             let _ = tx.send(occupancy::Op::Local(subject, present));
+        }
+    }
+
+    /// An event of a Pusher app's channel that is not an occupancy change
+    /// (`client_event`, `cache_miss`: §16), for the app's endpoints that
+    /// list it; `channel` is the hub's name, `fields` the event's object.
+    /// `fields` is called only when an endpoint takes the event.
+    pub fn pusher_event(
+        &self,
+        channel: &str,
+        kind: &'static str,
+        fields: impl FnOnce() -> serde_json::Value,
+    ) {
+        let mut fields = Some(fields);
+        let mut event = None;
+        for ep in self.endpoints.load().iter() {
+            let cfg = ep.config.load();
+            if cfg.pusher.is_some() && cfg.wants(kind) && cfg.covers(channel) {
+                let e = event.get_or_insert_with(|| {
+                    let f = fields.take().map(|f| f()).unwrap_or_default();
+                    Event::pusher(kind, &f)
+                });
+                ep.enqueue(e.clone());
+            }
         }
     }
 

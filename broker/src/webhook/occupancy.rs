@@ -37,6 +37,7 @@ use super::Webhooks;
 use super::cluster::{Cluster, OCCUPANCY_RENEW_EVERY};
 use super::event::{Event, MEMBER_ADDED, MEMBER_REMOVED, OCCUPIED, VACATED};
 use super::worker::Endpoint;
+use crate::config::{WebhookEndpoint, pusher_event_name};
 
 /// What is occupied or vacated: a channel, or a user in a channel.
 #[derive(Debug, Clone)]
@@ -78,6 +79,29 @@ impl Subject {
             None => Event::channel(kind, &self.channel),
             Some(user) => Event::member(kind, &self.channel, user),
         }
+    }
+
+    /// The event `cfg`'s endpoint gets: §9's, built once in `shared` for
+    /// every §9 endpoint, or for a Pusher app's endpoint Pusher's
+    /// (`{"name","channel"}`, `user_id` for a member) under the channel's
+    /// Pusher name.
+    fn event_for(
+        &self,
+        cfg: &WebhookEndpoint,
+        kind: &'static str,
+        shared: &mut Option<Event>,
+    ) -> Event {
+        if cfg.pusher.is_none() {
+            return shared.get_or_insert_with(|| self.event(kind)).clone();
+        }
+        let mut fields = serde_json::json!({
+            "name": pusher_event_name(kind),
+            "channel": cfg.pusher_name(&self.channel),
+        });
+        if let Some(user) = &self.user {
+            fields["user_id"] = serde_json::json!(&**user);
+        }
+        Event::pusher(kind, &fields)
     }
 }
 
@@ -133,7 +157,7 @@ pub async fn run(
                     let tracks = cfg.wants(added) || cfg.wants(removed);
                     if tracks && ep.announced.lock().insert(subject.key.clone()) && cfg.wants(added)
                     {
-                        ep.enqueue(event.get_or_insert_with(|| subject.event(added)).clone());
+                        ep.enqueue(subject.event_for(&cfg, added, &mut event));
                     }
                 }
             }
@@ -173,8 +197,9 @@ pub async fn run(
                     continue;
                 };
                 let removed = subject.kinds().1;
-                if ep.announced.lock().remove(&subject.key) && ep.config.load().wants(removed) {
-                    ep.enqueue(subject.event(removed));
+                let cfg = ep.config.load();
+                if ep.announced.lock().remove(&subject.key) && cfg.wants(removed) {
+                    ep.enqueue(subject.event_for(&cfg, removed, &mut None));
                 }
             }
             // Nothing in Redis to renew on one node.
@@ -279,9 +304,9 @@ async fn run_clustered(
                     Ok(told) => {
                         let mut event = None;
                         for ep in eps.iter().filter(|e| told.contains(&e.id())) {
-                            if ep.config.load().wants(added) {
-                                let e = event.get_or_insert_with(|| subject.event(added));
-                                ep.enqueue(e.clone());
+                            let cfg = ep.config.load();
+                            if cfg.wants(added) {
+                                ep.enqueue(subject.event_for(&cfg, added, &mut event));
                             }
                         }
                     }
@@ -313,9 +338,10 @@ async fn run_clustered(
                     continue;
                 };
                 let removed = subject.kinds().1;
+                let cfg = ep.config.load_full();
                 match cluster.vacate(&subject.key, generation, &ep.id()).await {
-                    Ok(true) if ep.config.load().wants(removed) => {
-                        ep.enqueue(subject.event(removed));
+                    Ok(true) if cfg.wants(removed) => {
+                        ep.enqueue(subject.event_for(&cfg, removed, &mut None));
                     }
                     Ok(_) => {}
                     Err(e) => {

@@ -13,7 +13,7 @@ use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER};
 
 use super::event::Event;
-use super::sign::signature;
+use super::sign::{pusher_signature, signature};
 use crate::config::WebhookEndpoint;
 
 /// How much of an answer's body is read before it is dropped.
@@ -88,14 +88,26 @@ pub async fn attempt(
     let request = client
         .post(endpoint.url.clone())
         .timeout(endpoint.pacing.timeout)
-        .header(CONTENT_TYPE, "application/json")
-        .header("webhook-id", &*event.id)
-        .header("webhook-timestamp", ts)
-        .header(
-            "webhook-signature",
-            signature(&endpoint.secrets, &event.id, ts, &event.body),
-        )
-        .body(event.body.clone());
+        .header(CONTENT_TYPE, "application/json");
+    let request = match &endpoint.pusher {
+        // Pusher's scheme: the app's key, and the body signed with its
+        // secret (the endpoint's one secret).
+        Some(app) => request.header("X-Pusher-Key", &app.key).header(
+            "X-Pusher-Signature",
+            pusher_signature(
+                endpoint.secrets.first().map_or(&[][..], Vec::as_slice),
+                &event.body,
+            ),
+        ),
+        None => request
+            .header("webhook-id", &*event.id)
+            .header("webhook-timestamp", ts)
+            .header(
+                "webhook-signature",
+                signature(&endpoint.secrets, &event.id, ts, &event.body),
+            ),
+    }
+    .body(event.body.clone());
     let mut response = match request.send().await {
         Ok(r) => r,
         Err(e) => return Outcome::Retry(describe(&e)),

@@ -11,6 +11,18 @@ use base64::engine::general_purpose::STANDARD;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
+/// `X-Pusher-Signature` (§16): the hex HMAC-SHA256 of the body under the
+/// app's secret, as Pusher's server libraries verify it.
+pub fn pusher_signature(secret: &[u8], body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC accepts any key length");
+    mac.update(body);
+    mac.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// The `webhook-signature` value for one attempt.
 pub fn signature(secrets: &[Vec<u8>], id: &str, timestamp: u64, body: &[u8]) -> String {
     let ts = timestamp.to_string();

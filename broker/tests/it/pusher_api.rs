@@ -10,9 +10,9 @@ use tidegate::pusher::sign::hmac_hex;
 
 use crate::common::{Broker, Client};
 
-const APP: &str = "1234";
-const KEY: &str = "app-key";
-const SECRET: &str = "tidegate-sample-pusher-secret";
+pub(crate) const APP: &str = "1234";
+pub(crate) const KEY: &str = "app-key";
+pub(crate) const SECRET: &str = "tidegate-sample-pusher-secret";
 
 fn now() -> u64 {
     std::time::SystemTime::now()
@@ -22,7 +22,7 @@ fn now() -> u64 {
 }
 
 /// A signed request of the sample app.
-async fn call(
+pub(crate) async fn call(
     b: &Broker,
     method: &str,
     path: &str,
@@ -62,7 +62,7 @@ async fn call_at(
     req.send().await.unwrap()
 }
 
-async fn connected(b: &Broker) -> (Client, String) {
+pub(crate) async fn connected(b: &Broker) -> (Client, String) {
     let url = format!("ws://{}/app/{KEY}?protocol=7", b.addr);
     let (ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
     let mut c = Client::new(ws, None);
@@ -86,7 +86,7 @@ async fn subscribe(c: &mut Client, id: &str, channel: &str) {
     );
 }
 
-async fn pong(c: &mut Client) -> Value {
+pub(crate) async fn pong(c: &mut Client) -> Value {
     c.send(json!({"event":"pusher:ping","data":{}})).await;
     c.next_json().await
 }

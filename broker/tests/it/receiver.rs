@@ -20,6 +20,9 @@ pub struct Got {
     pub id: String,
     pub timestamp: u64,
     pub signature: String,
+    /// Pusher's scheme (§16): `X-Pusher-Key` and `X-Pusher-Signature`.
+    pub pusher_key: String,
+    pub pusher_signature: String,
     pub raw: Vec<u8>,
     pub body: Value,
 }
@@ -83,6 +86,8 @@ async fn handle(
         id: header("webhook-id"),
         timestamp: header("webhook-timestamp").parse().unwrap_or(0),
         signature: header("webhook-signature"),
+        pusher_key: header("x-pusher-key"),
+        pusher_signature: header("x-pusher-signature"),
         raw: body.to_vec(),
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
     };

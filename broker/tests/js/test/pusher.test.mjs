@@ -118,3 +118,33 @@ test("a forged channel authorization is refused with a subscription_error 401", 
   const err = await next(ch, "pusher:subscription_error");
   assert.equal(err.status, 401);
 });
+
+/** The first event pusher-js emits on `ch` that is not its own `pusher:` bookkeeping, or a cache miss. */
+const firstEvent = (ch) =>
+  new Promise((ok) =>
+    ch.bind_global((event, data) => {
+      if (event === "pusher:cache_miss" || !event.startsWith("pusher:")) ok({ event, data });
+    }),
+  );
+
+test("cache channels: pusher-js emits pusher:cache_miss, and a later subscriber gets the last event first", async () => {
+  const a = await client();
+  const first = firstEvent(a.subscribe("cache-weather"));
+  assert.deepEqual(await first, { event: "pusher:cache_miss", data: {} });
+  await server.trigger("cache-weather", "forecast", { sky: "grey" });
+  await server.trigger("cache-weather", "forecast", { sky: "clear" });
+  const b = await client();
+  const chb = b.subscribe("cache-weather");
+  assert.deepEqual(await firstEvent(chb), { event: "forecast", data: { sky: "clear" } });
+  // Then live, as on any channel.
+  const live = next(chb, "forecast");
+  await server.trigger("cache-weather", "forecast", { sky: "rain" });
+  assert.deepEqual(await live, { sky: "rain" });
+  // (The sample app's plan caps connections: these two make room.)
+  a.disconnect();
+  b.disconnect();
+  // A private cache channel replays after the library's authorization.
+  await server.trigger("private-cache-doc", "state", { v: 7 });
+  const c = await client();
+  assert.deepEqual(await firstEvent(c.subscribe("private-cache-doc")), { event: "state", data: { v: 7 } });
+});
