@@ -71,7 +71,7 @@ pub(crate) async fn connected(b: &Broker) -> (Client, String) {
     (c, data["socket_id"].as_str().unwrap().to_owned())
 }
 
-async fn subscribe(c: &mut Client, id: &str, channel: &str) {
+pub(crate) async fn subscribe(c: &mut Client, id: &str, channel: &str) {
     let mut data = json!({"channel": channel});
     if channel.starts_with("private-") {
         let sig = hmac_hex(SECRET.as_bytes(), format!("{id}:{channel}").as_bytes());

@@ -4,27 +4,15 @@
 //! channel has none; on one node and across a cluster.
 
 use serde_json::{Value, json};
-use tidegate::pusher::sign::hmac_hex;
 
 use crate::common::{Broker, Client};
-use crate::pusher_api::{APP, KEY, SECRET, call, connected, pong};
+use crate::pusher_api::{APP, call, connected, pong, subscribe};
 
-/// Subscribes and returns the frame after `subscription_succeeded`.
+/// Subscribes and returns the frame after `subscription_succeeded` (the
+/// ping's answer comes after whatever the subscription sent first).
 async fn subscribe_then(c: &mut Client, id: &str, channel: &str) -> Value {
-    let mut data = json!({"channel": channel});
-    if channel.starts_with("private-") {
-        let sig = hmac_hex(SECRET.as_bytes(), format!("{id}:{channel}").as_bytes());
-        data["auth"] = json!(format!("{KEY}:{sig}"));
-    }
-    c.send(json!({"event":"pusher:subscribe","data":data}))
-        .await;
-    let ok = c.next_json().await;
-    assert_eq!(
-        ok["event"], "pusher_internal:subscription_succeeded",
-        "{ok}"
-    );
-    c.send(json!({"event":"pusher:ping","data":{}})).await;
-    c.next_json().await
+    subscribe(c, id, channel).await;
+    pong(c).await
 }
 
 async fn trigger(b: &Broker, channel: &str, name: &str, data: &str) {
