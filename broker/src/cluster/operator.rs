@@ -23,7 +23,10 @@ pub enum Who {
     /// A user signed in on a dialect (a Pusher app's `pusher:signin`,
     /// keyed with its app: `SocketHandle::user`), of `account`: the
     /// Pusher HTTP API's `terminate_connections`.
-    User { account: String, user: String },
+    User {
+        account: String,
+        user: String,
+    },
 }
 
 impl From<&BanTarget> for Who {

@@ -126,7 +126,10 @@ impl PusherWs {
                     .charge_account_frame(costs.subscribe, text.len())
                     .is_ok()
                 {
-                    let app = self.app.clone().expect("a refused connection reads no frame");
+                    let app = self
+                        .app
+                        .clone()
+                        .expect("a refused connection reads no frame");
                     self.user.signin(link, &app, &self.socket_id, &msg.data);
                 }
             }
@@ -168,7 +171,8 @@ impl PusherWs {
         }
         if let Some(id) = names::user_of(channel) {
             if !self.user.holds(id) {
-                let why = "#server-to-user- is the channel of the user this connection signed in as";
+                let why =
+                    "#server-to-user- is the channel of the user this connection signed in as";
                 return self.refuse_sub(link, channel, "AuthError", why, 403);
             }
         } else if !names::valid(channel) {

@@ -237,7 +237,10 @@ mod tests {
 
     #[test]
     fn user_data_needs_a_string_id() {
-        assert_eq!(user_id(r#"{"id":"u1","name":"Ann"}"#).as_deref(), Some("u1"));
+        assert_eq!(
+            user_id(r#"{"id":"u1","name":"Ann"}"#).as_deref(),
+            Some("u1")
+        );
         for bad in [
             r#"{"id":1}"#,
             r#"{"id":""}"#,

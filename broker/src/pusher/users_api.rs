@@ -36,7 +36,8 @@ pub(super) async fn terminate(
     };
     let user = req.match_info().get("user_id").unwrap_or("");
     if user.is_empty() || user.len() > MAX_USER_ID {
-        Exceeded::new(Layer::Http, ErrorCode::BadRequest.as_str(), &app.account).emit(&node.metrics);
+        Exceeded::new(Layer::Http, ErrorCode::BadRequest.as_str(), &app.account)
+            .emit(&node.metrics);
         let why = format!("a user id is 1-{MAX_USER_ID} bytes");
         return refusal(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, &why, None);
     }

@@ -76,7 +76,10 @@ async fn a_signed_in_user_gets_its_events_and_a_bad_signature_stays_signed_out()
     let ok = signin(&mut c, &id, "ann").await;
     assert_eq!(ok["event"], "pusher:signin_success", "{ok}");
     let data: Value = serde_json::from_str(ok["data"].as_str().unwrap()).unwrap();
-    assert_eq!(data["user_data"], json!({"id":"ann","name":"N"}).to_string());
+    assert_eq!(
+        data["user_data"],
+        json!({"id":"ann","name":"N"}).to_string()
+    );
     subscribe(&mut c, &id, ch).await;
     // Another user's channel stays out of reach.
     c.send(json!({"event":"pusher:subscribe","data":{"channel":"#server-to-user-bob"}}))
@@ -89,7 +92,11 @@ async fn a_signed_in_user_gets_its_events_and_a_bad_signature_stays_signed_out()
         c.next_json().await,
         json!({"event":"note","channel":ch,"data":"for ann"})
     );
-    assert_eq!(pong(&mut bob).await["event"], "pusher:pong", "bob got ann's");
+    assert_eq!(
+        pong(&mut bob).await["event"],
+        "pusher:pong",
+        "bob got ann's"
+    );
     // The user's channel is not one of the app's to list.
     let listed: Value = call(&b, "GET", &format!("/apps/{APP}/channels"), &[], None)
         .await
@@ -104,14 +111,20 @@ async fn sign_ins_past_the_users_handshake_bucket_are_4301_and_signed_out() {
     // The free plan's handshake bucket: a burst of 10.
     let b = Broker::start("");
     let (mut c, id) = connected(&b).await;
-    assert_eq!(signin(&mut c, &id, "ann").await["event"], "pusher:signin_success");
+    assert_eq!(
+        signin(&mut c, &id, "ann").await["event"],
+        "pusher:signin_success"
+    );
     for _ in 0..9 {
         // Charged, then told it is signed in already.
         assert_eq!(error_code(&signin(&mut c, &id, "ann").await), Value::Null);
     }
     assert_eq!(error_code(&signin(&mut c, &id, "ann").await), 4301);
     let (mut other, other_id) = connected(&b).await;
-    assert_eq!(error_code(&signin(&mut other, &other_id, "ann").await), 4301);
+    assert_eq!(
+        error_code(&signin(&mut other, &other_id, "ann").await),
+        4301
+    );
     other
         .send(json!({"event":"pusher:subscribe","data":{"channel":"#server-to-user-ann"}}))
         .await;
