@@ -39,7 +39,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/apps/{id}/batch_events", web::post().to(batch_events))
         .route("/apps/{id}/channels", web::get().to(channels))
         .route("/apps/{id}/channels/{channel}", web::get().to(channel))
-        .route("/apps/{id}/channels/{channel}/users", web::get().to(users));
+        .route("/apps/{id}/channels/{channel}/users", web::get().to(users))
+        .route(
+            "/apps/{id}/users/{user_id}/terminate_connections",
+            web::post().to(super::users_api::terminate),
+        );
 }
 
 /// One event as the API takes it.
@@ -301,7 +305,8 @@ async fn channel_info(node: &Node, internal: &str, kind: Kind, wanted: &str) -> 
     Value::Object(out)
 }
 
-async fn read_signed(
+/// The body (at most `http.max_batch_bytes`) and the app that signed it.
+pub(super) async fn read_signed(
     req: &HttpRequest,
     payload: web::Payload,
     node: &Node,
@@ -429,6 +434,10 @@ async fn channels(req: HttpRequest, node: web::Data<Arc<Node>>) -> HttpResponse 
             continue;
         }
         let name = &internal[prefix.len()..];
+        // A user's channel is the user's, not one of the app's to list.
+        if names::user_of(name).is_some() {
+            continue;
+        }
         let info = if wants_users {
             json!({"user_count": presence::user_count(&node, &internal).await})
         } else {

@@ -281,6 +281,7 @@ impl Actor for Socket {
                 ip: self.id.ip,
                 plan: self.id.plan.clone(),
                 gauge: self.gauge.clone(),
+                user: None,
             },
         );
         node.metrics.connections_opened.inc();
