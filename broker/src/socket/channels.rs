@@ -15,8 +15,8 @@ use serde_json::value::RawValue;
 
 use super::Socket;
 use super::hooked::Hooked;
+use crate::admission::{Cap, subscription_cap};
 use crate::cluster::Pending;
-use crate::config::LimitName;
 use crate::hooks::Event;
 use crate::hub::{Joined, Sink, Subscriber};
 use crate::metrics::Layer;
@@ -48,20 +48,20 @@ impl Socket {
         if self.rejoin_presence(id, channel, since) {
             return;
         }
-        let max = self.limits().max_subscriptions as usize;
         let (count, already) = self.outbox.subscriptions(channel);
         // Joins waiting for Redis or a hook are subscriptions to be: they
         // count.
-        if !already && count + self.presence_joining() + self.hook_order.pending() >= max {
-            let dry = self.limits().is_dry_run(LimitName::Subscriptions);
+        let held = count + self.presence_joining() + self.hook_order.pending() + 1;
+        let cap = subscription_cap(self.limits(), held);
+        if !already && cap.is_over() {
             self.exceeded(
                 Layer::Connection,
                 "too_many_subscriptions",
                 Some(channel),
                 Duration::ZERO,
-                dry,
+                cap.is_dry_run(),
             );
-            if !dry {
+            if let Cap::Refused { max } = cap {
                 let message = format!("a connection may hold at most {max} subscriptions");
                 self.send(
                     ErrorFrame::new(ErrorCode::TooManySubscriptions)

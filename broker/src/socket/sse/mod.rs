@@ -36,8 +36,8 @@ use bytes::Bytes;
 
 use super::Socket;
 use super::handshake::{self, Admitted};
+use crate::admission::{Cap, subscription_cap};
 use crate::charge;
-use crate::config::LimitName;
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::position::Position;
@@ -148,8 +148,8 @@ fn ask(req: &RequestHead, limits: &crate::config::Limits) -> Result<Ask, Unfit> 
             crate::protocol::position::MAX_POSITION_BYTES
         ))
     };
-    let max = limits.max_subscriptions as usize;
-    let capped = !limits.is_dry_run(LimitName::Subscriptions);
+    // A cap in dry run bounds nothing: the position's room does, at once.
+    let capped = !subscription_cap(limits, usize::MAX).is_dry_run();
     let mut channels: Vec<String> = Vec::new();
     // The channels named so far: bounded like `channels`.
     let mut named: HashSet<&str> = HashSet::new();
@@ -161,7 +161,7 @@ fn ask(req: &RequestHead, limits: &crate::config::Limits) -> Result<Ask, Unfit> 
                 if named.contains(value.as_str()) {
                     continue;
                 }
-                if capped && channels.len() >= max {
+                if let Cap::Refused { max } = subscription_cap(limits, channels.len() + 1) {
                     return Err(Unfit::TooMany { max });
                 }
                 channel::validate(value)
