@@ -25,8 +25,9 @@ use super::presence::{self, PusherMembers};
 use super::sink::{PusherSink, Replay, publish_data};
 use super::subscribe::{self, Sub};
 use super::user::User;
+use crate::admission::{Cap, subscription_cap};
 use crate::cluster::{ChannelRead, Pending};
-use crate::config::{LimitName, PusherApp};
+use crate::config::PusherApp;
 use crate::exceeded::Exceeded;
 use crate::hub::{Sink, Subscriber};
 use crate::metrics::Layer;
@@ -189,15 +190,18 @@ impl PusherWs {
             return;
         }
         let limits = link.limits();
-        let max = limits.max_subscriptions as usize;
-        if self.channels.len() >= max && !limits.is_dry_run(LimitName::Subscriptions) {
+        let cap = subscription_cap(&limits, self.channels.len() + 1);
+        if cap.is_over() {
             Exceeded::new(
                 Layer::Connection,
                 "too_many_subscriptions",
                 &self.app().account,
             )
             .conn(link.label())
+            .dry_run(cap.is_dry_run())
             .emit(&self.node.metrics);
+        }
+        if let Cap::Refused { max } = cap {
             let why = format!("a connection may hold at most {max} subscriptions");
             return self.refuse_sub(link, channel, "LimitReached", &why, 429);
         }

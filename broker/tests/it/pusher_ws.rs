@@ -10,7 +10,7 @@ use tidegate::pusher::sign::hmac_hex;
 
 use crate::common::{Broker, Client, Got, refusal};
 
-const KEY: &str = "app-key";
+pub(crate) const KEY: &str = "app-key";
 const SECRET: &str = "tidegate-sample-pusher-secret";
 
 /// A socket on `/app/{key}?{query}`.
@@ -24,7 +24,7 @@ async fn open(b: &Broker, key: &str, query: &str) -> Result<Client, (u16, Value,
 }
 
 /// A connected socket of the sample app and its `socket_id`.
-async fn connected(b: &Broker, key: &str) -> (Client, String) {
+pub(crate) async fn connected(b: &Broker, key: &str) -> (Client, String) {
     let mut c = open(b, key, "protocol=7&client=js&version=8.4.0")
         .await
         .unwrap();
@@ -44,7 +44,7 @@ fn auth(key: &str, secret: &str, socket_id: &str, channel: &str) -> String {
     )
 }
 
-async fn subscribe(c: &mut Client, channel: &str, auth: Option<&str>) -> Value {
+pub(crate) async fn subscribe(c: &mut Client, channel: &str, auth: Option<&str>) -> Value {
     let mut data = json!({"channel": channel});
     if let Some(a) = auth {
         data["auth"] = json!(a);
