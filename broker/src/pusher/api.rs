@@ -282,6 +282,13 @@ async fn publish(node: &Node, e: &Event, p: &Priced) -> Value {
     Value::Object(info)
 }
 
+/// Counts `n` events triggered for the app (`metrics/pusher.rs`).
+fn triggered(node: &Node, app: &PusherApp, n: usize) {
+    if let Some(t) = node.metrics.pusher.app(&app.id) {
+        t.api_events(n as u64);
+    }
+}
+
 /// `subscription_count` and `user_count` (presence channels only) as
 /// `info` asks.
 async fn channel_info(node: &Node, internal: &str, kind: Kind, wanted: &str) -> Value {
@@ -342,6 +349,7 @@ async fn events(
         Err(r) => return *r,
     };
     let info = publish(&node, &e, &priced).await;
+    triggered(&node, &app, 1);
     let body = if e.info.is_some() {
         json!({"channels": info})
     } else {
@@ -389,6 +397,7 @@ async fn batch_events(
                 .unwrap_or(json!({})),
         );
     }
+    triggered(&node, &app, b.batch.len());
     let any_info = b.batch.iter().any(|e| e.info.is_some());
     let body = if any_info {
         json!({"batch": infos})

@@ -21,6 +21,7 @@
 
 pub mod api;
 pub mod auth;
+mod client_event;
 pub mod frames;
 mod md5;
 pub mod names;
