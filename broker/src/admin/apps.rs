@@ -115,7 +115,9 @@ pub fn merge(first: &str, nodes: &mut [NodeStats]) -> Vec<AppStats> {
     let mut order: Vec<String> = Vec::new();
     let mut by_id: HashMap<String, AppStats> = HashMap::new();
     let mine = nodes.iter().position(|n| n.id == first);
-    let ordered = mine.into_iter().chain((0..nodes.len()).filter(|i| Some(*i) != mine));
+    let ordered = mine
+        .into_iter()
+        .chain((0..nodes.len()).filter(|i| Some(*i) != mine));
     for i in ordered {
         for a in std::mem::take(&mut nodes[i].apps) {
             match by_id.get_mut(&a.id) {
@@ -131,7 +133,8 @@ pub fn merge(first: &str, nodes: &mut [NodeStats]) -> Vec<AppStats> {
         .into_iter()
         .filter_map(|id| by_id.remove(&id))
         .map(|mut a| {
-            a.refusals.sort_by(|x, y| (&x.layer, &x.reason).cmp(&(&y.layer, &y.reason)));
+            a.refusals
+                .sort_by(|x, y| (&x.layer, &x.reason).cmp(&(&y.layer, &y.reason)));
             a.limits.score();
             a
         })
@@ -238,7 +241,11 @@ mod tests {
             (a.limits.connections, a.limits.budget_remaining),
             (4, Some(40))
         );
-        assert!((a.limits.pressure - 0.6).abs() < 1e-9, "{}", a.limits.pressure);
+        assert!(
+            (a.limits.pressure - 0.6).abs() < 1e-9,
+            "{}",
+            a.limits.pressure
+        );
         assert!(nodes.iter().all(|n| n.apps.is_empty()));
     }
 }

@@ -162,15 +162,13 @@ impl Node {
             metrics.hooks.clone(),
         ));
         let hook = Arc::downgrade(&webhooks);
-        let apps = Arc::downgrade(&metrics);
+        let apps = metrics.clone();
         metrics.pusher.configure(pusher_apps(&config));
         hub.on_occupancy(Box::new(move |channel, occupied| {
             if let Some(w) = hook.upgrade() {
                 w.occupancy_changed(channel, occupied);
             }
-            if let Some(m) = apps.upgrade() {
-                m.pusher.occupancy(channel, occupied);
-            }
+            apps.pusher.occupancy(channel, occupied);
         }));
         let redis = match config.cluster.mode {
             ClusterMode::Memory => None,

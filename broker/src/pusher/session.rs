@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use actix_http::RequestHead;
 use serde_json::{Value, json};
 
+use super::client_event::{self, ClientEvent};
 use super::frames::{self, Incoming, code};
 use super::names::{self, Kind};
 use super::opening;
 use super::presence::{self, PusherMembers};
-use super::client_event::{self, ClientEvent};
 use super::sink::{PusherSink, Replay};
 use super::subscribe::{self, Sub};
 use crate::cluster::{ChannelRead, Pending};

@@ -48,7 +48,10 @@ webhooks = [{{ url = "{hook_url}", events = ["channel_occupied"] }}]
 
 /// A socket of the app with `key`, and its `socket_id`.
 async fn open(b: &Broker, key: &str) -> (Client, String) {
-    let url = format!("ws://{}/app/{key}?protocol=7&client=js&version=8.4.0", b.addr);
+    let url = format!(
+        "ws://{}/app/{key}?protocol=7&client=js&version=8.4.0",
+        b.addr
+    );
     let (ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
     let mut c = Client::new(ws, None);
     let hello = c.next_json().await;
@@ -81,13 +84,17 @@ async fn subscribe(
         };
         data["auth"] = json!(format!("{key}:{sig}"));
     }
-    c.send(json!({"event":"pusher:subscribe","data":data})).await;
+    c.send(json!({"event":"pusher:subscribe","data":data}))
+        .await;
     c.next_json().await
 }
 
 async fn subscribed(c: &mut Client, who: (&str, &str, &str), channel: &str, user: Option<&str>) {
     let ok = subscribe(c, who, channel, user, true).await;
-    assert_eq!(ok["event"], "pusher_internal:subscription_succeeded", "{ok}");
+    assert_eq!(
+        ok["event"], "pusher_internal:subscription_succeeded",
+        "{ok}"
+    );
 }
 
 /// A ping answered: every frame sent before it was handled.
@@ -169,7 +176,10 @@ async fn the_overview_and_the_metrics_show_every_figure_by_app() {
     subscribed(&mut a1, a(&id1), "presence-chat", Some("u1")).await;
     subscribed(&mut a2, a(&id2), "presence-chat", Some("u2")).await;
     // u2 joined after u1: u1 hears of it (the windows are the app's).
-    assert_eq!(a1.next_json().await["event"], "pusher_internal:member_added");
+    assert_eq!(
+        a1.next_json().await["event"],
+        "pusher_internal:member_added"
+    );
     // The same name in the other app is another channel.
     subscribed(&mut b1, (&idb, B_KEY, B_SECRET), "private-room", None).await;
 
@@ -216,7 +226,10 @@ async fn the_overview_and_the_metrics_show_every_figure_by_app() {
         .collect();
     assert_eq!(ids, [A_ID, B_ID], "config order");
     let oa = app(&o, A_ID);
-    assert_eq!((&oa["key"], &oa["account"]), (&json!(A_KEY), &json!("acme")));
+    assert_eq!(
+        (&oa["key"], &oa["account"]),
+        (&json!(A_KEY), &json!("acme"))
+    );
     let figures = |a: &Value| {
         [
             "connections",
