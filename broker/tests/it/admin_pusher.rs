@@ -5,6 +5,8 @@
 //! {transport="pusher"}`, the refusals under `tidegate_rejections_total`,
 //! and each app's `tidegate_pusher_app_*`. An operator's disconnect of an
 //! app's account closes that app's sockets (4100) and its figures follow.
+//! In a cluster (two nodes on a test-started Redis) the overview from
+//! either node sums the app's figures over both.
 
 use std::time::{Duration, Instant};
 
@@ -336,4 +338,47 @@ async fn the_overview_and_the_metrics_show_every_figure_by_app() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     drop(a1);
+}
+
+/// Two nodes on one Redis: the overview from either node sums the app's
+/// figures over both, as it sums their connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_cluster_the_apps_figures_are_summed_over_the_nodes() {
+    let redis = crate::redis_server::RedisServer::start();
+    let p = crate::cluster::prefix();
+    let hook = Receiver::accepting();
+    let extra = config(&hook.url);
+    let (a, b) = crate::cluster::two_nodes(&redis, &p, &extra).await;
+    let (mut on_a, ida) = open(&a, A_KEY).await;
+    let (mut on_b, idb) = open(&b, A_KEY).await;
+    subscribed(&mut on_a, self::a(&ida), "private-room", None).await;
+    subscribed(&mut on_b, self::a(&idb), "private-room", None).await;
+    // A client event on node a reaches node b's socket.
+    on_a.send(json!({"event":"client-typing","channel":"private-room","data":"x"}))
+        .await;
+    assert_eq!(on_b.next_json().await["event"], "client-typing");
+    for from in [&a, &b] {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let o = overview_with(from, ADMIN_KEY).await;
+            let app = app(&o, A_ID);
+            let seen = (
+                o["nodes"].as_array().unwrap().len(),
+                app["connections"].as_u64(),
+                app["channels"].as_u64(),
+                app["clientEvents"].as_u64(),
+                app["limits"]["connections"].as_u64(),
+            );
+            // One socket and one occupied channel on each node.
+            if seen == (2, Some(2), Some(2), Some(1), Some(2)) {
+                assert_eq!(o["clusterWide"], true);
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the overview never summed both nodes: {seen:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }
