@@ -115,7 +115,12 @@ async function startBroker(redisPort) {
     // they expire in. (At the bench's rates the cap, not the window, is
     // what retires keys: every keyed publish measured also evicts one.)
     .replace(/^idempotency_window_ms = \d+$/m, "idempotency_window_ms = 86400000")
-    .replace('[accounts.acme]\nplan = "free"', '[accounts.acme]\nplan = "bench_publisher"');
+    .replace('[accounts.acme]\nplan = "free"', '[accounts.acme]\nplan = "bench_publisher"')
+    // Room for `--subscribers` sockets from one address (all on loopback).
+    .replace(/^ip_handshakes_per_sec = \d+$/m, "ip_handshakes_per_sec = 1000")
+    .replace(/^ip_handshake_burst = \d+$/m, "ip_handshake_burst = 1000")
+    .replace(/^ip_max_open = \d+$/m, "ip_max_open = 1000")
+    .replace(/^ip_max_connections = \d+$/m, "ip_max_connections = 1000");
   if (redisPort) {
     config = config
       .replace('mode = "memory"', 'mode = "redis"')
@@ -128,8 +133,8 @@ messages_per_sec = 1000000.0
 burst = 1000000
 account_messages_per_sec = 1000000.0
 account_burst = 1000000
-max_connections = 64
-handshake_burst = 64
+max_connections = 1000
+handshake_burst = 1000
 `;
   const dir = mkdtempSync(join(tmpdir(), "keyed-instr-cfg-"));
   writeFileSync(join(dir, "config.toml"), config);

@@ -20,6 +20,13 @@ pub enum Who {
     Account(String),
     ConnId(String),
     Ip(IpAddr),
+    /// A user signed in on a dialect (a Pusher app's `pusher:signin`,
+    /// keyed with its app: `SocketHandle::user`), of `account`: the
+    /// Pusher HTTP API's `terminate_connections`.
+    User {
+        account: String,
+        user: String,
+    },
 }
 
 impl From<&BanTarget> for Who {
@@ -69,5 +76,17 @@ mod tests {
         };
         let json = serde_json::to_string(&d).unwrap();
         assert_eq!(json, r#"{"op":"disconnect","who":{"connId":"n1-8f3a"}}"#);
+        let u = Action::Disconnect {
+            who: Who::User {
+                account: "acme".into(),
+                user: "pusher|1|user|u1".into(),
+            },
+        };
+        let json = serde_json::to_string(&u).unwrap();
+        assert_eq!(
+            json,
+            r#"{"op":"disconnect","who":{"user":{"account":"acme","user":"pusher|1|user|u1"}}}"#
+        );
+        assert_eq!(serde_json::from_str::<Action>(&json).unwrap(), u);
     }
 }

@@ -181,6 +181,9 @@ impl WebhookEndpoint {
             None if crate::protocol::channel::is_pusher(channel) => return false,
             None => channel,
             Some(p) => match channel.strip_prefix(&p.prefix) {
+                // A signed-in user's channel (§16's `#server-to-user-{id}`)
+                // is the user's, not one of the app's channels.
+                Some(name) if name.starts_with("#server-to-user-") => return false,
                 Some(name) => name,
                 None => return false,
             },

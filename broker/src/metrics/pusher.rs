@@ -253,6 +253,13 @@ impl PusherMetrics {
         self.tallies.get(id).map(|t| t.clone())
     }
 
+    /// `n` events triggered through the app's HTTP API.
+    pub fn api_events(&self, app_id: &str, n: u64) {
+        if let Some(t) = self.app(app_id) {
+            t.api_events(n);
+        }
+    }
+
     /// The apps configured now, in config order.
     pub fn apps(&self) -> Vec<Arc<AppTally>> {
         self.configured.load().apps.clone()

@@ -114,6 +114,10 @@ pub struct SocketHandle {
     /// The token's `plan` claim, to resolve limits again on reload.
     pub plan: Option<String>,
     pub gauge: Arc<OutboundGauge>,
+    /// The user its dialect signed it in as (a Pusher app's
+    /// `pusher:signin`, keyed with the app), set once signed in, so an
+    /// operator's `Who::User` close finds the user's sockets.
+    pub user: Option<Arc<str>>,
 }
 
 /// What the node keeps of each open gRPC stream: whose it is,

@@ -58,13 +58,14 @@ pub fn close_local(node: &Node, who: &Who, reason: &'static str) -> usize {
 }
 
 /// Tells the guards of this node's matching gRPC streams to end them. A
-/// stream has no connection id, so `Who::ConnId` matches none.
+/// stream has no connection id and signs no user in, so `Who::ConnId` and
+/// `Who::User` match none.
 fn end_streams(node: &Node, who: &Who, reason: &'static str) -> usize {
     let mut ended = 0usize;
     for s in node.grpc_streams.iter() {
         let hit = match who {
             Who::Account(a) => *s.account == **a,
-            Who::ConnId(_) => false,
+            Who::ConnId(_) | Who::User { .. } => false,
             Who::Ip(ip) => s.ip == Some(*ip),
         };
         if hit && s.end.send(reason).is_ok() {
@@ -79,6 +80,7 @@ fn close_sockets(node: &Node, who: &Who, reason: &'static str) -> usize {
         Who::Account(a) => *s.account == **a,
         Who::ConnId(c) => *s.label == **c,
         Who::Ip(ip) => s.ip == *ip,
+        Who::User { user, .. } => s.user.as_deref() == Some(user.as_str()),
     };
     let mut closed = 0usize;
     for s in node.sockets.iter() {
@@ -93,7 +95,7 @@ fn close_sockets(node: &Node, who: &Who, reason: &'static str) -> usize {
     }
     if closed > 0 {
         let account = match who {
-            Who::Account(a) => a.as_str(),
+            Who::Account(a) | Who::User { account: a, .. } => a.as_str(),
             _ => "",
         };
         Exceeded::new(Layer::Connection, reason, account)

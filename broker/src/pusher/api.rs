@@ -39,7 +39,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/apps/{id}/batch_events", web::post().to(batch_events))
         .route("/apps/{id}/channels", web::get().to(channels))
         .route("/apps/{id}/channels/{channel}", web::get().to(channel))
-        .route("/apps/{id}/channels/{channel}/users", web::get().to(users));
+        .route("/apps/{id}/channels/{channel}/users", web::get().to(users))
+        .route(
+            "/apps/{id}/users/{user_id}/terminate_connections",
+            web::post().to(super::users_api::terminate),
+        );
 }
 
 /// One event as the API takes it.
@@ -264,8 +268,10 @@ async fn charge(
     }
 }
 
-/// Publishes a priced event on each of its channels; its `info` asked.
-async fn publish(node: &Node, e: &Event, p: &Priced) -> Value {
+/// Publishes a priced event on each of its channels (one event for the
+/// app's figures); its `info` asked.
+async fn publish(node: &Node, app: &PusherApp, e: &Event, p: &Priced) -> Value {
+    node.metrics.pusher.api_events(&app.id, 1);
     let exclude = e.socket_id.as_deref().unwrap_or("");
     let mut info = Map::new();
     for (name, internal) in &p.channels {
@@ -280,13 +286,6 @@ async fn publish(node: &Node, e: &Event, p: &Priced) -> Value {
         }
     }
     Value::Object(info)
-}
-
-/// Counts `n` events triggered for the app (`metrics/pusher.rs`).
-fn triggered(node: &Node, app: &PusherApp, n: usize) {
-    if let Some(t) = node.metrics.pusher.app(&app.id) {
-        t.api_events(n as u64);
-    }
 }
 
 /// `subscription_count` and `user_count` (presence channels only) as
@@ -308,7 +307,8 @@ async fn channel_info(node: &Node, internal: &str, kind: Kind, wanted: &str) -> 
     Value::Object(out)
 }
 
-async fn read_signed(
+/// The body (at most `http.max_batch_bytes`) and the app that signed it.
+pub(super) async fn read_signed(
     req: &HttpRequest,
     payload: web::Payload,
     node: &Node,
@@ -348,8 +348,7 @@ async fn events(
         Ok(b) => b,
         Err(r) => return *r,
     };
-    let info = publish(&node, &e, &priced).await;
-    triggered(&node, &app, 1);
+    let info = publish(&node, &app, &e, &priced).await;
     let body = if e.info.is_some() {
         json!({"channels": info})
     } else {
@@ -390,14 +389,13 @@ async fn batch_events(
     };
     let mut infos = Vec::with_capacity(priced.len());
     for (e, p) in b.batch.iter().zip(&priced) {
-        let info = publish(&node, e, p).await;
+        let info = publish(&node, &app, e, p).await;
         infos.push(
             info.as_object()
                 .and_then(|m| m.values().next().cloned())
                 .unwrap_or(json!({})),
         );
     }
-    triggered(&node, &app, b.batch.len());
     let any_info = b.batch.iter().any(|e| e.info.is_some());
     let body = if any_info {
         json!({"batch": infos})
@@ -438,6 +436,10 @@ async fn channels(req: HttpRequest, node: web::Data<Arc<Node>>) -> HttpResponse 
             continue;
         }
         let name = &internal[prefix.len()..];
+        // A user's channel is the user's, not one of the app's to list.
+        if names::user_of(name).is_some() {
+            continue;
+        }
         let info = if wants_users {
             json!({"user_count": presence::user_count(&node, &internal).await})
         } else {

@@ -18,7 +18,14 @@
 //!   under a rule that counts and tells members by user; the machinery
 //!   hands its watcher the member list and each window's users, which it
 //!   renders as Pusher's frames on the subscription's sink.
+//! - A `pusher:signin` makes the connection its user's (`user.rs`): the
+//!   user's handshake bucket and connection count are the shared layers'
+//!   under a key beside the app's channels, `#server-to-user-{id}` is a hub
+//!   channel only that user's connections may hold, and the HTTP API's
+//!   `terminate_connections` (`users_api.rs`) is an operator's disconnect
+//!   of the user (§10's, on every node).
 
+mod activity;
 pub mod api;
 pub mod auth;
 mod client_event;
@@ -31,6 +38,8 @@ mod session;
 pub mod sign;
 pub mod sink;
 mod subscribe;
+mod user;
+mod users_api;
 
 use std::sync::Arc;
 

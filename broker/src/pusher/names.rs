@@ -27,6 +27,26 @@ pub fn app_prefix(app_id: &str) -> String {
     format!("{PUSHER_PREFIX}{app_id}|")
 }
 
+/// The reserved channel of a signed-in user's events (`sendToUser`):
+/// pusher-js subscribes `#server-to-user-{id}` after `pusher:signin`.
+pub const USER_CHANNEL_PREFIX: &str = "#server-to-user-";
+
+/// The user a `#server-to-user-{id}` channel is for (outside [`valid`]'s
+/// alphabet: only that user's signed-in connections may hold it).
+pub fn user_of(channel: &str) -> Option<&str> {
+    channel
+        .strip_prefix(USER_CHANNEL_PREFIX)
+        .filter(|id| !id.is_empty())
+}
+
+/// A signed-in user of an app as the broker's shared layers key it: its
+/// per-identity handshake bucket, its cluster-wide connection count and an
+/// operator's (`terminate_connections`) close. Beside the app's channels
+/// (`|` is outside §2's alphabet and an app id has none), never an account.
+pub fn user_key(app_id: &str, user_id: &str) -> String {
+    format!("{PUSHER_PREFIX}{app_id}|user|{user_id}")
+}
+
 /// Whether a hub channel belongs to a Pusher app (hidden from §9's
 /// webhooks).
 pub fn is_internal(channel: &str) -> bool {
@@ -102,6 +122,15 @@ mod tests {
         assert!(crate::protocol::channel::validate(&n).is_err());
         assert!(is_internal(&n));
         assert_ne!(internal("1", "a"), internal("2", "a"));
+    }
+
+    #[test]
+    fn user_channels_name_their_user_and_users_are_keyed_by_app() {
+        assert_eq!(user_of("#server-to-user-42"), Some("42"));
+        assert_eq!(user_of("#server-to-user-"), None);
+        assert_eq!(user_of("server-to-user-42"), None);
+        assert_ne!(user_key("1", "a"), user_key("2", "a"));
+        assert!(crate::protocol::channel::validate(&user_key("1", "a")).is_err());
     }
 
     #[test]

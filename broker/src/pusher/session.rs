@@ -5,8 +5,9 @@
 //! is read further (`pusher:ping` to its ping bucket, like a WebSocket
 //! ping): a client event over it is dropped and answered `pusher:error`
 //! 4301 at most once a second, a subscription over it is refused with
-//! status 429; the connection stays open. The activity clock pings a
-//! silent client and closes 4201 when the pong does not come.
+//! status 429; the connection stays open. The activity clock
+//! (`activity.rs`) pings a silent client and closes 4201 when the pong does
+//! not come; the user a `pusher:signin` names is `user.rs`'s.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 use actix_http::RequestHead;
 use serde_json::{Value, json};
 
+use super::activity::{Activity, Clock, PongDue};
 use super::client_event::{self, ClientEvent};
 use super::frames::{self, Incoming, code};
 use super::names::{self, Kind};
@@ -23,6 +25,7 @@ use super::opening;
 use super::presence::{self, PusherMembers};
 use super::sink::{PusherSink, Replay};
 use super::subscribe::{self, Sub};
+use super::user::User;
 use crate::cluster::{ChannelRead, Pending};
 use crate::config::{LimitName, PusherApp};
 use crate::exceeded::Exceeded;
@@ -48,10 +51,10 @@ pub(super) fn open(node: &Arc<Node>, head: &RequestHead) -> Box<dyn Dialect> {
         refusal,
         socket_id: Arc::from(""),
         channels: HashMap::new(),
-        last_heard: Instant::now(),
-        pinged: false,
+        clock: Clock::new(),
         last_notice: None,
         tally: None,
+        user: User::default(),
     })
 }
 
@@ -65,22 +68,18 @@ struct PusherWs {
     /// By Pusher name. Bounded by the plan's `max_subscriptions`: a
     /// subscribe past it is refused.
     channels: HashMap<String, Sub>,
-    last_heard: Instant,
-    /// A `pusher:ping` is out and unanswered.
-    pinged: bool,
+    clock: Clock,
     /// When the last `pusher:error` 4301 went out.
     last_notice: Option<Instant>,
     /// The app's figures (`metrics/pusher.rs`), held from the open to the
     /// close so the connection is counted exactly once each way.
     tally: Option<Arc<AppTally>>,
+    /// Signed in or not (`pusher:signin`).
+    user: User,
 }
 
 /// A cache channel's last event was read.
 struct Cached(String, Arc<PusherSink>, ChannelRead);
-/// The activity clock rang.
-struct Activity;
-/// The pong timeout rang.
-struct PongDue;
 /// A subscription's join was answered (and its presence join, refused
 /// when the channel is full).
 struct Joined(String, Arc<PusherSink>, Result<(), Full>);
@@ -90,45 +89,6 @@ impl PusherWs {
         self.app
             .as_deref()
             .expect("a refused connection reads no frame")
-    }
-
-    fn activity_timeout(&self) -> Duration {
-        Duration::from_secs(self.app().activity_timeout_s)
-    }
-
-    fn arm(&self, link: &mut dyn Link, after: Duration) {
-        link.spawn(Box::pin(async move {
-            actix_rt::time::sleep(after).await;
-            Box::new(Activity) as Box<dyn Any>
-        }));
-    }
-
-    /// The activity clock: a client silent for the timeout is pinged; one
-    /// silent past the pong timeout too is closed 4201.
-    fn tick(&mut self, link: &mut dyn Link) {
-        let timeout = self.activity_timeout();
-        let silent = self.last_heard.elapsed();
-        if silent < timeout {
-            return self.arm(link, timeout - silent);
-        }
-        if !self.pinged {
-            self.pinged = true;
-            link.send(&frames::event("pusher:ping", None, "{}"));
-            let pong = Duration::from_secs(self.app().pong_timeout_s);
-            link.spawn(Box::pin(async move {
-                actix_rt::time::sleep(pong).await;
-                Box::new(PongDue) as Box<dyn Any>
-            }));
-        }
-    }
-
-    fn pong_due(&mut self, link: &mut dyn Link) {
-        if self.pinged {
-            self.refused(link, "heartbeat_timeout");
-            link.close(code::PONG_TIMEOUT, "Pong reply not received");
-        } else {
-            self.tick(link);
-        }
     }
 
     /// A frame the connection's bucket refused: a client event is dropped
@@ -168,6 +128,18 @@ impl PusherWs {
             }
             "pusher:pong" => {}
             "pusher:subscribe" => self.subscribe(link, &msg.data, (costs.subscribe, text.len())),
+            "pusher:signin" => {
+                if link
+                    .charge_account_frame(costs.subscribe, text.len())
+                    .is_ok()
+                {
+                    let app = self
+                        .app
+                        .clone()
+                        .expect("a refused connection reads no frame");
+                    self.user.signin(link, &app, &self.socket_id, &msg.data);
+                }
+            }
             "pusher:unsubscribe" => {
                 if link
                     .charge_account_frame(costs.unsubscribe, text.len())
@@ -214,7 +186,13 @@ impl PusherWs {
             let why = format!("subscribing too fast: retry in {wait} ms");
             return self.refuse_sub(link, channel, "LimitReached", &why, 429);
         }
-        if !names::valid(channel) {
+        if let Some(id) = names::user_of(channel) {
+            if !self.user.holds(id) {
+                let why =
+                    "#server-to-user- is the channel of the user this connection signed in as";
+                return self.refuse_sub(link, channel, "AuthError", why, 403);
+            }
+        } else if !names::valid(channel) {
             let r = subscribe::invalid_name();
             self.refused(link, "bad_request");
             return self.refuse_sub(link, channel, r.kind, &r.error, r.status);
@@ -429,15 +407,16 @@ impl Dialect for PusherWs {
         }
         let config = self.node.config.load();
         self.socket_id = names::socket_id(&config.node.id, link.conn()).into();
-        let timeout = self.app().activity_timeout_s;
-        link.send(&frames::connection_established(&self.socket_id, timeout));
-        self.last_heard = Instant::now();
-        self.arm(link, self.activity_timeout());
+        let app = self.app.clone().expect("an open connection's app");
+        link.send(&frames::connection_established(
+            &self.socket_id,
+            app.activity_timeout_s,
+        ));
+        self.clock.start(link, &app);
     }
 
     fn text(&mut self, link: &mut dyn Link, text: &str) {
-        self.last_heard = Instant::now();
-        self.pinged = false;
+        self.clock.heard();
         self.frame(link, text);
     }
 
@@ -457,10 +436,15 @@ impl Dialect for PusherWs {
             Ok(c) => return self.succeed(link, &c.0, &c.1, Some(c.2)),
             Err(other) => other,
         };
+        let Some(app) = self.app.clone() else { return };
+        let output = match self.user.done(link, &app, output) {
+            Ok(()) => return,
+            Err(other) => other,
+        };
         if output.is::<Activity>() {
-            self.tick(link);
+            self.clock.tick(link, &app);
         } else if output.is::<PongDue>() {
-            self.pong_due(link);
+            self.clock.pong_due(link, &self.node, &app);
         }
     }
 
@@ -475,6 +459,8 @@ impl Dialect for PusherWs {
         for (_, sub) in std::mem::take(&mut self.channels) {
             self.leave(&sub);
         }
+        // Its count toward `user_max_connections` is given back.
+        self.user = User::default();
     }
 
     /// pusher-js retries 41xx after a backoff and 42xx at once; it never

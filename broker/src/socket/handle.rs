@@ -73,6 +73,7 @@ impl StreamHandler<Result<InFrame, InError>> for Socket {
                 self.close(ctx, CloseCode::ProtocolError);
             }
         }
+        self.refresh_gate();
     }
 }
 
@@ -219,11 +220,21 @@ impl Socket {
         });
     }
 
-    /// Reading pauses while a frame is held or too many dropped ids wait
-    /// for their notice.
-    fn refresh_gate(&self) {
+    /// Reading pauses while a frame is held, while too many dropped ids
+    /// wait for their notice, and while the socket is over its outbound
+    /// mark: answers count toward the mark, so a client that keeps asking
+    /// and never reads is held by TCP's back-pressure at the mark plus one
+    /// answer, not at every answer its frame budget paid for. Reading goes
+    /// on once the queue falls under the mark ([`super::Drained`]), and
+    /// while closing, for the peer's close frame.
+    pub(super) fn refresh_gate(&self) {
         let cap = self.node.config.load().socket.max_pending_drop_ids;
-        if self.held.is_some() || self.notice.pending_ids() >= cap {
+        let over_mark = !self.closing && self.gauge.pending() > self.gauge.high_water();
+        if self.held.is_some()
+            || self.asking_balance
+            || self.notice.pending_ids() >= cap
+            || over_mark
+        {
             self.gate.pause();
         } else if self.gate.is_paused() {
             self.gate.resume();
@@ -358,6 +369,8 @@ impl Socket {
         let id: Option<Box<RawValue>> = id.map(ToOwned::to_owned);
         match &self.slots.account {
             Some(slot) => {
+                self.asking_balance = true;
+                self.refresh_gate();
                 ctx.spawn(
                     slot.addr
                         .send(Balance)
@@ -366,7 +379,9 @@ impl Socket {
                             if let Ok(Some(v)) = view {
                                 act.account_view = Some(v);
                             }
+                            act.asking_balance = false;
                             act.send_budget(id.as_deref(), Instant::now());
+                            act.refresh_gate();
                         }),
                 );
             }

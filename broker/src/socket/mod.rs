@@ -103,6 +103,10 @@ pub struct Socket {
     rules_skipped: bool,
     /// A frame held by a rule (reading is paused until it goes through).
     held: Option<Bytes>,
+    /// A `budget` request waits for the account's supervisor (reading is
+    /// paused until it is answered: answers keep the frames' order, and a
+    /// flood of requests waits in TCP, not as pending asks).
+    asking_balance: bool,
     last_budget_frame: Option<Instant>,
     node: Arc<Node>,
     admission: Admission,
@@ -253,6 +257,9 @@ impl Socket {
             return;
         }
         self.send(wire::ping(b""));
+        // A backstop for the outbound gate: reading resumes under the mark
+        // even if no `Drained` came.
+        self.refresh_gate();
     }
 }
 
@@ -274,6 +281,7 @@ impl Actor for Socket {
                 ip: self.id.ip,
                 plan: self.id.plan.clone(),
                 gauge: self.gauge.clone(),
+                user: None,
             },
         );
         node.metrics.connections_opened.inc();
@@ -400,6 +408,7 @@ impl Handler<Drained> for Socket {
     type Result = ();
 
     fn handle(&mut self, _: Drained, ctx: &mut Context<Self>) {
+        self.refresh_gate();
         if self.congested_since.take().is_none() {
             return;
         }

@@ -370,12 +370,14 @@ impl Outbox {
         }
     }
 
-    /// `n` bytes reached the kernel: they leave the gauge, and a congested
-    /// socket that fell below its mark hears [`Drained`].
+    /// `n` bytes reached the kernel: they leave the gauge, and a socket
+    /// that fell below its mark hears [`Drained`] if it was congested or
+    /// has just crossed the mark (its reading paused over it).
     pub(super) fn sent(&self, n: usize, on_drain: &Recipient<Drained>) {
         self.in_flight.fetch_sub(n, Ordering::Relaxed);
         let left = self.gauge.release(n);
-        if self.gauge.is_congested() && left < self.gauge.high_water() {
+        let mark = self.gauge.high_water();
+        if left < mark && (self.gauge.is_congested() || left + n > mark) {
             on_drain.do_send(Drained);
         }
         if self.recovering.load(Ordering::Acquire) > 0 {

@@ -80,6 +80,7 @@ impl Socket {
                 conn_rules: ConnRules::default(),
                 rules_skipped: crate::rules::skipped(&limits, id.role.as_deref()),
                 held: None,
+                asking_balance: false,
                 last_budget_frame: None,
                 pings: crate::limiter::TokenBucket::new(
                     f64::from(limits.ping_burst),

@@ -80,6 +80,7 @@ mod process;
 mod pusher_api;
 mod pusher_cache;
 mod pusher_presence;
+mod pusher_users;
 mod pusher_webhooks;
 mod pusher_ws;
 mod receiver;

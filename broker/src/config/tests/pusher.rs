@@ -128,6 +128,9 @@ fn pusher_app_ids_and_keys_are_unique_and_plan_creates_the_account() {
         vec![b"from-the-environment".to_vec()]
     );
     assert_eq!(app.webhooks[0].pacing.rate_per_sec, 5.0);
+    // The app's channels, but never a signed-in user's.
+    assert!(app.webhooks[0].covers("pusher|1|doc"));
+    assert!(!app.webhooks[0].covers("pusher|1|#server-to-user-u1"));
 }
 
 #[test]
