@@ -28,6 +28,7 @@
 mod activity;
 pub mod api;
 pub mod auth;
+mod client_event;
 pub mod frames;
 mod md5;
 pub mod names;

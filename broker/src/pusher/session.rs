@@ -18,11 +18,12 @@ use actix_http::RequestHead;
 use serde_json::{Value, json};
 
 use super::activity::{Activity, Clock, PongDue};
+use super::client_event::{self, ClientEvent};
 use super::frames::{self, Incoming, code};
 use super::names::{self, Kind};
 use super::opening;
 use super::presence::{self, PusherMembers};
-use super::sink::{PusherSink, Replay, publish_data};
+use super::sink::{PusherSink, Replay};
 use super::subscribe::{self, Sub};
 use super::user::User;
 use crate::admission::{Cap, subscription_cap};
@@ -31,11 +32,12 @@ use crate::config::PusherApp;
 use crate::exceeded::Exceeded;
 use crate::hub::{Sink, Subscriber};
 use crate::metrics::Layer;
+use crate::metrics::pusher::AppTally;
 use crate::node::Node;
 use crate::node::dialect::{Dialect, Link, Refusal};
 use crate::presence::{Full, Pending as Joining};
 use crate::protocol::CloseCode;
-use crate::webhook::event::{CACHE_MISS, CLIENT_EVENT};
+use crate::webhook::event::CACHE_MISS;
 
 /// At most one `pusher:error` 4301 a second (§3's `rate_limited`).
 const NOTICE_INTERVAL: Duration = Duration::from_secs(1);
@@ -52,6 +54,7 @@ pub(super) fn open(node: &Arc<Node>, head: &RequestHead) -> Box<dyn Dialect> {
         channels: HashMap::new(),
         clock: Clock::new(),
         last_notice: None,
+        tally: None,
         user: User::default(),
     })
 }
@@ -69,6 +72,9 @@ struct PusherWs {
     clock: Clock,
     /// When the last `pusher:error` 4301 went out.
     last_notice: Option<Instant>,
+    /// The app's figures (`metrics/pusher.rs`), held from the open to the
+    /// close so the connection is counted exactly once each way.
+    tally: Option<Arc<AppTally>>,
     /// Signed in or not (`pusher:signin`).
     user: User,
 }
@@ -107,6 +113,7 @@ impl PusherWs {
                 .charge_account_frame(costs.malformed, text.len())
                 .is_ok()
             {
+                self.refused(link, "bad_request");
                 link.send(&frames::error(
                     None,
                     "Invalid JSON: a frame is {\"event\",\"data\"}",
@@ -150,6 +157,7 @@ impl PusherWs {
                     .charge_account_frame(costs.malformed, text.len())
                     .is_ok()
                 {
+                    self.refused(link, "bad_request");
                     link.send(&frames::error(
                         None,
                         &format!("Unknown event {:?}", msg.event),
@@ -157,6 +165,15 @@ impl PusherWs {
                 }
             }
         }
+    }
+
+    /// A refusal on this connection, counted under `layer="connection"` as
+    /// a `/v1/ws` socket's (`bad_request`, `forbidden`, the caps).
+    fn refused(&self, link: &mut dyn Link, reason: &'static str) {
+        let account = self.app.as_deref().map_or("", |a| &a.account);
+        Exceeded::new(Layer::Connection, reason, account)
+            .conn(link.label())
+            .emit(&self.node.metrics);
     }
 
     fn refuse_sub(&self, link: &mut dyn Link, channel: &str, kind: &str, error: &str, status: u16) {
@@ -178,6 +195,7 @@ impl PusherWs {
             }
         } else if !names::valid(channel) {
             let r = subscribe::invalid_name();
+            self.refused(link, "bad_request");
             return self.refuse_sub(link, channel, r.kind, &r.error, r.status);
         }
         if self.channels.contains_key(channel) {
@@ -208,11 +226,7 @@ impl PusherWs {
         let me = match subscribe::check(self.app(), &self.socket_id, channel, data) {
             Ok(me) => me,
             Err(r) => {
-                if let Some(reason) = r.reason {
-                    Exceeded::new(Layer::Connection, reason, &self.app().account)
-                        .conn(link.label())
-                        .emit(&self.node.metrics);
-                }
+                self.refused(link, r.reason);
                 return self.refuse_sub(link, channel, r.kind, &r.error, r.status);
             }
         };
@@ -278,9 +292,7 @@ impl PusherWs {
             if let Some(sub) = self.channels.remove(&channel) {
                 self.leave(&sub);
             }
-            Exceeded::new(Layer::Connection, "presence_full", &self.app().account)
-                .conn(link.label())
-                .emit(&self.node.metrics);
+            self.refused(link, "presence_full");
             return self.refuse_sub(link, &channel, "LimitReached", "presence_full", 403);
         }
         if !names::is_cache(&channel) {
@@ -356,9 +368,11 @@ impl PusherWs {
             );
         }
         if !self.app().client_events {
+            self.refused(link, "forbidden");
             return self.notice(link, "client events are disabled for this app");
         }
         let Some(sub) = self.channels.get(channel) else {
+            self.refused(link, "forbidden");
             return link.send(&frames::error(
                 None,
                 &format!("client event on {channel:?}, which this socket is not subscribed to"),
@@ -368,28 +382,22 @@ impl PusherWs {
             names::kind(channel),
             Kind::Private | Kind::Encrypted | Kind::Presence
         ) {
+            self.refused(link, "forbidden");
             return link.send(&frames::error(
                 None,
                 "client events are only for private and presence channels",
             ));
         }
-        let user = sub.members.as_ref().map(|m| &*m.me.user_id);
-        let frame = frames::channel_event(&msg.event, channel, &data, user);
-        let published = publish_data(&self.socket_id, &frame);
-        let internal = sub.sink.channel.clone();
-        self.node.metrics.published("pusher");
-        let id = &*self.socket_id;
-        self.node
-            .webhooks
-            .pusher_event(&internal, CLIENT_EVENT, || {
-                let mut e = json!({"name": CLIENT_EVENT, "channel": channel, "event": msg.event,
-                "data": data, "socket_id": id});
-                if let Some(user) = user {
-                    e["user_id"] = json!(user);
-                }
-                e
-            });
-        if let Pending::Later(f) = self.node.bridge.publish(&internal, &published, None) {
+        let event = ClientEvent {
+            event: &msg.event,
+            channel,
+            internal: &sub.sink.channel,
+            data: &data,
+            socket_id: &self.socket_id,
+            user: sub.members.as_ref().map(|m| &*m.me.user_id),
+        };
+        let tally = self.tally.as_deref();
+        if let Pending::Later(f) = client_event::publish(&self.node, tally, &event) {
             link.spawn(Box::pin(async move {
                 f.await;
                 Box::new(()) as Box<dyn Any>
@@ -401,8 +409,11 @@ impl PusherWs {
 impl Dialect for PusherWs {
     fn opened(&mut self, link: &mut dyn Link) {
         if let Some((code, message)) = self.refusal.take() {
-            link.send(&frames::error(Some(code), &message));
-            return link.close(code, &message);
+            return opening::refuse(&self.node, self.app.as_deref(), link, code, &message);
+        }
+        self.tally = self.node.metrics.pusher.app(&self.app().id);
+        if let Some(t) = &self.tally {
+            t.connection(true);
         }
         let config = self.node.config.load();
         self.socket_id = names::socket_id(&config.node.id, link.conn()).into();
@@ -452,6 +463,9 @@ impl Dialect for PusherWs {
     fn drained(&mut self, _link: &mut dyn Link, _dropped: u64) {}
 
     fn stopping(&mut self, _node: &Node) {
+        if let Some(t) = self.tally.take() {
+            t.connection(false);
+        }
         for (_, sub) in std::mem::take(&mut self.channels) {
             self.leave(&sub);
         }
