@@ -11,22 +11,20 @@ use std::time::Instant;
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder, web};
-use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::names::{self, Kind};
+use super::signed::{bad, banned, read_signed, refuse, signed};
 use super::sink::publish_data;
-use super::{app_by_id, auth, frames, presence};
+use super::{frames, presence};
 use crate::charge::{Balance, KeyState, Payer, Price};
 use crate::config::{Limits, PusherApp};
-use crate::exceeded::Exceeded;
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::ErrorCode;
 use crate::protocol::glob::GlobSet;
-use crate::refusal::{refusal, refusal_builder, retry_after_ms, retry_after_secs};
+use crate::refusal::{refusal_builder, retry_after_ms, retry_after_secs};
 
 /// Pusher's own caps: channels of one event, events of one batch.
 const MAX_CHANNELS: usize = 100;
@@ -64,76 +62,6 @@ struct Event {
 #[derive(Deserialize)]
 struct Batch {
     batch: Vec<Event>,
-}
-
-/// A refusal in Tidegate's words (§1's body), counted once.
-fn refuse(
-    node: &Node,
-    account: &str,
-    status: StatusCode,
-    code: ErrorCode,
-    why: &str,
-) -> HttpResponse {
-    Exceeded::new(Layer::Http, code.as_str(), account).emit(&node.metrics);
-    refusal(status, code, why, None)
-}
-
-fn bad(node: &Node, app: &PusherApp, why: &str) -> HttpResponse {
-    refuse(
-        node,
-        &app.account,
-        StatusCode::BAD_REQUEST,
-        ErrorCode::BadRequest,
-        why,
-    )
-}
-
-/// The app, its signature checked over the request and `body`.
-fn signed(
-    req: &HttpRequest,
-    node: &Node,
-    body: &[u8],
-) -> Result<Arc<PusherApp>, Box<HttpResponse>> {
-    let id = req.match_info().get("id").unwrap_or("");
-    let unauthorized = |why: &str| {
-        Err(Box::new(refuse(
-            node,
-            "",
-            StatusCode::UNAUTHORIZED,
-            ErrorCode::Unauthorized,
-            why,
-        )))
-    };
-    let Some(app) = app_by_id(node, id) else {
-        return unauthorized(&format!("unknown app {id:?}"));
-    };
-    let check = auth::Request {
-        method: req.method().as_str(),
-        path: req.path(),
-        query: req.query_string(),
-        body,
-        now_secs: crate::clock::unix_ms() / 1000,
-    };
-    match auth::verify(&app.key, &app.secret, &check) {
-        Ok(()) => Ok(app),
-        Err(why) => unauthorized(&why.to_string()),
-    }
-}
-
-/// Reads at most `limit` bytes of body; more is a 413.
-async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, (StatusCode, String)> {
-    let mut buf = BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
-        if buf.len() + chunk.len() > limit {
-            return Err((
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request body is larger than {limit} bytes"),
-            ));
-        }
-        buf.extend_from_slice(&chunk);
-    }
-    Ok(buf.freeze())
 }
 
 /// The app's key bucket: its account plan's burst and rate, cluster-wide,
@@ -307,25 +235,6 @@ async fn channel_info(node: &Node, internal: &str, kind: Kind, wanted: &str) -> 
     Value::Object(out)
 }
 
-/// The body (at most `http.max_batch_bytes`) and the app that signed it.
-pub(super) async fn read_signed(
-    req: &HttpRequest,
-    payload: web::Payload,
-    node: &Node,
-) -> Result<(Arc<PusherApp>, Bytes), Box<HttpResponse>> {
-    let limit = node.config.load().http.max_batch_bytes;
-    let body = read_body(payload, limit).await.map_err(|(status, why)| {
-        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            ErrorCode::PayloadTooLarge
-        } else {
-            ErrorCode::BadRequest
-        };
-        Box::new(refuse(node, "", status, code, &why))
-    })?;
-    let app = signed(req, node, &body)?;
-    Ok((app, body))
-}
-
 async fn events(
     req: HttpRequest,
     payload: web::Payload,
@@ -335,6 +244,9 @@ async fn events(
         Ok(x) => x,
         Err(r) => return *r,
     };
+    if let Some(refusal) = banned(&req, &node, &app) {
+        return refusal;
+    }
     let e: Event = match serde_json::from_slice(&body) {
         Ok(e) => e,
         Err(err) => return bad(&node, &app, &format!("malformed event: {err}")),
@@ -366,6 +278,9 @@ async fn batch_events(
         Ok(x) => x,
         Err(r) => return *r,
     };
+    if let Some(refusal) = banned(&req, &node, &app) {
+        return refusal;
+    }
     let b: Batch = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(err) => return bad(&node, &app, &format!("malformed batch: {err}")),

@@ -36,6 +36,7 @@ mod opening;
 pub mod presence;
 mod session;
 pub mod sign;
+mod signed;
 pub mod sink;
 mod subscribe;
 mod user;

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 
-use super::api::read_signed;
 use super::names;
 use super::presence::MAX_USER_ID;
+use super::signed::read_signed;
 use crate::cluster::{Action, Who};
 use crate::exceeded::Exceeded;
 use crate::metrics::Layer;

@@ -301,3 +301,39 @@ async fn a_socket_on_node_a_gets_an_event_triggered_through_node_b() {
     assert_eq!(on_a.next_json().await["event"], "client-x");
     assert_eq!(pong(&mut on_b).await["event"], "pusher:pong");
 }
+
+#[tokio::test]
+async fn a_banned_apps_triggers_are_403_banned_until_the_ban_is_lifted() {
+    use crate::admin::{admin_config, ban, unban};
+    let b = Broker::start(&admin_config());
+    let ev = json!({"name":"n","channel":"lobby","data":"x"});
+    let batch = json!({"batch":[{"name":"n","channel":"lobby","data":"x"}]});
+    let events = format!("/apps/{APP}/events");
+    let batch_events = format!("/apps/{APP}/batch_events");
+    assert_eq!(
+        call(&b, "POST", &events, &[], Some(&ev)).await.status(),
+        200
+    );
+    // The sample app is the account `acme`.
+    ban(&b, json!({"account":"acme","ttlMs":60000})).await;
+    for (path, body) in [(&events, &ev), (&batch_events, &batch)] {
+        let r = call(&b, "POST", path, &[], Some(body)).await;
+        assert_eq!(r.status(), 403, "{path}");
+        let wait: u64 = r.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=60).contains(&wait), "Retry-After {wait}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"], "banned", "{body}");
+    }
+    // Reads are not publishes: still answered.
+    let r = call(&b, "GET", &format!("/apps/{APP}/channels"), &[], None).await;
+    assert_eq!(r.status(), 200);
+    unban(&b, json!({"account":"acme"})).await;
+    assert_eq!(
+        call(&b, "POST", &events, &[], Some(&ev)).await.status(),
+        200
+    );
+}
