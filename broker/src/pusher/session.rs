@@ -7,37 +7,37 @@
 //! 4301 at most once a second, a subscription over it is refused with
 //! status 429; the connection stays open. The activity clock
 //! (`activity.rs`) pings a silent client and closes 4201 when the pong does
-//! not come; the user a `pusher:signin` names is `user.rs`'s.
+//! not come; the user a `pusher:signin` names is `user.rs`'s. §15's hooks
+//! decide subscribes and client events on the channels they cover (`hooked.rs`).
 
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use actix_http::RequestHead;
 use serde_json::{Value, json};
 
 use super::activity::{Activity, Clock, PongDue};
+use super::client_event::{self, Notices, Refused};
 use super::frames::{self, Incoming, code};
-use super::names::{self, Kind};
+use super::hooked::{self, Asked, Asker, PusherHooks, Ready};
+use super::names;
 use super::opening;
-use super::presence::{self, PusherMembers};
-use super::sink::{PusherSink, Replay, publish_data};
+use super::presence::{self, ChannelData, PusherMembers};
+use super::sink::{PusherSink, Replay};
 use super::subscribe::{self, Sub};
 use super::user::User;
 use crate::cluster::{ChannelRead, Pending};
 use crate::config::{LimitName, PusherApp};
 use crate::exceeded::Exceeded;
+use crate::hooks::Decision;
 use crate::hub::{Sink, Subscriber};
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::node::dialect::{Dialect, Link, Refusal};
 use crate::presence::{Full, Pending as Joining};
 use crate::protocol::CloseCode;
-use crate::webhook::event::{CACHE_MISS, CLIENT_EVENT};
-
-/// At most one `pusher:error` 4301 a second (§3's `rate_limited`).
-const NOTICE_INTERVAL: Duration = Duration::from_secs(1);
+use crate::webhook::event::CACHE_MISS;
 
 pub(super) fn open(node: &Arc<Node>, head: &RequestHead) -> Box<dyn Dialect> {
     let key = head.uri.path().strip_prefix(super::WS_PREFIX).unwrap_or("");
@@ -50,8 +50,9 @@ pub(super) fn open(node: &Arc<Node>, head: &RequestHead) -> Box<dyn Dialect> {
         socket_id: Arc::from(""),
         channels: HashMap::new(),
         clock: Clock::new(),
-        last_notice: None,
+        notices: Notices::default(),
         user: User::default(),
+        hooks: PusherHooks::default(),
     })
 }
 
@@ -66,10 +67,12 @@ struct PusherWs {
     /// subscribe past it is refused.
     channels: HashMap<String, Sub>,
     clock: Clock,
-    /// When the last `pusher:error` 4301 went out.
-    last_notice: Option<Instant>,
+    /// `pusher:error` 4301, at most one a second.
+    notices: Notices,
     /// Signed in or not (`pusher:signin`).
     user: User,
+    /// Subscribes and client events a §15 hook is asked about.
+    hooks: PusherHooks,
 }
 
 /// A cache channel's last event was read.
@@ -85,18 +88,34 @@ impl PusherWs {
             .expect("a refused connection reads no frame")
     }
 
-    /// A frame the connection's bucket refused: a client event is dropped
-    /// with at most one `pusher:error` 4301 a second.
-    fn notice(&mut self, link: &mut dyn Link, message: &str) {
-        let now = Instant::now();
-        if self
-            .last_notice
-            .is_some_and(|t| now.duration_since(t) < NOTICE_INTERVAL)
-        {
-            return;
+    /// Asks a hook about `asked` on `channel` (`hooked.rs`): `Some`, none
+    /// decides it, go on now.
+    fn ask(&mut self, link: &mut dyn Link, channel: &str, asked: Asked) -> Option<Asked> {
+        let asker = Asker {
+            app: self.app.as_deref().expect("an open connection's app"),
+            socket_id: &self.socket_id,
+            user: self.user.id(),
+        };
+        self.hooks.ask(link, &asker, channel, asked)
+    }
+
+    /// A hook's answer whose turn came.
+    fn hooked(&mut self, link: &mut dyn Link, ready: Ready) {
+        let app = self.app.clone().expect("an open connection's app");
+        let (channel, allowed) = (&*ready.channel, ready.decision.allows());
+        match ready.asked {
+            // Unsubscribed while the hook was asked: not joined.
+            Asked::Subscribe(_) if ready.cancelled => {}
+            Asked::Subscribe(me) if allowed => self.join(link, channel, me),
+            Asked::Subscribe(_) => hooked::refuse_subscription(link, &app, channel, ready.decision),
+            Asked::ClientEvent { event, data } => match ready.decision {
+                Decision::Allowed { result, .. } => {
+                    let data = result.get("data").unwrap_or(&data);
+                    self.fan_out(link, channel, &event, data);
+                }
+                refused => hooked::refuse_event(link, &app, channel, refused),
+            },
         }
-        self.last_notice = Some(now);
-        link.send(&frames::error(Some(code::CLIENT_EVENT_REJECTED), message));
     }
 
     fn frame(&mut self, link: &mut dyn Link, text: &str) {
@@ -138,9 +157,11 @@ impl PusherWs {
                     .charge_account_frame(costs.unsubscribe, text.len())
                     .is_ok()
                     && let Some(ch) = msg.data.get("channel").and_then(Value::as_str)
-                    && let Some(sub) = self.channels.remove(ch)
                 {
-                    self.leave(&sub);
+                    self.hooks.cancel(ch);
+                    if let Some(sub) = self.channels.remove(ch) {
+                        self.leave(&sub);
+                    }
                 }
             }
             e if e.starts_with("client-") => self.client_event(link, &msg, text.len()),
@@ -179,18 +200,14 @@ impl PusherWs {
             let r = subscribe::invalid_name();
             return self.refuse_sub(link, channel, r.kind, &r.error, r.status);
         }
-        if self.channels.contains_key(channel) {
-            // Pusher answers a repeated subscribe as a first one.
-            link.send(&frames::event(
-                "pusher_internal:subscription_succeeded",
-                Some(channel),
-                "{}",
-            ));
+        if self.repeated(link, channel) {
             return;
         }
         let limits = link.limits();
         let max = limits.max_subscriptions as usize;
-        if self.channels.len() >= max && !limits.is_dry_run(LimitName::Subscriptions) {
+        // Subscribes a hook is asked about count: the cap holds meanwhile.
+        let held = self.channels.len() + self.hooks.pending();
+        if held >= max && !limits.is_dry_run(LimitName::Subscriptions) {
             Exceeded::new(
                 Layer::Connection,
                 "too_many_subscriptions",
@@ -212,6 +229,26 @@ impl PusherWs {
                 return self.refuse_sub(link, channel, r.kind, &r.error, r.status);
             }
         };
+        if let Some(Asked::Subscribe(me)) = self.ask(link, channel, Asked::Subscribe(me)) {
+            self.join(link, channel, me);
+        }
+    }
+
+    /// Pusher answers a repeated subscribe as a first one.
+    fn repeated(&self, link: &mut dyn Link, channel: &str) -> bool {
+        let held = self.channels.contains_key(channel);
+        if held {
+            let ok = "pusher_internal:subscription_succeeded";
+            link.send(&frames::event(ok, Some(channel), "{}"));
+        }
+        held
+    }
+
+    /// Joins a subscription that passed its checks (and its hook).
+    fn join(&mut self, link: &mut dyn Link, channel: &str, me: Option<ChannelData>) {
+        if self.repeated(link, channel) {
+            return;
+        }
         let internal: Arc<str> = names::internal(&self.app().id, channel).into();
         let conn = self.node.next_conn();
         let sink = PusherSink::new(
@@ -346,50 +383,32 @@ impl PusherWs {
         let units = crate::pricing::publish(&costs, data.len(), 0);
         if let Err(r) = link.charge_account_frame(units, bytes) {
             let wait = r.retry_after.as_millis();
-            return self.notice(
+            return self.notices.send(
                 link,
                 &format!("client event rejected: over the rate limit, retry in {wait} ms"),
             );
         }
-        if !self.app().client_events {
-            return self.notice(link, "client events are disabled for this app");
+        let held = self.channels.contains_key(channel);
+        match client_event::check(self.app(), held, channel) {
+            Ok(()) => {}
+            Err(Refused::Notice(why)) => return self.notices.send(link, why),
+            Err(Refused::Error(why)) => return link.send(&frames::error(None, &why)),
         }
-        let Some(sub) = self.channels.get(channel) else {
-            return link.send(&frames::error(
-                None,
-                &format!("client event on {channel:?}, which this socket is not subscribed to"),
-            ));
+        let asked = Asked::ClientEvent {
+            event: msg.event.clone(),
+            data: msg.data.clone(),
         };
-        if !matches!(
-            names::kind(channel),
-            Kind::Private | Kind::Encrypted | Kind::Presence
-        ) {
-            return link.send(&frames::error(
-                None,
-                "client events are only for private and presence channels",
-            ));
+        if let Some(Asked::ClientEvent { event, data }) = self.ask(link, channel, asked) {
+            self.fan_out(link, channel, &event, &data);
         }
-        let user = sub.members.as_ref().map(|m| &*m.me.user_id);
-        let frame = frames::channel_event(&msg.event, channel, &data, user);
-        let published = publish_data(&self.socket_id, &frame);
-        let internal = sub.sink.channel.clone();
-        self.node.metrics.published("pusher");
-        let id = &*self.socket_id;
-        self.node
-            .webhooks
-            .pusher_event(&internal, CLIENT_EVENT, || {
-                let mut e = json!({"name": CLIENT_EVENT, "channel": channel, "event": msg.event,
-                "data": data, "socket_id": id});
-                if let Some(user) = user {
-                    e["user_id"] = json!(user);
-                }
-                e
-            });
-        if let Pending::Later(f) = self.node.bridge.publish(&internal, &published, None) {
-            link.spawn(Box::pin(async move {
-                f.await;
-                Box::new(()) as Box<dyn Any>
-            }));
+    }
+
+    /// A client event (its hook's `data`, if one rewrote it) to the
+    /// channel's other subscribers; dropped if unsubscribed meanwhile.
+    fn fan_out(&mut self, link: &mut dyn Link, channel: &str, event: &str, data: &Value) {
+        if let Some(sub) = self.channels.get(channel) {
+            let to = (sub, channel);
+            client_event::fan_out(link, &self.node, &self.socket_id, to, event, data);
         }
     }
 }
@@ -429,6 +448,10 @@ impl Dialect for PusherWs {
         };
         let output = match output.downcast::<Cached>() {
             Ok(c) => return self.succeed(link, &c.0, &c.1, Some(c.2)),
+            Err(other) => other,
+        };
+        let output = match self.hooks.done(output) {
+            Ok(ready) => return ready.into_iter().for_each(|r| self.hooked(link, r)),
             Err(other) => other,
         };
         let Some(app) = self.app.clone() else { return };

@@ -24,7 +24,7 @@ async fn open(b: &Broker, key: &str, query: &str) -> Result<Client, (u16, Value,
 }
 
 /// A connected socket of the sample app and its `socket_id`.
-async fn connected(b: &Broker, key: &str) -> (Client, String) {
+pub(crate) async fn connected(b: &Broker, key: &str) -> (Client, String) {
     let mut c = open(b, key, "protocol=7&client=js&version=8.4.0")
         .await
         .unwrap();
@@ -34,7 +34,7 @@ async fn connected(b: &Broker, key: &str) -> (Client, String) {
     (c, data["socket_id"].as_str().unwrap().to_owned())
 }
 
-fn auth(key: &str, secret: &str, socket_id: &str, channel: &str) -> String {
+pub(crate) fn auth(key: &str, secret: &str, socket_id: &str, channel: &str) -> String {
     format!(
         "{key}:{}",
         hmac_hex(
@@ -44,7 +44,7 @@ fn auth(key: &str, secret: &str, socket_id: &str, channel: &str) -> String {
     )
 }
 
-async fn subscribe(c: &mut Client, channel: &str, auth: Option<&str>) -> Value {
+pub(crate) async fn subscribe(c: &mut Client, channel: &str, auth: Option<&str>) -> Value {
     let mut data = json!({"channel": channel});
     if let Some(a) = auth {
         data["auth"] = json!(a);
@@ -55,7 +55,7 @@ async fn subscribe(c: &mut Client, channel: &str, auth: Option<&str>) -> Value {
 }
 
 /// A ping answered: everything queued before it has been read.
-async fn sync(c: &mut Client) -> Value {
+pub(crate) async fn sync(c: &mut Client) -> Value {
     c.send(json!({"event":"pusher:ping","data":{}})).await;
     c.next_json().await
 }
