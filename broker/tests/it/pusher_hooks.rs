@@ -5,8 +5,9 @@
 //! `sub`, the app in `info`); `publish` of client events refusing (4301,
 //! kept open), rewriting `data` and keeping a connection's order; the
 //! hook's own budget exhausted refusing without a call; a backend that is
-//! down under `allow` and `deny`; and two apps never sharing a cached
-//! answer.
+//! down under `allow` and `deny`; two apps never sharing a cached
+//! answer; a dry-run hook compared while the app's checks decide; and an
+//! unsubscribe sent while the hook is asked winning over its answer.
 
 use std::net::TcpListener;
 
@@ -296,4 +297,69 @@ async fn two_apps_never_share_a_cached_answer() {
         403
     );
     assert_eq!(backend.calls(), 2);
+}
+
+#[tokio::test]
+async fn a_dry_run_hook_is_compared_and_the_apps_checks_enforced() {
+    let mut backend = Backend::start(|_| Reply::error("no"));
+    let b = hooked(&backend, "\"subscribe\", \"publish\"", "dry_run = true");
+    let ch = "private-doc-1";
+    let (mut a, ida) = connected(&b, KEY).await;
+    let (mut r, idr) = connected(&b, KEY).await;
+    succeeded(&sub(&mut a, &ida, ch).await);
+    succeeded(&sub(&mut r, &idr, ch).await);
+    a.send(json!({"event":"client-hi","channel":ch,"data":"1"}))
+        .await;
+    assert_eq!(
+        r.next_json().await["event"],
+        "client-hi",
+        "sent as the app allows"
+    );
+    // Two signed-out sockets of one app and IP ask the same question:
+    // their calls may be shared, so count disagreements, not calls.
+    backend.call().await;
+    for event in ["subscribe", "publish"] {
+        let series = format!("tidegate_hook_disagreements_total{{hook=\"app\",event=\"{event}\"}}");
+        let deadline = std::time::Instant::now() + crate::common::PATIENCE;
+        while b.metric(&series).await < 1.0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {event} disagreement counted"
+            );
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_unsubscribe_while_the_hook_is_asked_wins() {
+    let mut backend = Backend::start(|_| Reply::ok());
+    let b = hooked(&backend, "\"subscribe\"", "timeout_ms = 2000");
+    let (mut c, _) = connected(&b, KEY).await;
+    backend.close_gate();
+    let ch = "doc-1";
+    c.send(json!({"event":"pusher:subscribe","data":{"channel":ch}}))
+        .await;
+    backend.call().await;
+    c.send(json!({"event":"pusher:unsubscribe","data":{"channel":ch}}))
+        .await;
+    assert_eq!(
+        sync(&mut c).await["event"],
+        "pusher:pong",
+        "the unsubscribe was read"
+    );
+    backend.open();
+    // The allowed answer came after the unsubscribe: nothing is joined,
+    // so an event to the channel never reaches this socket.
+    let (mut other, other_id) = connected(&b, KEY).await;
+    succeeded(&sub(&mut other, &other_id, ch).await);
+    let ev = json!({"name":"e","channel":ch,"data":"x"});
+    let resp = crate::pusher_api::call(&b, "POST", "/apps/1234/events", &[], Some(&ev)).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(other.next_json().await["event"], "e");
+    assert_eq!(
+        sync(&mut c).await["event"],
+        "pusher:pong",
+        "no subscription_succeeded, no event"
+    );
 }
