@@ -437,10 +437,19 @@ fn compares_max_single(line: &str) -> bool {
             .any(|op| line.contains(op))
 }
 
+/// Where a line of code asks whether the subscription cap is in dry run:
+/// the cap's decision is `admission::subscription_cap`'s.
+fn tests_cap_dry_run(line: &str) -> bool {
+    line.contains("LimitName::Subscriptions")
+}
+
 /// Issue 42's one-place rules: every front reads `Authorization` through
-/// `admission::bearer` and compares a price with `max_single` through
-/// `admission::check_single`; a copy anywhere else is how the fronts
-/// drifted apart (seven Bearer parsers, five `max_single` checks).
+/// `admission::bearer`, compares a price with `max_single` through
+/// `admission::check_single` and decides the subscription cap (and its
+/// dry run) through `admission::subscription_cap`; a copy anywhere else
+/// is how the fronts drifted apart (seven Bearer parsers, five
+/// `max_single` checks, gRPC refusing in dry run what the others let
+/// through).
 #[test]
 fn admission_rules_live_in_one_place() {
     let src = src_dir();
@@ -469,6 +478,14 @@ fn admission_rules_live_in_one_place() {
                     line.trim()
                 ));
             }
+            if !config && tests_cap_dry_run(line) {
+                copies.push(format!(
+                    "{}:{}: a subscription-cap dry-run test: {}",
+                    rel.display(),
+                    n + 1,
+                    line.trim()
+                ));
+            }
             if !config && compares_max_single(line) {
                 copies.push(format!(
                     "{}:{}: a max_single comparison: {}",
@@ -482,7 +499,7 @@ fn admission_rules_live_in_one_place() {
     assert!(
         copies.is_empty(),
         "the admission's rules belong in broker/src/admission/ \
-         (admission::bearer, admission::check_single):\n{}",
+         (admission::bearer, admission::check_single, admission::subscription_cap):\n{}",
         copies.join("\n")
     );
 }
@@ -496,6 +513,9 @@ fn the_one_place_checks_see_the_copies_issue_42_found() {
     assert!(!parses_bearer(r#"const BEARER_PREFIX: &str = "bearer.";"#));
     assert!(!parses_bearer(
         r#"message: "send `Authorization: Bearer <api key>`","#
+    ));
+    assert!(tests_cap_dry_run(
+        "let over_cap = n > max && limits.is_dry_run(LimitName::Subscriptions);"
     ));
     assert!(compares_max_single("    if cost > c.max_single {"));
     assert!(compares_max_single("if price <= limits.costs.max_single {"));

@@ -170,16 +170,6 @@ impl Admission {
         }
     }
 
-    /// Charges the history a recovery delivered, `bytes` of it, once known:
-    /// `costs.recovery_per_kib` per started KiB, taken even below zero (the
-    /// recovery already happened; the connection's next frames wait for
-    /// the refill). Returns the units charged.
-    pub fn charge_recovered(&mut self, bytes: usize, now: Instant) -> u32 {
-        let units = crate::pricing::recovery(&self.limits.costs, bytes);
-        self.owe(units, now);
-        units
-    }
-
     /// Takes `units` from the message budget even below zero: what they
     /// bought cannot wait (a recovery delivered, an SSE stream's opening);
     /// the connection's next frames wait for the refill instead.

@@ -31,7 +31,9 @@
 //!   charged to [`Payer::Connection`] as [`Price::owed`] (taken even below
 //!   zero: one request cannot resend a refused frame), sampled into the
 //!   account budget. A graphql-ws subscription's `recovery`, known only
-//!   after its operation ran, is owed the same way.
+//!   after its operation ran, is owed the same way, and so is the history
+//!   a socket's or a stream's join recovers (`recovery_per_kib`,
+//!   `Socket::owe`): sampled into the account budget like a frame's units.
 //! - **HTTP publish and batch, gRPC `Publish` and each `PublishStream`
 //!   message**: [`publish::price`] checks and prices each message,
 //!   then [`Payer::Key`] (the API key's cluster-wide bucket, with the

@@ -32,8 +32,9 @@ use super::proto::subscribe_event::Event;
 use super::proto::{Message, SlowConsumer, SubscribeAck, SubscribeEvent, SubscribeRequest};
 use super::service::{BrokerService, Caller, OpenStream};
 use super::status;
+use crate::admission::Cap;
 use crate::charge::{Balance, KeyState, Refusal};
-use crate::config::{LimitName, Limits};
+use crate::config::Limits;
 use crate::exceeded::Exceeded;
 use crate::hub::{Deliver, OutboundGauge, PageRead, Recovery, Sink, StreamSink, Subscriber};
 use crate::metrics::Layer;
@@ -241,8 +242,9 @@ pub(crate) fn check(
     }
     let max = limits.max_subscriptions as usize;
     let n = req.channels.len();
-    let over_cap = n > max && limits.is_dry_run(LimitName::Subscriptions);
-    if n == 0 || (n > max && !over_cap) {
+    // The one decision of the cap and its dry run (`admission::cap`).
+    let cap = crate::admission::subscription_cap(limits, n);
+    if n == 0 || matches!(cap, Cap::Refused { .. }) {
         let code = if n == 0 {
             ErrorCode::BadRequest
         } else {
@@ -272,7 +274,10 @@ pub(crate) fn check(
             .map_err(|r| (r, Some(name.clone())))?;
         cost = cost.saturating_add(price);
     }
-    Ok(Checked { cost, over_cap })
+    Ok(Checked {
+        cost,
+        over_cap: cap.is_dry_run(),
+    })
 }
 
 pub async fn start(

@@ -27,8 +27,9 @@ use super::presence::{self, ChannelData, PusherMembers};
 use super::sink::{PusherSink, Replay};
 use super::subscribe::{self, Sub};
 use super::user::User;
+use crate::admission::{Cap, subscription_cap};
 use crate::cluster::{ChannelRead, Pending};
-use crate::config::{LimitName, PusherApp};
+use crate::config::PusherApp;
 use crate::exceeded::Exceeded;
 use crate::hooks::Decision;
 use crate::hub::{Sink, Subscriber};
@@ -204,17 +205,19 @@ impl PusherWs {
             return;
         }
         let limits = link.limits();
-        let max = limits.max_subscriptions as usize;
         // Subscribes a hook is asked about count: the cap holds meanwhile.
-        let held = self.channels.len() + self.hooks.pending();
-        if held >= max && !limits.is_dry_run(LimitName::Subscriptions) {
+        let cap = subscription_cap(&limits, self.channels.len() + self.hooks.pending() + 1);
+        if cap.is_over() {
             Exceeded::new(
                 Layer::Connection,
                 "too_many_subscriptions",
                 &self.app().account,
             )
             .conn(link.label())
+            .dry_run(cap.is_dry_run())
             .emit(&self.node.metrics);
+        }
+        if let Cap::Refused { max } = cap {
             let why = format!("a connection may hold at most {max} subscriptions");
             return self.refuse_sub(link, channel, "LimitReached", &why, 429);
         }
@@ -237,11 +240,9 @@ impl PusherWs {
     /// Pusher answers a repeated subscribe as a first one.
     fn repeated(&self, link: &mut dyn Link, channel: &str) -> bool {
         let held = self.channels.contains_key(channel);
-        if held {
-            let ok = "pusher_internal:subscription_succeeded";
-            link.send(&frames::event(ok, Some(channel), "{}"));
-        }
-        held
+        let ok = "pusher_internal:subscription_succeeded";
+        held.then(|| link.send(&frames::event(ok, Some(channel), "{}")))
+            .is_some()
     }
 
     /// Joins a subscription that passed its checks (and its hook).

@@ -15,8 +15,8 @@ use serde_json::value::RawValue;
 
 use super::Socket;
 use super::hooked::Hooked;
+use crate::admission::{Cap, subscription_cap};
 use crate::cluster::Pending;
-use crate::config::LimitName;
 use crate::hooks::Event;
 use crate::hub::{Joined, Sink, Subscriber};
 use crate::metrics::Layer;
@@ -48,20 +48,20 @@ impl Socket {
         if self.rejoin_presence(id, channel, since) {
             return;
         }
-        let max = self.limits().max_subscriptions as usize;
         let (count, already) = self.outbox.subscriptions(channel);
         // Joins waiting for Redis or a hook are subscriptions to be: they
         // count.
-        if !already && count + self.presence_joining() + self.hook_order.pending() >= max {
-            let dry = self.limits().is_dry_run(LimitName::Subscriptions);
+        let held = count + self.presence_joining() + self.hook_order.pending() + 1;
+        let cap = subscription_cap(self.limits(), held);
+        if !already && cap.is_over() {
             self.exceeded(
                 Layer::Connection,
                 "too_many_subscriptions",
                 Some(channel),
                 Duration::ZERO,
-                dry,
+                cap.is_dry_run(),
             );
-            if !dry {
+            if let Cap::Refused { max } = cap {
                 let message = format!("a connection may hold at most {max} subscriptions");
                 self.send(
                     ErrorFrame::new(ErrorCode::TooManySubscriptions)
@@ -129,11 +129,11 @@ impl Socket {
         self.outbox.joining(channel, join);
         let id: Option<Box<RawValue>> = id.map(ToOwned::to_owned);
         match self.node.bridge.subscribe(channel, sub, since) {
-            Pending::Ready(joined) => self.joined(channel, join, id.as_deref(), joined),
+            Pending::Ready(joined) => self.joined(channel, join, id.as_deref(), joined, ctx),
             Pending::Later(f) => {
                 let channel: Box<str> = channel.into();
-                ctx.spawn(f.into_actor(self).map(move |joined, act, _| {
-                    act.joined(&channel, join, id.as_deref(), joined);
+                ctx.spawn(f.into_actor(self).map(move |joined, act, ctx| {
+                    act.joined(&channel, join, id.as_deref(), joined, ctx);
                 }));
             }
         }
@@ -147,14 +147,26 @@ impl Socket {
         join: u64,
         id: Option<&RawValue>,
         joined: Joined,
+        ctx: &mut Context<Self>,
     ) {
         let ack = id.map(|id| wire::ack(id, Some(joined.position()), joined.recovered));
-        let bytes = joined.backlog.bytes();
-        if bytes > 0 {
-            self.admission
-                .charge_recovered(bytes, std::time::Instant::now());
-        }
+        self.charge_recovered(joined.backlog.bytes(), ctx);
         self.outbox.joined(channel, join, ack, joined);
+    }
+
+    /// Charges the history a recovery delivers, `bytes` of it, once known
+    /// at the join and before any of it is queued: `costs.recovery_per_kib`
+    /// per started KiB ([`crate::pricing::recovery`]), owed by the
+    /// connection (taken even below zero: the recovery is under way, and
+    /// the connection's next frames wait for the refill) and sampled into
+    /// the account budget as its frames are. Issue 42: it stopped at the
+    /// connection's bucket, so an SSE stream, which sends no frames,
+    /// recovered 30.6 MB with its account budget untouched.
+    pub(super) fn charge_recovered(&mut self, bytes: usize, ctx: &mut Context<Self>) {
+        if bytes > 0 {
+            let units = crate::pricing::recovery(&self.limits().costs, bytes);
+            self.owe(units, ctx);
+        }
     }
 
     pub(super) fn unsubscribe(&mut self, id: Option<&RawValue>, channel: &str) {

@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 use super::Socket;
 use super::inbound::{InError, InFrame};
 use crate::account::{Balance, Charge, Sample};
-use crate::charge::{self, Connection, Payer, Price, Reason};
+use crate::charge::{self, Admitted, Connection, Payer, Price, Reason};
 use crate::exceeded::Exceeded;
 use crate::idempotency::Keyed;
 use crate::limiter::Due;
@@ -238,6 +238,34 @@ impl Socket {
             self.gate.pause();
         } else if self.gate.is_paused() {
             self.gate.resume();
+        }
+    }
+
+    /// Takes `units` the connection owes for what it already holds (an
+    /// SSE stream's channels at its opening, a recovery's history) from
+    /// its bucket even below zero ([`Price::owed`]), and samples them into
+    /// the account budget, as an admitted frame's units are.
+    pub(super) fn owe(&mut self, units: u32, ctx: &mut Context<Self>) {
+        let payer = Payer::Connection(Connection {
+            admission: &mut self.admission,
+            sampler: Some(&mut self.sampler),
+            rules: None,
+            account: &self.id.account,
+            conn: &self.id.label,
+        });
+        let charge::Pending::Ready(outcome) =
+            self.node
+                .ledger()
+                .charge(payer, Price::owed(units), Instant::now())
+        else {
+            unreachable!("a connection's own buckets answer at once")
+        };
+        if let Ok(Admitted {
+            sample: Some(sample),
+            ..
+        }) = outcome
+        {
+            self.charge_account(sample, ctx);
         }
     }
 

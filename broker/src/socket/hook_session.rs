@@ -41,7 +41,7 @@ impl Socket {
             });
         }
         let all = futures_util::future::join_all(joins);
-        ctx.spawn(all.into_actor(self).map(|results, act, _| {
+        ctx.spawn(all.into_actor(self).map(|results, act, ctx| {
             let listed: Vec<WelcomeChannel> = results
                 .iter()
                 .map(|(channel, _, joined)| WelcomeChannel {
@@ -60,7 +60,7 @@ impl Socket {
                 Some(&listed),
             ));
             for (channel, join, joined) in results {
-                act.joined(&channel, join, None, joined);
+                act.joined(&channel, join, None, joined, ctx);
             }
         }));
     }

@@ -1,7 +1,8 @@
 //! Dry run has one meaning on every front (issue 42): a limit in dry run
 //! lets through what it would refuse, and counts it in
 //! `tidegate_dry_run_rejections_total`. Before, gRPC `Subscribe` refused
-//! an over-cap call in dry run while the other fronts let it through.
+//! an over-cap call in dry run while the other fronts let it through, and
+//! Pusher let it through without counting it.
 
 use serde_json::json;
 use tidegate::grpc::proto::subscribe_event::Event;
@@ -51,6 +52,15 @@ async fn the_subscription_cap_in_dry_run_lets_the_third_through_on_every_front()
         )
         .await;
     }
+    // Pusher: a third public channel succeeds.
+    let (mut pusher, _) = crate::pusher_ws::connected(&b, crate::pusher_ws::KEY).await;
+    for channel in ["a", "b", "c"] {
+        let ok = crate::pusher_ws::subscribe(&mut pusher, channel, None).await;
+        assert_eq!(
+            ok["event"], "pusher_internal:subscription_succeeded",
+            "{ok}"
+        );
+    }
     // Every third subscription is live and delivers.
     live(&b, "doc:c", 1 + 1 + 1 + 3).await;
     let r = b.publish_http("doc:c", json!("third")).await;
@@ -70,7 +80,8 @@ async fn the_subscription_cap_in_dry_run_lets_the_third_through_on_every_front()
             &format!(r#"{kind}{{layer="{layer}",reason="too_many_subscriptions"}}"#),
         )
     };
-    for (layer, n) in [("connection", 2.0), ("grpc", 1.0), ("graphql", 1.0)] {
+    // `connection`: /v1/ws, SSE and Pusher.
+    for (layer, n) in [("connection", 3.0), ("grpc", 1.0), ("graphql", 1.0)] {
         assert_eq!(
             count("tidegate_dry_run_rejections_total", layer),
             n,

@@ -89,6 +89,7 @@ mod redis_key_expiry;
 mod redis_server;
 mod rules;
 mod slow_consumer;
+mod sse_admission;
 mod sse_client;
 mod sse_cluster;
 mod sse_ends;

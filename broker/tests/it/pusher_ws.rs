@@ -10,7 +10,7 @@ use tidegate::pusher::sign::hmac_hex;
 
 use crate::common::{Broker, Client, Got, refusal};
 
-const KEY: &str = "app-key";
+pub(crate) const KEY: &str = "app-key";
 const SECRET: &str = "tidegate-sample-pusher-secret";
 
 /// A socket on `/app/{key}?{query}`.

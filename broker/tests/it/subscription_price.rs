@@ -32,7 +32,7 @@ fn plan(subscribe: u32, recovery: u32, max_single: u32) -> String {
 
 /// The account's budget as a GraphQL `{ budget }` read with its token sees
 /// it (the read itself costs the operation's 1 unit, taken first).
-async fn account_budget(b: &Broker, token: &str) -> i64 {
+pub async fn account_budget(b: &Broker, token: &str) -> i64 {
     let body = json!({"query": "{ budget { remaining } }"});
     let a = post(b, Some(token), GQL_JSON, &body).await;
     assert_eq!(a.status, 200, "{}", a.text);
@@ -43,7 +43,7 @@ async fn account_budget(b: &Broker, token: &str) -> i64 {
 /// it has been charged at least `expected` since a read that saw `before`:
 /// the stream's charge reaches the account through its supervisor, so the
 /// reads go on until it lands (each read's own unit counted out).
-async fn charged_since(b: &Broker, token: &str, before: i64, expected: i64) -> i64 {
+pub async fn charged_since(b: &Broker, token: &str, before: i64, expected: i64) -> i64 {
     let deadline = Instant::now() + PATIENCE;
     let mut reads = 0;
     loop {
@@ -59,7 +59,7 @@ async fn charged_since(b: &Broker, token: &str, before: i64, expected: i64) -> i
 
 /// An SSE stream of `channels` for `token`, from `position` when given;
 /// open (the refusal otherwise).
-async fn sse(
+pub async fn sse(
     b: &Broker,
     token: &str,
     channels: &[&str],

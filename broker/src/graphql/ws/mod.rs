@@ -37,8 +37,8 @@ use super::operation::{self, Ran, Via};
 use super::reply::Media;
 use super::request::Params;
 use super::transport_ws::{Action, INIT_TIMEOUT, SUBPROTOCOL, Session, SubscribePayload, message};
+use crate::admission::{Cap, subscription_cap};
 use crate::cluster::Pending;
-use crate::config::LimitName;
 use crate::exceeded::Exceeded;
 use crate::hub::{Joined, Sink, Subscriber};
 use crate::metrics::Layer;
@@ -196,15 +196,14 @@ impl GraphqlWs {
         if let Err(r) = link.charge_frame(units) {
             return self.send_error(link, &id, &refuse::frame(units, &r));
         }
-        let max = limits.max_subscriptions as usize;
-        if self.ops.len() >= max {
-            let dry = limits.is_dry_run(LimitName::Subscriptions);
+        let cap = subscription_cap(&limits, self.ops.len() + 1);
+        if cap.is_over() {
             let account = self.caller.as_ref().map_or("", |c| c.account.as_str());
             Exceeded::new(Layer::Graphql, "too_many_subscriptions", account)
                 .conn(link.label())
-                .dry_run(dry)
+                .dry_run(cap.is_dry_run())
                 .emit(&self.node.metrics);
-            if !dry {
+            if let Cap::Refused { max } = cap {
                 let p = error_payload(
                     "TOO_MANY_SUBSCRIPTIONS",
                     &format!("a connection may run at most {max} operations at once"),

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use actix::prelude::*;
 use serde_json::value::RawValue;
 
-use crate::charge::{self, Admitted, Connection, Payer, Price};
 use crate::cluster::Pending;
 use crate::exceeded::Exceeded;
 use crate::hub::{Joined, Sink, Subscriber};
@@ -35,7 +34,9 @@ impl Socket {
         let start = std::mem::take(&mut stream.start);
         let units = std::mem::take(&mut stream.price);
         let decided = std::mem::take(&mut stream.decided);
-        self.charge_opening(units, ctx);
+        // Priced at the request (`super::price`); owed as the same
+        // subscribes on a socket would be paid.
+        self.owe(units, ctx);
         for (channel, since) in start {
             let id = ack_id(&channel);
             // A hook allowed it at the request already (`hooked.rs`).
@@ -44,33 +45,6 @@ impl Socket {
             } else {
                 self.subscribe(Some(&id), &channel, since, ctx);
             }
-        }
-    }
-
-    /// The stream's channels, priced at its request (`super::price`): taken
-    /// from the connection's bucket even below zero (a stream cannot resend
-    /// what a bucket refused) and sampled into the account budget, as the
-    /// same subscribes on a socket would be.
-    fn charge_opening(&mut self, units: u32, ctx: &mut Context<Self>) {
-        let payer = Payer::Connection(Connection {
-            admission: &mut self.admission,
-            sampler: Some(&mut self.sampler),
-            rules: None,
-            account: &self.id.account,
-            conn: &self.id.label,
-        });
-        let now = std::time::Instant::now();
-        let charge::Pending::Ready(outcome) =
-            self.node.ledger().charge(payer, Price::owed(units), now)
-        else {
-            unreachable!("a connection's own buckets answer at once")
-        };
-        if let Ok(Admitted {
-            sample: Some(sample),
-            ..
-        }) = outcome
-        {
-            self.charge_account(sample, ctx);
         }
     }
 
@@ -99,10 +73,10 @@ impl Socket {
                 gauge: self.gauge.clone(),
             };
             match self.node.bridge.subscribe(&channel, sub, Some(since)) {
-                Pending::Ready(joined) => self.sse_rejoined(&channel, join, joined),
+                Pending::Ready(joined) => self.sse_rejoined(&channel, join, joined, ctx),
                 Pending::Later(f) => {
-                    ctx.spawn(f.into_actor(self).map(move |joined, act, _| {
-                        act.sse_rejoined(&channel, join, joined);
+                    ctx.spawn(f.into_actor(self).map(move |joined, act, ctx| {
+                        act.sse_rejoined(&channel, join, joined, ctx);
                     }));
                 }
             }
@@ -111,8 +85,12 @@ impl Socket {
 
     /// A continued channel: nothing to say when history held everything
     /// (the position does not move: the messages that follow move it), a
-    /// `recovered:false` event when it did not.
-    fn sse_rejoined(&mut self, channel: &str, join: u64, joined: Joined) {
+    /// `recovered:false` event when it did not. What history delivers is
+    /// a recovery, charged as one (`recovery_per_kib`, to the account
+    /// through the connection's sample): a reader that stalls on purpose
+    /// does not get the channel's traffic again for free.
+    fn sse_rejoined(&mut self, channel: &str, join: u64, joined: Joined, ctx: &mut Context<Self>) {
+        self.charge_recovered(joined.backlog.bytes(), ctx);
         let lost = joined.recovered == Some(false);
         let ack = wire::ack(&ack_id(channel), None, lost.then_some(false));
         self.outbox.joined(channel, join, Some(ack), joined);

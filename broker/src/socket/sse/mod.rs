@@ -20,6 +20,7 @@ mod body;
 mod feed;
 mod hooked;
 mod memo;
+mod refused;
 mod render;
 mod tcp;
 
@@ -35,16 +36,15 @@ use bytes::Bytes;
 
 use super::Socket;
 use super::handshake::{self, Admitted};
+use crate::admission::{Cap, subscription_cap};
 use crate::charge;
-use crate::config::LimitName;
-use crate::exceeded::Exceeded;
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::position::Position;
 use crate::protocol::{ErrorCode, channel};
-use crate::refusal::refusal;
 use body::Body;
 pub(super) use body::Ender;
+use refused::{Refusal, refuse_paid};
 use render::Render;
 pub use tcp::Taker;
 
@@ -119,22 +119,37 @@ fn query_token(query: &str) -> Option<String> {
     token
 }
 
+/// Why the query cannot open a stream.
+enum Unfit {
+    /// More channels than `max_subscriptions` (the limit not in dry run):
+    /// `too_many_subscriptions`, whatever else the query holds.
+    TooMany { max: usize },
+    /// The `bad_request` message.
+    Bad(String),
+}
+
 /// Reads the query string's channels and the position (`Last-Event-ID`,
-/// else `lastEventId`): `Err` is the `bad_request` message. Linear in the
-/// query, and the channels kept are capped by what a position can name
-/// ([`Position::room`]: at most 146), so a query of thousands of channels
-/// stops at the first one past that.
-fn ask(req: &RequestHead) -> Result<Ask, String> {
+/// else `lastEventId`). Linear in the query, and the channels kept are
+/// capped: the subscription cap is checked first, as each channel is
+/// read (one past `max_subscriptions` is [`Unfit::TooMany`], before
+/// anything about the position, as the same subscribes on `/v1/ws` would
+/// be refused), then by what a position can name ([`Position::room`]),
+/// checked at the end under the cap and at once when the cap is in dry
+/// run, so a query of thousands of channels stops at the first one past
+/// either.
+fn ask(req: &RequestHead, limits: &crate::config::Limits) -> Result<Ask, Unfit> {
     let query = req.uri.query().unwrap_or_default();
     let pairs = web::Query::<Vec<(String, String)>>::from_query(query)
-        .map_err(|_| "the query string is not form-encoded".to_owned())?
+        .map_err(|_| Unfit::Bad("the query string is not form-encoded".to_owned()))?
         .into_inner();
     let too_long = || {
-        format!(
+        Unfit::Bad(format!(
             "the channels' names are too long for a position (at most {} bytes)",
             crate::protocol::position::MAX_POSITION_BYTES
-        )
+        ))
     };
+    // A cap in dry run bounds nothing: the position's room does, at once.
+    let capped = !subscription_cap(limits, usize::MAX).is_dry_run();
     let mut channels: Vec<String> = Vec::new();
     // The channels named so far: bounded like `channels`.
     let mut named: HashSet<&str> = HashSet::new();
@@ -146,9 +161,15 @@ fn ask(req: &RequestHead) -> Result<Ask, String> {
                 if named.contains(value.as_str()) {
                     continue;
                 }
-                channel::validate(value).map_err(|why| format!("channel {value:?}: {why}"))?;
+                if let Cap::Refused { max } = subscription_cap(limits, channels.len() + 1) {
+                    return Err(Unfit::TooMany { max });
+                }
+                channel::validate(value)
+                    .map_err(|why| Unfit::Bad(format!("channel {value:?}: {why}")))?;
                 room += Position::room(value);
-                if room > crate::protocol::position::MAX_POSITION_BYTES {
+                // Under the cap, reading goes on to the cap's end: the
+                // cap's answer comes before the position's.
+                if room > crate::protocol::position::MAX_POSITION_BYTES && !capped {
                     return Err(too_long());
                 }
                 named.insert(value);
@@ -158,15 +179,19 @@ fn ask(req: &RequestHead) -> Result<Ask, String> {
             _ => {}
         }
     }
+    if room > crate::protocol::position::MAX_POSITION_BYTES {
+        return Err(too_long());
+    }
     // The header wins over the query parameter.
+    let bad_header = || Unfit::Bad("Last-Event-ID is not a position this broker wrote".to_owned());
     let header = req
         .headers()
         .get("last-event-id")
         .map(HeaderValue::to_str)
         .transpose()
-        .map_err(|_| "Last-Event-ID is not a position this broker wrote".to_owned())?;
+        .map_err(|_| bad_header())?;
     let mut position = match header.or(last_event_id).filter(|p| !p.is_empty()) {
-        Some(p) => Position::decode(p).map_err(|e| format!("Last-Event-ID: {e}"))?,
+        Some(p) => Position::decode(p).map_err(|e| Unfit::Bad(format!("Last-Event-ID: {e}")))?,
         None => Position::default(),
     };
     position.retain(|c| named.contains(c));
@@ -199,6 +224,21 @@ fn price(
     Ok(units)
 }
 
+/// The first channel of `ask` the token may not subscribe to and no hook
+/// decides (§15: a deciding hook replaces the token's globs), as the 403.
+fn forbidden(node: &Node, identity: &super::Identity, ask: &Ask) -> Option<Refusal> {
+    let c = ask
+        .channels
+        .iter()
+        .find(|c| hooked::deciding(node, c).is_none() && !identity.grants.subscribe.matches(c))?;
+    hooked::shadow_refused(node, identity, c);
+    Some(Refusal {
+        status: StatusCode::FORBIDDEN,
+        code: ErrorCode::Forbidden,
+        message: format!("this token may not subscribe on {c:?}"),
+    })
+}
+
 /// A stream that started: its response's head, and what its writer
 /// takes.
 struct Opened {
@@ -219,11 +259,6 @@ async fn open(
     fd: Option<std::os::fd::RawFd>,
 ) -> Result<Opened, HttpResponse> {
     let started = Instant::now();
-    let refuse = |status, code: ErrorCode, account: &str, message: &str| {
-        Exceeded::new(Layer::Handshake, code.as_str(), account).emit(&node.metrics);
-        node.metrics.handshake_done("refused", started);
-        refusal(status, code, message, None)
-    };
     let config = node.config.load_full();
     let token = credential(req);
     let admitted = handshake::admit(req, token.as_deref(), &node, &config, "sse").await;
@@ -239,48 +274,35 @@ async fn open(
         }
     };
     // The places `slots` took go back when it is dropped on a refusal.
-    let ask = match ask(req) {
-        Ok(a) => a,
-        Err(message) => {
-            return Err(refuse(
-                StatusCode::BAD_REQUEST,
-                ErrorCode::BadRequest,
-                &identity.account,
-                &message,
-            ));
+    let refused = match ask(req, &limits) {
+        Ok(ask) => match forbidden(&node, &identity, &ask) {
+            None => Ok(ask),
+            Some(r) => Err(r),
+        },
+        Err(Unfit::TooMany { max }) => Err(Refusal {
+            status: StatusCode::BAD_REQUEST,
+            code: ErrorCode::TooManySubscriptions,
+            message: format!("a connection may hold at most {max} subscriptions"),
+        }),
+        Err(Unfit::Bad(message)) => Err(Refusal {
+            status: StatusCode::BAD_REQUEST,
+            code: ErrorCode::BadRequest,
+            message,
+        }),
+    };
+    let ask = match refused {
+        Ok(ask) => ask,
+        Err(r) => {
+            node.metrics.handshake_done("refused", started);
+            return Err(refuse_paid(&node, &identity.account, &limits, r, false).await);
         }
     };
     // A hook deciding a channel replaces the token's globs for it (§15).
-    let mut by_hook = Vec::new();
-    let mut refused = None;
-    for c in &ask.channels {
-        match hooked::deciding(&node, c) {
-            Some(hook) => by_hook.push((hook, c.clone())),
-            None if refused.is_none() && !identity.grants.subscribe.matches(c) => refused = Some(c),
-            None => {}
-        }
-    }
-    if let Some(c) = refused {
-        hooked::shadow_refused(&node, &identity, c);
-        let message = format!("this token may not subscribe on {c:?}");
-        return Err(refuse(
-            StatusCode::FORBIDDEN,
-            ErrorCode::Forbidden,
-            &identity.account,
-            &message,
-        ));
-    }
-    let max = limits.max_subscriptions as usize;
-    if ask.channels.len() > max && !limits.is_dry_run(LimitName::Subscriptions) {
-        let message = format!("a connection may hold at most {max} subscriptions");
-        let code = ErrorCode::TooManySubscriptions;
-        return Err(refuse(
-            StatusCode::BAD_REQUEST,
-            code,
-            &identity.account,
-            &message,
-        ));
-    }
+    let by_hook: Vec<_> = ask
+        .channels
+        .iter()
+        .filter_map(|c| hooked::deciding(&node, c).map(|hook| (hook, c.clone())))
+        .collect();
     let start: Vec<(String, Option<u64>)> = ask
         .channels
         .iter()
@@ -291,12 +313,12 @@ async fn open(
         Err(r) => {
             // Counted already, under the handshake's layer.
             node.metrics.handshake_done("refused", started);
-            return Err(refusal(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                r.code,
-                &r.message,
-                None,
-            ));
+            let r = Refusal {
+                status: StatusCode::UNPROCESSABLE_ENTITY,
+                code: r.code,
+                message: r.message,
+            };
+            return Err(refuse_paid(&node, &identity.account, &limits, r, true).await);
         }
     };
     let decided = match hooked::ask_all(&node, &identity, by_hook).await {
