@@ -137,6 +137,9 @@ impl<'a> Exceeded<'a> {
             metrics.dry_run(self.layer, self.reason);
         } else {
             metrics.reject_n(self.layer, self.reason, self.count);
+            metrics
+                .pusher
+                .rejected(self.account, self.layer, self.reason, self.count);
         }
         self.log();
     }

@@ -8,6 +8,7 @@
 //! per client address (429 once spent). The viewer key reads the page and
 //! the overview; its actions are 403.
 
+mod apps;
 mod overview;
 mod page;
 mod routes;
@@ -20,6 +21,7 @@ pub use crate::clock::unix_ms;
 pub use crate::cluster::{Action, BANNED, DISCONNECTED, Who};
 pub use crate::node::Admin;
 pub use crate::node::operator::{apply, close_local, on_broadcast, perform};
+pub use apps::{AppRefusal, AppStats};
 pub use overview::{NodeStats, Overview, WebhookEndpoint};
 pub use routes::routes;
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::apps::AppStats;
 use crate::bans::BanEntry;
 use crate::clock::unix_ms;
 use crate::metrics::history::{BUCKET_MS, BUCKETS, Sample};
@@ -32,7 +33,18 @@ pub struct AccountUse {
 }
 
 impl AccountUse {
-    fn score(&mut self) {
+    /// Adds another node's use of the same account: connections summed,
+    /// the budget view the lowest seen.
+    pub(super) fn add(&mut self, a: &AccountUse) {
+        self.connections += a.connections;
+        self.max_connections = self.max_connections.max(a.max_connections);
+        if a.budget_remaining < self.budget_remaining || self.budget_remaining.is_none() {
+            self.budget_remaining = a.budget_remaining.or(self.budget_remaining);
+            self.budget_capacity = a.budget_capacity.or(self.budget_capacity);
+        }
+    }
+
+    pub(super) fn score(&mut self) {
         let conns = f64::from(self.connections) / f64::from(self.max_connections.max(1));
         let budget = match (self.budget_remaining, self.budget_capacity) {
             (Some(r), Some(c)) if c > 0 => 1.0 - r as f64 / c as f64,
@@ -69,6 +81,9 @@ pub struct NodeStats {
     pub accounts: Vec<AccountUse>,
     #[serde(default)]
     pub rejections: Vec<RejectionPoint>,
+    /// The Pusher apps configured on this node (§16), in config order.
+    #[serde(default)]
+    pub apps: Vec<AppStats>,
 }
 
 /// This node's summary now.
@@ -89,6 +104,9 @@ pub fn node_stats(node: &Node) -> NodeStats {
         })
     };
     let config = node.config.load();
+    let mut accounts = account_uses(node);
+    let apps = super::apps::node_apps(node, &accounts);
+    keep_top(&mut accounts);
     NodeStats {
         id: config.node.id.clone(),
         connections: node.sockets.len() as u64,
@@ -97,8 +115,9 @@ pub fn node_stats(node: &Node) -> NodeStats {
         bridge_up: node.bridge.is_up(),
         draining: node.is_draining(),
         at: now.at,
-        accounts: top_accounts(node),
+        accounts,
         rejections: rejection_points(&samples, &now),
+        apps,
     }
 }
 
@@ -125,8 +144,8 @@ fn rejection_points(samples: &VecDeque<Sample>, now: &Sample) -> Vec<RejectionPo
     out
 }
 
-/// The accounts on this node nearest their limits.
-fn top_accounts(node: &Node) -> Vec<AccountUse> {
+/// Every account's use on this node (the top-N cut is the caller's).
+fn account_uses(node: &Node) -> Vec<AccountUse> {
     let config = node.config.load();
     let mut by_account: HashMap<Arc<str>, (u32, Option<String>)> = HashMap::new();
     for s in node.sockets.iter() {
@@ -138,7 +157,7 @@ fn top_accounts(node: &Node) -> Vec<AccountUse> {
     for v in node.accounts.views.iter() {
         by_account.entry(v.key().clone()).or_insert((0, None));
     }
-    let mut list: Vec<AccountUse> = by_account
+    by_account
         .into_iter()
         .map(|(account, (connections, plan))| {
             let limits = config
@@ -156,9 +175,7 @@ fn top_accounts(node: &Node) -> Vec<AccountUse> {
             u.score();
             u
         })
-        .collect();
-    keep_top(&mut list);
-    list
+        .collect()
 }
 
 fn keep_top(list: &mut Vec<AccountUse>) {
@@ -172,7 +189,7 @@ fn keep_top(list: &mut Vec<AccountUse>) {
 }
 
 /// Webhook endpoints and their health (§9), when the node has any.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookEndpoint {
     pub id: String,
@@ -216,6 +233,8 @@ pub struct Overview {
     pub bans: Vec<BanEntry>,
     /// Empty until the node has webhook endpoints (§9).
     pub webhooks: Vec<WebhookEndpoint>,
+    /// Each Pusher app (§16), in the answering node's config order.
+    pub pusher_apps: Vec<AppStats>,
     /// What this caller may do: `admin` or `viewer`.
     pub role: &'static str,
 }
@@ -240,6 +259,7 @@ pub fn merge(
     let node = me.id.clone();
     let mut nodes = vec![me];
     nodes.extend(others);
+    let pusher_apps = super::apps::merge(&node, &mut nodes);
     nodes.sort_by(|a, b| a.id.cmp(&b.id));
     let mut accounts: HashMap<String, AccountUse> = HashMap::new();
     let mut rejections: HashMap<(u64, String, String), u64> = HashMap::new();
@@ -251,14 +271,7 @@ pub fn merge(
         for a in n.accounts.drain(..) {
             accounts
                 .entry(a.account.clone())
-                .and_modify(|m| {
-                    m.connections += a.connections;
-                    m.max_connections = m.max_connections.max(a.max_connections);
-                    if a.budget_remaining < m.budget_remaining || m.budget_remaining.is_none() {
-                        m.budget_remaining = a.budget_remaining.or(m.budget_remaining);
-                        m.budget_capacity = a.budget_capacity.or(m.budget_capacity);
-                    }
-                })
+                .and_modify(|m| m.add(&a))
                 .or_insert(a);
         }
         for r in n.rejections.drain(..) {
@@ -296,6 +309,7 @@ pub fn merge(
         rejections,
         bans,
         webhooks: Vec::new(),
+        pusher_apps,
         role,
     }
 }
@@ -327,6 +341,7 @@ mod tests {
                 reason: "banned".into(),
                 count: 2,
             }],
+            apps: Vec::new(),
         }
     }
 

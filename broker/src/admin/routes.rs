@@ -9,7 +9,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 
-use super::{overview, page};
+use super::{apps, overview, page};
 use crate::bans::BanTarget;
 use crate::clock::unix_ms;
 use crate::cluster::{Action, Who};
@@ -208,6 +208,7 @@ async fn overview_route(req: HttpRequest, node: web::Data<Arc<Node>>) -> HttpRes
     let bans = node.admin.bans.list();
     let mut answer = overview::merge(me, others, cluster_wide, bans, role.as_str());
     answer.webhooks = overview::webhooks(&node);
+    apps::attach_webhooks(&node, &mut answer.pusher_apps, &answer.webhooks);
     HttpResponse::Ok()
         .insert_header(("Cache-Control", "no-store"))
         .json(answer)

@@ -21,6 +21,7 @@ pub mod hooks;
 pub mod idempotency;
 mod layer;
 pub mod presence;
+pub mod pusher;
 pub mod webhooks;
 
 pub use history::History;
@@ -153,6 +154,8 @@ pub struct Metrics {
     pub presence: presence::PresenceMetrics,
     /// §17: duplicates answered, keys held, evictions.
     pub idempotency: std::sync::Arc<idempotency::IdempotencyMetrics>,
+    /// §16: each Pusher app's figures (`tidegate_pusher_app_*`).
+    pub pusher: pusher::PusherMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -204,12 +207,14 @@ impl Metrics {
             alive: Default::default(),
             presence: Default::default(),
             idempotency: Default::default(),
+            pusher: Default::default(),
         };
         m.webhooks.register(&mut registry);
         m.hooks.register(&mut registry);
         m.alive.register(&mut registry);
         m.presence.register(&mut registry);
         m.idempotency.register(&mut registry);
+        m.pusher.register(&mut registry);
         registry.register(
             "connections_opened",
             "WebSocket connections accepted",
@@ -217,7 +222,7 @@ impl Metrics {
         );
         registry.register(
             "connections",
-            "Connections open now, by transport (ws, sse)",
+            "Connections open now, by transport (ws, sse, pusher)",
             m.connections_open.clone(),
         );
         registry.register(
@@ -470,6 +475,7 @@ impl Metrics {
     pub fn encode(&self) -> String {
         self.process.refresh();
         self.alive.refresh();
+        self.pusher.refresh();
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

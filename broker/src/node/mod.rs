@@ -131,6 +131,14 @@ pub struct StreamHandle {
     pub end: tokio::sync::mpsc::UnboundedSender<&'static str>,
 }
 
+/// The Pusher apps' ids and accounts, for their figures (§16).
+fn pusher_apps(config: &Config) -> impl Iterator<Item = (&str, &str)> {
+    config
+        .pusher_apps
+        .iter()
+        .map(|a| (a.id.as_str(), a.account.as_str()))
+}
+
 pub fn history_limits(config: &Config) -> HistoryLimits {
     HistoryLimits {
         size: config.history.size,
@@ -158,10 +166,13 @@ impl Node {
             metrics.hooks.clone(),
         ));
         let hook = Arc::downgrade(&webhooks);
+        let apps = metrics.clone();
+        metrics.pusher.configure(pusher_apps(&config));
         hub.on_occupancy(Box::new(move |channel, occupied| {
             if let Some(w) = hook.upgrade() {
                 w.occupancy_changed(channel, occupied);
             }
+            apps.pusher.occupancy(channel, occupied);
         }));
         let redis = match config.cluster.mode {
             ClusterMode::Memory => None,
@@ -286,6 +297,7 @@ impl Node {
             .set_v6_prefix(config.handshake.ipv6_prefix_len);
         self.webhooks.apply(&crate::webhook::configured(&config));
         self.hooks.apply(&config.hooks);
+        self.metrics.pusher.configure(pusher_apps(&config));
         self.hub
             .set_delivery(DeliveryClasses::new(&config.namespaces));
         let config = Arc::new(config);

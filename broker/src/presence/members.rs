@@ -126,6 +126,9 @@ impl Presence {
             self.metrics.presence.members.inc();
             let n = st.local_users.entry(member.user.clone()).or_default();
             *n += 1;
+            if *n == 1 && crate::protocol::channel::is_pusher(channel) {
+                self.metrics.pusher.presence_user(channel, true);
+            }
             if *n == 1
                 && let Some(w) = self.webhooks.upgrade()
             {
@@ -167,6 +170,9 @@ impl Presence {
             *n -= 1;
             if *n == 0 {
                 st.local_users.remove(&gone.user);
+                if crate::protocol::channel::is_pusher(channel) {
+                    self.metrics.pusher.presence_user(channel, false);
+                }
                 if let Some(w) = self.webhooks.upgrade() {
                     w.member_changed(channel, &gone.user, false);
                 }

@@ -268,8 +268,10 @@ async fn charge(
     }
 }
 
-/// Publishes a priced event on each of its channels; its `info` asked.
-async fn publish(node: &Node, e: &Event, p: &Priced) -> Value {
+/// Publishes a priced event on each of its channels (one event for the
+/// app's figures); its `info` asked.
+async fn publish(node: &Node, app: &PusherApp, e: &Event, p: &Priced) -> Value {
+    node.metrics.pusher.api_events(&app.id, 1);
     let exclude = e.socket_id.as_deref().unwrap_or("");
     let mut info = Map::new();
     for (name, internal) in &p.channels {
@@ -346,7 +348,7 @@ async fn events(
         Ok(b) => b,
         Err(r) => return *r,
     };
-    let info = publish(&node, &e, &priced).await;
+    let info = publish(&node, &app, &e, &priced).await;
     let body = if e.info.is_some() {
         json!({"channels": info})
     } else {
@@ -387,7 +389,7 @@ async fn batch_events(
     };
     let mut infos = Vec::with_capacity(priced.len());
     for (e, p) in b.batch.iter().zip(&priced) {
-        let info = publish(&node, e, p).await;
+        let info = publish(&node, &app, e, p).await;
         infos.push(
             info.as_object()
                 .and_then(|m| m.values().next().cloned())

@@ -1,8 +1,10 @@
-//! Client events (`client-*`, §16): what one must pass before it is sent
-//! on (or asked about, `hooked.rs`), and its fan-out to the channel's
-//! other subscribers with the app's `client_event` webhook.
+//! What a `client-*` event does once the session admitted it (charged, on
+//! a private or presence channel this socket holds, the app allowing
+//! them): published on the app's hub channel, never echoed to its sender,
+//! told to the app's `client_event` webhook, and counted for the app.
 
 use std::any::Any;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -13,9 +15,74 @@ use super::sink::publish_data;
 use super::subscribe::Sub;
 use crate::cluster::Pending;
 use crate::config::PusherApp;
+use crate::idempotency::Published;
+use crate::metrics::pusher::AppTally;
 use crate::node::Node;
 use crate::node::dialect::Link;
 use crate::webhook::event::CLIENT_EVENT;
+
+/// One admitted client event.
+pub(super) struct ClientEvent<'a> {
+    /// The event's name (`client-...`).
+    pub event: &'a str,
+    /// The Pusher name of the channel, and the hub's.
+    pub channel: &'a str,
+    pub internal: &'a Arc<str>,
+    /// The data as the client sent it (a string).
+    pub data: &'a str,
+    pub socket_id: &'a str,
+    /// On a presence channel, the sender's user.
+    pub user: Option<&'a str>,
+}
+
+/// Publishes `e`: the bridge's answer, for the session to wait on when it
+/// is not at once.
+pub(super) fn publish(
+    node: &Node,
+    tally: Option<&AppTally>,
+    e: &ClientEvent<'_>,
+) -> Pending<Published> {
+    let frame = frames::channel_event(e.event, e.channel, e.data, e.user);
+    let published = publish_data(e.socket_id, &frame);
+    node.metrics.published("pusher");
+    if let Some(t) = tally {
+        t.client_event();
+    }
+    node.webhooks.pusher_event(e.internal, CLIENT_EVENT, || {
+        let mut body = json!({"name": CLIENT_EVENT, "channel": e.channel, "event": e.event,
+            "data": e.data, "socket_id": e.socket_id});
+        if let Some(user) = e.user {
+            body["user_id"] = json!(user);
+        }
+        body
+    });
+    node.bridge.publish(e.internal, &published, None)
+}
+
+/// A client event (its hook's `data`, if one rewrote it) published on
+/// `sub`'s channel; the bridge's answer awaited off the connection.
+pub(super) fn send_on(
+    (link, node, tally): (&mut dyn Link, &Node, Option<&AppTally>),
+    (sub, channel, socket_id): (&Sub, &str, &str),
+    event: &str,
+    data: &Value,
+) {
+    let data = frames::data_string(data);
+    let e = ClientEvent {
+        event,
+        channel,
+        internal: &sub.sink.channel,
+        data: &data,
+        socket_id,
+        user: sub.members.as_ref().map(|m| &*m.me.user_id),
+    };
+    if let Pending::Later(f) = publish(node, tally, &e) {
+        link.spawn(Box::pin(async move {
+            f.await;
+            Box::new(()) as Box<dyn Any>
+        }));
+    }
+}
 
 /// Why a client event is not sent on.
 pub(super) enum Refused {
@@ -45,39 +112,6 @@ pub(super) fn check(app: &PusherApp, held: bool, channel: &str) -> Result<(), Re
         ));
     }
     Ok(())
-}
-
-/// `event` with `data` (as the client sent it, or as a hook rewrote it)
-/// to `sub`'s channel, never echoed to the sender (`socket_id`); carries
-/// `user_id` on a presence channel.
-pub(super) fn fan_out(
-    link: &mut dyn Link,
-    node: &Node,
-    socket_id: &str,
-    (sub, channel): (&Sub, &str),
-    event: &str,
-    data: &Value,
-) {
-    let data = frames::data_string(data);
-    let user = sub.members.as_ref().map(|m| &*m.me.user_id);
-    let frame = frames::channel_event(event, channel, &data, user);
-    let published = publish_data(socket_id, &frame);
-    let internal = sub.sink.channel.clone();
-    node.metrics.published("pusher");
-    node.webhooks.pusher_event(&internal, CLIENT_EVENT, || {
-        let mut e = json!({"name": CLIENT_EVENT, "channel": channel, "event": event,
-            "data": data, "socket_id": socket_id});
-        if let Some(user) = user {
-            e["user_id"] = json!(user);
-        }
-        e
-    });
-    if let Pending::Later(f) = node.bridge.publish(&internal, &published, None) {
-        link.spawn(Box::pin(async move {
-            f.await;
-            Box::new(()) as Box<dyn Any>
-        }));
-    }
 }
 
 /// At most one `pusher:error` 4301 a second (§3's `rate_limited`).

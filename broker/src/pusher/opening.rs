@@ -3,7 +3,12 @@
 //! told once the socket is open (`pusher:error`, then the close with the
 //! same code), which is how pusher-js learns not to retry.
 
-use super::frames::code;
+use super::frames::{self, code};
+use crate::config::PusherApp;
+use crate::exceeded::Exceeded;
+use crate::metrics::Layer;
+use crate::node::Node;
+use crate::node::dialect::Link;
 
 /// Protocol versions spoken (pusher-js 8 speaks 7).
 pub const PROTOCOLS: std::ops::RangeInclusive<u32> = 5..=7;
@@ -24,6 +29,21 @@ pub fn refusal(app_known: bool, key: &str, query: &str) -> Option<(u16, String)>
         )),
         _ => None,
     }
+}
+
+/// Tells the refusal and closes, counted as a refused handshake (as a bad
+/// token is on `/v1/ws`): an unknown key `unauthorized`, a protocol
+/// version `bad_request` (charged to the app's account).
+pub fn refuse(node: &Node, app: Option<&PusherApp>, link: &mut dyn Link, code: u16, message: &str) {
+    let (reason, account) = match app {
+        None => ("unauthorized", ""),
+        Some(app) => ("bad_request", app.account.as_str()),
+    };
+    Exceeded::new(Layer::Handshake, reason, account)
+        .conn(link.label())
+        .emit(&node.metrics);
+    link.send(&frames::error(Some(code), message));
+    link.close(code, message);
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use super::activity::{Activity, Clock, PongDue};
 use super::client_event::{self, Notices, Refused};
-use super::frames::{self, Incoming, code};
+use super::frames::{self, Incoming};
 use super::hooked::{self, Asked, Asker, PusherHooks, Ready};
 use super::names;
 use super::opening;
@@ -34,6 +34,7 @@ use crate::exceeded::Exceeded;
 use crate::hooks::Decision;
 use crate::hub::{Sink, Subscriber};
 use crate::metrics::Layer;
+use crate::metrics::pusher::AppTally;
 use crate::node::Node;
 use crate::node::dialect::{Dialect, Link, Refusal};
 use crate::presence::{Full, Pending as Joining};
@@ -52,6 +53,7 @@ pub(super) fn open(node: &Arc<Node>, head: &RequestHead) -> Box<dyn Dialect> {
         channels: HashMap::new(),
         clock: Clock::new(),
         notices: Notices::default(),
+        tally: None,
         user: User::default(),
         hooks: PusherHooks::default(),
     })
@@ -70,6 +72,9 @@ struct PusherWs {
     clock: Clock,
     /// `pusher:error` 4301, at most one a second.
     notices: Notices,
+    /// The app's figures (`metrics/pusher.rs`), held from the open to the
+    /// close so the connection is counted exactly once each way.
+    tally: Option<Arc<AppTally>>,
     /// Signed in or not (`pusher:signin`).
     user: User,
     /// Subscribes and client events a §15 hook is asked about.
@@ -122,16 +127,8 @@ impl PusherWs {
     fn frame(&mut self, link: &mut dyn Link, text: &str) {
         let costs = link.limits().costs.clone();
         let Ok(msg) = serde_json::from_str::<Incoming>(text) else {
-            if link
-                .charge_account_frame(costs.malformed, text.len())
-                .is_ok()
-            {
-                link.send(&frames::error(
-                    None,
-                    "Invalid JSON: a frame is {\"event\",\"data\"}",
-                ));
-            }
-            return;
+            let why = "Invalid JSON: a frame is {\"event\",\"data\"}";
+            return self.malformed(link, (costs.malformed, text.len()), why);
         };
         match msg.event.as_str() {
             "pusher:ping" => {
@@ -146,11 +143,8 @@ impl PusherWs {
                     .charge_account_frame(costs.subscribe, text.len())
                     .is_ok()
                 {
-                    let app = self
-                        .app
-                        .clone()
-                        .expect("a refused connection reads no frame");
-                    self.user.signin(link, &app, &self.socket_id, &msg.data);
+                    let app = self.app.as_deref().expect("an open connection's app");
+                    self.user.signin(link, app, &self.socket_id, &msg.data);
                 }
             }
             "pusher:unsubscribe" => {
@@ -167,17 +161,27 @@ impl PusherWs {
             }
             e if e.starts_with("client-") => self.client_event(link, &msg, text.len()),
             _ => {
-                if link
-                    .charge_account_frame(costs.malformed, text.len())
-                    .is_ok()
-                {
-                    link.send(&frames::error(
-                        None,
-                        &format!("Unknown event {:?}", msg.event),
-                    ));
-                }
+                let why = format!("Unknown event {:?}", msg.event);
+                self.malformed(link, (costs.malformed, text.len()), &why);
             }
         }
+    }
+
+    /// A frame that is not Pusher's: charged, counted, answered.
+    fn malformed(&self, link: &mut dyn Link, (units, bytes): (u32, usize), why: &str) {
+        if link.charge_account_frame(units, bytes).is_ok() {
+            self.refused(link, "bad_request");
+            link.send(&frames::error(None, why));
+        }
+    }
+
+    /// A refusal on this connection, counted under `layer="connection"` as
+    /// a `/v1/ws` socket's (`bad_request`, `forbidden`, the caps).
+    fn refused(&self, link: &mut dyn Link, reason: &'static str) {
+        let account = self.app.as_deref().map_or("", |a| &a.account);
+        Exceeded::new(Layer::Connection, reason, account)
+            .conn(link.label())
+            .emit(&self.node.metrics);
     }
 
     fn refuse_sub(&self, link: &mut dyn Link, channel: &str, kind: &str, error: &str, status: u16) {
@@ -199,6 +203,7 @@ impl PusherWs {
             }
         } else if !names::valid(channel) {
             let r = subscribe::invalid_name();
+            self.refused(link, "bad_request");
             return self.refuse_sub(link, channel, r.kind, &r.error, r.status);
         }
         if self.repeated(link, channel) {
@@ -208,14 +213,11 @@ impl PusherWs {
         // Subscribes a hook is asked about count: the cap holds meanwhile.
         let cap = subscription_cap(&limits, self.channels.len() + self.hooks.pending() + 1);
         if cap.is_over() {
-            Exceeded::new(
-                Layer::Connection,
-                "too_many_subscriptions",
-                &self.app().account,
-            )
-            .conn(link.label())
-            .dry_run(cap.is_dry_run())
-            .emit(&self.node.metrics);
+            let over = "too_many_subscriptions";
+            let e = Exceeded::new(Layer::Connection, over, &self.app().account);
+            e.conn(link.label())
+                .dry_run(cap.is_dry_run())
+                .emit(&self.node.metrics);
         }
         if let Cap::Refused { max } = cap {
             let why = format!("a connection may hold at most {max} subscriptions");
@@ -224,11 +226,7 @@ impl PusherWs {
         let me = match subscribe::check(self.app(), &self.socket_id, channel, data) {
             Ok(me) => me,
             Err(r) => {
-                if let Some(reason) = r.reason {
-                    Exceeded::new(Layer::Connection, reason, &self.app().account)
-                        .conn(link.label())
-                        .emit(&self.node.metrics);
-                }
+                self.refused(link, r.reason);
                 return self.refuse_sub(link, channel, r.kind, &r.error, r.status);
             }
         };
@@ -312,9 +310,7 @@ impl PusherWs {
             if let Some(sub) = self.channels.remove(&channel) {
                 self.leave(&sub);
             }
-            Exceeded::new(Layer::Connection, "presence_full", &self.app().account)
-                .conn(link.label())
-                .emit(&self.node.metrics);
+            self.refused(link, "presence_full");
             return self.refuse_sub(link, &channel, "LimitReached", "presence_full", 403);
         }
         if !names::is_cache(&channel) {
@@ -390,10 +386,12 @@ impl PusherWs {
             );
         }
         let held = self.channels.contains_key(channel);
-        match client_event::check(self.app(), held, channel) {
-            Ok(()) => {}
-            Err(Refused::Notice(why)) => return self.notices.send(link, why),
-            Err(Refused::Error(why)) => return link.send(&frames::error(None, &why)),
+        if let Err(r) = client_event::check(self.app(), held, channel) {
+            self.refused(link, "forbidden");
+            return match r {
+                Refused::Notice(why) => self.notices.send(link, why),
+                Refused::Error(why) => link.send(&frames::error(None, &why)),
+            };
         }
         let asked = Asked::ClientEvent {
             event: msg.event.clone(),
@@ -404,12 +402,17 @@ impl PusherWs {
         }
     }
 
-    /// A client event (its hook's `data`, if one rewrote it) to the
-    /// channel's other subscribers; dropped if unsubscribed meanwhile.
+    /// A client event to the channel's other subscribers; dropped if
+    /// unsubscribed meanwhile.
     fn fan_out(&mut self, link: &mut dyn Link, channel: &str, event: &str, data: &Value) {
         if let Some(sub) = self.channels.get(channel) {
-            let to = (sub, channel);
-            client_event::fan_out(link, &self.node, &self.socket_id, to, event, data);
+            let (node, tally) = (&*self.node, self.tally.as_deref());
+            client_event::send_on(
+                (link, node, tally),
+                (sub, channel, &self.socket_id),
+                event,
+                data,
+            );
         }
     }
 }
@@ -417,8 +420,11 @@ impl PusherWs {
 impl Dialect for PusherWs {
     fn opened(&mut self, link: &mut dyn Link) {
         if let Some((code, message)) = self.refusal.take() {
-            link.send(&frames::error(Some(code), &message));
-            return link.close(code, &message);
+            return opening::refuse(&self.node, self.app.as_deref(), link, code, &message);
+        }
+        self.tally = self.node.metrics.pusher.app(&self.app().id);
+        if let Some(t) = &self.tally {
+            t.connection(true);
         }
         let config = self.node.config.load();
         self.socket_id = names::socket_id(&config.node.id, link.conn()).into();
@@ -472,6 +478,9 @@ impl Dialect for PusherWs {
     fn drained(&mut self, _link: &mut dyn Link, _dropped: u64) {}
 
     fn stopping(&mut self, _node: &Node) {
+        if let Some(t) = self.tally.take() {
+            t.connection(false);
+        }
         for (_, sub) in std::mem::take(&mut self.channels) {
             self.leave(&sub);
         }
@@ -479,19 +488,9 @@ impl Dialect for PusherWs {
         self.user = User::default();
     }
 
-    /// pusher-js retries 41xx after a backoff and 42xx at once; it never
-    /// reconnects on 4000–4099. A slow reader, an operator's close and the
-    /// account's budget are 4100 (never 4200: an immediate reconnect of
-    /// every abusive connection would be a storm); the drain is 4200
-    /// (reconnect, to another node).
+    /// In Pusher's words (`frames::close_code`).
     fn close_code(&self, c: CloseCode) -> u16 {
-        match c {
-            CloseCode::GoingAway | CloseCode::ServiceRestart => code::RECONNECT,
-            CloseCode::InvalidUtf8 | CloseCode::MessageTooBig | CloseCode::ProtocolError => {
-                c.code()
-            }
-            _ => code::OVER_CAPACITY,
-        }
+        frames::close_code(c)
     }
 
     fn transport(&self) -> &'static str {

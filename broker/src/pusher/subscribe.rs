@@ -42,7 +42,7 @@ pub(super) fn invalid_name() -> Refused {
         kind: "InvalidChannel",
         error: "a channel name is 1-200 bytes of [A-Za-z0-9_-=@,.;]".into(),
         status: 400,
-        reason: None,
+        reason: "bad_request",
     }
 }
 
@@ -54,7 +54,7 @@ pub(super) struct Refused {
     pub error: String,
     pub status: u16,
     /// Counted under `tidegate_rejections_total` as this reason.
-    pub reason: Option<&'static str>,
+    pub reason: &'static str,
 }
 
 /// Checks a subscription to `channel` (a valid name) for `socket_id`: its
@@ -89,7 +89,7 @@ pub(super) fn check(
                     "Invalid signature: the auth of {channel} does not sign it for this socket"
                 ),
                 status: 401,
-                reason: Some("unauthorized"),
+                reason: "unauthorized",
             });
         }
     }
@@ -100,6 +100,6 @@ pub(super) fn check(
             kind: "InvalidChannelData",
             error: bad.to_string(),
             status: 400,
-            reason: None,
+            reason: "bad_request",
         })
 }

@@ -7,6 +7,7 @@ mod account_precision;
 mod accounts;
 mod admin;
 mod admin_cluster;
+mod admin_pusher;
 mod admission;
 mod auth_keys;
 mod bad_input;

@@ -72,9 +72,6 @@ function renderNodes(o) {
 
 function renderAccounts(o) {
   fill($("accounts").tBodies[0], o.accounts.map((a) => {
-    const pct = Math.round(a.pressure * 100);
-    const bar = el("span", { class: pct >= 90 ? "bar hot" : "bar" }, el("span"));
-    bar.firstChild.style.width = `${pct}%`;
     const budget = a.budgetCapacity == null ? "—" : `${fmt(a.budgetRemaining)} / ${fmt(a.budgetCapacity)}`;
     const ban = el("button", { type: "button" }, "Ban…");
     ban.addEventListener("click", () => { $("ban-kind").value = "account"; $("ban-value").value = a.account; $("ban-value").focus(); });
@@ -83,7 +80,7 @@ function renderAccounts(o) {
       el("td", {}, a.account),
       el("td", { class: "num" }, `${a.connections} / ${a.maxConnections}`),
       el("td", { class: "num" }, budget),
-      el("td", {}, bar, ` ${pct}%`),
+      el("td", {}, ...pressureBar(a.pressure)),
       el("td", {}, ban));
   }), "no accounts connected");
 }
@@ -133,6 +130,48 @@ function renderChart(o) {
     : [el("li", { class: "muted" }, "no rejections in this window")]));
 }
 
+function pressureBar(pressure) {
+  const pct = Math.round(pressure * 100);
+  const bar = el("span", { class: pct >= 90 ? "bar hot" : "bar" }, el("span"));
+  bar.firstChild.style.width = `${pct}%`;
+  return [bar, ` ${pct}%`];
+}
+
+// Each Pusher app (§16): its figures summed over the nodes, its refusals
+// by layer/reason, its webhook endpoints' health and its account's use.
+function renderPusherApps(o) {
+  const apps = o.pusherApps || [];
+  $("pusher-apps-section").hidden = apps.length === 0;
+  fill($("pusher-apps").tBodies[0], apps.map((a) => {
+    const refused = a.refusals.length
+      ? a.refusals.map((r) => `${r.layer}/${r.reason} ${fmt(r.count)}`).join(", ")
+      : "none";
+    const hooks = a.webhooks.length
+      ? a.webhooks.map((w) => `${w.id} ${w.healthy ? "healthy" : "unhealthy"} (${fmt(w.queued)} queued)`).join(", ")
+      : "—";
+    const unhealthy = a.webhooks.some((w) => !w.healthy);
+    const l = a.limits;
+    // Disconnecting an app is disconnecting its account (every node, 4100
+    // on this wire): the button fills the form, which confirms first.
+    const off = el("button", { type: "button" }, "Disconnect…");
+    off.addEventListener("click", () => { $("disconnect-kind").value = "account"; $("disconnect-value").value = a.account; $("disconnect-value").focus(); });
+    off.hidden = role !== "admin";
+    return el("tr", { "data-app": a.id },
+      el("td", {}, a.id),
+      el("td", {}, el("code", {}, a.key)),
+      el("td", {}, a.account),
+      el("td", { class: "num" }, fmt(a.connections)),
+      el("td", { class: "num" }, fmt(a.channels)),
+      el("td", { class: "num" }, fmt(a.presenceUsers)),
+      el("td", { class: "num" }, fmt(a.clientEvents)),
+      el("td", { class: "num" }, fmt(a.apiEvents)),
+      el("td", { class: a.refusals.length ? "" : "muted" }, refused),
+      el("td", { class: unhealthy ? "error" : "" }, hooks),
+      el("td", { title: `account ${l.account}: ${l.connections} / ${l.maxConnections} connections` }, ...pressureBar(l.pressure)),
+      el("td", {}, off));
+  }), "no Pusher apps configured");
+}
+
 function renderWebhooks(o) {
   const hooks = o.webhooks || [];
   fill($("webhooks").tBodies[0], hooks.map((w) =>
@@ -161,6 +200,7 @@ function render(o) {
   renderNodes(o);
   renderAccounts(o);
   renderChart(o);
+  renderPusherApps(o);
   renderWebhooks(o);
   renderBans(o);
 }
