@@ -16,6 +16,7 @@ mod breaker;
 mod cache;
 mod hook;
 mod http;
+pub mod order;
 pub mod wire;
 
 use std::future::Future;

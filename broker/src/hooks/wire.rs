@@ -79,6 +79,10 @@ impl Ask {
 
     /// What identical calls share (§15: event, client IP, for `connect`
     /// the passed headers, `sub`, channel and data; an rpc's method too).
+    /// `info` too: hooks are global while Pusher apps are tenants, and a
+    /// Pusher client's `info` names its app, so the same user id on the
+    /// same channel name in two apps is two questions (for a token it
+    /// only narrows sharing to askers the backend is told the same of).
     /// Full text, not a hash: two different askers must never share an
     /// answer.
     pub fn key(&self) -> String {
@@ -87,6 +91,7 @@ impl Ask {
             self.client.ip.to_string(),
             self.headers,
             self.client.sub.as_deref(),
+            self.client.info.as_deref(),
             self.channel,
             self.method,
             self.data.as_ref().map(|d| d.get()),
@@ -403,5 +408,8 @@ mod tests {
         );
         b.client.sub = Some("u2".into());
         assert_ne!(a.key(), b.key());
+        let mut c = a.clone();
+        c.client.info = Some(r#"{"app":"2"}"#.into());
+        assert_ne!(a.key(), c.key(), "another Pusher app does not share");
     }
 }

@@ -110,6 +110,20 @@ pub fn data_string(data: &Value) -> String {
     }
 }
 
+/// A socket's close in Pusher's code. pusher-js retries 41xx after a
+/// backoff and 42xx at once; it never reconnects on 4000–4099. A slow
+/// reader, an operator's close and the account's budget are 4100 (never
+/// 4200: an immediate reconnect of every abusive connection would be a
+/// storm); the drain is 4200 (reconnect, to another node).
+pub fn close_code(c: crate::protocol::CloseCode) -> u16 {
+    use crate::protocol::CloseCode;
+    match c {
+        CloseCode::GoingAway | CloseCode::ServiceRestart => code::RECONNECT,
+        CloseCode::InvalidUtf8 | CloseCode::MessageTooBig | CloseCode::ProtocolError => c.code(),
+        _ => code::OVER_CAPACITY,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

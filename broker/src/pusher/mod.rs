@@ -30,6 +30,7 @@ pub mod api;
 pub mod auth;
 mod client_event;
 pub mod frames;
+mod hooked;
 mod md5;
 pub mod names;
 mod opening;

@@ -7,22 +7,23 @@
 //! 4301 at most once a second, a subscription over it is refused with
 //! status 429; the connection stays open. The activity clock
 //! (`activity.rs`) pings a silent client and closes 4201 when the pong does
-//! not come; the user a `pusher:signin` names is `user.rs`'s.
+//! not come; the user a `pusher:signin` names is `user.rs`'s. §15's hooks
+//! decide subscribes and client events on the channels they cover (`hooked.rs`).
 
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use actix_http::RequestHead;
 use serde_json::{Value, json};
 
 use super::activity::{Activity, Clock, PongDue};
-use super::client_event::{self, ClientEvent};
-use super::frames::{self, Incoming, code};
-use super::names::{self, Kind};
+use super::client_event::{self, Notices, Refused};
+use super::frames::{self, Incoming};
+use super::hooked::{self, Asked, Asker, PusherHooks, Ready};
+use super::names;
 use super::opening;
-use super::presence::{self, PusherMembers};
+use super::presence::{self, ChannelData, PusherMembers};
 use super::sink::{PusherSink, Replay};
 use super::subscribe::{self, Sub};
 use super::user::User;
@@ -30,6 +31,7 @@ use crate::admission::{Cap, subscription_cap};
 use crate::cluster::{ChannelRead, Pending};
 use crate::config::PusherApp;
 use crate::exceeded::Exceeded;
+use crate::hooks::Decision;
 use crate::hub::{Sink, Subscriber};
 use crate::metrics::Layer;
 use crate::metrics::pusher::AppTally;
@@ -38,9 +40,6 @@ use crate::node::dialect::{Dialect, Link, Refusal};
 use crate::presence::{Full, Pending as Joining};
 use crate::protocol::CloseCode;
 use crate::webhook::event::CACHE_MISS;
-
-/// At most one `pusher:error` 4301 a second (§3's `rate_limited`).
-const NOTICE_INTERVAL: Duration = Duration::from_secs(1);
 
 pub(super) fn open(node: &Arc<Node>, head: &RequestHead) -> Box<dyn Dialect> {
     let key = head.uri.path().strip_prefix(super::WS_PREFIX).unwrap_or("");
@@ -53,9 +52,10 @@ pub(super) fn open(node: &Arc<Node>, head: &RequestHead) -> Box<dyn Dialect> {
         socket_id: Arc::from(""),
         channels: HashMap::new(),
         clock: Clock::new(),
-        last_notice: None,
+        notices: Notices::default(),
         tally: None,
         user: User::default(),
+        hooks: PusherHooks::default(),
     })
 }
 
@@ -70,13 +70,15 @@ struct PusherWs {
     /// subscribe past it is refused.
     channels: HashMap<String, Sub>,
     clock: Clock,
-    /// When the last `pusher:error` 4301 went out.
-    last_notice: Option<Instant>,
+    /// `pusher:error` 4301, at most one a second.
+    notices: Notices,
     /// The app's figures (`metrics/pusher.rs`), held from the open to the
     /// close so the connection is counted exactly once each way.
     tally: Option<Arc<AppTally>>,
     /// Signed in or not (`pusher:signin`).
     user: User,
+    /// Subscribes and client events a §15 hook is asked about.
+    hooks: PusherHooks,
 }
 
 /// A cache channel's last event was read.
@@ -92,34 +94,41 @@ impl PusherWs {
             .expect("a refused connection reads no frame")
     }
 
-    /// A frame the connection's bucket refused: a client event is dropped
-    /// with at most one `pusher:error` 4301 a second.
-    fn notice(&mut self, link: &mut dyn Link, message: &str) {
-        let now = Instant::now();
-        if self
-            .last_notice
-            .is_some_and(|t| now.duration_since(t) < NOTICE_INTERVAL)
-        {
-            return;
+    /// Asks a hook about `asked` on `channel` (`hooked.rs`): `Some`, none
+    /// decides it, go on now.
+    fn ask(&mut self, link: &mut dyn Link, channel: &str, asked: Asked) -> Option<Asked> {
+        let asker = Asker {
+            app: self.app.as_deref().expect("an open connection's app"),
+            socket_id: &self.socket_id,
+            user: self.user.id(),
+        };
+        self.hooks.ask(link, &asker, channel, asked)
+    }
+
+    /// A hook's answer whose turn came.
+    fn hooked(&mut self, link: &mut dyn Link, ready: Ready) {
+        let app = self.app.clone().expect("an open connection's app");
+        let (channel, allowed) = (&*ready.channel, ready.decision.allows());
+        match ready.asked {
+            // Unsubscribed while the hook was asked: not joined.
+            Asked::Subscribe(_) if ready.cancelled => {}
+            Asked::Subscribe(me) if allowed => self.join(link, channel, me),
+            Asked::Subscribe(_) => hooked::refuse_subscription(link, &app, channel, ready.decision),
+            Asked::ClientEvent { event, data } => match ready.decision {
+                Decision::Allowed { result, .. } => {
+                    let data = result.get("data").unwrap_or(&data);
+                    self.fan_out(link, channel, &event, data);
+                }
+                refused => hooked::refuse_event(link, &app, channel, refused),
+            },
         }
-        self.last_notice = Some(now);
-        link.send(&frames::error(Some(code::CLIENT_EVENT_REJECTED), message));
     }
 
     fn frame(&mut self, link: &mut dyn Link, text: &str) {
         let costs = link.limits().costs.clone();
         let Ok(msg) = serde_json::from_str::<Incoming>(text) else {
-            if link
-                .charge_account_frame(costs.malformed, text.len())
-                .is_ok()
-            {
-                self.refused(link, "bad_request");
-                link.send(&frames::error(
-                    None,
-                    "Invalid JSON: a frame is {\"event\",\"data\"}",
-                ));
-            }
-            return;
+            let why = "Invalid JSON: a frame is {\"event\",\"data\"}";
+            return self.malformed(link, (costs.malformed, text.len()), why);
         };
         match msg.event.as_str() {
             "pusher:ping" => {
@@ -134,11 +143,8 @@ impl PusherWs {
                     .charge_account_frame(costs.subscribe, text.len())
                     .is_ok()
                 {
-                    let app = self
-                        .app
-                        .clone()
-                        .expect("a refused connection reads no frame");
-                    self.user.signin(link, &app, &self.socket_id, &msg.data);
+                    let app = self.app.as_deref().expect("an open connection's app");
+                    self.user.signin(link, app, &self.socket_id, &msg.data);
                 }
             }
             "pusher:unsubscribe" => {
@@ -146,24 +152,26 @@ impl PusherWs {
                     .charge_account_frame(costs.unsubscribe, text.len())
                     .is_ok()
                     && let Some(ch) = msg.data.get("channel").and_then(Value::as_str)
-                    && let Some(sub) = self.channels.remove(ch)
                 {
-                    self.leave(&sub);
+                    self.hooks.cancel(ch);
+                    if let Some(sub) = self.channels.remove(ch) {
+                        self.leave(&sub);
+                    }
                 }
             }
             e if e.starts_with("client-") => self.client_event(link, &msg, text.len()),
             _ => {
-                if link
-                    .charge_account_frame(costs.malformed, text.len())
-                    .is_ok()
-                {
-                    self.refused(link, "bad_request");
-                    link.send(&frames::error(
-                        None,
-                        &format!("Unknown event {:?}", msg.event),
-                    ));
-                }
+                let why = format!("Unknown event {:?}", msg.event);
+                self.malformed(link, (costs.malformed, text.len()), &why);
             }
+        }
+    }
+
+    /// A frame that is not Pusher's: charged, counted, answered.
+    fn malformed(&self, link: &mut dyn Link, (units, bytes): (u32, usize), why: &str) {
+        if link.charge_account_frame(units, bytes).is_ok() {
+            self.refused(link, "bad_request");
+            link.send(&frames::error(None, why));
         }
     }
 
@@ -198,26 +206,18 @@ impl PusherWs {
             self.refused(link, "bad_request");
             return self.refuse_sub(link, channel, r.kind, &r.error, r.status);
         }
-        if self.channels.contains_key(channel) {
-            // Pusher answers a repeated subscribe as a first one.
-            link.send(&frames::event(
-                "pusher_internal:subscription_succeeded",
-                Some(channel),
-                "{}",
-            ));
+        if self.repeated(link, channel) {
             return;
         }
         let limits = link.limits();
-        let cap = subscription_cap(&limits, self.channels.len() + 1);
+        // Subscribes a hook is asked about count: the cap holds meanwhile.
+        let cap = subscription_cap(&limits, self.channels.len() + self.hooks.pending() + 1);
         if cap.is_over() {
-            Exceeded::new(
-                Layer::Connection,
-                "too_many_subscriptions",
-                &self.app().account,
-            )
-            .conn(link.label())
-            .dry_run(cap.is_dry_run())
-            .emit(&self.node.metrics);
+            let over = "too_many_subscriptions";
+            let e = Exceeded::new(Layer::Connection, over, &self.app().account);
+            e.conn(link.label())
+                .dry_run(cap.is_dry_run())
+                .emit(&self.node.metrics);
         }
         if let Cap::Refused { max } = cap {
             let why = format!("a connection may hold at most {max} subscriptions");
@@ -230,6 +230,24 @@ impl PusherWs {
                 return self.refuse_sub(link, channel, r.kind, &r.error, r.status);
             }
         };
+        if let Some(Asked::Subscribe(me)) = self.ask(link, channel, Asked::Subscribe(me)) {
+            self.join(link, channel, me);
+        }
+    }
+
+    /// Pusher answers a repeated subscribe as a first one.
+    fn repeated(&self, link: &mut dyn Link, channel: &str) -> bool {
+        let held = self.channels.contains_key(channel);
+        let ok = "pusher_internal:subscription_succeeded";
+        held.then(|| link.send(&frames::event(ok, Some(channel), "{}")))
+            .is_some()
+    }
+
+    /// Joins a subscription that passed its checks (and its hook).
+    fn join(&mut self, link: &mut dyn Link, channel: &str, me: Option<ChannelData>) {
+        if self.repeated(link, channel) {
+            return;
+        }
         let internal: Arc<str> = names::internal(&self.app().id, channel).into();
         let conn = self.node.next_conn();
         let sink = PusherSink::new(
@@ -362,46 +380,39 @@ impl PusherWs {
         let units = crate::pricing::publish(&costs, data.len(), 0);
         if let Err(r) = link.charge_account_frame(units, bytes) {
             let wait = r.retry_after.as_millis();
-            return self.notice(
+            return self.notices.send(
                 link,
                 &format!("client event rejected: over the rate limit, retry in {wait} ms"),
             );
         }
-        if !self.app().client_events {
+        let held = self.channels.contains_key(channel);
+        if let Err(r) = client_event::check(self.app(), held, channel) {
             self.refused(link, "forbidden");
-            return self.notice(link, "client events are disabled for this app");
+            return match r {
+                Refused::Notice(why) => self.notices.send(link, why),
+                Refused::Error(why) => link.send(&frames::error(None, &why)),
+            };
         }
-        let Some(sub) = self.channels.get(channel) else {
-            self.refused(link, "forbidden");
-            return link.send(&frames::error(
-                None,
-                &format!("client event on {channel:?}, which this socket is not subscribed to"),
-            ));
+        let asked = Asked::ClientEvent {
+            event: msg.event.clone(),
+            data: msg.data.clone(),
         };
-        if !matches!(
-            names::kind(channel),
-            Kind::Private | Kind::Encrypted | Kind::Presence
-        ) {
-            self.refused(link, "forbidden");
-            return link.send(&frames::error(
-                None,
-                "client events are only for private and presence channels",
-            ));
+        if let Some(Asked::ClientEvent { event, data }) = self.ask(link, channel, asked) {
+            self.fan_out(link, channel, &event, &data);
         }
-        let event = ClientEvent {
-            event: &msg.event,
-            channel,
-            internal: &sub.sink.channel,
-            data: &data,
-            socket_id: &self.socket_id,
-            user: sub.members.as_ref().map(|m| &*m.me.user_id),
-        };
-        let tally = self.tally.as_deref();
-        if let Pending::Later(f) = client_event::publish(&self.node, tally, &event) {
-            link.spawn(Box::pin(async move {
-                f.await;
-                Box::new(()) as Box<dyn Any>
-            }));
+    }
+
+    /// A client event to the channel's other subscribers; dropped if
+    /// unsubscribed meanwhile.
+    fn fan_out(&mut self, link: &mut dyn Link, channel: &str, event: &str, data: &Value) {
+        if let Some(sub) = self.channels.get(channel) {
+            let (node, tally) = (&*self.node, self.tally.as_deref());
+            client_event::send_on(
+                (link, node, tally),
+                (sub, channel, &self.socket_id),
+                event,
+                data,
+            );
         }
     }
 }
@@ -446,6 +457,10 @@ impl Dialect for PusherWs {
             Ok(c) => return self.succeed(link, &c.0, &c.1, Some(c.2)),
             Err(other) => other,
         };
+        let output = match self.hooks.done(output) {
+            Ok(ready) => return ready.into_iter().for_each(|r| self.hooked(link, r)),
+            Err(other) => other,
+        };
         let Some(app) = self.app.clone() else { return };
         let output = match self.user.done(link, &app, output) {
             Ok(()) => return,
@@ -473,19 +488,9 @@ impl Dialect for PusherWs {
         self.user = User::default();
     }
 
-    /// pusher-js retries 41xx after a backoff and 42xx at once; it never
-    /// reconnects on 4000–4099. A slow reader, an operator's close and the
-    /// account's budget are 4100 (never 4200: an immediate reconnect of
-    /// every abusive connection would be a storm); the drain is 4200
-    /// (reconnect, to another node).
+    /// In Pusher's words (`frames::close_code`).
     fn close_code(&self, c: CloseCode) -> u16 {
-        match c {
-            CloseCode::GoingAway | CloseCode::ServiceRestart => code::RECONNECT,
-            CloseCode::InvalidUtf8 | CloseCode::MessageTooBig | CloseCode::ProtocolError => {
-                c.code()
-            }
-            _ => code::OVER_CAPACITY,
-        }
+        frames::close_code(c)
     }
 
     fn transport(&self) -> &'static str {

@@ -90,6 +90,14 @@ fn user_id(user_data: &str) -> Option<Arc<str>> {
 }
 
 impl User {
+    /// The signed-in user's id (a hook's `client.sub`).
+    pub fn id(&self) -> Option<Arc<str>> {
+        match &self.state {
+            State::In { id, .. } => Some(id.clone()),
+            _ => None,
+        }
+    }
+
     /// Whether this connection may hold `#server-to-user-{id}`: only once
     /// signed in as `id`.
     pub fn holds(&self, id: &str) -> bool {

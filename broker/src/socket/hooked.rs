@@ -3,7 +3,7 @@
 //! already (`handle.rs`); the call runs on the hooks' runtime and its
 //! answer comes back to the actor as a future's output, so other frames
 //! go on meanwhile; answers on one channel apply in frame order
-//! (`hook_order.rs`).
+//! (`hooks/order.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;

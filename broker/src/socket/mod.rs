@@ -7,7 +7,6 @@ mod channels;
 mod delivery;
 mod handle;
 pub mod handshake;
-mod hook_order;
 mod hook_session;
 mod hooked;
 pub(crate) mod inbound;
@@ -135,7 +134,7 @@ pub struct Socket {
     /// The close at the token's deadline (`socket/refresh.rs`).
     expiry: Option<SpawnHandle>,
     /// Hook answers applied in frame order per channel (`socket/hooked.rs`).
-    hook_order: hook_order::HookOrder<hooked::Hooked>,
+    hook_order: crate::hooks::order::HookOrder<hooked::Hooked>,
     /// The refresh hook's call before a hook-given expiry
     /// (`socket/hook_session.rs`).
     hook_refresh: Option<SpawnHandle>,

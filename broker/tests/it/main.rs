@@ -79,6 +79,7 @@ mod presence_webhooks;
 mod process;
 mod pusher_api;
 mod pusher_cache;
+mod pusher_hooks;
 mod pusher_presence;
 mod pusher_users;
 mod pusher_webhooks;

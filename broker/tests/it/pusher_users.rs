@@ -33,7 +33,7 @@ async fn send_signin(c: &mut Client, socket_id: &str, user: &str, secret: &str) 
 }
 
 /// Signs in as `user` and returns the answer.
-async fn signin(c: &mut Client, socket_id: &str, user: &str) -> Value {
+pub(crate) async fn signin(c: &mut Client, socket_id: &str, user: &str) -> Value {
     send_signin(c, socket_id, user, SECRET).await;
     c.next_json().await
 }

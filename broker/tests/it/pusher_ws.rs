@@ -34,7 +34,7 @@ pub(crate) async fn connected(b: &Broker, key: &str) -> (Client, String) {
     (c, data["socket_id"].as_str().unwrap().to_owned())
 }
 
-fn auth(key: &str, secret: &str, socket_id: &str, channel: &str) -> String {
+pub(crate) fn auth(key: &str, secret: &str, socket_id: &str, channel: &str) -> String {
     format!(
         "{key}:{}",
         hmac_hex(
@@ -55,7 +55,7 @@ pub(crate) async fn subscribe(c: &mut Client, channel: &str, auth: Option<&str>)
 }
 
 /// A ping answered: everything queued before it has been read.
-async fn sync(c: &mut Client) -> Value {
+pub(crate) async fn sync(c: &mut Client) -> Value {
     c.send(json!({"event":"pusher:ping","data":{}})).await;
     c.next_json().await
 }

@@ -1,5 +1,5 @@
 //! Hook answers applied in frame order per channel (§15): the calls of one
-//! socket run concurrently, but a subscribe and the publishes after it on
+//! connection run concurrently, but a subscribe and the publishes after it on
 //! the same channel take effect in the order the client sent them, however
 //! the backend's answers arrive. Bounded by the frames in flight, each
 //! already paid for and answered within its hook's `timeout_ms`.
@@ -17,7 +17,7 @@ struct Lane<T> {
 }
 
 #[derive(Debug)]
-pub(super) struct HookOrder<T> {
+pub struct HookOrder<T> {
     lanes: HashMap<Arc<str>, Lane<T>>,
 }
 
@@ -31,7 +31,7 @@ impl<T> Default for HookOrder<T> {
 
 impl<T> HookOrder<T> {
     /// A ticket for the next call on `channel`.
-    pub(super) fn issue(&mut self, channel: &str) -> u64 {
+    pub fn issue(&mut self, channel: &str) -> u64 {
         let lane = self.lanes.entry(channel.into()).or_insert(Lane {
             issued: 0,
             applied: 0,
@@ -44,7 +44,7 @@ impl<T> HookOrder<T> {
 
     /// The client unsubscribed `channel`: calls issued so far come back
     /// marked, so a subscribe asked before it does not happen after it.
-    pub(super) fn cancel(&mut self, channel: &str) {
+    pub fn cancel(&mut self, channel: &str) {
         if let Some(lane) = self.lanes.get_mut(channel) {
             lane.cancelled_upto = lane.issued;
         }
@@ -52,7 +52,7 @@ impl<T> HookOrder<T> {
 
     /// The answer of `ticket` came: what can be applied now, in order,
     /// each with whether an unsubscribe came after it was asked.
-    pub(super) fn complete(&mut self, channel: &str, ticket: u64, item: T) -> Vec<(T, bool)> {
+    pub fn complete(&mut self, channel: &str, ticket: u64, item: T) -> Vec<(T, bool)> {
         let Some(lane) = self.lanes.get_mut(channel) else {
             return vec![(item, false)];
         };
@@ -69,7 +69,7 @@ impl<T> HookOrder<T> {
     }
 
     /// Calls still waiting for their turn or their answer.
-    pub(super) fn pending(&self) -> usize {
+    pub fn pending(&self) -> usize {
         self.lanes
             .values()
             .map(|l| (l.issued - l.applied) as usize)
