@@ -12,7 +12,11 @@ use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::unix_ms;
+use crate::exceeded::Exceeded;
 use crate::gate::ip_key;
+use crate::metrics::{Layer, Metrics};
+use crate::protocol::ErrorCode;
+use crate::refusal::refusal;
 
 /// What a ban names: `{"account":"acme"}` or `{"ip":"203.0.113.7"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -63,6 +67,21 @@ impl Ban {
             "{} is banned by an operator for another {} s",
             self.target,
             self.remaining.as_millis().div_ceil(1000)
+        )
+    }
+
+    /// An HTTP publish's answer under this ban (§10; `/v1/publish`, the
+    /// Pusher API's triggers): 403 `banned` with `Retry-After` = the
+    /// ban's remaining time, counted once under the `http` layer.
+    pub fn http_refusal(&self, account: &str, metrics: &Metrics) -> actix_web::HttpResponse {
+        Exceeded::new(Layer::Http, ErrorCode::Banned.as_str(), account)
+            .reset(self.remaining)
+            .emit(metrics);
+        refusal(
+            actix_web::http::StatusCode::FORBIDDEN,
+            ErrorCode::Banned,
+            &self.message(),
+            Some(self.remaining),
         )
     }
 }

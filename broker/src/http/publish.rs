@@ -21,7 +21,7 @@ use crate::exceeded::Exceeded;
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::{ErrorCode, Op, channel};
-use crate::refusal::{refusal, refusal_builder, retry_after_secs};
+use crate::refusal::{refusal_builder, retry_after_secs};
 
 #[derive(Deserialize)]
 pub(super) struct One<'a> {
@@ -268,15 +268,7 @@ pub(super) async fn charge_publish(
 pub(super) fn banned(req: &HttpRequest, node: &Node, key: &KeyState) -> Option<HttpResponse> {
     let ip = crate::gate::request_ip(req.head(), &node.config.load().node.trusted_proxies);
     let ban = node.admin.bans.check(Some(&key.account), Some(ip))?;
-    Exceeded::new(Layer::Http, ErrorCode::Banned.as_str(), &key.account)
-        .reset(ban.remaining)
-        .emit(&node.metrics);
-    Some(refusal(
-        StatusCode::FORBIDDEN,
-        ErrorCode::Banned,
-        &ban.message(),
-        Some(ban.remaining),
-    ))
+    Some(ban.http_refusal(&key.account, &node.metrics))
 }
 
 pub(super) fn unauthorized(node: &Node) -> HttpResponse {

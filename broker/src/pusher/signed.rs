@@ -117,13 +117,5 @@ pub(super) async fn read_signed(
 pub(super) fn banned(req: &HttpRequest, node: &Node, app: &PusherApp) -> Option<HttpResponse> {
     let ip = crate::gate::request_ip(req.head(), &node.config.load().node.trusted_proxies);
     let ban = node.admin.bans.check(Some(&app.account), Some(ip))?;
-    Exceeded::new(Layer::Http, ErrorCode::Banned.as_str(), &app.account)
-        .reset(ban.remaining)
-        .emit(&node.metrics);
-    Some(refusal(
-        StatusCode::FORBIDDEN,
-        ErrorCode::Banned,
-        &ban.message(),
-        Some(ban.remaining),
-    ))
+    Some(ban.http_refusal(&app.account, &node.metrics))
 }
