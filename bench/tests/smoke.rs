@@ -335,7 +335,7 @@ fn keyed_publish_runs_every_phase_on_one_node_and_on_redis() {
         "--duration",
         "0.3",
         "--rounds",
-        "1",
+        "2",
     ]);
     assert_eq!(r["scenario"], "keyed-publish");
     for mode in ["memory", "redis"] {
@@ -354,6 +354,11 @@ fn keyed_publish_runs_every_phase_on_one_node_and_on_redis() {
         }
         for t in ["http", "ws"] {
             assert!(m["key_cost_pct"][t].is_number(), "{mode}: {m}");
+            assert!(m["key_cost_pct_median"][t].is_number(), "{mode}: {m}");
+            assert!(m["key_cpu_pct_median"][t].is_number(), "{mode}: {m}");
+            // One cost per round: the second round ran its pairs keyed first.
+            let by_round = m["key_cost_pct_by_round"][t].as_array();
+            assert_eq!(by_round.map(Vec::len), Some(2), "{mode}: {m}");
         }
     }
 }

@@ -3,8 +3,11 @@
 //! publish (one publisher socket, a window of frames ahead of their acks),
 //! each without a key and with a fresh key per message, in ONE run against
 //! one broker, to S WebSocket subscribers of one channel. The four phases
-//! alternate round by round (http, http keyed, ws, ws keyed, then again),
-//! so drift on a shared machine spreads over all of them; each mode
+//! alternate round by round (http, http keyed, ws, ws keyed; then keyed
+//! first: http keyed, http, ws keyed, ws), so drift on a shared machine
+//! spreads over all of them and favours neither side of a pair; the
+//! key's cost is read per round pair and reported as their median too
+//! (`key_cost_pct_median`, beside the whole run's `key_cost_pct`). Each mode
 //! (`memory`: one node; `redis`: one node through its own `redis-server`)
 //! is a fresh broker.
 //!
@@ -67,6 +70,8 @@ struct Phase {
     broker_cpu_cores: f64,
     /// Broker CPU µs per acknowledged publish.
     cpu_us_per_publish: f64,
+    /// The same, one value per round.
+    cpu_us_per_round: Vec<f64>,
 }
 
 const PHASES: [&str; 4] = ["http", "http_keyed", "ws", "ws_keyed"];
@@ -166,8 +171,9 @@ async fn run_mode(env: &Env, p: &Params, redis: Option<&Redis>) -> Result<Value>
     let mut totals = [(0u64, 0f64, 0u64, Duration::ZERO); 4];
     // Unique across phases and rounds: every key is new.
     let next_key = Rc::new(Cell::new(0u64));
-    for _ in 0..p.rounds.max(1) {
-        for (i, &phase) in PHASES.iter().enumerate() {
+    for round in 0..p.rounds.max(1) {
+        for i in order(round) {
+            let phase = PHASES[i];
             let cpu = CpuMeter::start(running.process.pid);
             let cpu0 = super::cpu_time(running.process.pid);
             let before = delivered.get();
@@ -194,7 +200,10 @@ async fn run_mode(env: &Env, p: &Params, redis: Option<&Redis>) -> Result<Value>
             t.0 += published;
             t.1 += secs;
             t.2 += delivered.get() - before;
-            t.3 += super::cpu_time(running.process.pid).saturating_sub(cpu0);
+            let used = super::cpu_time(running.process.pid).saturating_sub(cpu0);
+            t.3 += used;
+            ph.cpu_us_per_round
+                .push(round2(used.as_secs_f64() * 1e6 / published.max(1) as f64));
             ph.broker_cpu_cores = round2(cpu.cores());
         }
     }
@@ -212,10 +221,55 @@ async fn run_mode(env: &Env, p: &Params, redis: Option<&Redis>) -> Result<Value>
     let cost = |plain: usize, keyed: usize| {
         round2((1.0 - phases[keyed].publishes_per_sec / phases[plain].publishes_per_sec) * 100.0)
     };
+    let per_round = |plain: usize, keyed: usize| {
+        let pairs = phases[plain].per_round.iter().zip(&phases[keyed].per_round);
+        pairs
+            .map(|(p, k)| round2((1.0 - k / p.max(f64::MIN_POSITIVE)) * 100.0))
+            .collect::<Vec<f64>>()
+    };
+    // The broker's CPU a publish, keyed over plain, per round pair: what
+    // the key costs the broker itself, which a machine busy with other
+    // work disturbs far less than the throughput of a closed loop.
+    let cpu_round = |plain: usize, keyed: usize| {
+        let pairs = phases[plain].cpu_us_per_round.iter();
+        pairs
+            .zip(&phases[keyed].cpu_us_per_round)
+            .map(|(p, k)| round2((k / p.max(f64::MIN_POSITIVE) - 1.0) * 100.0))
+            .collect::<Vec<f64>>()
+    };
+    let (http, ws) = (per_round(0, 1), per_round(2, 3));
+    let (http_cpu, ws_cpu) = (cpu_round(0, 1), cpu_round(2, 3));
     Ok(json!({
         "phases": phases,
         "key_cost_pct": { "http": cost(0, 1), "ws": cost(2, 3) },
+        "key_cost_pct_median": { "http": median(&http), "ws": median(&ws) },
+        "key_cost_pct_by_round": { "http": http, "ws": ws },
+        "key_cpu_pct_median": { "http": median(&http_cpu), "ws": median(&ws_cpu) },
+        "key_cpu_pct_by_round": { "http": http_cpu, "ws": ws_cpu },
     }))
+}
+
+/// The phases of round `round`, as indexes into [`PHASES`]: each API's
+/// plain and keyed phases side by side, the plain one first in even
+/// rounds and second in odd ones, so a machine that drifts over the run
+/// favours neither (the costs are read per round pair, then their median).
+fn order(round: usize) -> [usize; 4] {
+    if round % 2 == 0 {
+        [0, 1, 2, 3]
+    } else {
+        [1, 0, 3, 2]
+    }
+}
+
+/// The median of `v` (the mean of the middle two for an even count).
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => round2((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
 }
 
 /// Waits for `/readyz` (on Redis: the bridge is up), so no phase measures
