@@ -49,13 +49,20 @@ pub trait StatusSink: Send + Sync {
     fn changed(&self, online: &[Arc<str>], offline: &[Arc<str>]);
 }
 
+/// One user's watchers: watcher key → its sink.
+type Watchers = HashMap<Arc<str>, Arc<dyn StatusSink>>;
+
+/// What one watcher is told of a window: its sink, who came online and
+/// who went offline.
+type Told<'a> = (&'a Arc<dyn StatusSink>, Vec<Arc<str>>, Vec<Arc<str>>);
+
 /// The watchers of one status channel on this node, by the users they
 /// watch. Bounded by this node's watching connections times their
 /// watchlists (each capped by its front).
 #[derive(Default)]
 pub(crate) struct StatusIndex {
-    /// Watched user → watcher key → its sink.
-    by_user: Mutex<HashMap<Arc<str>, HashMap<Arc<str>, Arc<dyn StatusSink>>>>,
+    /// Watched user → its watchers.
+    by_user: Mutex<HashMap<Arc<str>, Watchers>>,
 }
 
 impl PresenceSink for StatusIndex {
@@ -67,8 +74,7 @@ impl PresenceSink for StatusIndex {
         let by_user = self.by_user.lock();
         // watcher key → (its sink, online, offline); bounded by the
         // watchers of the window's users.
-        let mut told: HashMap<&Arc<str>, (&Arc<dyn StatusSink>, Vec<Arc<str>>, Vec<Arc<str>>)> =
-            HashMap::new();
+        let mut told: HashMap<&Arc<str>, Told<'_>> = HashMap::new();
         for (members, online) in [(&changes.added, true), (&changes.removed, false)] {
             for m in members {
                 for (key, sink) in by_user.get(&m.user).into_iter().flatten() {

@@ -191,7 +191,10 @@ impl User {
         output: Box<dyn Any>,
     ) -> Result<(), Box<dyn Any>> {
         let output = match output.downcast::<SigninDue>() {
-            Ok(_) => return Ok(self.signin_due(link, app)),
+            Ok(_) => {
+                self.signin_due(link, app);
+                return Ok(());
+            }
             Err(other) => other,
         };
         let v = *output.downcast::<Verdict>()?;

