@@ -37,6 +37,10 @@ struct PusherSection {
     apps: Vec<toml::Value>,
 }
 
+/// The longest `user_authentication_timeout_s`: an hour (Sockudo's
+/// default); Pusher's own is 30 s.
+const MAX_SIGNIN_TIMEOUT_S: u64 = 3600;
+
 /// One `[[pusher.apps]]` entry as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
@@ -52,6 +56,7 @@ struct AppEntry {
     user_max_connections: u32,
     activity_timeout_s: u64,
     pong_timeout_s: u64,
+    user_authentication_timeout_s: u64,
     max_presence_members: u32,
     presence_diff_ms: u64,
     webhooks: Vec<toml::Value>,
@@ -70,6 +75,7 @@ impl Default for AppEntry {
             user_max_connections: 0,
             activity_timeout_s: 120,
             pong_timeout_s: 30,
+            user_authentication_timeout_s: 0,
             max_presence_members: 100,
             presence_diff_ms: 200,
             webhooks: Vec::new(),
@@ -96,6 +102,11 @@ pub struct PusherApp {
     pub activity_timeout_s: u64,
     /// How long a `pusher:ping` waits for any answer before 4201.
     pub pong_timeout_s: u64,
+    /// A connection not signed in (`pusher:signin`) this many seconds
+    /// after it opened is closed 4009; 0: never (Pusher's "user
+    /// authentication timeout", Sockudo's `user_authentication_timeout`;
+    /// beyond §16's contract).
+    pub user_authentication_timeout_s: u64,
     /// Users per presence channel.
     pub max_presence_members: u32,
     /// The presence join/leave window (§13's `diff_ms`).
@@ -243,6 +254,12 @@ fn app(
         "pong_timeout_s: must be at least 1".into(),
     );
     need(
+        entry.user_authentication_timeout_s <= MAX_SIGNIN_TIMEOUT_S,
+        format!(
+            "user_authentication_timeout_s: at most {MAX_SIGNIN_TIMEOUT_S} (0: connections need not sign in)"
+        ),
+    );
+    need(
         entry.max_presence_members >= 1,
         "max_presence_members: must be at least 1".into(),
     );
@@ -301,6 +318,7 @@ fn app(
         user_max_connections: entry.user_max_connections,
         activity_timeout_s: entry.activity_timeout_s,
         pong_timeout_s: entry.pong_timeout_s,
+        user_authentication_timeout_s: entry.user_authentication_timeout_s,
         max_presence_members: entry.max_presence_members,
         presence_diff_ms: entry.presence_diff_ms,
         webhooks,

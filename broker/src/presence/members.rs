@@ -118,10 +118,14 @@ impl Presence {
             }
             None => {}
         }
+        // A status channel's members are nobody's subscription: not
+        // counted as members, no member webhooks (`status.rs`).
+        let status = super::is_status(channel);
         if st
             .local
             .insert(member.conn_id.clone(), member.clone())
             .is_none()
+            && !status
         {
             self.metrics.presence.members.inc();
             let n = st.local_users.entry(member.user.clone()).or_default();
@@ -135,7 +139,7 @@ impl Presence {
                 w.member_changed(channel, &member.user, true);
             }
         }
-        if st.rule.join_leave {
+        if st.rule.join_leave && watcher.watches() {
             if st.rule.by_user {
                 // The members as they are, under the lock: every window
                 // after this one is news to it, and this one's unsent
@@ -165,16 +169,19 @@ impl Presence {
         let Some(gone) = st.local.remove(conn) else {
             return;
         };
-        self.metrics.presence.members.dec();
-        if let Some(n) = st.local_users.get_mut(&gone.user) {
-            *n -= 1;
-            if *n == 0 {
-                st.local_users.remove(&gone.user);
-                if crate::protocol::channel::is_pusher(channel) {
-                    self.metrics.pusher.presence_user(channel, false);
-                }
-                if let Some(w) = self.webhooks.upgrade() {
-                    w.member_changed(channel, &gone.user, false);
+        // A status channel's members were never counted (`Presence::add`).
+        if !super::is_status(channel) {
+            self.metrics.presence.members.dec();
+            if let Some(n) = st.local_users.get_mut(&gone.user) {
+                *n -= 1;
+                if *n == 0 {
+                    st.local_users.remove(&gone.user);
+                    if crate::protocol::channel::is_pusher(channel) {
+                        self.metrics.pusher.presence_user(channel, false);
+                    }
+                    if let Some(w) = self.webhooks.upgrade() {
+                        w.member_changed(channel, &gone.user, false);
+                    }
                 }
             }
         }

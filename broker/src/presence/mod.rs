@@ -21,6 +21,7 @@
 mod cluster;
 mod members;
 mod roster;
+mod status;
 mod users;
 mod watch;
 mod window;
@@ -35,6 +36,7 @@ use parking_lot::Mutex;
 
 pub use cluster::{RedisPresence, RedisSettings};
 pub(crate) use roster::Roster;
+pub use status::{STATUS_PREFIX, StatusSink, is_status};
 pub use users::UserChanges;
 pub use window::Window;
 
@@ -78,6 +80,13 @@ pub trait PresenceSink: Send + Sync {
     /// came (their first connection in) and who went (their last out),
     /// and who is in now.
     fn users(&self, _changes: &UserChanges<'_>) {}
+
+    /// Whether the member joining with this sink watches the channel's
+    /// news: not a status channel's members, whose news goes through the
+    /// channel's index (`status.rs`).
+    fn watches(&self) -> bool {
+        true
+    }
 }
 
 /// A subscribe that would take the channel past `max_members`.
@@ -150,6 +159,9 @@ pub(crate) struct ChannelState {
     /// the channel was above `join_leave_max_members` (user, connection
     /// id); bounded by the roster.
     pub(crate) unknown_info: HashSet<(Arc<str>, Arc<str>)>,
+    /// A status channel's watchers here by watched user (`status.rs`),
+    /// also in `watchers`; `None` when none.
+    status: Option<Arc<status::StatusIndex>>,
 }
 
 pub struct Presence {
@@ -428,6 +440,7 @@ impl ChannelState {
             gone: false,
             synced: None,
             unknown_info: HashSet::new(),
+            status: None,
         }
     }
 }

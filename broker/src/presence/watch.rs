@@ -108,10 +108,10 @@ impl ChannelState {
 
 /// An observer's first read of Redis under way: the entry is kept until
 /// it ends, however it ends (the caller may drop the future).
-struct SettingUp {
-    presence: Arc<Presence>,
-    channel: Arc<str>,
-    state: Arc<Mutex<ChannelState>>,
+pub(super) struct SettingUp {
+    pub(super) presence: Arc<Presence>,
+    pub(super) channel: Arc<str>,
+    pub(super) state: Arc<Mutex<ChannelState>>,
 }
 
 impl Drop for SettingUp {

@@ -26,6 +26,9 @@ pub mod code {
     pub const PONG_TIMEOUT: u16 = 4201;
     /// A client event refused (over budget, or client events off).
     pub const CLIENT_EVENT_REJECTED: u16 = 4301;
+    /// A watchlist watched only in part (past its cap, or entries that are
+    /// no user id): Sockudo's "watchlist limit exceeded".
+    pub const WATCHLIST_LIMIT: u16 = 4302;
 }
 
 /// A client's frame: `{"event", "channel"?, "data"?}`.

@@ -42,6 +42,7 @@ pub mod sink;
 mod subscribe;
 mod user;
 mod users_api;
+mod watchlist;
 
 use std::sync::Arc;
 

@@ -434,6 +434,7 @@ impl Dialect for PusherWs {
             app.activity_timeout_s,
         ));
         self.clock.start(link, &app);
+        self.user.opened(link, &app);
     }
 
     fn text(&mut self, link: &mut dyn Link, text: &str) {

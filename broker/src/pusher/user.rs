@@ -25,6 +25,7 @@ use super::frames::{self, code};
 use super::names;
 use super::presence::MAX_USER_ID;
 use super::sign;
+use super::watchlist::{self, Online, SigninDue};
 use crate::cluster::{CapReached, SharedBridge, scale_cap};
 use crate::config::{LimitName, PusherApp};
 use crate::exceeded::Exceeded;
@@ -48,6 +49,7 @@ impl Drop for Counted {
 
 /// A sign-in's answer from the shared layers, back on the connection.
 pub(super) struct Verdict {
+    socket_id: Arc<str>,
     user_data: String,
     id: Arc<str>,
     outcome: Result<Option<Counted>, Refused>,
@@ -72,6 +74,8 @@ enum State {
         id: Arc<str>,
         /// `None`: the app sets no cap, nothing is counted.
         _counted: Option<Counted>,
+        /// Online, and watching its watchlist (`watchlist.rs`).
+        _online: Online,
     },
 }
 
@@ -142,6 +146,7 @@ impl User {
         let charged = bridge.handshake(&key, &limits);
         let max = scale_cap(app.user_max_connections, bridge.account_share(&key));
         let user_data = user_data.to_owned();
+        let socket_id: Arc<str> = socket_id.into();
         let (tx, rx) = tokio::sync::oneshot::channel();
         // Detached, so a connection closed meanwhile cannot drop a count
         // the bridge made: the undelivered verdict's `Counted` gives it back.
@@ -155,6 +160,7 @@ impl User {
                 },
             };
             let _ = tx.send(Verdict {
+                socket_id,
                 user_data,
                 id,
                 outcome,
@@ -168,8 +174,15 @@ impl User {
         }));
     }
 
+    /// The connection opened: `user_authentication_timeout_s` starts.
+    pub fn opened(&self, link: &mut dyn Link, app: &PusherApp) {
+        watchlist::arm_signin_timeout(link, app);
+    }
+
     /// A [`Verdict`] arrived: signed in (`pusher:signin_success`, the
-    /// socket's handle names the user), or refused; other work is handed
+    /// socket's handle names the user, it comes online and watches its
+    /// watchlist), or refused; `user_authentication_timeout_s` rang: a
+    /// connection not signed in is closed 4009; other work is handed
     /// back.
     pub fn done(
         &mut self,
@@ -177,6 +190,13 @@ impl User {
         app: &PusherApp,
         output: Box<dyn Any>,
     ) -> Result<(), Box<dyn Any>> {
+        let output = match output.downcast::<SigninDue>() {
+            Ok(_) => {
+                self.signin_due(link, app);
+                return Ok(());
+            }
+            Err(other) => other,
+        };
         let v = *output.downcast::<Verdict>()?;
         let node = link.node().clone();
         let signing = matches!(self.state, State::Signing);
@@ -223,12 +243,14 @@ impl User {
                 if let Some(mut handle) = node.sockets.get_mut(&link.conn()) {
                     handle.user = Some(key);
                 }
+                let data = json!({ "user_data": v.user_data }).to_string();
+                link.send(&frames::event("pusher:signin_success", None, &data));
+                let online = watchlist::signed_in(link, app, &v.socket_id, &v.id, &v.user_data);
                 self.state = State::In {
                     id: v.id,
                     _counted: counted,
+                    _online: online,
                 };
-                let data = json!({ "user_data": v.user_data }).to_string();
-                link.send(&frames::event("pusher:signin_success", None, &data));
             }
             Ok(_) => link.send(&frames::error(
                 None,
@@ -236,6 +258,23 @@ impl User {
             )),
         }
         Ok(())
+    }
+}
+
+impl User {
+    /// `user_authentication_timeout_s` rang: a connection not signed in
+    /// (a sign-in still being charged included) is closed 4009, as Pusher
+    /// and Sockudo close it.
+    fn signin_due(&mut self, link: &mut dyn Link, app: &PusherApp) {
+        if !matches!(self.state, State::In { .. }) {
+            Exceeded::new(Layer::Connection, "unauthorized", &app.account)
+                .conn(link.label())
+                .emit(&link.node().metrics);
+            link.close(
+                code::UNAUTHORIZED,
+                "Connection not authorized within timeout",
+            );
+        }
     }
 }
 

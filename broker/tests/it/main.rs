@@ -82,6 +82,7 @@ mod pusher_cache;
 mod pusher_hooks;
 mod pusher_presence;
 mod pusher_users;
+mod pusher_watchlist;
 mod pusher_webhooks;
 mod pusher_ws;
 mod receiver;
