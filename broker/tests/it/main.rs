@@ -96,6 +96,7 @@ mod sse_client;
 mod sse_cluster;
 mod sse_ends;
 mod sse_logs;
+mod sse_position;
 mod sse_publish;
 mod sse_stream;
 mod sse_tcp;

@@ -133,9 +133,9 @@ async fn a_recovery_is_charged_to_the_account_on_sse_as_on_a_socket() {
 
     let sse_token = b.token("sse-acct");
     let before = account_budget(&b, &sse_token).await;
-    let mut position = Position::default();
+    let mut position = Position::new(&["doc:r"]);
     position.set("doc:r", since);
-    let mut s = sse(&b, &sse_token, &["doc:r"], Some(&position.encode()))
+    let mut s = sse(&b, &sse_token, &["doc:r"], Some(position.encode()))
         .await
         .expect("opened");
     assert!(s.event().await.is("welcome"));

@@ -96,10 +96,10 @@ async fn an_sse_stream_of_8_channels_costs_what_8_socket_subscribes_cost() {
     // A channel from a position costs subscribe + recovery = 7, above
     // max_single (6): refused before anything is charged, as a socket's
     // subscribe with `since` would be.
-    let mut position = Position::default();
+    let mut position = Position::new(&names);
     position.set("doc:s0", 1);
     let before = account_budget(&b, &token).await;
-    let (status, body, _) = sse(&b, &token, &names, Some(&position.encode()))
+    let (status, body, _) = sse(&b, &token, &names, Some(position.encode()))
         .await
         .err()
         .expect("refused");
@@ -190,9 +190,9 @@ async fn every_front_charges_the_same_for_the_same_subscription() {
     // SSE: the account budget, read with the stream's token.
     let token = b.token("sse");
     let before = account_budget(&b, &token).await;
-    let mut position = Position::default();
+    let mut position = Position::new(&["doc:x"]);
     position.set("doc:x", since);
-    let mut s = sse(&b, &token, &["doc:x"], Some(&position.encode()))
+    let mut s = sse(&b, &token, &["doc:x"], Some(position.encode()))
         .await
         .expect("opened");
     assert!(s.event().await.is("welcome"));

@@ -91,18 +91,97 @@ export class SseParser {
   }
 }
 
+/** The longest position token (PROTOCOL.md §14). */
+export const MAX_POSITION_BYTES = 4096;
+
+/** The compact form's start (`broker/src/protocol/position.rs`). */
+const COMPACT_PREFIX = "~1.";
+const HASH_DIGITS = 6;
+const SEQ_DIGITS = 9;
+const HEAD = COMPACT_PREFIX.length + HASH_DIGITS;
+const DIGITS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
 /**
- * A stream position (`id:`): base64url (no padding) of `channel seq` pairs
- * joined by `,` (docs/protocol.md §14, `broker/src/protocol/position.rs`).
- * Opaque to `EventSource` readers; the SDK reads it to answer subscribes
- * and writes it to resume the channels it already had when the set
- * changes. Undefined when it is not such a token.
+ * The 32-bit FNV-1a hash of a stream's channels, each followed by `\n`,
+ * as the broker ties a compact position to its list (`list_hash`).
+ * Channel names are ASCII (§2), so their characters are their bytes.
  */
-export function decodePosition(token: string): Map<string, number> | undefined {
-  const atob = (globalThis as unknown as { atob?: (s: string) => string }).atob;
-  if (!atob) return undefined;
+export function listHash(channels: readonly string[]): number {
+  let h = 0x811c9dc5;
+  for (const c of channels) {
+    for (let i = 0; i <= c.length; i++) {
+      h ^= i < c.length ? c.charCodeAt(i) & 0xff : 0x0a;
+      h = Math.imul(h, 0x01000193) >>> 0;
+    }
+  }
+  return h >>> 0;
+}
+
+/** `value` (a safe integer) in `n` base64url digits, big-endian. */
+function digits(value: number, n: number): string {
+  let out = "";
+  for (let i = 0; i < n; i++) {
+    out = DIGITS[value % 64]! + out;
+    value = Math.floor(value / 64);
+  }
+  return out;
+}
+
+/** The value of base64url digits (undefined: not digits, or not a safe integer). */
+function readDigits(text: string): number | undefined {
+  let v = 0;
+  for (const ch of text) {
+    const d = DIGITS.indexOf(ch);
+    if (d < 0) return undefined;
+    v = v * 64 + d;
+  }
+  return Number.isSafeInteger(v) ? v : undefined;
+}
+
+/**
+ * A stream position (`id:`), the last `seq` of each channel of the stream
+ * (docs/protocol.md §14, `broker/src/protocol/position.rs`), in either of
+ * its forms:
+ *
+ * - compact (what the broker writes): `~1.`, six base64url digits of
+ *   {@link listHash} of the stream's channels, then nine digits per
+ *   channel in the request's order, `seq + 1` (zero: no `seq` yet). The
+ *   names are the request's, so `channels` must be the list the stream
+ *   was opened with;
+ * - named (earlier brokers): base64url of `channel seq` pairs joined by
+ *   `,`.
+ *
+ * Opaque to `EventSource` readers; the SDK reads it to answer subscribes
+ * and writes one ({@link encodePosition}) to resume the channels it
+ * already had when the set changes. Only channels with a `seq` are in the
+ * map. Undefined when it is not such a token (or not of `channels`).
+ */
+export function decodePosition(
+  token: string,
+  channels: readonly string[],
+): Map<string, number> | undefined {
   const map = new Map<string, number>();
   if (token === "") return map;
+  if (token.startsWith("~")) {
+    const fields = token.slice(HEAD);
+    const hash = readDigits(token.slice(COMPACT_PREFIX.length, HEAD));
+    if (
+      !token.startsWith(COMPACT_PREFIX) ||
+      token.length < HEAD ||
+      hash !== listHash(channels) ||
+      fields.length !== SEQ_DIGITS * channels.length
+    ) {
+      return undefined;
+    }
+    for (let i = 0; i < channels.length; i++) {
+      const value = readDigits(fields.slice(i * SEQ_DIGITS, (i + 1) * SEQ_DIGITS));
+      if (value === undefined) return undefined;
+      if (value > 0) map.set(channels[i]!, value - 1);
+    }
+    return map;
+  }
+  const atob = (globalThis as unknown as { atob?: (s: string) => string }).atob;
+  if (!atob) return undefined;
   let text: string;
   try {
     const b64 = token.replace(/-/g, "+").replace(/_/g, "/");
@@ -121,9 +200,28 @@ export function decodePosition(token: string): Map<string, number> | undefined {
   return map;
 }
 
-/** The token for `positions` (see {@link decodePosition}). */
-export function encodePosition(positions: Map<string, number>): string {
+/**
+ * A position for a stream of `channels` (in the order of its request),
+ * each at its `seq` in `seqs` (a channel without one starts live). The
+ * named form when it fits {@link MAX_POSITION_BYTES}: brokers of every
+ * build read it, so a reopen during a rolling upgrade resumes on either;
+ * else the compact form, which holds any stream the plans allow (its
+ * size does not depend on the names).
+ */
+export function encodePosition(channels: readonly string[], seqs: Map<string, number>): string {
   const btoa = (globalThis as unknown as { btoa: (s: string) => string }).btoa;
-  const text = [...positions].map(([channel, seq]) => `${channel} ${seq}`).join(",");
-  return btoa(text).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  const pairs = channels.filter((c) => seqs.has(c)).map((c) => `${c} ${seqs.get(c)!}`);
+  const named = btoa(pairs.join(",")).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  if (named.length <= MAX_POSITION_BYTES) return named;
+  return compactPosition(channels, seqs);
+}
+
+/** The compact form of {@link encodePosition}. */
+export function compactPosition(channels: readonly string[], seqs: Map<string, number>): string {
+  let token = COMPACT_PREFIX + digits(listHash(channels), HASH_DIGITS);
+  for (const c of channels) {
+    const seq = seqs.get(c);
+    token += digits(seq === undefined ? 0 : seq + 1, SEQ_DIGITS);
+  }
+  return token;
 }

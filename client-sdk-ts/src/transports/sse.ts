@@ -7,7 +7,10 @@
  *   (the token in `Authorization`, which `EventSource` cannot send);
  * - `subscribe`/`unsubscribe` reopen the stream with the new set and
  *   `Last-Event-ID` set to the current position of every channel kept, so
- *   nothing is lost between the two streams; the answer to a subscribe is
+ *   nothing is lost between the two streams: the broker's position is tied
+ *   to the stream's list of channels, so the transport keeps each
+ *   channel's `seq` from it and writes a position for the new list itself
+ *   (`encodePosition`); the answer to a subscribe is
  *   the new stream's `recovered` event (with `since`) or the `id:` block
  *   where the channel went live (without);
  * - `publish` is `POST /v1/client/publish` with the frame's key as
@@ -178,7 +181,9 @@ class SseStream implements Transport {
   }
 
   private async run(ctrl: AbortLike): Promise<void> {
-    const query = [...this.channels].map((c) => `channel=${encodeURIComponent(c)}`).join("&");
+    // The stream's channels, in the order its position lists them.
+    const list = [...this.channels];
+    const query = list.map((c) => `channel=${encodeURIComponent(c)}`).join("&");
     const headers: Record<string, string> = { ...this.auth(), Accept: "text/event-stream" };
     // Kept channels resume where they are; new ones from their `since`
     // (a `recovered` event answers them) or live (an `id:` block does).
@@ -187,7 +192,7 @@ class SseStream implements Transport {
       if (p.since !== undefined) kept.set(c, p.since);
       else kept.delete(c);
     }
-    if (kept.size > 0) headers["Last-Event-ID"] = encodePosition(kept);
+    if (kept.size > 0) headers["Last-Event-ID"] = encodePosition(list, kept);
     const batch = [...this.pending.keys()];
     const res = await this.fetch(`${this.urls.sse}${query ? `?${query}` : ""}`, {
       headers,
@@ -206,14 +211,15 @@ class SseStream implements Transport {
       }
       if (done) return this.fail(1006, "the SSE stream ended without a close event");
       for (const block of parser.push(decoder.decode(value, { stream: true }))) {
-        this.onBlock(block);
+        this.onBlock(block, list);
         if (this.current !== ctrl) return;
       }
     }
   }
 
-  private onBlock(b: SseBlock): void {
-    if (b.id !== undefined) this.position = decodePosition(b.id) ?? this.position;
+  /** One block of the stream opened with `list`. */
+  private onBlock(b: SseBlock, list: readonly string[]): void {
+    if (b.id !== undefined) this.position = decodePosition(b.id, list) ?? this.position;
     switch (b.event) {
       case "welcome":
         if (this.opened) return; // a reopened stream: the client is already connected

@@ -11,6 +11,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import type { Json, MessageContext } from "../../src/types.js";
 import type { TidegateClient } from "../../src/client.js";
+import type { FetchLike } from "../../src/transports/sse.js";
 import { brokerConfig, startBroker, TEST_BASE, type Broker, sdkClients } from "../helpers/broker.js";
 import { NoUpgradeProxy } from "../helpers/no-upgrade-proxy.js";
 import { nextEvent, until } from "../helpers/events.js";
@@ -149,4 +150,41 @@ test("transport: \"sse\" uses the stream directly; \"websocket\" never falls bac
   assert.ok(proxy.upgradesRefused >= refusedBefore + 2);
   assert.notEqual(ws.state, "connected");
   ws.close();
+});
+
+test("a reopen with more channels than a named position holds resumes from the compact one", async () => {
+  // 22 channels of 128 bytes: their named position is over 4 KiB, so the
+  // transport writes the compact form for the reopen.
+  const sent: string[] = [];
+  const fetchImpl: FetchLike = (url, init) => {
+    const position = init.headers?.["Last-Event-ID"];
+    if (position !== undefined) sent.push(position);
+    return (globalThis.fetch as unknown as FetchLike)(url, init);
+  };
+  const c = direct.make({ token: await broker.token(grants), transport: "sse", fetch: fetchImpl });
+  await c.connect();
+  const names = Array.from({ length: 22 }, (_, i) => `sse:${String(i).padStart(124, "0")}`);
+  const subs = names.map((n) => collect(c, n));
+  await Promise.all(subs.map((s) => s.ready));
+  for (const n of names) await publishAll(n, 1, 1);
+  await until(() => subs.every((s) => s.got.length === 1), "one message on every channel");
+
+  // Subscribing reopens the stream; what is published meanwhile arrives
+  // once, in order.
+  const extra = collect(c, "sse:extra");
+  await publishAll(names[0]!, 2, 3);
+  await extra.ready;
+  await publishAll(names[0]!, 4, 4);
+  await publishAll(names[21]!, 2, 2);
+  await until(() => subs[0]!.got.length >= 4 && subs[21]!.got.length >= 2, "the messages across the reopen");
+  assert.deepEqual(
+    subs[0]!.got.map((m) => m.data),
+    [{ n: 1 }, { n: 2 }, { n: 3 }, { n: 4 }],
+  );
+  assert.deepEqual(subs[21]!.got.map((m) => m.data), [{ n: 1 }, { n: 2 }]);
+  assert.ok(
+    sent.some((p) => p.startsWith("~1.") && p.length <= 4096),
+    `a compact position was sent: ${sent.map((p) => p.slice(0, 12)).join(", ")}`,
+  );
+  assert.equal(c.state, "connected");
 });

@@ -6,7 +6,14 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { SseParser, decodePosition, encodePosition } from "../../src/transports/sse-parser.js";
+import {
+  MAX_POSITION_BYTES,
+  SseParser,
+  compactPosition,
+  decodePosition,
+  encodePosition,
+  listHash,
+} from "../../src/transports/sse-parser.js";
 import { httpUrls } from "../../src/transports/sse.js";
 import { nextTransport, TransportChooser } from "../../src/transports/auto.js";
 import WebSocket from "ws";
@@ -45,19 +52,53 @@ test("the parser keeps an unfinished block and skips comments and unknown fields
   assert.deepEqual(parser.push("retry: soon\n\n"), []);
 });
 
-test("positions round-trip and match the broker's encoding", () => {
-  // base64url("doc:1 7,doc:2 1764650000000000") as protocol/position.rs writes it.
+test("named positions round-trip and match the broker's older encoding", () => {
+  // base64url("doc:1 7,doc:2 1764650000000000") as earlier brokers wrote it.
+  const list = ["doc:1", "doc:2"];
   const map = new Map([
     ["doc:1", 7],
     ["doc:2", 1764650000000000],
   ]);
-  const token = encodePosition(map);
+  const token = encodePosition(list, map);
   assert.equal(token, Buffer.from("doc:1 7,doc:2 1764650000000000").toString("base64url"));
-  assert.deepEqual(decodePosition(token), map);
-  assert.deepEqual(decodePosition(""), new Map());
-  assert.equal(decodePosition("!!"), undefined);
-  assert.equal(decodePosition(Buffer.from("doc:1 x").toString("base64url")), undefined);
-  assert.equal(decodePosition(Buffer.from("nospace").toString("base64url")), undefined);
+  assert.deepEqual(decodePosition(token, list), map);
+  assert.deepEqual(decodePosition("", list), new Map());
+  assert.equal(decodePosition("!!", list), undefined);
+  assert.equal(decodePosition(Buffer.from("doc:1 x").toString("base64url"), list), undefined);
+  assert.equal(decodePosition(Buffer.from("nospace").toString("base64url"), list), undefined);
+  // A channel without a seq is left out (it starts live).
+  const one = encodePosition(list, new Map([["doc:2", 5]]));
+  assert.equal(one, Buffer.from("doc:2 5").toString("base64url"));
+});
+
+test("compact positions are the broker's layout", () => {
+  // What broker/src/protocol/position.rs's tests check too.
+  assert.equal(listHash(["doc:1", "doc:2"]), 0x921d6466);
+  const list = ["doc:1", "doc:2"];
+  const token = compactPosition(list, new Map([["doc:1", 42]]));
+  assert.equal(token, "~1.CSHWRmAAAAAAAArAAAAAAAAA");
+  assert.deepEqual(decodePosition(token, list), new Map([["doc:1", 42]]));
+  assert.deepEqual(decodePosition("~1.AomIAqAAAAAAAAB", ["doc:1"]), new Map([["doc:1", 0]]));
+  // Tied to its list: another order, another count, is not this stream's.
+  assert.equal(decodePosition(token, ["doc:2", "doc:1"]), undefined);
+  assert.equal(decodePosition(token, ["doc:1"]), undefined);
+  assert.equal(decodePosition(token.slice(0, -1), list), undefined);
+  assert.equal(decodePosition("~2.CSHWRmAAAAAAAArAAAAAAAAA", list), undefined);
+  assert.equal(decodePosition(token.replace("AAAAAAAAA", "AAAA*AAAA"), list), undefined);
+  const big = 9007199254740990;
+  assert.deepEqual(decodePosition(compactPosition(["a"], new Map([["a", big]])), ["a"]), new Map([["a", big]]));
+});
+
+test("a position too long to name its channels is compact and fits 4 KiB", () => {
+  // 100 channels of 128 bytes at 16-digit seqs: the named form would be
+  // over 17 KiB.
+  const list = Array.from({ length: 100 }, (_, i) => `doc:${String(i).padStart(124, "0")}`);
+  const seqs = new Map(list.map((c, i) => [c, 1764650000000000 + i] as [string, number]));
+  const token = encodePosition(list, seqs);
+  assert.ok(token.startsWith("~1."), token.slice(0, 10));
+  assert.equal(token.length, 9 + 9 * list.length);
+  assert.ok(token.length <= MAX_POSITION_BYTES);
+  assert.deepEqual(decodePosition(token, list), seqs);
 });
 
 test("the HTTP URLs sit next to the WebSocket's path", () => {

@@ -6,12 +6,14 @@
 //! `data:` lines for it; only the `id:` line is the stream's own. So the
 //! first stream to write a frame renders those lines here and the others
 //! copy them (or, on a connection the stream took, write the same bytes:
-//! `feed.rs`), with the encoded pair of the message's channel. A stream
-//! whose position names only that channel (most streams) has that pair
-//! as its whole `id:`, so the memo keeps the event with its `id:` line
-//! too, and such a stream copies it whole: no position is encoded and
-//! nothing compared but the channel (stop 35: about 28 µs less broker
-//! CPU per publish at 1,000 streams, `bench/README.md`).
+//! `feed.rs`). A stream of that channel alone (most streams) has as its
+//! whole `id:` the position of that channel at the message's `seq`
+//! ([`Position::sole_token`]), so the memo keeps the event with its `id:`
+//! line too, and such a stream copies it whole: no position is encoded
+//! and nothing compared but the channel (stop 35: about 28 µs less broker
+//! CPU per publish at 1,000 streams, `bench/README.md`). A stream of more
+//! channels rewrites its channel's field of its own position (nine
+//! digits) and writes its `id:`, then the shared lines.
 //!
 //! The memo is per worker thread (a stream is written on its worker),
 //! keyed by the frame's address and length. An entry holds a reference to
@@ -22,7 +24,7 @@ use std::cell::RefCell;
 
 use bytes::Bytes;
 
-use crate::protocol::position::pair_token;
+use crate::protocol::position::Position;
 
 /// Entries, in [`SETS`] sets of [`WAYS`] by frame address: a frame is
 /// looked for in its set only, and a miss replaces the set's oldest
@@ -46,15 +48,12 @@ pub(super) struct Message {
     _frame: Bytes,
     pub(super) channel: Box<str>,
     pub(super) seq: u64,
-    /// The position's part for this channel at `seq` as a first pair
-    /// (`Position::set_encoded`).
-    pub(super) first_token: String,
     /// `event: message` and the `data:` lines, up to the blank line
     /// (shared: streams on a taken connection write it as it is); a
     /// slice of [`Message::whole`].
     pub(super) event: Bytes,
-    /// `id: <first_token>` and then [`Message::event`]: the whole event of
-    /// a stream whose position names only this channel.
+    /// `id: <Position::sole_token>` and then [`Message::event`]: the whole
+    /// event of a stream of this channel alone.
     pub(super) whole: Bytes,
 }
 
@@ -113,11 +112,11 @@ pub(super) fn with<R>(
             Some(way) => first + way,
             None => {
                 let (channel, seq, event) = render()?;
-                let mut first_token = String::new();
-                pair_token(true, &channel, seq, &mut first_token);
-                let mut whole = Vec::with_capacity(first_token.len() + 5 + event.len());
+                let mut token = String::new();
+                Position::sole_token(&channel, seq, &mut token);
+                let mut whole = Vec::with_capacity(token.len() + 5 + event.len());
                 whole.extend_from_slice(b"id: ");
-                whole.extend_from_slice(first_token.as_bytes());
+                whole.extend_from_slice(token.as_bytes());
                 whole.push(b'\n');
                 let id_len = whole.len();
                 whole.extend_from_slice(&event);
@@ -133,7 +132,6 @@ pub(super) fn with<R>(
                     _frame: frame.clone(),
                     channel,
                     seq,
-                    first_token,
                     event: whole.slice(id_len..),
                     whole,
                 });
@@ -188,13 +186,10 @@ mod tests {
     fn the_whole_event_is_the_id_of_the_channel_alone_then_the_event() {
         let frame = Bytes::from(vec![b'z'; 40]);
         let render = || Some(("doc:1".into(), 12, b"event: message\n\n".to_vec()));
-        let (whole, event, token) = with(&frame, render, |m| {
-            (m.whole.clone(), m.event.clone(), m.first_token.clone())
-        })
-        .unwrap();
-        let mut alone = crate::protocol::position::Position::default();
+        let (whole, event) = with(&frame, render, |m| (m.whole.clone(), m.event.clone())).unwrap();
+        let mut alone = crate::protocol::position::Position::new(&["doc:1"]);
         alone.set("doc:1", 12);
-        assert_eq!(token, alone.encode());
+        let token = alone.encode();
         assert_eq!(whole, format!("id: {token}\nevent: message\n\n").as_bytes());
         assert_eq!(event, &b"event: message\n\n"[..]);
     }

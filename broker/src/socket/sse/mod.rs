@@ -40,7 +40,7 @@ use crate::admission::{Cap, subscription_cap};
 use crate::charge;
 use crate::metrics::Layer;
 use crate::node::Node;
-use crate::protocol::position::Position;
+use crate::protocol::position::{self, Position};
 use crate::protocol::{ErrorCode, channel};
 use body::Body;
 pub(super) use body::Ender;
@@ -133,19 +133,21 @@ enum Unfit {
 /// capped: the subscription cap is checked first, as each channel is
 /// read (one past `max_subscriptions` is [`Unfit::TooMany`], before
 /// anything about the position, as the same subscribes on `/v1/ws` would
-/// be refused), then by what a position can name ([`Position::room`]),
-/// checked at the end under the cap and at once when the cap is in dry
-/// run, so a query of thousands of channels stops at the first one past
-/// either.
+/// be refused), then by what a position can hold
+/// ([`position::MAX_CHANNELS`], 454 whatever the names' length), checked
+/// at the end under the cap and at once when the cap is in dry run, so a
+/// query of thousands of channels stops at the first one past either.
+/// The position is read last, for the channels as kept (in order, repeats
+/// dropped): its compact form is tied to that list.
 fn ask(req: &RequestHead, limits: &crate::config::Limits) -> Result<Ask, Unfit> {
     let query = req.uri.query().unwrap_or_default();
     let pairs = web::Query::<Vec<(String, String)>>::from_query(query)
         .map_err(|_| Unfit::Bad("the query string is not form-encoded".to_owned()))?
         .into_inner();
-    let too_long = || {
+    let too_many = || {
         Unfit::Bad(format!(
-            "the channels' names are too long for a position (at most {} bytes)",
-            crate::protocol::position::MAX_POSITION_BYTES
+            "a stream's position holds at most {} channels",
+            position::MAX_CHANNELS
         ))
     };
     // A cap in dry run bounds nothing: the position's room does, at once.
@@ -153,7 +155,6 @@ fn ask(req: &RequestHead, limits: &crate::config::Limits) -> Result<Ask, Unfit> 
     let mut channels: Vec<String> = Vec::new();
     // The channels named so far: bounded like `channels`.
     let mut named: HashSet<&str> = HashSet::new();
-    let mut room = 0;
     let mut last_event_id = None;
     for (key, value) in &pairs {
         match key.as_str() {
@@ -166,11 +167,10 @@ fn ask(req: &RequestHead, limits: &crate::config::Limits) -> Result<Ask, Unfit> 
                 }
                 channel::validate(value)
                     .map_err(|why| Unfit::Bad(format!("channel {value:?}: {why}")))?;
-                room += Position::room(value);
                 // Under the cap, reading goes on to the cap's end: the
                 // cap's answer comes before the position's.
-                if room > crate::protocol::position::MAX_POSITION_BYTES && !capped {
-                    return Err(too_long());
+                if channels.len() >= position::MAX_CHANNELS && !capped {
+                    return Err(too_many());
                 }
                 named.insert(value);
                 channels.push(value.clone());
@@ -179,8 +179,8 @@ fn ask(req: &RequestHead, limits: &crate::config::Limits) -> Result<Ask, Unfit> 
             _ => {}
         }
     }
-    if room > crate::protocol::position::MAX_POSITION_BYTES {
-        return Err(too_long());
+    if channels.len() > position::MAX_CHANNELS {
+        return Err(too_many());
     }
     // The header wins over the query parameter.
     let bad_header = || Unfit::Bad("Last-Event-ID is not a position this broker wrote".to_owned());
@@ -190,11 +190,9 @@ fn ask(req: &RequestHead, limits: &crate::config::Limits) -> Result<Ask, Unfit> 
         .map(HeaderValue::to_str)
         .transpose()
         .map_err(|_| bad_header())?;
-    let mut position = match header.or(last_event_id).filter(|p| !p.is_empty()) {
-        Some(p) => Position::decode(p).map_err(|e| Unfit::Bad(format!("Last-Event-ID: {e}")))?,
-        None => Position::default(),
-    };
-    position.retain(|c| named.contains(c));
+    let token = header.or(last_event_id).unwrap_or_default();
+    let position = Position::resume(&channels, token)
+        .map_err(|e| Unfit::Bad(format!("Last-Event-ID: {e}")))?;
     Ok(Ask { channels, position })
 }
 
@@ -304,9 +302,9 @@ async fn open(
         .filter_map(|c| hooked::deciding(&node, c).map(|hook| (hook, c.clone())))
         .collect();
     let start: Vec<(String, Option<u64>)> = ask
-        .channels
-        .iter()
-        .map(|c| (c.clone(), ask.position.get(c)))
+        .position
+        .seqs()
+        .map(|(c, seq)| (c.to_owned(), seq))
         .collect();
     let price = match price(&limits, &start, &identity.account, &node) {
         Ok(units) => units,

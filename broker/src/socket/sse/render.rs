@@ -7,8 +7,7 @@
 //! - a message: `id` / `event: message` / `data: {"channel","seq","data"}`
 //!   (the frame's JSON without its `"type"`, `"conflated":true` kept); all
 //!   but the `id:` is rendered once per frame and worker (`memo.rs`),
-//!   and the `id:` too when the stream's position names only that
-//!   channel;
+//!   and the `id:` too for a stream of that channel alone;
 //! - the welcome: `id` / `event: welcome` / the frame as `data`;
 //! - a subscription's ack (the stream's own, `socket/sse/actor.rs`): with
 //!   `recovered`, an `event: recovered`; with only a `seq`, where a live
@@ -191,7 +190,7 @@ impl Render {
             if self.position.set_sole(&m.channel, m.seq) {
                 out.share(&m.whole);
             } else {
-                self.position.set_encoded(&m.channel, m.seq, &m.first_token);
+                self.position.set(&m.channel, m.seq);
                 self.id(out.own());
                 out.share(&m.event);
             }
@@ -199,7 +198,7 @@ impl Render {
         .is_some()
     }
 
-    fn id(&mut self, out: &mut BytesMut) {
+    fn id(&self, out: &mut BytesMut) {
         out.put_slice(b"id: ");
         self.position.encode_into(out);
         out.put_u8(b'\n');
@@ -256,14 +255,16 @@ mod tests {
         String::from_utf8(out.to_vec()).unwrap()
     }
 
-    fn id_of(event: &str) -> Position {
+    /// The position in `event`'s `id:`, of a stream of `list`.
+    fn id_of(list: &[&str], event: &str) -> Position {
         let line = event.lines().find_map(|l| l.strip_prefix("id: ")).unwrap();
-        Position::decode(line).unwrap()
+        Position::resume(list, line).unwrap()
     }
 
     #[test]
     fn messages_carry_the_position_of_every_channel() {
-        let mut p = Position::default();
+        let list = ["doc:1", "doc:2"];
+        let mut p = Position::new(&list);
         p.set("doc:1", 5);
         let mut r = Render::new(p);
         let live = render(
@@ -275,7 +276,7 @@ mod tests {
             ),
         );
         assert!(!live.contains("event:"), "an id alone: {live}");
-        assert_eq!(id_of(&live).get("doc:2"), Some(40));
+        assert_eq!(id_of(&list, &live).get("doc:2"), Some(40));
         let e = render(&mut r, &wire::message("doc:1", 6, r#"{"a":1}"#));
         assert!(
             e.ends_with(
@@ -283,33 +284,34 @@ mod tests {
             ),
             "{e}"
         );
-        let pos = id_of(&e);
+        let pos = id_of(&list, &e);
         assert_eq!((pos.get("doc:1"), pos.get("doc:2")), (Some(6), Some(40)));
         let c = render(&mut r, &wire::conflated(&wire::message("doc:2", 41, "1")));
         assert!(
             c.contains(r#"data: {"conflated":true,"channel":"doc:2","seq":41,"data":1}"#),
             "{c}"
         );
-        assert_eq!(id_of(&c).get("doc:2"), Some(41));
+        assert_eq!(id_of(&list, &c).get("doc:2"), Some(41));
     }
 
     #[test]
     fn streams_share_a_frame_and_keep_their_own_ids() {
         let frame = wire::message("doc:s", 7, r#"{"n":"x"}"#);
         let big = wire::message("doc:s", 8, &format!("\"{}\"", "y".repeat(memo::MAX_FRAME)));
-        let alone = Render::new(Position::default());
-        let mut other = Position::default();
-        other.set("doc:t", 3);
-        let behind = Render::new(other);
-        let mut first = Position::default();
-        first.set("doc:s", 1);
-        first.set("doc:t", 4);
-        let ahead = Render::new(first);
-        // Only the message's channel: the memo's whole event, `id:` too.
-        let mut only = Position::default();
-        only.set("doc:s", 2);
-        let sole = Render::new(only);
-        for mut r in [alone, behind, ahead, sole] {
+        let stream = |list: &'static [&'static str], seqs: &[(&str, u64)]| {
+            let mut p = Position::new(list);
+            for (c, seq) in seqs {
+                p.set(c, *seq);
+            }
+            (list, Render::new(p))
+        };
+        // Of the message's channel alone (the memo's whole event, `id:`
+        // too), with no seq yet or one; of two channels, in either order.
+        let alone = stream(&["doc:s"], &[]);
+        let sole = stream(&["doc:s"], &[("doc:s", 2)]);
+        let behind = stream(&["doc:s", "doc:t"], &[("doc:t", 3)]);
+        let ahead = stream(&["doc:t", "doc:s"], &[("doc:s", 1), ("doc:t", 4)]);
+        for (list, mut r) in [alone, behind, ahead, sole] {
             let t = r.position.get("doc:t");
             for f in [&frame, &big, &frame.clone()] {
                 let e = render(&mut r, f);
@@ -318,7 +320,7 @@ mod tests {
                     e.ends_with(&format!("event: message\ndata: {{{data}\n\n")),
                     "{e}"
                 );
-                let pos = id_of(&e);
+                let pos = id_of(list, &e);
                 let seq = if f.len() > memo::MAX_FRAME { 8 } else { 7 };
                 assert_eq!((pos.get("doc:s"), pos.get("doc:t")), (Some(seq), t));
                 assert_eq!(pos, r.position, "the id is the stream's position");
@@ -329,7 +331,7 @@ mod tests {
 
     #[test]
     fn line_breaks_in_data_become_data_lines() {
-        let mut r = Render::new(Position::default());
+        let mut r = Render::new(Position::new(&["c"]));
         let e = render(&mut r, &wire::message("c", 1, "{\"a\":\n1,\r\"b\":2}"));
         assert!(
             e.contains(
@@ -341,7 +343,7 @@ mod tests {
 
     #[test]
     fn recovered_ping_and_close() {
-        let mut p = Position::default();
+        let mut p = Position::new(&["doc:1"]);
         p.set("doc:1", 5);
         let mut r = Render::new(p);
         let id = serde_json::value::to_raw_value("doc:1").unwrap();
@@ -351,7 +353,7 @@ mod tests {
             "{e}"
         );
         assert_eq!(
-            id_of(&e).get("doc:1"),
+            id_of(&["doc:1"], &e).get("doc:1"),
             Some(5),
             "recovery does not move the position"
         );
