@@ -35,7 +35,7 @@ use channel::{Channel, ChannelState, Held, Subscribers, recover, trim};
 pub use conflation::conflation_key;
 pub use gauge::{OutboundGauge, Reserve};
 pub use recovery::{Page, PageRead, Pages, Recovery};
-pub use sink::{DirectSink, Renders, Sink, StreamSink};
+pub use sink::{DirectSink, RenderSink, Renders, Sink, StreamSink};
 
 /// What the hub sends a gRPC stream's queue ([`StreamSink`]).
 #[derive(Message, Debug)]
@@ -278,7 +278,6 @@ impl Hub {
             });
             trim(&mut st.history, limits, now, &self.budget);
         }
-        let len = frame.len();
         if let Some(rule) = &st.conflate {
             let key = conflation_key(rule, &frame);
             self.conflating_fan_out(ch, st, seq, &frame, &key);
@@ -288,17 +287,18 @@ impl Hub {
         let mut dropped = 0u64;
         let mut renders = Renders::default();
         for sub in st.subscribers.iter() {
-            match sub.gauge.try_reserve(len) {
-                Reserve::Queued => {
-                    delivered += 1;
-                    sub.sink.message(&ch.name, seq, &frame, None, &mut renders);
-                }
-                Reserve::FirstDrop => {
+            let reserved = sub
+                .sink
+                .deliver(&sub.gauge, &ch.name, seq, &frame, None, &mut renders);
+            match reserved {
+                None => {}
+                Some(Reserve::Queued) => delivered += 1,
+                Some(Reserve::FirstDrop) => {
                     dropped += 1;
                     sub.sink.dropped(&ch.name, seq);
                     sub.sink.congested();
                 }
-                Reserve::Dropped => {
+                Some(Reserve::Dropped) => {
                     dropped += 1;
                     sub.sink.dropped(&ch.name, seq);
                 }

@@ -42,7 +42,8 @@ impl Hub {
     /// Fan-out on a conflating channel: never dropped at the hub for a
     /// socket (it replaces an unsent message with the same key instead), so
     /// every socket gets it counted in its gauge and sent. A gRPC stream
-    /// does not conflate and is bounded like a queueing subscriber.
+    /// and a [`RenderSink`](super::RenderSink) (a Pusher subscription) do
+    /// not conflate and are bounded like a queueing subscriber.
     pub(super) fn conflating_fan_out(
         &self,
         ch: &Channel,
@@ -56,27 +57,29 @@ impl Hub {
         let mut dropped = 0u64;
         let mut renders = super::Renders::default();
         for sub in st.subscribers.iter() {
-            if !sub.sink.conflates() {
-                match sub.gauge.try_reserve(len) {
-                    Reserve::Queued => {}
-                    Reserve::FirstDrop => {
-                        dropped += 1;
-                        sub.sink.dropped(&ch.name, seq);
-                        sub.sink.congested();
-                        continue;
-                    }
-                    Reserve::Dropped => {
-                        dropped += 1;
-                        sub.sink.dropped(&ch.name, seq);
-                        continue;
-                    }
-                }
-            } else {
+            if sub.sink.conflates() {
                 sub.gauge.add(len);
+                delivered += 1;
+                sub.sink
+                    .message(&ch.name, seq, frame, Some(key), &mut renders);
+                continue;
             }
-            delivered += 1;
-            sub.sink
-                .message(&ch.name, seq, frame, Some(key), &mut renders);
+            let reserved =
+                sub.sink
+                    .deliver(&sub.gauge, &ch.name, seq, frame, Some(key), &mut renders);
+            match reserved {
+                None => {}
+                Some(Reserve::Queued) => delivered += 1,
+                Some(Reserve::FirstDrop) => {
+                    dropped += 1;
+                    sub.sink.dropped(&ch.name, seq);
+                    sub.sink.congested();
+                }
+                Some(Reserve::Dropped) => {
+                    dropped += 1;
+                    sub.sink.dropped(&ch.name, seq);
+                }
+            }
         }
         self.metrics.messages_out.inc_by(delivered);
         if dropped > 0 {

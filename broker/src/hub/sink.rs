@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::Deliver;
+use super::{Deliver, OutboundGauge, Reserve};
 
 /// A subscriber's outbound queue the hub writes into directly, from
 /// whichever thread publishes (an actix worker, the cluster bridge, the
@@ -102,11 +102,46 @@ impl Renders {
     }
 }
 
+/// A subscriber that renders every message in a format of its own (a
+/// Pusher subscription's frames, `pusher/sink.rs`) and counts in its gauge
+/// what it queues: its rendering, not the hub's frame.
+///
+/// Why not a [`DirectSink`]: the hub reserves the hub's frame in the gauge
+/// before handing it over, so such a sink had to recount every delivery
+/// to the rendered size (one more atomic read-modify-write per delivery,
+/// a socket's delivery takes four), and release all of it for a message
+/// that is not its subscriber's (a Pusher client event's sender). Here the
+/// sink decides first, then reserves once, the right size.
+pub trait RenderSink: Send + Sync {
+    /// Offers message `seq` of `channel` (`frame`, the hub's encoding).
+    /// The sink renders it (sharing its rendering with the rest of the
+    /// fan-out through `renders`), reserves the rendering in its gauge
+    /// ([`OutboundGauge::try_reserve`](super::OutboundGauge::try_reserve))
+    /// and queues it if that says [`Reserve::Queued`], which it returns.
+    /// `None`: not for this subscriber (ended, or the message leaves it
+    /// out); nothing was reserved.
+    fn offer(
+        &self,
+        channel: &Arc<str>,
+        seq: u64,
+        frame: &Bytes,
+        renders: &mut Renders,
+    ) -> Option<Reserve>;
+
+    /// The subscriber crossed its high-water mark and messages are being
+    /// dropped (called once per episode).
+    fn congested(&self);
+}
+
 /// Where the hub hands a subscriber's messages.
 #[derive(Clone)]
 pub enum Sink {
     /// A WebSocket's outbound queue (see [`DirectSink`]).
     Socket(Arc<dyn DirectSink>),
+    /// A subscription that renders and reserves its own frames (see
+    /// [`RenderSink`]). It does not conflate: on a conflating channel it
+    /// is bounded like a queueing subscriber.
+    Render(Arc<dyn RenderSink>),
     /// A gRPC `Subscribe` stream, which lives on the gRPC server's own
     /// tokio runtime, outside actix (`grpc/subscribe.rs`).
     Stream(StreamSink),
@@ -128,8 +163,33 @@ pub struct StreamSink {
 }
 
 impl Sink {
+    /// Hands over a message: reserves the hub's `frame` in `gauge` and
+    /// queues it, or says it is dropped at the mark ([`Reserve`]); a
+    /// [`RenderSink`] reserves and queues its own rendering instead.
+    /// `None`: not for this subscriber, nothing reserved.
+    #[inline]
+    pub fn deliver(
+        &self,
+        gauge: &OutboundGauge,
+        channel: &Arc<str>,
+        seq: u64,
+        frame: &Bytes,
+        key: Option<&Arc<str>>,
+        renders: &mut Renders,
+    ) -> Option<Reserve> {
+        let reserved = match self {
+            Sink::Render(s) => return s.offer(channel, seq, frame, renders),
+            _ => gauge.try_reserve(frame.len()),
+        };
+        if reserved == Reserve::Queued {
+            self.message(channel, seq, frame, key, renders);
+        }
+        Some(reserved)
+    }
+
     /// Hands over a message whose bytes are already reserved in the
-    /// subscriber's gauge.
+    /// subscriber's gauge (a [`RenderSink`] never has any reserved for it:
+    /// see [`Sink::deliver`]).
     #[inline]
     pub fn message(
         &self,
@@ -141,6 +201,9 @@ impl Sink {
     ) {
         match self {
             Sink::Socket(s) => s.message(channel, seq, frame, key, renders),
+            Sink::Render(_) => {
+                debug_assert!(false, "a render sink reserves its own frames");
+            }
             Sink::Stream(s) => {
                 // A stream that ended has left the hub or is leaving.
                 let _ = s.messages.send(Deliver::Message {
@@ -158,6 +221,7 @@ impl Sink {
     pub fn congested(&self) {
         match self {
             Sink::Socket(s) => s.congested(),
+            Sink::Render(s) => s.congested(),
             Sink::Stream(s) => s.congested.notify_one(),
         }
     }
@@ -171,7 +235,8 @@ impl Sink {
     }
 
     /// Whether this sink replaces unsent messages by their conflation key
-    /// (a socket's outbox does; a gRPC stream queues, see [`StreamSink`]).
+    /// (a socket's outbox does; a gRPC stream and a [`RenderSink`] queue,
+    /// see [`StreamSink`]).
     #[inline]
     pub(super) fn conflates(&self) -> bool {
         matches!(self, Sink::Socket(_))

@@ -250,15 +250,10 @@ impl PusherWs {
         }
         let internal: Arc<str> = names::internal(&self.app().id, channel).into();
         let conn = self.node.next_conn();
-        let sink = PusherSink::new(
-            conn,
-            internal.clone(),
-            self.socket_id.clone(),
-            link.outlet(),
-        );
+        let sink = PusherSink::new(conn, internal.clone(), self.socket_id.clone(), &*link);
         let sub = Subscriber {
             conn,
-            sink: Sink::Socket(sink.clone()),
+            sink: Sink::Render(sink.clone()),
             gauge: link.gauge(),
         };
         let members = me.map(|me| PusherMembers::new(channel, me, sink.clone()));

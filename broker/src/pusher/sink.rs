@@ -1,18 +1,23 @@
 //! One Pusher subscription as the hub sees it: a subscriber of its own
-//! (its own number) whose sink takes the Pusher frame out of each message
-//! and queues it in the socket's outbox ([`Outlet`]), bounded by the
-//! socket's gauge like every subscription of the socket.
+//! (its own number) whose sink renders the Pusher frame out of each
+//! message and queues it in the socket's outbox ([`Outlet`]), bounded by
+//! the socket's gauge like every subscription of the socket.
 //!
 //! What this front publishes into the hub is `["<socket_id>",<frame>]`:
 //! the socket to leave out (the HTTP API's `socket_id`, a client event's
 //! sender; empty for none) and the Pusher frame the subscribers get, whole.
-//! So a delivery parses nothing: it compares the socket id and queues the
-//! frame, rendered into a WebSocket frame once per fan-out ([`Renders`]).
+//! So a delivery parses nothing: the first Pusher subscriber of a fan-out
+//! splits the message and renders the WebSocket frame ([`Renders`]), and
+//! every one compares the socket id and queues that frame.
+//!
+//! It is a [`RenderSink`]: it reserves in the gauge the frame it queues,
+//! once, rather than the hub reserving the hub's (larger) frame and the
+//! sink recounting it per delivery; the socket left out reserves nothing.
 //!
 //! Messages that arrive while the join is answered (in a cluster, while
-//! delivery from every node goes live) wait, counted in the gauge, until
-//! `subscription_succeeded` is queued: nothing of a channel reaches
-//! pusher-js before it knows it is subscribed.
+//! delivery from every node goes live) wait, rendered and counted in the
+//! gauge, until `subscription_succeeded` is queued: nothing of a channel
+//! reaches pusher-js before it knows it is subscribed.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
@@ -20,12 +25,14 @@ use std::sync::{Arc, LazyLock};
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use crate::hub::{DirectSink, OutboundGauge, Renders};
-use crate::node::dialect::Outlet;
+use crate::hub::{OutboundGauge, RenderSink, Renders, Reserve};
+use crate::node::dialect::{Link, Outlet};
 use crate::protocol::wire;
 
-/// The key this front's rendering is shared under in a fan-out.
+/// The keys this front's rendering, and the socket it leaves out, are
+/// shared under in a fan-out.
 static RENDER_KEY: LazyLock<Arc<[u8]>> = LazyLock::new(|| Arc::from(&b"pusher.frame"[..]));
+static EXCLUDE_KEY: LazyLock<Arc<[u8]>> = LazyLock::new(|| Arc::from(&b"pusher.exclude"[..]));
 
 /// What [`publish_data`] builds and [`split`] reads.
 pub fn publish_data(exclude: &str, frame: &str) -> String {
@@ -48,18 +55,19 @@ pub fn split(data: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((exclude, frame))
 }
 
-/// What waits for `subscription_succeeded`, counted in the gauge.
+/// What waits for `subscription_succeeded`: rendered frames, counted in
+/// the gauge.
 enum Held {
     /// A hub message: `(seq, frame)`.
     Hub(u64, Bytes),
-    /// A frame of this front's own (a presence member event), rendered.
+    /// A frame of this front's own (a presence member event).
     Own(Bytes),
 }
 
 impl Held {
-    fn len(&self) -> usize {
+    fn frame(&self) -> &Bytes {
         match self {
-            Held::Hub(_, f) | Held::Own(f) => f.len(),
+            Held::Hub(_, f) | Held::Own(f) => f,
         }
     }
 }
@@ -79,7 +87,7 @@ pub enum Replay {
 
 enum Pos {
     /// Waiting for the bridge. Bounded by the socket's gauge: what waits
-    /// is counted in it, and a socket past its mark is closed.
+    /// is counted in it, and the hub's messages are dropped at its mark.
     Joining(Vec<Held>),
     Live,
     Ended,
@@ -92,6 +100,9 @@ pub struct PusherSink {
     pub channel: Arc<str>,
     socket_id: Arc<str>,
     outlet: Arc<dyn Outlet>,
+    /// The socket's gauge (the outlet's), held here so a delivery reaches
+    /// it without a call through the outlet.
+    gauge: Arc<OutboundGauge>,
     pos: Mutex<Pos>,
     /// `pos` is `Live`: a delivery then queues without taking `pos`'s
     /// lock (a lock and an unlock a delivery, which a `/v1/ws`
@@ -103,17 +114,24 @@ pub struct PusherSink {
 }
 
 impl PusherSink {
-    pub fn new(
+    /// A subscription of `channel` queueing into `link`'s outbox.
+    pub fn new(conn: u64, channel: Arc<str>, socket_id: Arc<str>, link: &dyn Link) -> Arc<Self> {
+        Self::with(conn, channel, socket_id, link.outlet(), link.gauge())
+    }
+
+    fn with(
         conn: u64,
         channel: Arc<str>,
         socket_id: Arc<str>,
         outlet: Arc<dyn Outlet>,
+        gauge: Arc<OutboundGauge>,
     ) -> Arc<Self> {
         Arc::new(PusherSink {
             conn,
             channel,
             socket_id,
             outlet,
+            gauge,
             pos: Mutex::new(Pos::Joining(Vec::new())),
             live: AtomicBool::new(false),
         })
@@ -126,8 +144,7 @@ impl PusherSink {
         if let Pos::Joining(held) = std::mem::replace(&mut *pos, Pos::Live) {
             for h in held {
                 match h {
-                    Held::Hub(seq, frame) => self.queue(seq, &frame, &mut Renders::default()),
-                    Held::Own(frame) => self.outlet.push_frame(frame),
+                    Held::Hub(_, frame) | Held::Own(frame) => self.outlet.push_frame(frame),
                 }
             }
             self.live.store(true, Ordering::Release);
@@ -157,10 +174,13 @@ impl PusherSink {
             .max();
         let replay = match (cached, newest_held) {
             (Some((seq, frame)), n) if n.is_none_or(|n| n < seq) => {
-                // Not reserved by the hub: counted here, then recounted
-                // to the rendered size like a delivery.
-                self.outlet.gauge().add(frame.len());
-                self.queue(seq, &frame, &mut Renders::default());
+                // Not offered by the hub: counted here, past the mark
+                // like an answer (one frame), unless it leaves this
+                // socket out.
+                if let Some(rendered) = self.render(seq, &frame, &mut Renders::default()) {
+                    self.gauge.add(rendered.len());
+                    self.outlet.push_frame(rendered);
+                }
                 Replay::Sent
             }
             (None, None) => Replay::Miss,
@@ -176,9 +196,8 @@ impl PusherSink {
         let mut pos = self.pos.lock();
         self.live.store(false, Ordering::Release);
         if let Pos::Joining(held) = std::mem::replace(&mut *pos, Pos::Ended) {
-            self.outlet
-                .gauge()
-                .release(held.iter().map(Held::len).sum());
+            self.gauge
+                .release(held.iter().map(|h| h.frame().len()).sum());
         }
     }
 
@@ -193,7 +212,7 @@ impl PusherSink {
             return;
         }
         let rendered = wire::text(frame.as_bytes());
-        if self.outlet.gauge().add_answer(rendered.len()) {
+        if self.gauge.add_answer(rendered.len()) {
             self.outlet.congested();
         }
         match &mut *pos {
@@ -202,71 +221,62 @@ impl PusherSink {
         }
     }
 
-    fn queue(&self, seq: u64, frame: &Bytes, renders: &mut Renders) {
-        let gauge = self.outlet.gauge();
+    /// The WebSocket frame this subscriber gets for message `seq`
+    /// (`frame`, the hub's), or `None` if the message leaves this socket
+    /// out or is not this front's. The first subscriber of a fan-out
+    /// splits and renders it; the rest find both in `renders` and pay a
+    /// comparison and a reference count.
+    #[inline]
+    fn render(&self, seq: u64, frame: &Bytes, renders: &mut Renders) -> Option<Bytes> {
+        let me = self.socket_id.as_bytes();
+        if let (Some(exclude), Some(rendered)) =
+            (renders.get(&EXCLUDE_KEY), renders.get(&RENDER_KEY))
+        {
+            return (***exclude != *me).then(|| Bytes::clone(rendered));
+        }
         let data = wire::message_data_slice(frame, &self.channel, seq);
-        let Some((exclude, body)) = split(data) else {
-            gauge.release(frame.len());
-            return;
-        };
-        if exclude == self.socket_id.as_bytes() {
-            gauge.release(frame.len());
-            return;
+        let (exclude, body) = split(data)?;
+        let rendered = Arc::new(wire::text(body));
+        // Past the memo's bound both stay unkept and the next subscriber
+        // renders its own; the socket left out is kept first, so a kept
+        // rendering always has it beside it.
+        if renders.get(&EXCLUDE_KEY).is_none() {
+            renders.keep(&EXCLUDE_KEY, &Arc::new(Bytes::copy_from_slice(exclude)));
         }
-        // The fan-out's rendering is borrowed, not its `Arc` cloned: one
-        // atomic increment and decrement fewer a delivery (`perf` had
-        // them at a third of this function's time).
-        if renders.get(&RENDER_KEY).is_none() {
-            let r = Arc::new(wire::text(body));
-            renders.keep(&RENDER_KEY, &r);
-            if renders.get(&RENDER_KEY).is_none() {
-                // The memo is full: this delivery's own rendering.
-                recount(gauge, frame.len(), r.len());
-                self.outlet.push_frame(Bytes::clone(&r));
-                return;
-            }
-        }
-        let Some(rendered) = renders.get(&RENDER_KEY) else {
-            // Not reached: kept just above. Nothing stays counted.
-            gauge.release(frame.len());
-            return;
-        };
-        let rendered = Bytes::clone(rendered);
-        recount(gauge, frame.len(), rendered.len());
-        self.outlet.push_frame(rendered);
+        renders.keep(&RENDER_KEY, &rendered);
+        (exclude != me).then(|| Bytes::clone(&rendered))
     }
 }
 
-/// The gauge holds what is queued, not what the hub reserved.
-fn recount(gauge: &OutboundGauge, reserved: usize, len: usize) {
-    if len >= reserved {
-        gauge.add(len - reserved);
-    } else {
-        gauge.release(reserved - len);
-    }
-}
-
-impl DirectSink for PusherSink {
-    fn message(
+impl RenderSink for PusherSink {
+    fn offer(
         &self,
         _channel: &Arc<str>,
         seq: u64,
         frame: &Bytes,
-        _key: Option<&Arc<str>>,
         renders: &mut Renders,
-    ) {
+    ) -> Option<Reserve> {
         if self.live.load(Ordering::Acquire) {
-            return self.queue(seq, frame, renders);
+            let rendered = self.render(seq, frame, renders)?;
+            let reserved = self.gauge.try_reserve(rendered.len());
+            if reserved == Reserve::Queued {
+                self.outlet.push_frame(rendered);
+            }
+            return Some(reserved);
         }
         let mut pos = self.pos.lock();
-        match &mut *pos {
-            Pos::Live => self.queue(seq, frame, renders),
-            Pos::Joining(held) => held.push(Held::Hub(seq, frame.clone())),
-            Pos::Ended => {
-                drop(pos);
-                self.outlet.gauge().release(frame.len());
+        let rendered = match &*pos {
+            Pos::Ended => return None,
+            _ => self.render(seq, frame, renders)?,
+        };
+        let reserved = self.gauge.try_reserve(rendered.len());
+        if reserved == Reserve::Queued {
+            match &mut *pos {
+                Pos::Joining(held) => held.push(Held::Hub(seq, rendered)),
+                _ => self.outlet.push_frame(rendered),
             }
         }
+        Some(reserved)
     }
 
     fn congested(&self) {
@@ -276,7 +286,126 @@ impl DirectSink for PusherSink {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::hub::{HistoryLimits, Hub, Sink, Subscriber};
+    use crate::metrics::Metrics;
+    use crate::node::dialect::Backlog;
+
+    /// A socket's outbox as far as this sink uses it: what was queued.
+    struct Queued(Mutex<Vec<Bytes>>, Arc<OutboundGauge>);
+
+    impl Outlet for Queued {
+        fn push(&self, parts: &mut [Bytes]) {
+            let mut q = self.0.lock();
+            q.extend(parts.iter_mut().map(std::mem::take));
+        }
+        fn push_frame(&self, frame: Bytes) {
+            self.0.lock().push(frame);
+        }
+        fn push_keyed(&self, _: &Arc<str>, _: Arc<str>, frame: Bytes) -> bool {
+            self.push_frame(frame);
+            true
+        }
+        fn gauge(&self) -> &OutboundGauge {
+            &self.1
+        }
+        fn congested(&self) {}
+        fn recover(&self, _: Arc<dyn Backlog>) {}
+        fn forget(&self, _: &Arc<dyn Backlog>) {}
+        fn page_room(&self, _: usize) -> Option<usize> {
+            None
+        }
+        fn page_done(&self, _: usize) {}
+        fn pump_backlogs(&self) {}
+    }
+
+    const CH: &str = "|1|private-x";
+
+    /// A subscriber of [`CH`] on `hub` as socket `id`, with its queue.
+    fn subscriber(hub: &Hub, conn: u64, id: &str, mark: usize) -> (Arc<PusherSink>, Arc<Queued>) {
+        let gauge = Arc::new(OutboundGauge::new(mark));
+        let queued = Arc::new(Queued(Mutex::default(), gauge.clone()));
+        let sink = PusherSink::with(conn, CH.into(), id.into(), queued.clone(), gauge.clone());
+        let sub = Subscriber {
+            conn,
+            sink: Sink::Render(sink.clone()),
+            gauge,
+        };
+        hub.subscribe(CH, sub, None);
+        (sink, queued)
+    }
+
+    fn frames(q: &Queued) -> Vec<Bytes> {
+        q.0.lock().clone()
+    }
+
+    /// What the gauge counts: exactly the bytes queued (the rendered
+    /// frames), never the hub's frames, with nothing left over.
+    fn counted(q: &Queued) -> usize {
+        frames(q).iter().map(Bytes::len).sum()
+    }
+
+    #[test]
+    fn the_gauge_counts_the_rendered_frames_queued_and_the_sender_reserves_nothing() {
+        let hub = Hub::new(
+            HistoryLimits {
+                size: 0,
+                ttl: Duration::from_secs(60),
+                max_bytes: usize::MAX,
+            },
+            Arc::new(Metrics::new()),
+        );
+        let (a, qa) = subscriber(&hub, 1, "1.1", 1 << 20);
+        let (b, qb) = subscriber(&hub, 2, "2.2", 1 << 20);
+        let one = r#"{"event":"client-m","channel":"private-x","data":"1"}"#;
+        let two = r#"{"event":"client-m","channel":"private-x","data":"2"}"#;
+        // While joining: held, rendered and counted; the sender's not.
+        hub.publish(CH, &publish_data("2.2", one));
+        assert!(frames(&qa).is_empty() && frames(&qb).is_empty());
+        assert_eq!(a.gauge.pending(), wire::text(one.as_bytes()).len());
+        assert_eq!(b.gauge.pending(), 0, "the sender reserved nothing");
+        a.go_live();
+        b.go_live();
+        hub.publish(CH, &publish_data("", two));
+        let (r1, r2) = (wire::text(one.as_bytes()), wire::text(two.as_bytes()));
+        assert_eq!(frames(&qa), vec![r1, r2.clone()]);
+        assert_eq!(frames(&qb), vec![r2]);
+        assert_eq!(a.gauge.pending(), counted(&qa));
+        assert_eq!(b.gauge.pending(), counted(&qb));
+        // Ended: nothing more queued or counted.
+        a.end();
+        hub.publish(CH, &publish_data("", two));
+        assert_eq!(frames(&qa).len(), 2);
+        assert_eq!(a.gauge.pending(), counted(&qa));
+        assert_eq!(b.gauge.pending(), counted(&qb));
+    }
+
+    #[test]
+    fn at_the_mark_messages_are_dropped_and_what_waited_is_released_at_the_end() {
+        let hub = Hub::new(
+            HistoryLimits {
+                size: 0,
+                ttl: Duration::from_secs(60),
+                max_bytes: usize::MAX,
+            },
+            Arc::new(Metrics::new()),
+        );
+        let (live, ql) = subscriber(&hub, 1, "1.1", 1);
+        let (joining, qj) = subscriber(&hub, 2, "2.2", 1 << 20);
+        live.go_live();
+        let event = r#"{"event":"client-m","channel":"private-x","data":"1"}"#;
+        hub.publish(CH, &publish_data("", event));
+        hub.publish(CH, &publish_data("", event));
+        assert_eq!(frames(&ql).len(), 1, "the second is past the mark");
+        assert_eq!(live.gauge.pending(), counted(&ql));
+        assert!(live.gauge.is_congested());
+        assert!(joining.gauge.pending() > 0);
+        joining.end();
+        assert_eq!(joining.gauge.pending(), 0);
+        assert!(frames(&qj).is_empty());
+    }
 
     #[test]
     fn split_reads_what_publish_data_wrote() {
