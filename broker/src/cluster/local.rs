@@ -245,6 +245,29 @@ mod tests {
     }
 
     #[test]
+    fn a_debt_goes_below_zero_and_refuses_until_the_refill_pays_it() {
+        let now = Instant::now();
+        let local = LocalLimits::default();
+        // A key of 10 at 1/s owes 25: 15 below zero.
+        assert!(local.owe_key("k", 25.0, 10.0, 1.0, 1.0, now).allowed);
+        assert!(!local.charge_key("k", 1.0, 10.0, 1.0, 1.0, now).allowed);
+        let later = now + Duration::from_secs(16);
+        assert!(local.charge_key("k", 1.0, 10.0, 1.0, 1.0, later).allowed);
+        // An account budget (200, 100/s by default) owes 500.
+        let limits = Limits::default();
+        let owed = local.owe_account("a", 500, &limits, 1.0, now);
+        assert!(owed.allowed);
+        assert_eq!(owed.view.remaining, 0, "shown as empty, not negative");
+        assert!(!local.charge_account("a", 1, now, &limits, 1.0, now).allowed);
+        let later = now + Duration::from_secs(4);
+        assert!(
+            local
+                .charge_account("a", 1, later, &limits, 1.0, later)
+                .allowed
+        );
+    }
+
+    #[test]
     fn caps_round_down_but_never_below_one() {
         assert_eq!(scale_cap(8, 1.0), 8);
         assert_eq!(scale_cap(8, 0.5), 4);

@@ -12,9 +12,12 @@ use tidegate::grpc::proto::subscribe_event::Event;
 use tidegate::protocol::position::Position;
 use tonic::Code;
 
+use crate::cluster::{bridge_up, node, prefix};
 use crate::common::{API_KEY, Broker, Client};
+use crate::graphql::{GQL_JSON, post};
 use crate::graphql_ws::{SUB, connected, next_for, subscribe};
 use crate::grpc::{authed, connect, subscribe_req};
+use crate::redis_server::RedisServer;
 use crate::subscription_price::{account_budget, charged_since, sse};
 
 /// An API key on `doc:*`, buckets that refill too slowly to matter in a
@@ -266,4 +269,53 @@ async fn a_refused_input_costs_malformed_and_cost_exceeds_max_nothing_on_every_f
     let mut expected = vec![over; 6];
     expected.push(("RATE_LIMITED".to_owned(), Some(3)));
     assert_eq!(codes, expected, "graphql-ws");
+}
+
+/// The debt is kept where the buckets are: in a cluster, in Redis (the
+/// bucket scripts' `owed` flag). A gRPC call recovering more than the
+/// key's bucket, and a graphql-ws subscription recovering more than the
+/// token's account budget, are delivered; the key and the account are in
+/// debt after them, cluster-wide.
+#[actix_rt::test]
+async fn in_a_cluster_the_debt_is_taken_in_redis() {
+    let redis = RedisServer::start();
+    let b = node(&redis, "a", &prefix(), &plan(50, "", RECOVERY));
+    bridge_up(&b, true).await;
+    let since = b.node.publish("doc:big", "0", "test", None).await.seq;
+    let data = format!("\"{}\"", "b".repeat(4000));
+    for _ in 0..20 {
+        b.node.publish("doc:big", &data, "test", None).await;
+    }
+    let mut g = connect(&b).await;
+    let mut s = g
+        .subscribe(authed(subscribe_req(&[("doc:big", Some(since))]), API_KEY))
+        .await
+        .expect("owed, not refused")
+        .into_inner();
+    let r = b.publish_http("doc:other", json!(0)).await;
+    assert_eq!(r.status(), 429, "the key is in debt");
+    let mut seqs = Vec::new();
+    while seqs.len() < 20 {
+        if let SubscribeEvent {
+            event: Some(Event::Message(m)),
+        } = s.message().await.expect("no error").expect("open")
+        {
+            seqs.push(m.seq);
+        }
+    }
+    assert_eq!(seqs, (since + 1..=since + 20).collect::<Vec<_>>());
+
+    let token = b.token("big-gql-cluster");
+    let mut c = connected(&b, &token).await;
+    subscribe(&mut c, "big", SUB, json!({"c": "doc:big", "s": since})).await;
+    let first = next_for(&mut c, "big").await;
+    assert_eq!(
+        first["payload"]["data"]["messages"]["seq"],
+        since + 1,
+        "{first}"
+    );
+    // Paid before the first message: the account's next operation waits.
+    let body = json!({"query": "{ budget { remaining } }"});
+    let a = post(&b, Some(&token), GQL_JSON, &body).await;
+    assert_eq!(a.status, 429, "the account is in debt: {}", a.text);
 }
