@@ -443,6 +443,55 @@ fn tests_cap_dry_run(line: &str) -> bool {
     line.contains("LimitName::Subscriptions")
 }
 
+/// Where a line of code prices recovered history itself: a call of
+/// `pricing::recovery` (or an import of it), which only recovery's one
+/// meaning, `charge/recovery.rs`, may make.
+fn prices_recovery(line: &str) -> bool {
+    line.contains("pricing::recovery") || (line.contains("pricing::{") && line.contains("recovery"))
+}
+
+/// Issue 42: recovery had three meanings (owed on a socket, refusable on
+/// gRPC, refused with `RATE_LIMITED` on graphql-ws). Its price is computed
+/// and charged in one place, `charge::recovery` (`Ledger::recovery`), that
+/// every front calls; a front computing `pricing::recovery` itself is how
+/// the meanings drifted apart.
+#[test]
+fn recovery_is_priced_in_one_place() {
+    let src = src_dir();
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let texts: HashMap<PathBuf, String> = files
+        .iter()
+        .map(|f| (f.clone(), fs::read_to_string(f).expect("readable source")))
+        .collect();
+    let tests = test_only(&files, &texts);
+    let home = Path::new("charge").join("recovery.rs");
+    let mut copies = Vec::new();
+    for f in &files {
+        let rel = f.strip_prefix(&src).expect("under src");
+        if tests.contains(f) || rel == home || rel == Path::new("pricing.rs") {
+            continue;
+        }
+        for (n, line) in code_of(&texts[f]).lines().enumerate() {
+            if prices_recovery(line) {
+                copies.push(format!("{}:{}: {}", rel.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        copies.is_empty(),
+        "recovered history is priced and charged by charge::recovery (Ledger::recovery) alone:\n{}",
+        copies.join("\n")
+    );
+    assert!(prices_recovery(
+        "let units = crate::pricing::recovery(&caller.limits.costs, bytes);"
+    ));
+    assert!(prices_recovery("use crate::pricing::{publish, recovery};"));
+    assert!(!prices_recovery(
+        "let units = crate::pricing::subscribe(c, since);"
+    ));
+}
+
 /// Issue 42's one-place rules: every front reads `Authorization` through
 /// `admission::bearer`, compares a price with `max_single` through
 /// `admission::check_single` and decides the subscription cap (and its

@@ -31,9 +31,11 @@
 //!   charged to [`Payer::Connection`] as [`Price::owed`] (taken even below
 //!   zero: one request cannot resend a refused frame), sampled into the
 //!   account budget. A graphql-ws subscription's `recovery`, known only
-//!   after its operation ran, is owed the same way, and so is the history
-//!   a socket's or a stream's join recovers (`recovery_per_kib`,
-//!   `Socket::owe`): sampled into the account budget like a frame's units.
+//!   after its operation ran, is owed the same way.
+//! - **The history a join recovers** (`recovery_per_kib`), on every front:
+//!   [`Ledger::recovery`] with the front's payer ([`recovery`]: owed,
+//!   never refused, before any of it is sent; for a payer without
+//!   connection buckets the bridge takes it even below zero).
 //! - **HTTP publish and batch, gRPC `Publish` and each `PublishStream`
 //!   message**: [`publish::price`] checks and prices each message,
 //!   then [`Payer::Key`] (the API key's cluster-wide bucket, with the
@@ -60,11 +62,13 @@
 //! - **A presence read**: a fixed small price ([`Price::units`] from the
 //!   plan's cost table, no bytes), the reader's payer, the same translation.
 
+mod balance;
 mod bucket;
 mod connection;
 pub mod keys;
 mod price;
 pub mod publish;
+pub mod recovery;
 mod rules;
 pub mod subscribe;
 
@@ -72,6 +76,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
+pub use balance::Balance;
 pub use connection::{Admission, Shadow, Verdict};
 pub use keys::{ApiKeys, KeyState};
 pub use price::Price;
@@ -162,26 +167,6 @@ pub struct Connection<'a> {
     pub conn: &'a str,
 }
 
-/// A bucket's balance, as `X-RateLimit-*`, gRPC trailers and GraphQL's
-/// `extensions.rateLimit` show it.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Balance {
-    pub limit: u64,
-    pub remaining: u64,
-    /// Until the bucket is full again.
-    pub reset: Duration,
-}
-
-impl From<&KeyCharge> for Balance {
-    fn from(c: &KeyCharge) -> Balance {
-        Balance {
-            limit: c.limit,
-            remaining: c.remaining,
-            reset: c.reset,
-        }
-    }
-}
-
 /// Taken.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Admitted {
@@ -197,6 +182,15 @@ pub struct Admitted {
 }
 
 impl Admitted {
+    /// Taken from a bucket whose balance is `balance`.
+    fn taken(balance: Option<Balance>) -> Admitted {
+        Admitted {
+            balance,
+            shadow: false,
+            sample: None,
+        }
+    }
+
     fn shadowed(mut self, shadowed: bool) -> Admitted {
         self.shadow |= shadowed;
         self
@@ -267,6 +261,9 @@ impl<'a> Ledger<'a> {
     /// connection's charge is always [`Pending::Ready`].
     #[inline]
     pub fn charge(self, payer: Payer<'a>, price: Price<'a>, now: Instant) -> Pending<'a, Outcome> {
+        if price.owed && !matches!(payer, Payer::Connection(_)) {
+            return self.owe(payer, price);
+        }
         match payer {
             Payer::Connection(c) => Pending::Ready(self.connection(c, price, now)),
             Payer::Key { layer, key, limits } => {
@@ -300,15 +297,7 @@ impl<'a> Ledger<'a> {
                     .charge_account(account, price.units, now, limits);
                 let settle = move |c: cluster::Charged| {
                     let dry = dry_run(layer, limits, Some(LimitName::AccountMessages));
-                    let balance = Balance {
-                        limit: c.view.capacity,
-                        remaining: c.view.remaining,
-                        reset: Duration::try_from_secs_f64(
-                            (c.view.capacity.saturating_sub(c.view.remaining)) as f64
-                                / c.view.refill_per_sec.max(f64::MIN_POSITIVE),
-                        )
-                        .unwrap_or_default(),
-                    };
+                    let balance = Balance::of_account(&c.view);
                     let outcome = self.settle(
                         layer,
                         account,
@@ -462,11 +451,7 @@ impl<'a> Ledger<'a> {
         dry: bool,
     ) -> Outcome {
         if allowed {
-            return Ok(Admitted {
-                balance,
-                shadow: false,
-                sample: None,
-            });
+            return Ok(Admitted::taken(balance));
         }
         let mut e = Exceeded::new(layer, "rate_limited", account)
             .reset(retry_after)

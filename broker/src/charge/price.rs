@@ -19,10 +19,11 @@ pub struct Price<'a> {
     pub max_single: Option<u32>,
     /// What it is for, for the event.
     pub channel: Option<&'a str>,
-    /// Taken even below zero, never refused by a bucket (a connection's
-    /// only): what was bought cannot wait for a refill, so the
-    /// connection's next frames wait instead (an SSE stream's opening,
-    /// which is one request and cannot resend a frame: [`Price::owed`]).
+    /// Taken even below zero, never refused by a bucket: what was bought
+    /// cannot wait for a refill, so the payer's next operations wait
+    /// instead (an SSE stream's opening, which is one request and cannot
+    /// resend a frame; a recovery's history, on every front and from
+    /// every payer: [`super::recovery`]; [`Price::owed`]).
     pub owed: bool,
     /// The operation the plan's rules know it as, for a payer without
     /// connection buckets (a connection passes its rules with its own
@@ -83,9 +84,10 @@ impl Price<'_> {
         }
     }
 
-    /// Units a connection owes for what it already holds, each part checked
-    /// against `max_single` by its front ([`super::subscribe::price`]): taken even
-    /// below zero, never refused (an SSE stream's channels at its opening).
+    /// Units owed for what is held or delivered already, each part checked
+    /// against `max_single` by its front ([`super::subscribe::price`]):
+    /// taken even below zero, never refused (an SSE stream's channels at
+    /// its opening; a recovery's history, [`super::recovery`]).
     pub fn owed(units: u32) -> Price<'static> {
         Price {
             units,

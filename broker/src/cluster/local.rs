@@ -63,6 +63,41 @@ impl LocalLimits {
         }
     }
 
+    /// Takes `units` from the account's budget even below zero (a debt:
+    /// a recovery's history, `charge::recovery`); its charges after it are
+    /// refused until the refill pays it off. Always `allowed`.
+    pub fn owe_account(
+        &self,
+        account: &str,
+        units: u32,
+        limits: &Limits,
+        share: f64,
+        now: Instant,
+    ) -> Charged {
+        let cap = f64::from(limits.account_burst) * share;
+        let rate = limits.account_messages_per_sec * share;
+        let mut bucket = match self.accounts.get_mut(account) {
+            Some(b) => b,
+            None => self
+                .accounts
+                .entry(account.to_owned())
+                .or_insert_with(|| SampledBucket::new(cap, rate, now)),
+        };
+        if bucket.capacity() != cap || bucket.rate() != rate {
+            bucket.reconfigure(cap, rate, now);
+        }
+        bucket.owe(f64::from(units), now);
+        Charged {
+            allowed: true,
+            retry_after: Duration::ZERO,
+            view: BudgetView {
+                remaining: bucket.remaining(now).max(0.0) as u64,
+                capacity: cap as u64,
+                refill_per_sec: rate,
+            },
+        }
+    }
+
     /// Open connections this node counts for `account`.
     pub fn connections(&self, account: &str) -> u32 {
         self.conns.get(account).map_or(0, |n| *n)
@@ -136,6 +171,30 @@ impl LocalLimits {
         }
     }
 
+    /// [`LocalLimits::charge_key`] taken even below zero (a debt, as
+    /// [`LocalLimits::owe_account`]). Always `allowed`.
+    pub fn owe_key(
+        &self,
+        key: &str,
+        cost: f64,
+        capacity: f64,
+        rate: f64,
+        share: f64,
+        now: Instant,
+    ) -> KeyCharge {
+        let (cap, rate) = (capacity * share, rate * share);
+        self.keys.force_take(key, cost, cap, rate, now);
+        let remaining = self.keys.remaining(key, cap, now);
+        KeyCharge {
+            allowed: true,
+            limit: cap as u64,
+            remaining: remaining.max(0.0) as u64,
+            reset: Duration::try_from_secs_f64(((cap - remaining) / rate).max(0.0))
+                .unwrap_or_default(),
+            retry_after: Duration::ZERO,
+        }
+    }
+
     /// Gives `units` back to an account's budget (capped at its capacity);
     /// the balance after it.
     pub fn refund_account(&self, account: &str, units: f64, now: Instant) -> Option<u64> {
@@ -183,6 +242,29 @@ mod tests {
         assert_eq!(local.refund_account("a", 100.0, now), Some(150));
         assert_eq!(local.refund_account("a", 100.0, now), Some(200), "capped");
         assert_eq!(local.refund_account("none", 1.0, now), None);
+    }
+
+    #[test]
+    fn a_debt_goes_below_zero_and_refuses_until_the_refill_pays_it() {
+        let now = Instant::now();
+        let local = LocalLimits::default();
+        // A key of 10 at 1/s owes 25: 15 below zero.
+        assert!(local.owe_key("k", 25.0, 10.0, 1.0, 1.0, now).allowed);
+        assert!(!local.charge_key("k", 1.0, 10.0, 1.0, 1.0, now).allowed);
+        let later = now + Duration::from_secs(16);
+        assert!(local.charge_key("k", 1.0, 10.0, 1.0, 1.0, later).allowed);
+        // An account budget (200, 100/s by default) owes 500.
+        let limits = Limits::default();
+        let owed = local.owe_account("a", 500, &limits, 1.0, now);
+        assert!(owed.allowed);
+        assert_eq!(owed.view.remaining, 0, "shown as empty, not negative");
+        assert!(!local.charge_account("a", 1, now, &limits, 1.0, now).allowed);
+        let later = now + Duration::from_secs(4);
+        assert!(
+            local
+                .charge_account("a", 1, later, &limits, 1.0, later)
+                .allowed
+        );
     }
 
     #[test]

@@ -87,6 +87,20 @@ impl Bridge for MemoryBridge {
         )
     }
 
+    fn owe_key(&self, key: &str, cost: f64, capacity: f64, rate: f64) -> Pending<KeyCharge> {
+        Pending::Ready(
+            self.local
+                .owe_key(key, cost, capacity, rate, 1.0, Instant::now()),
+        )
+    }
+
+    fn owe_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<Charged> {
+        Pending::Ready(
+            self.local
+                .owe_account(account, units, limits, 1.0, Instant::now()),
+        )
+    }
+
     fn refund_key(&self, key: &str, units: f64, capacity: f64, _rate: f64) -> Pending<u64> {
         Pending::Ready(
             self.local

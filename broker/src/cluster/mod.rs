@@ -135,6 +135,13 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
     /// An API key's publish bucket.
     fn charge_key(&self, key: &str, cost: f64, capacity: f64, rate: f64) -> Pending<KeyCharge>;
 
+    /// [`Bridge::charge_key`] taken even below zero, never refused: a debt
+    /// for what is delivered already (a recovery's history,
+    /// `charge::recovery`); the key's next charges wait for the refill.
+    fn owe_key(&self, key: &str, cost: f64, capacity: f64, rate: f64) -> Pending<KeyCharge>;
+    /// The same debt on the account budget, taken at once (not sampled).
+    fn owe_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<Charged>;
+
     /// Gives back `units` of an earlier [`Bridge::charge_key`] that turned
     /// out cheaper (a GraphQL refund, §12), capped at the bucket's
     /// capacity; resolves to the balance after it.

@@ -96,6 +96,18 @@ pub async fn charge(node: &Node, caller: &Caller, cost: u64) -> Taken {
     }
 }
 
+/// Charges `bytes` of history a subscription recovered to the caller's
+/// payer, before any of it is sent: recovery's one meaning
+/// ([`crate::charge::recovery`]), owed and never refused, as on `/v1/ws`,
+/// SSE and gRPC. Resolves to the units taken.
+pub async fn recovery(node: &Node, caller: &Caller, bytes: usize) -> u32 {
+    node.ledger()
+        .recovery(payer(caller), bytes, Instant::now())
+        .wait()
+        .await
+        .map_or(0, |(units, _)| units)
+}
+
 /// Gives `units` back after an operation cost less than it was charged;
 /// the balance after it.
 pub async fn refund(node: &Node, caller: &Caller, units: u64, before: Balance) -> Balance {

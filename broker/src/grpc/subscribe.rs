@@ -33,7 +33,7 @@ use super::proto::{Message, SlowConsumer, SubscribeAck, SubscribeEvent, Subscrib
 use super::service::{BrokerService, Caller, OpenStream};
 use super::status;
 use crate::admission::Cap;
-use crate::charge::{Balance, KeyState, Refusal};
+use crate::charge::{Balance, KeyState, Payer, Refusal};
 use crate::config::Limits;
 use crate::exceeded::Exceeded;
 use crate::hub::{Deliver, OutboundGauge, PageRead, Recovery, Sink, StreamSink, Subscriber};
@@ -373,20 +373,25 @@ pub async fn start(
         // Live messages are exactly those above the position (§11).
         events.last.insert(name, position);
     }
-    // The history recovered is paid for once known (`recovery_per_kib` per
-    // started KiB): a key that cannot pay has its call ended (dropping
-    // `events` leaves the hub) before anything is sent.
-    let units = crate::pricing::recovery(&caller.limits.costs, recovered_bytes);
-    if units > 0 {
-        match svc.charge(&caller, units, None).await {
-            Ok(admitted) => {
-                if let Some(b) = admitted.balance {
-                    events.charge = b;
-                }
-                events.cost += u64::from(units);
-            }
-            Err(refused) => return Err(status::rate_limited(&refused, 0)),
+    // The history recovered is paid for once known and before any of it is
+    // sent, owed by the key and never refused: recovery's one meaning
+    // (`charge::recovery`), as on `/v1/ws`, SSE and graphql-ws.
+    let payer = Payer::Key {
+        layer: Layer::Grpc,
+        key: &caller.key,
+        limits: &caller.limits,
+    };
+    let now = std::time::Instant::now();
+    if let Some((units, admitted)) = node
+        .ledger()
+        .recovery(payer, recovered_bytes, now)
+        .wait()
+        .await
+    {
+        if let Some(b) = admitted.balance {
+            events.charge = b;
         }
+        events.cost += u64::from(units);
     }
     let grace = Duration::from_millis(caller.limits.outbound_grace_ms);
     events.guard = Some(tokio::spawn(guard(

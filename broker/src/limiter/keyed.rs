@@ -52,6 +52,26 @@ impl<K: Eq + Hash + Clone> KeyedBuckets<K> {
         result
     }
 
+    /// Takes `cost` from `key`'s bucket even below zero (a debt for what
+    /// was delivered already: a recovery's history, `charge::recovery`).
+    pub fn force_take<Q>(&self, key: &Q, cost: f64, capacity: f64, rate: f64, now: Instant)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let mut b = match self.map.get_mut(key) {
+            Some(b) => b,
+            None => self
+                .map
+                .entry(key.to_owned())
+                .or_insert_with(|| TokenBucket::new(capacity, rate, now)),
+        };
+        if b.capacity() != capacity || b.rate() != rate {
+            b.reconfigure(capacity, rate, now);
+        }
+        b.force_take(cost, now);
+    }
+
     /// Gives back tokens a later check refused.
     pub fn refund<Q>(&self, key: &Q, cost: f64)
     where

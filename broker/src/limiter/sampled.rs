@@ -115,6 +115,15 @@ impl SampledBucket {
         now.saturating_duration_since(self.charged_at) >= self.keep_for()
     }
 
+    /// Takes `units` even below zero: a debt for what was delivered
+    /// already (a recovery's history, `charge::recovery`); the charges
+    /// after it are refused until the refill pays it off.
+    pub fn owe(&mut self, units: f64, now: Instant) {
+        self.refill(now);
+        self.tokens -= units;
+        self.charged_at = now;
+    }
+
     /// Gives back `units` of a charge that turned out cheaper (a GraphQL
     /// refund, §12), never above capacity.
     pub fn refund(&mut self, units: f64, now: Instant) {

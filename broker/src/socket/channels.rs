@@ -16,6 +16,7 @@ use serde_json::value::RawValue;
 use super::Socket;
 use super::hooked::Hooked;
 use crate::admission::{Cap, subscription_cap};
+use crate::charge::{self, Admitted, Connection, Payer};
 use crate::cluster::Pending;
 use crate::hooks::Event;
 use crate::hub::{Joined, Sink, Subscriber};
@@ -62,6 +63,7 @@ impl Socket {
                 cap.is_dry_run(),
             );
             if let Cap::Refused { max } = cap {
+                self.refused_input(ErrorCode::TooManySubscriptions);
                 let message = format!("a connection may hold at most {max} subscriptions");
                 self.send(
                     ErrorFrame::new(ErrorCode::TooManySubscriptions)
@@ -155,17 +157,36 @@ impl Socket {
     }
 
     /// Charges the history a recovery delivers, `bytes` of it, once known
-    /// at the join and before any of it is queued: `costs.recovery_per_kib`
-    /// per started KiB ([`crate::pricing::recovery`]), owed by the
-    /// connection (taken even below zero: the recovery is under way, and
-    /// the connection's next frames wait for the refill) and sampled into
-    /// the account budget as its frames are. Issue 42: it stopped at the
-    /// connection's bucket, so an SSE stream, which sends no frames,
-    /// recovered 30.6 MB with its account budget untouched.
+    /// at the join and before any of it is queued: recovery's one meaning
+    /// ([`crate::charge::recovery`]), owed by the connection (taken even
+    /// below zero: the connection's next frames wait for the refill) and
+    /// sampled into the account budget as its frames are. Issue 42: it
+    /// stopped at the connection's bucket, so an SSE stream, which sends no
+    /// frames, recovered 30.6 MB with its account budget untouched.
     pub(super) fn charge_recovered(&mut self, bytes: usize, ctx: &mut Context<Self>) {
-        if bytes > 0 {
-            let units = crate::pricing::recovery(&self.limits().costs, bytes);
-            self.owe(units, ctx);
+        let payer = Payer::Connection(Connection {
+            admission: &mut self.admission,
+            sampler: Some(&mut self.sampler),
+            rules: None,
+            account: &self.id.account,
+            conn: &self.id.label,
+        });
+        let charge::Pending::Ready(taken) =
+            self.node
+                .ledger()
+                .recovery(payer, bytes, std::time::Instant::now())
+        else {
+            unreachable!("a connection's own buckets answer at once")
+        };
+        if let Some((
+            _,
+            Admitted {
+                sample: Some(sample),
+                ..
+            },
+        )) = taken
+        {
+            self.charge_account(sample, ctx);
         }
     }
 

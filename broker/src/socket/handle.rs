@@ -166,7 +166,9 @@ impl Socket {
         if let Some(sample) = admitted.sample {
             self.charge_account(sample, ctx);
         }
+        self.executing = units;
         self.execute(frame, ctx);
+        self.executing = 0;
         self.maybe_budget_frame(now);
     }
 
@@ -373,7 +375,27 @@ impl Socket {
         }
     }
 
+    /// The frame being executed is refused for its input (a forbidden
+    /// channel, more subscriptions than the plan allows): it costs what
+    /// such a refusal costs on every front, `costs.malformed`
+    /// ([`crate::admission::refusal_units`]), not the operation's price
+    /// (issue 42: a refused `subscribe` cost `costs.subscribe` here). The
+    /// difference goes back to, or is owed by, the connection; what its
+    /// admission already sampled into the account budget stays there (the
+    /// roll-up counts what the connection admitted).
+    pub(super) fn refused_input(&mut self, code: ErrorCode) {
+        let charged = std::mem::take(&mut self.executing);
+        let costs = &self.admission.limits().costs;
+        let owed = crate::admission::refusal_units(costs, code);
+        if charged > owed {
+            self.admission.refund(charged - owed, 0);
+        } else if owed > charged {
+            self.admission.owe(owed - charged, Instant::now());
+        }
+    }
+
     pub(super) fn forbid(&mut self, id: Option<&RawValue>, channel: &str, what: &str) {
+        self.refused_input(ErrorCode::Forbidden);
         self.exceeded(
             Layer::Connection,
             "forbidden",

@@ -100,6 +100,10 @@ pub struct Socket {
     account_view: Option<BudgetView>,
     conn_rules: ConnRules,
     rules_skipped: bool,
+    /// The units the frame being executed was charged (0 outside
+    /// `execute`): a refusal of its input settles them to what a refusal
+    /// costs (`Socket::refused_input`).
+    executing: u32,
     /// A frame held by a rule (reading is paused until it goes through).
     held: Option<Bytes>,
     /// A `budget` request waits for the account's supervisor (reading is

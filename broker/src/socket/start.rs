@@ -79,6 +79,7 @@ impl Socket {
                 account_view: None,
                 conn_rules: ConnRules::default(),
                 rules_skipped: crate::rules::skipped(&limits, id.role.as_deref()),
+                executing: 0,
                 held: None,
                 asking_balance: false,
                 last_budget_frame: None,

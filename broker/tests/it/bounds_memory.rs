@@ -295,9 +295,15 @@ async fn recovered_history_is_paid_for_by_the_connection() {
     assert_eq!(answer["ids"], serde_json::json!([2]), "{answer}");
 }
 
+/// Recovery's one meaning (issue 42, `charge::recovery`): the history is
+/// paid for before anything is sent, owed by the key even below zero and
+/// never refused (the call ended `RESOURCE_EXHAUSTED`, so a history larger
+/// than the bucket could never be recovered over gRPC).
 #[actix_rt::test]
-async fn a_grpc_subscribe_pays_for_the_history_it_recovers_before_anything_is_sent() {
+async fn a_grpc_subscribe_owes_the_history_it_recovers_before_anything_is_sent() {
     use crate::grpc::{authed, connect, subscribe_req};
+    use crate::grpc_subscribe::{next, next_message};
+    use tidegate::grpc::proto::subscribe_event::Event;
     let broker = Broker::start("[history]\nsize = 100\n");
     // Four channels of 50 messages of 8 KiB: about 1,650 units at one per
     // started KiB, eight times the key's bucket of 200.
@@ -309,36 +315,21 @@ async fn a_grpc_subscribe_pays_for_the_history_it_recovers_before_anything_is_se
         .map(|(n, s)| (n.as_str(), Some(*s)))
         .collect();
     let mut c = connect(&broker).await;
-    let refused = c
+    let mut s = c
         .subscribe(authed(subscribe_req(&req), crate::common::API_KEY))
         .await
-        .expect_err("the key cannot pay for 1.6 MB of history");
-    assert_eq!(
-        refused.code(),
-        tonic::Code::ResourceExhausted,
-        "{refused:?}"
-    );
-    // A recovery the key can pay for goes through, in order.
-    let small = broker
-        .node
-        .publish("doc:small", "1", "test", None)
-        .await
-        .seq;
-    broker.node.publish("doc:small", "2", "test", None).await;
-    let mut s = c
-        .subscribe(authed(
-            subscribe_req(&[("doc:small", Some(small - 1))]),
-            crate::common::API_KEY,
-        ))
-        .await
-        .unwrap()
+        .expect("owed, not refused")
         .into_inner();
-    crate::grpc_subscribe::next(&mut s).await.unwrap();
-    assert_eq!(crate::grpc_subscribe::next_message(&mut s).await.seq, small);
-    assert_eq!(
-        crate::grpc_subscribe::next_message(&mut s).await.seq,
-        small + 1
-    );
+    // Charged before the call answered: the key is in debt, and its next
+    // operation waits for the refill.
+    let r = broker.publish_http("doc:other", serde_json::json!(1)).await;
+    assert_eq!(r.status(), 429);
+    // Then delivered: the first channel's ack and its history, in order.
+    assert!(matches!(next(&mut s).await, Ok(Some(Event::Ack(_)))));
+    for seq in since[0] + 1..=since[0] + 50 {
+        let m = next_message(&mut s).await;
+        assert_eq!((m.channel.as_str(), m.seq), ("doc:h0", seq));
+    }
 }
 
 /// A socket that never reads stalls a recovery (its grace starts), leaves

@@ -86,6 +86,7 @@ mod pusher_watchlist;
 mod pusher_webhooks;
 mod pusher_ws;
 mod receiver;
+mod recovery_price;
 mod redis_cluster;
 mod redis_key_expiry;
 mod redis_server;

@@ -12,13 +12,15 @@ use crate::limiter::sampled::CREDIT_HORIZON;
 use crate::protocol::wire::BudgetView;
 
 impl RedisBridge {
-    /// The bucket script; `None` when Redis is away.
+    /// The bucket script (`owed`: taken even below zero); `None` when
+    /// Redis is away.
     async fn bucket(
         &self,
         key: String,
         capacity: f64,
         rate: f64,
         cost: f64,
+        owed: bool,
     ) -> Option<(bool, u64, u64, u64)> {
         let (mut conn, _in_flight) = self.command(&key)?;
         let result: redis::RedisResult<(i64, i64, i64, i64)> = self
@@ -26,7 +28,12 @@ impl RedisBridge {
             .time_script(
                 "bucket",
                 invoke_following(
-                    scripts::BUCKET.key(&key).arg(capacity).arg(rate).arg(cost),
+                    scripts::BUCKET
+                        .key(&key)
+                        .arg(capacity)
+                        .arg(rate)
+                        .arg(cost)
+                        .arg(u8::from(owed)),
                     &mut conn,
                 ),
             )
@@ -45,13 +52,14 @@ impl RedisBridge {
         }
     }
 
-    /// The account script; `None` when Redis is away.
+    /// The account script (`owed`: taken even below zero); `None` when
+    /// Redis is away.
     async fn account_bucket(
         &self,
         key: String,
         capacity: f64,
         rate: f64,
-        units: u32,
+        (units, owed): (u32, bool),
         since: Instant,
     ) -> Option<(bool, u64, u64)> {
         let (mut conn, _in_flight) = self.command(&key)?;
@@ -63,7 +71,8 @@ impl RedisBridge {
                 .arg(rate)
                 .arg(units)
                 .arg(age_ms)
-                .arg(CREDIT_HORIZON.as_millis() as u64),
+                .arg(CREDIT_HORIZON.as_millis() as u64)
+                .arg(u8::from(owed)),
             &mut conn,
         )
         .await;
@@ -78,23 +87,28 @@ impl RedisBridge {
         }
     }
 
+    /// A sampled charge of the account budget, or with `owed` a debt
+    /// taken even below zero ([`crate::cluster::Bridge::owe_account`]);
+    /// this node's share of it while Redis is away.
     pub(super) fn charge_account_impl(
         &self,
         account: &str,
-        units: u32,
+        (units, owed): (u32, bool),
         since: Instant,
         limits: &Limits,
     ) -> Pending<Charged> {
-        let share = self.share_at(&self.key("acct", account));
-        if share < 1.0 {
-            return Pending::Ready(self.local.charge_account(
-                account,
-                units,
-                since,
-                limits,
-                share,
-                Instant::now(),
-            ));
+        let local = move |this: &RedisBridge, account: &str, limits: &Limits| {
+            let share = this.share_at(&this.key("acct", account));
+            let now = Instant::now();
+            if owed {
+                this.local.owe_account(account, units, limits, share, now)
+            } else {
+                this.local
+                    .charge_account(account, units, since, limits, share, now)
+            }
+        };
+        if self.share_at(&self.key("acct", account)) < 1.0 {
+            return Pending::Ready(local(self, account, limits));
         }
         let this = self.arc();
         let (account, limits) = (account.to_owned(), limits.clone());
@@ -104,7 +118,7 @@ impl RedisBridge {
                 limits.account_messages_per_sec,
             );
             match this
-                .account_bucket(this.key("acct", &account), cap, rate, units, since)
+                .account_bucket(this.key("acct", &account), cap, rate, (units, owed), since)
                 .await
             {
                 Some((allowed, remaining, retry)) => Charged {
@@ -116,14 +130,7 @@ impl RedisBridge {
                         refill_per_sec: rate,
                     },
                 },
-                None => this.local.charge_account(
-                    &account,
-                    units,
-                    since,
-                    &limits,
-                    this.share_at(&this.key("acct", &account)),
-                    Instant::now(),
-                ),
+                None => local(&this, &account, &limits),
             }
         })
     }
@@ -228,7 +235,10 @@ impl RedisBridge {
                 f64::from(limits.handshake_burst),
                 limits.handshake_refill_per_sec,
             );
-            match this.bucket(this.key("hs", &account), cap, rate, 1.0).await {
+            match this
+                .bucket(this.key("hs", &account), cap, rate, 1.0, false)
+                .await
+            {
                 Some((true, ..)) => Ok(()),
                 Some((false, _, retry, _)) => Err(ms(retry)),
                 None => this.local.handshake(
@@ -244,26 +254,27 @@ impl RedisBridge {
     pub(super) fn charge_key_impl(
         &self,
         key: &str,
-        cost: f64,
+        (cost, owed): (f64, bool),
         capacity: f64,
         rate: f64,
     ) -> Pending<KeyCharge> {
-        let share = self.share_at(&self.key("key", key));
-        if share < 1.0 {
-            return Pending::Ready(self.local.charge_key(
-                key,
-                cost,
-                capacity,
-                rate,
-                share,
-                Instant::now(),
-            ));
+        let local = move |this: &RedisBridge, key: &str| {
+            let share = this.share_at(&this.key("key", key));
+            let now = Instant::now();
+            if owed {
+                this.local.owe_key(key, cost, capacity, rate, share, now)
+            } else {
+                this.local.charge_key(key, cost, capacity, rate, share, now)
+            }
+        };
+        if self.share_at(&self.key("key", key)) < 1.0 {
+            return Pending::Ready(local(self, key));
         }
         let this = self.arc();
         let key = key.to_owned();
         Pending::later(async move {
             match this
-                .bucket(this.key("key", &key), capacity, rate, cost)
+                .bucket(this.key("key", &key), capacity, rate, cost, owed)
                 .await
             {
                 Some((allowed, remaining, retry, full)) => KeyCharge {
@@ -273,11 +284,7 @@ impl RedisBridge {
                     reset: ms(full),
                     retry_after: ms(retry),
                 },
-                None => {
-                    let share = this.share_at(&this.key("key", &key));
-                    this.local
-                        .charge_key(&key, cost, capacity, rate, share, Instant::now())
-                }
+                None => local(&this, &key),
             }
         })
     }

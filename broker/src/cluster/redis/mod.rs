@@ -359,7 +359,7 @@ impl Bridge for RedisBridge {
         since: Instant,
         limits: &Limits,
     ) -> Pending<Charged> {
-        self.charge_account_impl(account, units, since, limits)
+        self.charge_account_impl(account, (units, false), since, limits)
     }
 
     fn announce_breach(&self, account: &str) {
@@ -379,7 +379,15 @@ impl Bridge for RedisBridge {
     }
 
     fn charge_key(&self, key: &str, cost: f64, capacity: f64, rate: f64) -> Pending<KeyCharge> {
-        self.charge_key_impl(key, cost, capacity, rate)
+        self.charge_key_impl(key, (cost, false), capacity, rate)
+    }
+
+    fn owe_key(&self, key: &str, cost: f64, capacity: f64, rate: f64) -> Pending<KeyCharge> {
+        self.charge_key_impl(key, (cost, true), capacity, rate)
+    }
+
+    fn owe_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<Charged> {
+        self.charge_account_impl(account, (units, true), Instant::now(), limits)
     }
 
     fn refund_key(&self, key: &str, units: f64, capacity: f64, _rate: f64) -> Pending<u64> {

@@ -76,7 +76,10 @@ return 1
 
 /// A cost-aware token bucket (seed 004), timed by Redis's clock so nodes'
 /// clocks do not matter. KEYS: bucket. ARGV: capacity, refill per second,
-/// cost. Returns {allowed, remaining (floor), retry ms, ms until full}.
+/// cost, and optionally `1` to take it even below zero (a debt: a
+/// recovery's history, `charge::recovery`; the key then lives until the
+/// refill has paid it off). Returns {allowed, remaining (floor), retry
+/// ms, ms until full}.
 pub static BUCKET: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -90,12 +93,12 @@ local tokens = tonumber(st[1]) or cap
 local ts = tonumber(st[2]) or now
 tokens = math.min(cap, tokens + math.max(0, now - ts) / 1000 * rate)
 local allowed = 0
-if tokens >= cost then
+if tokens >= cost or ARGV[4] == '1' then
   tokens = tokens - cost
   allowed = 1
 end
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', string.format('%d', now))
-redis.call('PEXPIRE', KEYS[1], math.ceil(cap / rate * 1000) + 1000)
+redis.call('PEXPIRE', KEYS[1], math.ceil(math.max(cap, cap - tokens) / rate * 1000) + 1000)
 local retry = 0
 if allowed == 0 then retry = math.ceil((cost - tokens) / rate * 1000) end
 return { allowed, math.floor(tokens), retry, math.ceil((cap - tokens) / rate * 1000) }
@@ -129,7 +132,8 @@ return math.floor(tokens)
 /// charge's first unit. A wait is credited for at most the horizon, and the
 /// key lives the horizon plus its time to refill after the last charge.
 /// KEYS: bucket. ARGV: capacity, refill per second, units, ms since the
-/// first unit was admitted, horizon ms.
+/// first unit was admitted, horizon ms, and optionally `1` to take the
+/// units even below zero (a debt, as in [`BUCKET`]).
 /// Returns {allowed, remaining (floor), retry ms}.
 pub static ACCOUNT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -162,18 +166,18 @@ local credit = math.min(spill, units, math.max(0, spilled - since) / 1000 * rate
 local balance = tokens + credit - units
 local allowed = 0
 local retry = 0
-if balance >= 0 then
+if balance >= 0 or ARGV[6] == '1' then
   allowed = 1
   spill = spill - credit
   tokens = math.min(balance, cap)
-  redis.call('PEXPIRE', KEYS[1], math.ceil(cap / rate * 1000) + horizon)
+  redis.call('PEXPIRE', KEYS[1], math.ceil(math.max(cap, cap - tokens) / rate * 1000) + horizon)
 else
   retry = math.ceil(-balance / rate * 1000)
 end
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', string.format('%d', ts),
   'spill', tostring(spill), 'spilled', string.format('%d', spilled))
 if redis.call('PTTL', KEYS[1]) < 0 then
-  redis.call('PEXPIRE', KEYS[1], math.ceil(cap / rate * 1000) + horizon)
+  redis.call('PEXPIRE', KEYS[1], math.ceil(math.max(cap, cap - tokens) / rate * 1000) + horizon)
 end
 return { allowed, math.floor(tokens), retry }
 "#,

@@ -181,8 +181,11 @@ impl Channel {
 
     /// The last `last` held messages (after `since` when given), in `seq`
     /// order. Their `data` is paid by its bytes before it is handed over,
-    /// as a recovery's is (`pricing::recovery`, `recovery_per_kib` per
-    /// started KiB), once for each time the selection renders it.
+    /// at a recovery's price (`charge::recovery::units`, `recovery_per_kib`
+    /// per started KiB), once for each time the selection renders it. A
+    /// read, not a recovery: answered at once, nothing under way, so a
+    /// bucket that cannot pay refuses it (`RATE_LIMITED`) and nothing of it
+    /// is sent.
     async fn history(
         &self,
         ctx: &Context<'_>,
@@ -209,7 +212,8 @@ impl Channel {
         // fragments included; what `@skip` left out is gone already).
         let renders = ctx.look_ahead().field("data").selection_fields().len();
         let bytes: usize = messages.iter().map(|(_, d)| d.len()).sum();
-        let units = crate::pricing::recovery(&t.caller.limits.costs, bytes.saturating_mul(renders));
+        let units =
+            crate::charge::recovery::units(&t.caller.limits.costs, bytes.saturating_mul(renders));
         t.pay(u64::from(units), || {
             format!("the history's data ({bytes} bytes, rendered {renders} times)")
         })

@@ -37,7 +37,7 @@ use super::operation::{self, Ran, Via};
 use super::reply::Media;
 use super::request::Params;
 use super::transport_ws::{Action, INIT_TIMEOUT, SUBPROTOCOL, Session, SubscribePayload, message};
-use crate::admission::{Cap, subscription_cap};
+use crate::admission::{Cap, refusal_units, subscription_cap};
 use crate::cluster::Pending;
 use crate::exceeded::Exceeded;
 use crate::hub::{Joined, Sink, Subscriber};
@@ -187,16 +187,19 @@ impl GraphqlWs {
     }
 
     /// A `subscribe`: the frame bucket, the cap, then priced, charged and
-    /// run as over HTTP, on the connection's worker.
+    /// run as over HTTP, on the connection's worker. Over the cap it costs
+    /// a refusal's price (`admission::refusal_units`), not a subscription.
     fn start(&mut self, link: &mut dyn Link, id: String, payload: SubscribePayload) {
         let limits = link.limits();
-        // Priced as a socket's `subscribe` frame (`recovery` is added once
-        // the operation shows its `since`: `subscribe` below).
-        let units = crate::pricing::subscribe(&limits.costs, false);
+        let cap = subscription_cap(&limits, self.ops.len() + 1);
+        // A socket's `subscribe` frame's price (`recovery` is added below).
+        let units = match cap {
+            Cap::Refused { .. } => refusal_units(&limits.costs, ErrorCode::TooManySubscriptions),
+            _ => crate::pricing::subscribe(&limits.costs, false),
+        };
         if let Err(r) = link.charge_frame(units) {
             return self.send_error(link, &id, &refuse::frame(units, &r));
         }
-        let cap = subscription_cap(&limits, self.ops.len() + 1);
         if cap.is_over() {
             let account = self.caller.as_ref().map_or("", |c| c.account.as_str());
             Exceeded::new(Layer::Graphql, "too_many_subscriptions", account)
