@@ -71,9 +71,9 @@ async fn on_ws(b: &Broker, token: &str, since: u64, at_least: i64) -> i64 {
 /// What an SSE stream of `doc:r` from `since` cost the account of `token`.
 async fn on_sse(b: &Broker, token: &str, since: u64, at_least: i64) -> i64 {
     let before = account_budget(b, token).await;
-    let mut position = Position::default();
+    let mut position = Position::new(&["doc:r"]);
     position.set("doc:r", since);
-    let mut s = sse(b, token, &["doc:r"], Some(&position.encode()))
+    let mut s = sse(b, token, &["doc:r"], Some(position.encode()))
         .await
         .expect("opened");
     assert!(s.event().await.is("welcome"));
