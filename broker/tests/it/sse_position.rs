@@ -13,8 +13,11 @@ use crate::common::Broker;
 use crate::sse_client::open;
 use crate::sse_stream::{publish, stream};
 
-/// Budgets that 200 publishes and a 100-channel stream do not reach.
-const ROOMY: &str = "[plans.free]\nmessages_per_sec = 100000\nburst = 100000\n\
+/// The `pro` plan (500 subscriptions, the shipped plans' most) for
+/// `reader`, with budgets that 1,000 publishes and a 500-channel stream do
+/// not reach.
+const ROOMY: &str = "[accounts.reader]\nplan = \"pro\"\n\
+     [plans.pro]\nmessages_per_sec = 100000\nburst = 100000\n\
      account_messages_per_sec = 100000\naccount_burst = 100000\n";
 
 /// `n` channels of 128 bytes (`doc:` and 124 digits).
@@ -36,6 +39,7 @@ async fn the_plans_most_channels_of_the_longest_names_open_and_resume() {
         .load()
         .account_limits("reader")
         .max_subscriptions as usize;
+    assert_eq!(max, 500, "the pro plan");
     let channels = longest(max);
     assert!(channels.iter().all(|c| c.len() == 128));
     let mut s = stream(&broker, "reader", &query(&channels), &[]).await;
@@ -59,9 +63,11 @@ async fn the_plans_most_channels_of_the_longest_names_open_and_resume() {
     }
     assert_eq!(got, first);
     let position = s.last_id.clone().unwrap();
+    assert!(position.len() <= MAX_POSITION_BYTES, "{}", position.len());
     let resumed = Position::resume(&channels, &position).unwrap();
     for (c, seq) in &first {
-        assert_eq!(resumed.get(c), Some(*seq), "the position names {c}");
+        let now = tidegate::hub::seq_floor();
+        assert_eq!(resumed.get(c, now), Some(*seq), "the position names {c}");
     }
     drop(s);
     broker.wait_sockets(0).await;
@@ -141,9 +147,9 @@ async fn a_position_of_the_named_form_still_resumes() {
     assert_eq!(s.message().await["seq"], live, "doc:n3 started live");
     // What the stream writes from there is the compact form.
     let id = s.last_id.clone().unwrap();
-    assert!(id.starts_with("~1."), "{id}");
+    assert!(id.starts_with("~2."), "{id}");
     let p = Position::resume(&channels, &id).unwrap();
-    assert_eq!(p.get("doc:n3"), Some(live));
+    assert_eq!(p.get("doc:n3", tidegate::hub::seq_floor()), Some(live));
 }
 
 #[actix_rt::test]
@@ -174,7 +180,7 @@ async fn a_position_not_of_this_stream_is_a_bad_request_after_the_cap() {
         ),
         (
             "channel=doc:a&channel=doc:b",
-            position.replacen("~1.", "~9.", 1),
+            position.replacen("~2.", "~9.", 1),
         ),
     ] {
         let (status, body, _) = refused(query.to_owned(), token.clone()).await;
@@ -192,7 +198,7 @@ async fn a_position_not_of_this_stream_is_a_bad_request_after_the_cap() {
     // The subscription cap comes first, whatever the position: the
     // issue's 101 channels of 14 bytes.
     let many: Vec<String> = (0..101).map(|i| format!("doc:{i:0>10}")).collect();
-    let (status, body, _) = refused(query(&many), "~1.garbage".into()).await;
+    let (status, body, _) = refused(query(&many), "~2.garbage".into()).await;
     assert_eq!(
         (status, body["error"].as_str()),
         (400, Some("too_many_subscriptions")),
