@@ -396,6 +396,7 @@ impl Config {
         if history.size == 0 && !pusher_apps.is_empty() {
             warnings.push("history.size is 0: the cache- channels of pusher.apps have no last event to replay (every subscriber gets pusher:cache_miss)".into());
         }
+        plans::sse_cap_warnings(&plans, &mut warnings);
         problems.extend(sample_secret_problems(&node, &jwt_keys, &resolved_keys));
         grpc.problems(&resolved_keys, &mut problems);
         redis_cluster::problems(&cluster, &mut problems);

@@ -1,6 +1,7 @@
 //! Which limits apply: a token's plan claim, the account's plan, the
 //! default plan, and the account's overrides over it.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{Config, Limits, UnknownPlan, limits_from, merge};
@@ -61,5 +62,25 @@ impl Config {
 
     pub fn plan_names(&self) -> impl Iterator<Item = &str> {
         self.plans.keys().map(String::as_str)
+    }
+}
+
+/// A warning for each plan whose `max_subscriptions` is above what an SSE
+/// stream's position holds in its 4 KiB (`position::MAX_CHANNELS`, 510):
+/// that plan's sockets keep the cap, but its SSE streams are capped at
+/// 510 channels (more is 400 `bad_request`, after the cap's own check).
+/// Sorted by plan name, so the warnings read the same on every load.
+pub(super) fn sse_cap_warnings(plans: &HashMap<String, Arc<Limits>>, warnings: &mut Vec<String>) {
+    let max = crate::protocol::position::MAX_CHANNELS;
+    let mut over: Vec<(&String, u32)> = plans
+        .iter()
+        .map(|(name, l)| (name, l.max_subscriptions))
+        .filter(|(_, m)| *m as usize > max)
+        .collect();
+    over.sort();
+    for (name, m) in over {
+        warnings.push(format!(
+            "plans.{name}.max_subscriptions is {m}: an SSE stream's position holds at most {max} channels, so that plan's SSE streams are capped at {max} (a stream of more is refused 400 bad_request); WebSockets keep {m}"
+        ));
     }
 }

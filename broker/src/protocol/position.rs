@@ -7,19 +7,29 @@
 //! broker writes (the *compact form*) is
 //!
 //! ```text
-//! ~1.HHHHHH SSSSSSSSS SSSSSSSSS …      (no spaces)
+//! ~2.HHHHHH RRRRRRRR RRRRRRRR …      (no spaces)
 //! ```
 //!
-//! `~1.` (the form and its version: `~` and `.` are outside base64url, so
-//! no token of the older form starts so), six base64url digits of a 32-bit
-//! FNV-1a hash of the request's channels ([`list_hash`]), then one field
-//! of [`SEQ_DIGITS`] base64url digits per channel, in the order the
-//! request named them (repeats dropped, as the stream drops them): the
-//! field holds `seq + 1`, big-endian, and all-`A` (zero) is a channel that
-//! has no `seq` yet (it starts live). Every character is URL- and
+//! `~2.` (the form and its version: `~` and `.` are outside base64url, so
+//! no token of the named form starts so), six base64url digits of a
+//! 32-bit FNV-1a hash of the request's channels ([`list_hash`]), then one
+//! field of [`FIELD_DIGITS`] base64url digits (48 bits) per channel, in
+//! the order the request named them (repeats dropped, as the stream drops
+//! them): all-`A` (zero) is a channel that has no `seq` yet (it starts
+//! live), any other value `v` is `(seq mod M) + 1` with `M` =
+//! [`MODULUS`] = 2^48 − 1, big-endian. Every character is URL- and
 //! header-safe. Fixed-width fields keep the token a pure function of the
-//! seqs and let an event rewrite its channel's nine characters in place:
+//! seqs and let an event rewrite its channel's eight characters in place:
 //! no event re-encodes the others.
+//!
+//! Why a residue is enough: every `seq` is clock-based (a channel with no
+//! state starts from the clock floor, `hub::seq_floor`, µs since the
+//! epoch, and so does a fenced counter on Redis Cluster), so a `seq` stays
+//! at or below the clock as long as its channel averages under a million
+//! messages a second. [`reconstruct`] takes the one value of the residue's
+//! class in the window of `M` values that ends [`SLACK`] (2^40 µs, 12.7
+//! days) above the broker's clock: exact for a position up to `M − SLACK`
+//! µs (8.9 years) old, with no lookup.
 //!
 //! The hash ties a token to its channel list: a token presented with
 //! another list (other channels, another order, another count) is refused
@@ -28,16 +38,17 @@
 //! reader missed without saying so.
 //!
 //! Size: the names cost nothing, so a position of `n` channels is
-//! `9 + 9 n` bytes whatever their length; [`MAX_CHANNELS`] (454) fit
-//! [`MAX_POSITION_BYTES`]. Nine digits (54 bits) is the fewest that hold
-//! every `seq` below 2^53 (the hub's bound, kept for JavaScript) and the
-//! "none" value; 500 such seqs need 500 × 53 bits, 4,417 base64 digits,
-//! so no base64 token of 4 KiB can hold every 500-channel stream.
+//! `9 + 8 n` bytes whatever their length; [`MAX_CHANNELS`] (510) fit
+//! [`MAX_POSITION_BYTES`], above the shipped plans' largest
+//! `max_subscriptions` (`pro`, 500; a plan above it warns at load).
 //!
-//! The older *named form*, base64url of `channel seq` pairs joined by `,`
-//! (written by earlier builds, and by the SDK before it knew the compact
-//! form), still resumes a stream: each of the stream's channels takes the
-//! `seq` the token names for it, the others start live.
+//! Older tokens still resume a stream: the `~1.` compact form (nine digits
+//! a field holding `seq + 1` whole, written by builds that never shipped
+//! in a release; read by re-encoding, a few lines), and the *named form*,
+//! base64url of `channel seq` pairs joined by `,` (written by earlier
+//! builds, and by the SDK when every channel's `seq` is known whole and it
+//! fits): each of the stream's channels takes the `seq` the token names
+//! for it, the others start live.
 
 use std::collections::HashMap;
 
@@ -51,28 +62,62 @@ use super::channel;
 /// The longest position token (§14: it must fit a proxy's header buffers).
 pub const MAX_POSITION_BYTES: usize = 4096;
 
-/// The compact form's start: `~`, the version `1`, `.`.
-pub const COMPACT_PREFIX: &str = "~1.";
+/// The compact form's start: `~`, the version `2`, `.`.
+pub const COMPACT_PREFIX: &str = "~2.";
+
+/// The unreleased first compact form's start: its fields are
+/// [`V1_DIGITS`] digits of `seq + 1`. Still read.
+const V1_PREFIX: &str = "~1.";
 
 /// The hash's digits: 36 bits, the 32 of the hash right-aligned.
 const HASH_DIGITS: usize = 6;
 
-/// The digits of one channel's field: 54 bits, `seq + 1`.
-pub const SEQ_DIGITS: usize = 9;
+/// The digits of one channel's field: 48 bits, `(seq mod M) + 1`.
+pub const FIELD_DIGITS: usize = 8;
 
-/// The digits before the first field.
+/// The digits of a `~1.` field.
+const V1_DIGITS: usize = 9;
+
+/// `M`, the modulus of a field's residue: 2^48 − 1, so that `M` itself
+/// (residue `M − 1`, plus one) is the largest value 48 bits hold and zero
+/// stays "no `seq`".
+pub const MODULUS: u64 = (1 << (6 * FIELD_DIGITS)) - 1;
+
+/// How far above the broker's clock (µs) a `seq` may run and still be
+/// reconstructed exactly: 2^40 µs, 12.7 days (a channel that averaged
+/// over a million messages a second for that long, or a node whose clock
+/// is that far behind another's).
+pub const SLACK: u64 = 1 << 40;
+
+/// The digits before the first field (both versions).
 const HEAD: usize = COMPACT_PREFIX.len() + HASH_DIGITS;
 
 /// The most channels a compact position holds within
-/// [`MAX_POSITION_BYTES`]: (4096 − 9) / 9 = 454, whatever their names'
+/// [`MAX_POSITION_BYTES`]: (4096 − 9) / 8 = 510, whatever their names'
 /// length (a stream of more is refused at its start).
-pub const MAX_CHANNELS: usize = (MAX_POSITION_BYTES - HEAD) / SEQ_DIGITS;
+pub const MAX_CHANNELS: usize = (MAX_POSITION_BYTES - HEAD) / FIELD_DIGITS;
 
-/// The largest `seq` a field holds exactly (2^54 − 2). The hub keeps every
-/// `seq` below 2^53; a larger one is written as this (a resume from it
-/// repeats messages the reader has, which the SDK drops, rather than skip
-/// any).
-pub const MAX_SEQ: u64 = (1 << (6 * SEQ_DIGITS)) - 2;
+/// The `seq` a nonzero field `value` (`(seq mod M) + 1`) stands for, read
+/// at `now_us` (the broker's clock in µs, the one `hub::seq_floor` takes);
+/// `None` for zero (no `seq` yet).
+///
+/// Why this is exact: seqs are clock-based, at or below the clock while a
+/// channel averages under a million messages a second. So of the values
+/// congruent to `value − 1` modulo [`MODULUS`], the one in the window
+/// `(R − M, R]` with `R = now_us + SLACK` is the channel's `seq` whenever
+/// it ran at most [`SLACK`] ahead of the clock and the position is at
+/// most `M − SLACK` µs (8.9 years) old. One outside those bounds reads as
+/// another `seq` of its class: one that ran further ahead reads `M`
+/// lower (a resume from the past, which says `recovered:false` when
+/// history no longer holds it), one older than 8.9 years as too recent.
+/// Below the window's start (a clock under `M`, as in unit tests), the
+/// residue itself.
+pub fn reconstruct(value: u64, now_us: u64) -> Option<u64> {
+    let residue = value.checked_sub(1)? % MODULUS;
+    let top = now_us.saturating_add(SLACK);
+    let back = (top % MODULUS + MODULUS - residue) % MODULUS;
+    Some(top.checked_sub(back).unwrap_or(residue))
+}
 
 const DIGITS: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
@@ -130,16 +175,22 @@ fn read_digits(digits: &[u8]) -> Option<u64> {
     })
 }
 
-/// A field's digits for `seq` (`None`: no `seq` yet).
-fn field(seq: Option<u64>) -> [u8; SEQ_DIGITS] {
-    let mut out = [0u8; SEQ_DIGITS];
-    put_digits(seq.map_or(0, |s| s.min(MAX_SEQ) + 1), &mut out);
+/// A field's value for `seq`: its residue plus one (`None`: no `seq`
+/// yet, zero).
+pub fn residue(seq: Option<u64>) -> u64 {
+    seq.map_or(0, |s| s % MODULUS + 1)
+}
+
+/// A field's digits for `seq`.
+fn field(seq: Option<u64>) -> [u8; FIELD_DIGITS] {
+    let mut out = [0u8; FIELD_DIGITS];
+    put_digits(residue(seq), &mut out);
     out
 }
 
 /// Each channel's last `seq` and the token that says it. Holds no `seq`
 /// besides the token's digits: a stream's position costs its channel
-/// names and `9 + 9 n` bytes.
+/// names and `9 + 8 n` bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Position {
     /// The stream's channels, in the request's order, without repeats
@@ -160,7 +211,7 @@ impl Position {
             u64::from(list_hash(channels)),
             &mut head[COMPACT_PREFIX.len()..],
         );
-        let mut token = String::with_capacity(HEAD + SEQ_DIGITS * channels.len());
+        let mut token = String::with_capacity(HEAD + FIELD_DIGITS * channels.len());
         // Digits only: ASCII.
         token.push_str(std::str::from_utf8(&head).unwrap_or_default());
         for _ in channels {
@@ -184,24 +235,36 @@ impl Position {
             return Ok(position);
         }
         if token.starts_with('~') {
-            let fields = token
-                .strip_prefix(COMPACT_PREFIX)
-                .ok_or(PositionError::Malformed)?;
+            let (digits, fields) = if let Some(rest) = token.strip_prefix(COMPACT_PREFIX) {
+                (FIELD_DIGITS, rest)
+            } else if let Some(rest) = token.strip_prefix(V1_PREFIX) {
+                (V1_DIGITS, rest)
+            } else {
+                return Err(PositionError::Malformed);
+            };
             let (hash, seqs) = fields
                 .split_at_checked(HASH_DIGITS)
                 .ok_or(PositionError::Malformed)?;
             let hash = read_digits(hash.as_bytes()).ok_or(PositionError::Malformed)?;
             let fields_ok = seqs
                 .as_bytes()
-                .chunks(SEQ_DIGITS)
-                .all(|f| f.len() == SEQ_DIGITS && read_digits(f).is_some());
+                .chunks(digits)
+                .all(|f| f.len() == digits && read_digits(f).is_some());
             if !fields_ok {
                 return Err(PositionError::Malformed);
             }
-            if hash != u64::from(list_hash(channels)) || seqs.len() / SEQ_DIGITS != channels.len() {
+            if hash != u64::from(list_hash(channels)) || seqs.len() / digits != channels.len() {
                 return Err(PositionError::OtherChannels);
             }
-            position.token.replace_range(HEAD.., seqs);
+            if digits == FIELD_DIGITS {
+                position.token.replace_range(HEAD.., seqs);
+            } else {
+                // `~1.`: whole `seq + 1`s, written again as residues.
+                for (i, f) in seqs.as_bytes().chunks(V1_DIGITS).enumerate() {
+                    let seq = read_digits(f).and_then(|v| v.checked_sub(1));
+                    position.put(i, seq);
+                }
+            }
             return Ok(position);
         }
         let named = decode_named(token)?;
@@ -215,33 +278,34 @@ impl Position {
 
     /// Writes channel `i`'s field.
     fn put(&mut self, i: usize, seq: Option<u64>) {
-        let at = HEAD + i * SEQ_DIGITS;
+        let at = HEAD + i * FIELD_DIGITS;
         // The field's digits are ASCII, as are the ones they replace.
         self.token.replace_range(
-            at..at + SEQ_DIGITS,
+            at..at + FIELD_DIGITS,
             std::str::from_utf8(&field(seq)).unwrap_or_default(),
         );
     }
 
-    /// Channel `i`'s `seq`.
-    fn at(&self, i: usize) -> Option<u64> {
-        let at = HEAD + i * SEQ_DIGITS;
-        let value = read_digits(&self.token.as_bytes()[at..at + SEQ_DIGITS])?;
-        value.checked_sub(1)
+    /// Channel `i`'s field value (its residue plus one; zero: none).
+    fn value(&self, i: usize) -> u64 {
+        let at = HEAD + i * FIELD_DIGITS;
+        read_digits(&self.token.as_bytes()[at..at + FIELD_DIGITS]).unwrap_or(0)
     }
 
-    /// The `seq` recorded for `channel`.
-    pub fn get(&self, channel: &str) -> Option<u64> {
+    /// The `seq` recorded for `channel`, reconstructed at `now_us`
+    /// ([`reconstruct`]).
+    pub fn get(&self, channel: &str, now_us: u64) -> Option<u64> {
         let i = self.channels.iter().position(|c| &**c == channel)?;
-        self.at(i)
+        reconstruct(self.value(i), now_us)
     }
 
-    /// Each channel of the stream, in order, with its `seq`.
-    pub fn seqs(&self) -> impl Iterator<Item = (&str, Option<u64>)> {
+    /// Each channel of the stream, in order, with its `seq` reconstructed
+    /// at `now_us` (the broker's clock in µs, `hub::seq_floor`).
+    pub fn seqs(&self, now_us: u64) -> impl Iterator<Item = (&str, Option<u64>)> {
         self.channels
             .iter()
             .enumerate()
-            .map(|(i, c)| (&**c, self.at(i)))
+            .map(move |(i, c)| (&**c, reconstruct(self.value(i), now_us)))
     }
 
     /// Records `seq` as `channel`'s last. A channel not of the stream has
@@ -269,7 +333,7 @@ impl Position {
     /// Appends to `token` the token of a stream of `channel` alone at
     /// `seq` (what [`Position::set_sole`] leaves).
     pub fn sole_token(channel: &str, seq: u64, token: &mut String) {
-        let mut out = [0u8; HEAD + SEQ_DIGITS];
+        let mut out = [0u8; HEAD + FIELD_DIGITS];
         out[..COMPACT_PREFIX.len()].copy_from_slice(COMPACT_PREFIX.as_bytes());
         put_digits(
             u64::from(list_hash(&[channel])),
@@ -320,173 +384,4 @@ fn decode_named(token: &str) -> Result<HashMap<String, u64>, PositionError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn header_safe(token: &str) -> bool {
-        token
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_~.".contains(&b))
-    }
-
-    #[test]
-    fn round_trips_and_is_header_safe() {
-        let list = ["doc:1", "a.b@c=d-e_f", "doc:3"];
-        let mut p = Position::new(&list);
-        p.set("doc:1", 1188);
-        p.set("a.b@c=d-e_f", 9_007_199_254_740_991);
-        p.set("doc:1", 1189);
-        p.set("not:mine", 5);
-        let token = p.encode().to_owned();
-        assert!(token.starts_with(COMPACT_PREFIX) && header_safe(&token));
-        assert_eq!(token.len(), 9 + 9 * list.len());
-        let back = Position::resume(&list, &token).unwrap();
-        assert_eq!(back, p);
-        assert_eq!(back.get("doc:1"), Some(1189));
-        assert_eq!(back.get("a.b@c=d-e_f"), Some(9_007_199_254_740_991));
-        assert_eq!(back.get("not:mine"), None);
-        let seqs: Vec<_> = back.seqs().collect();
-        assert_eq!(
-            seqs,
-            [
-                ("doc:1", Some(1189)),
-                ("a.b@c=d-e_f", Some(9_007_199_254_740_991)),
-                ("doc:3", None)
-            ]
-        );
-        assert_eq!(Position::resume(&list, "").unwrap(), Position::new(&list));
-    }
-
-    #[test]
-    fn the_layout_is_the_documented_one() {
-        // What the SDK's tests check too (sse-parser.ts): the list's hash
-        // and the fields, `seq + 1`, all-`A` for no seq.
-        assert_eq!(list_hash(&["doc:1", "doc:2"]), 0x921d_6466);
-        let mut p = Position::new(&["doc:1", "doc:2"]);
-        p.set("doc:1", 42);
-        assert_eq!(p.encode(), "~1.CSHWRmAAAAAAAArAAAAAAAAA");
-        let mut sole = String::new();
-        Position::sole_token("doc:1", 0, &mut sole);
-        assert_eq!(sole, "~1.AomIAqAAAAAAAAB");
-    }
-
-    #[test]
-    fn no_seq_and_seq_zero_differ() {
-        let mut p = Position::new(&["a", "b"]);
-        assert_eq!(p.get("a"), None);
-        p.set("a", 0);
-        let back = Position::resume(&["a", "b"], p.encode()).unwrap();
-        assert_eq!((back.get("a"), back.get("b")), (Some(0), None));
-        p.set("b", u64::MAX);
-        assert_eq!(p.get("b"), Some(MAX_SEQ), "written as the largest it holds");
-    }
-
-    #[test]
-    fn the_worst_case_of_every_plan_fits() {
-        // Names cost nothing: the longest names and the largest seqs.
-        let names: Vec<String> = (0..MAX_CHANNELS)
-            .map(|i| format!("{i:0>width$}", width = channel::MAX_CHANNEL_LEN))
-            .collect();
-        let mut p = Position::new(&names);
-        for n in &names {
-            p.set(n, (1 << 53) - 1);
-        }
-        assert_eq!(p.token_len(), 9 + 9 * 454);
-        assert!(p.token_len() <= MAX_POSITION_BYTES);
-        // The default plan's maximum fits with room to spare.
-        let plan = crate::config::Limits::default().max_subscriptions as usize;
-        assert!(plan <= MAX_CHANNELS, "{plan}");
-        // 500 seqs below 2^53 are 26,500 bits: 4,417 base64 digits, more
-        // than 4 KiB in any base64 encoding.
-        assert!((500 * 53usize).div_ceil(6) > MAX_POSITION_BYTES);
-    }
-
-    #[test]
-    fn sole_tokens_are_what_set_sole_leaves() {
-        let mut p = Position::new(&["doc:s"]);
-        assert!(!p.set_sole("doc:t", 3), "not the stream's channel");
-        for seq in [0, 7, 1_000_000_000_000_000] {
-            assert!(p.set_sole("doc:s", seq));
-            let mut sole = String::new();
-            Position::sole_token("doc:s", seq, &mut sole);
-            assert_eq!(p.encode(), sole);
-            let mut out = BytesMut::new();
-            p.encode_into(&mut out);
-            assert_eq!(out, sole.as_bytes());
-        }
-        let mut two = Position::new(&["doc:s", "doc:t"]);
-        assert!(!two.set_sole("doc:s", 1), "two channels");
-        assert_eq!(two.get("doc:s"), None);
-    }
-
-    #[test]
-    fn the_named_form_still_resumes() {
-        let token = Position::named_token([("doc:1", 42), ("gone:1", 5), ("doc:2", 7)]);
-        let p = Position::resume(&["doc:2", "doc:1", "doc:3"], &token).unwrap();
-        let seqs: Vec<_> = p.seqs().collect();
-        assert_eq!(
-            seqs,
-            [("doc:2", Some(7)), ("doc:1", Some(42)), ("doc:3", None)]
-        );
-        // Pairs padded with leading zeros (the previous build's writer).
-        let padded = URL_SAFE_NO_PAD.encode("doc:1 042,doc:22 7");
-        let p = Position::resume(&["doc:1", "doc:22"], &padded).unwrap();
-        assert_eq!((p.get("doc:1"), p.get("doc:22")), (Some(42), Some(7)));
-        // What it resumes to is written in the compact form.
-        assert!(p.encode().starts_with(COMPACT_PREFIX));
-    }
-
-    #[test]
-    fn malformed_tokens_are_named() {
-        let list = ["doc:1"];
-        let resume = |t: &str| Position::resume(&list, t);
-        let enc = |t: &str| URL_SAFE_NO_PAD.encode(t);
-        assert_eq!(resume("*!"), Err(PositionError::NotBase64));
-        assert_eq!(resume(&enc("doc:1")), Err(PositionError::Malformed));
-        assert_eq!(resume(&enc("doc:1 x")), Err(PositionError::Malformed));
-        assert!(matches!(
-            resume(&enc("bad channel 1")),
-            Err(PositionError::Malformed | PositionError::BadChannel(_))
-        ));
-        assert!(matches!(
-            resume(&enc("doc/1 1")),
-            Err(PositionError::BadChannel(_))
-        ));
-        assert_eq!(
-            resume(&"A".repeat(MAX_POSITION_BYTES + 1)),
-            Err(PositionError::TooLong)
-        );
-        let good = Position::new(&list).encode().to_owned();
-        assert!(resume(&good).is_ok());
-        for bad in [
-            "~",
-            "~1.",
-            "~1.AAA",
-            "~2.AAAAAAAAAAAAAAA",
-            &good[..good.len() - 1],
-            &format!("{good}A"),
-            &good.replace("AAAAAAAAA", "AAAA*AAAA"),
-        ] {
-            assert_eq!(resume(bad), Err(PositionError::Malformed), "{bad}");
-        }
-    }
-
-    #[test]
-    fn a_token_of_another_list_is_refused() {
-        let mut p = Position::new(&["doc:1", "doc:2"]);
-        p.set("doc:1", 3);
-        let token = p.encode();
-        for other in [
-            &["doc:2", "doc:1"][..],
-            &["doc:1"],
-            &["doc:1", "doc:2", "doc:3"],
-            &["doc:1", "doc:x"],
-        ] {
-            assert_eq!(
-                Position::resume(other, token),
-                Err(PositionError::OtherChannels),
-                "{other:?}"
-            );
-        }
-    }
-}
+mod tests;

@@ -95,11 +95,29 @@ export class SseParser {
 export const MAX_POSITION_BYTES = 4096;
 
 /** The compact form's start (`broker/src/protocol/position.rs`). */
-const COMPACT_PREFIX = "~1.";
+const COMPACT_PREFIX = "~2.";
+/** The unreleased first compact form: nine digits of `seq + 1` a field. */
+const V1_PREFIX = "~1.";
 const HASH_DIGITS = 6;
-const SEQ_DIGITS = 9;
+/** A `~2.` field: 48 bits, `(seq mod M) + 1` (zero: no `seq` yet). */
+const FIELD_DIGITS = 8;
+const V1_DIGITS = 9;
 const HEAD = COMPACT_PREFIX.length + HASH_DIGITS;
 const DIGITS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+/** `M`, the modulus of a field's residue: 2^48 − 1. */
+const MODULUS = 2 ** 48 - 1;
+/** How far above the clock (µs) a broker reads a `seq` back exactly: 2^40. */
+const SLACK = 2 ** 40;
+
+/**
+ * What the SDK knows of a channel's place in a stream: its whole `seq`
+ * (a number: from a message, a subscribe's `since`, or a position that
+ * spells it), or the eight-digit field of a compact position (a string),
+ * kept verbatim. A field is the `seq`'s residue, which only the broker
+ * turns back into a `seq` (against its clock); the SDK writes it back as
+ * it came, so a reopen needs no clock (a client's may be wrong by days).
+ */
+export type PositionEntry = number | string;
 
 /**
  * The 32-bit FNV-1a hash of a stream's channels, each followed by `\n`,
@@ -138,45 +156,83 @@ function readDigits(text: string): number | undefined {
   return Number.isSafeInteger(v) ? v : undefined;
 }
 
+/** The compact field of `seq` (a safe integer): `(seq mod M) + 1` in eight digits. */
+export function residueField(seq: number): string {
+  return digits((seq % MODULUS) + 1, FIELD_DIGITS);
+}
+
+/**
+ * The `seq` a field stands for, read against `referenceUs`, a clock in µs
+ * or a `seq` the broker issued lately: the one of the residue's class in
+ * the `M` values ending 2^40 above it (the broker's own rule,
+ * `position::reconstruct`). Exact when the reference is at most 12.7 days
+ * behind the `seq` and at most 8.9 years ahead of it. Only for reporting
+ * a `seq` (a live subscribe's ack); positions are written from the field.
+ */
+export function reconstructSeq(field: string, referenceUs: number): number | undefined {
+  const value = readDigits(field);
+  if (value === undefined || value === 0 || field.length !== FIELD_DIGITS) return undefined;
+  const residue = value - 1;
+  const top = referenceUs + SLACK;
+  const back = (((top % MODULUS) - residue) % MODULUS + MODULUS) % MODULUS;
+  return top - back >= 0 ? top - back : residue;
+}
+
+/** The field `entry` writes. */
+function fieldOf(entry: PositionEntry | undefined): string {
+  if (entry === undefined) return digits(0, FIELD_DIGITS);
+  return typeof entry === "number" ? residueField(entry) : entry;
+}
+
 /**
  * A stream position (`id:`), the last `seq` of each channel of the stream
- * (docs/protocol.md §14, `broker/src/protocol/position.rs`), in either of
+ * (docs/protocol.md §14, `broker/src/protocol/position.rs`), in any of
  * its forms:
  *
- * - compact (what the broker writes): `~1.`, six base64url digits of
- *   {@link listHash} of the stream's channels, then nine digits per
- *   channel in the request's order, `seq + 1` (zero: no `seq` yet). The
- *   names are the request's, so `channels` must be the list the stream
- *   was opened with;
+ * - compact (what the broker writes): `~2.`, six base64url digits of
+ *   {@link listHash} of the stream's channels, then eight digits per
+ *   channel in the request's order, `(seq mod (2^48 − 1)) + 1` (zero: no
+ *   `seq` yet), each kept as its field (a string, {@link PositionEntry}).
+ *   The names are the request's, so `channels` must be the list the
+ *   stream was opened with;
+ * - `~1.` (unreleased builds): nine digits of `seq + 1` per channel;
  * - named (earlier brokers): base64url of `channel seq` pairs joined by
  *   `,`.
  *
  * Opaque to `EventSource` readers; the SDK reads it to answer subscribes
  * and writes one ({@link encodePosition}) to resume the channels it
  * already had when the set changes. Only channels with a `seq` are in the
- * map. Undefined when it is not such a token (or not of `channels`).
+ * map: a number where the token spells it, else the field. Undefined when
+ * it is not such a token (or not of `channels`).
  */
 export function decodePosition(
   token: string,
   channels: readonly string[],
-): Map<string, number> | undefined {
-  const map = new Map<string, number>();
+): Map<string, PositionEntry> | undefined {
+  const map = new Map<string, PositionEntry>();
   if (token === "") return map;
   if (token.startsWith("~")) {
+    const width = token.startsWith(COMPACT_PREFIX)
+      ? FIELD_DIGITS
+      : token.startsWith(V1_PREFIX)
+        ? V1_DIGITS
+        : undefined;
     const fields = token.slice(HEAD);
     const hash = readDigits(token.slice(COMPACT_PREFIX.length, HEAD));
     if (
-      !token.startsWith(COMPACT_PREFIX) ||
+      width === undefined ||
       token.length < HEAD ||
       hash !== listHash(channels) ||
-      fields.length !== SEQ_DIGITS * channels.length
+      fields.length !== width * channels.length
     ) {
       return undefined;
     }
     for (let i = 0; i < channels.length; i++) {
-      const value = readDigits(fields.slice(i * SEQ_DIGITS, (i + 1) * SEQ_DIGITS));
+      const field = fields.slice(i * width, (i + 1) * width);
+      const value = readDigits(field);
       if (value === undefined) return undefined;
-      if (value > 0) map.set(channels[i]!, value - 1);
+      if (value === 0) continue;
+      map.set(channels[i]!, width === FIELD_DIGITS ? field : value - 1);
     }
     return map;
   }
@@ -202,26 +258,33 @@ export function decodePosition(
 
 /**
  * A position for a stream of `channels` (in the order of its request),
- * each at its `seq` in `seqs` (a channel without one starts live). The
- * named form when it fits {@link MAX_POSITION_BYTES}: brokers of every
- * build read it, so a reopen during a rolling upgrade resumes on either;
- * else the compact form, which holds any stream the plans allow (its
- * size does not depend on the names).
+ * each at its entry in `seqs` (a channel without one starts live). The
+ * named form when every entry is a whole `seq` and it fits
+ * {@link MAX_POSITION_BYTES}: brokers of every build read it, so a reopen
+ * during a rolling upgrade resumes on either; else the compact form,
+ * which holds any stream the plans allow (its size does not depend on the
+ * names) and writes a field it got from the broker verbatim.
  */
-export function encodePosition(channels: readonly string[], seqs: Map<string, number>): string {
-  const btoa = (globalThis as unknown as { btoa: (s: string) => string }).btoa;
-  const pairs = channels.filter((c) => seqs.has(c)).map((c) => `${c} ${seqs.get(c)!}`);
-  const named = btoa(pairs.join(",")).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
-  if (named.length <= MAX_POSITION_BYTES) return named;
+export function encodePosition(
+  channels: readonly string[],
+  seqs: Map<string, PositionEntry>,
+): string {
+  const kept = channels.filter((c) => seqs.has(c));
+  if (kept.every((c) => typeof seqs.get(c) === "number")) {
+    const btoa = (globalThis as unknown as { btoa: (s: string) => string }).btoa;
+    const pairs = kept.map((c) => `${c} ${seqs.get(c)!}`);
+    const named = btoa(pairs.join(",")).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+    if (named.length <= MAX_POSITION_BYTES) return named;
+  }
   return compactPosition(channels, seqs);
 }
 
 /** The compact form of {@link encodePosition}. */
-export function compactPosition(channels: readonly string[], seqs: Map<string, number>): string {
+export function compactPosition(
+  channels: readonly string[],
+  seqs: Map<string, PositionEntry>,
+): string {
   let token = COMPACT_PREFIX + digits(listHash(channels), HASH_DIGITS);
-  for (const c of channels) {
-    const seq = seqs.get(c);
-    token += digits(seq === undefined ? 0 : seq + 1, SEQ_DIGITS);
-  }
+  for (const c of channels) token += fieldOf(seqs.get(c));
   return token;
 }

@@ -30,7 +30,15 @@ import type { Transport, TransportFactory, TransportHandlers } from "../transpor
 import type { Refusal } from "../types.js";
 import { tokenExpiryMs } from "../token.js";
 import { parseRetryAfter } from "./websocket.js";
-import { decodePosition, encodePosition, SseParser, type SseBlock } from "./sse-parser.js";
+import {
+  decodePosition,
+  encodePosition,
+  reconstructSeq,
+  residueField,
+  SseParser,
+  type PositionEntry,
+  type SseBlock,
+} from "./sse-parser.js";
 
 /** What the SSE transport needs of `fetch` (the global one by default). */
 export type FetchLike = (
@@ -98,8 +106,12 @@ interface Pending {
 class SseStream implements Transport {
   /** The stream's channels, in the order subscribed (bounded by maxSubscriptions). */
   private readonly channels = new Set<string>();
-  /** The last position of each channel, from the stream's `id:` lines. */
-  private position = new Map<string, number>();
+  /**
+   * The last position of each channel: its whole `seq` where a message
+   * (or a `since`) said it, else the field of the stream's last `id:`,
+   * verbatim (bounded by the stream's channels).
+   */
+  private position = new Map<string, PositionEntry>();
   /** Subscribes waiting for the stream that carries them (one per channel). */
   private readonly pending = new Map<string, Pending>();
   private opened = false;
@@ -219,7 +231,8 @@ class SseStream implements Transport {
 
   /** One block of the stream opened with `list`. */
   private onBlock(b: SseBlock, list: readonly string[]): void {
-    if (b.id !== undefined) this.position = decodePosition(b.id, list) ?? this.position;
+    if (b.id !== undefined) this.moveTo(decodePosition(b.id, list));
+    if (b.event === "message" && b.data !== undefined) this.learnSeq(b.data);
     switch (b.event) {
       case "welcome":
         if (this.opened) return; // a reopened stream: the client is already connected
@@ -246,7 +259,7 @@ class SseStream implements Transport {
         if (b.data !== undefined) return;
         // An `id:` alone: where live subscriptions started.
         for (const [channel, p] of this.pending) {
-          const seq = this.position.get(channel);
+          const seq = this.seqOf(this.position.get(channel));
           if (p.since !== undefined || seq === undefined) continue;
           this.pending.delete(channel);
           this.handlers.message(JSON.stringify({ type: "ack", id: p.id, seq }));
@@ -255,6 +268,44 @@ class SseStream implements Transport {
       default:
         return;
     }
+  }
+
+  /**
+   * Takes an `id:`'s entries, keeping a whole `seq` the SDK has where the
+   * new field is that `seq`'s own (the channel did not move).
+   */
+  private moveTo(next: Map<string, PositionEntry> | undefined): void {
+    if (!next) return;
+    for (const [channel, entry] of next) {
+      const had = this.position.get(channel);
+      if (typeof entry === "string" && typeof had === "number" && residueField(had) === entry) {
+        next.set(channel, had);
+      }
+    }
+    this.position = next;
+  }
+
+  /** A message's whole `seq`, from its `data` (`{"channel":…,"seq":N,…}`). */
+  private learnSeq(data: string): void {
+    const m = /"channel":"([^"\\]*)","seq":(\d+)/.exec(data.slice(0, 400));
+    const seq = m ? Number(m[2]) : NaN;
+    if (m && Number.isSafeInteger(seq) && this.position.has(m[1]!)) this.position.set(m[1]!, seq);
+  }
+
+  /**
+   * The `seq` an entry stands for, to report in a live subscribe's ack. A
+   * field is read against the latest of this client's clock and the
+   * whole seqs it knows (seqs are the broker's clock in µs): a client
+   * clock behind by more than 12.7 days, with no whole seq known, reads
+   * an older `seq` (a later resume from it reports a gap, loses nothing).
+   */
+  private seqOf(entry: PositionEntry | undefined): number | undefined {
+    if (typeof entry !== "string") return entry;
+    let reference = Date.now() * 1000;
+    for (const e of this.position.values()) {
+      if (typeof e === "number" && e > reference) reference = e;
+    }
+    return reconstructSeq(entry, reference);
   }
 
   /**

@@ -183,7 +183,7 @@ test("a reopen with more channels than a named position holds resumes from the c
   );
   assert.deepEqual(subs[21]!.got.map((m) => m.data), [{ n: 1 }, { n: 2 }]);
   assert.ok(
-    sent.some((p) => p.startsWith("~1.") && p.length <= 4096),
+    sent.some((p) => p.startsWith("~2.") && p.length <= 4096),
     `a compact position was sent: ${sent.map((p) => p.slice(0, 12)).join(", ")}`,
   );
   assert.equal(c.state, "connected");

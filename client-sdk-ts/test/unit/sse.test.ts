@@ -13,6 +13,9 @@ import {
   decodePosition,
   encodePosition,
   listHash,
+  reconstructSeq,
+  residueField,
+  type PositionEntry,
 } from "../../src/transports/sse-parser.js";
 import { httpUrls } from "../../src/transports/sse.js";
 import { nextTransport, TransportChooser } from "../../src/transports/auto.js";
@@ -76,29 +79,62 @@ test("compact positions are the broker's layout", () => {
   assert.equal(listHash(["doc:1", "doc:2"]), 0x921d6466);
   const list = ["doc:1", "doc:2"];
   const token = compactPosition(list, new Map([["doc:1", 42]]));
-  assert.equal(token, "~1.CSHWRmAAAAAAAArAAAAAAAAA");
-  assert.deepEqual(decodePosition(token, list), new Map([["doc:1", 42]]));
-  assert.deepEqual(decodePosition("~1.AomIAqAAAAAAAAB", ["doc:1"]), new Map([["doc:1", 0]]));
+  assert.equal(token, "~2.CSHWRmAAAAAAArAAAAAAAA");
+  // A field comes back verbatim: only the broker reads it as a seq.
+  assert.deepEqual(decodePosition(token, list), new Map([["doc:1", "AAAAAAAr"]]));
+  assert.deepEqual(decodePosition("~2.AomIAqAAAAAAAB", ["doc:1"]), new Map([["doc:1", "AAAAAAAB"]]));
+  // The residue is mod 2^48 − 1.
+  assert.equal(compactPosition(list, new Map([["doc:1", 2 ** 48 - 1 + 42]])), token);
+  assert.equal(residueField(0), "AAAAAAAB");
+  assert.equal(residueField(2 ** 48 - 2), "________", "the largest field, M");
   // Tied to its list: another order, another count, is not this stream's.
   assert.equal(decodePosition(token, ["doc:2", "doc:1"]), undefined);
   assert.equal(decodePosition(token, ["doc:1"]), undefined);
   assert.equal(decodePosition(token.slice(0, -1), list), undefined);
-  assert.equal(decodePosition("~2.CSHWRmAAAAAAAArAAAAAAAAA", list), undefined);
-  assert.equal(decodePosition(token.replace("AAAAAAAAA", "AAAA*AAAA"), list), undefined);
-  const big = 9007199254740990;
-  assert.deepEqual(decodePosition(compactPosition(["a"], new Map([["a", big]])), ["a"]), new Map([["a", big]]));
+  assert.equal(decodePosition("~3.CSHWRmAAAAAAArAAAAAAAA", list), undefined);
+  assert.equal(decodePosition(token.replace("AAAAAAAA", "AAA*AAAA"), list), undefined);
+  // The unreleased `~1.` form (nine digits of seq + 1) reads as whole seqs.
+  assert.deepEqual(decodePosition("~1.CSHWRmAAAAAAAArAAAAAAAAA", list), new Map([["doc:1", 42]]));
+  assert.deepEqual(decodePosition("~1.AomIAqAAAAAAAAB", ["doc:1"]), new Map([["doc:1", 0]]));
+});
+
+test("fields are written back verbatim and whole seqs as their residue, with no clock", () => {
+  const list = ["doc:a", "doc:b", "doc:c"];
+  const now = 1796000000000000;
+  const field = residueField(now + 5);
+  const token = encodePosition(list, new Map<string, PositionEntry>([["doc:a", field], ["doc:b", now]]));
+  assert.ok(token.startsWith("~2."), "a field forces the compact form");
+  assert.deepEqual(
+    decodePosition(token, list),
+    new Map([
+      ["doc:a", field],
+      ["doc:b", residueField(now)],
+    ]),
+  );
+  // Whole seqs only: the named form, which every broker reads.
+  const named = encodePosition(list, new Map([["doc:b", now]]));
+  assert.equal(named, Buffer.from(`doc:b ${now}`).toString("base64url"));
+  // Reading a field back (only for a live ack's seq), at the window's edges.
+  const top = now + 2 ** 40;
+  for (const seq of [now, top, top - 1, now - 8 * 365 * 86400e6, top - (2 ** 48 - 1) + 1]) {
+    assert.equal(reconstructSeq(residueField(seq), now), seq, `${seq}`);
+  }
+  assert.equal(reconstructSeq("AAAAAAAA", now), undefined, "no seq");
 });
 
 test("a position too long to name its channels is compact and fits 4 KiB", () => {
-  // 100 channels of 128 bytes at 16-digit seqs: the named form would be
-  // over 17 KiB.
-  const list = Array.from({ length: 100 }, (_, i) => `doc:${String(i).padStart(124, "0")}`);
+  // 500 channels of 128 bytes (the pro plan) at 16-digit seqs: the named
+  // form would be over 80 KiB; the compact one is 9 + 8 × 500 bytes.
+  const list = Array.from({ length: 500 }, (_, i) => `doc:${String(i).padStart(124, "0")}`);
   const seqs = new Map(list.map((c, i) => [c, 1764650000000000 + i] as [string, number]));
   const token = encodePosition(list, seqs);
-  assert.ok(token.startsWith("~1."), token.slice(0, 10));
-  assert.equal(token.length, 9 + 9 * list.length);
+  assert.ok(token.startsWith("~2."), token.slice(0, 10));
+  assert.equal(token.length, 9 + 8 * list.length);
   assert.ok(token.length <= MAX_POSITION_BYTES);
-  assert.deepEqual(decodePosition(token, list), seqs);
+  assert.deepEqual(
+    decodePosition(token, list),
+    new Map(list.map((c, i) => [c, residueField(1764650000000000 + i)])),
+  );
 });
 
 test("the HTTP URLs sit next to the WebSocket's path", () => {

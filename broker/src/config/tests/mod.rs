@@ -356,3 +356,27 @@ fn publish_keys_are_checked_with_their_range() {
     let cfg = Config::from_toml("[plans.free]\n", &env).unwrap();
     assert_eq!(cfg.publish.idempotency_window_ms, 2500);
 }
+
+#[test]
+fn a_plan_over_what_an_sse_position_holds_is_warned_about() {
+    // The shipped plans fit (pro: 500 of 510).
+    let shipped = Config::embedded();
+    assert!(
+        !shipped.warnings.iter().any(|w| w.contains("SSE")),
+        "{:?}",
+        shipped.warnings
+    );
+    let config = parse("[plans.free]\n[plans.huge]\nmax_subscriptions = 600\n").unwrap();
+    let warned: Vec<_> = config
+        .warnings
+        .iter()
+        .filter(|w| w.contains("SSE"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{:?}", config.warnings);
+    assert!(
+        warned[0].starts_with("plans.huge.max_subscriptions is 600")
+            && warned[0].contains("capped at 510"),
+        "{}",
+        warned[0]
+    );
+}

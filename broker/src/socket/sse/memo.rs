@@ -12,7 +12,7 @@
 //! line too, and such a stream copies it whole: no position is encoded
 //! and nothing compared but the channel (stop 35: about 28 µs less broker
 //! CPU per publish at 1,000 streams, `bench/README.md`). A stream of more
-//! channels rewrites its channel's field of its own position (nine
+//! channels rewrites its channel's field of its own position (eight
 //! digits) and writes its `id:`, then the shared lines.
 //!
 //! The memo is per worker thread (a stream is written on its worker),

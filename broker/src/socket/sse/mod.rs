@@ -134,7 +134,7 @@ enum Unfit {
 /// read (one past `max_subscriptions` is [`Unfit::TooMany`], before
 /// anything about the position, as the same subscribes on `/v1/ws` would
 /// be refused), then by what a position can hold
-/// ([`position::MAX_CHANNELS`], 454 whatever the names' length), checked
+/// ([`position::MAX_CHANNELS`], 510 whatever the names' length), checked
 /// at the end under the cap and at once when the cap is in dry run, so a
 /// query of thousands of channels stops at the first one past either.
 /// The position is read last, for the channels as kept (in order, repeats
@@ -303,7 +303,9 @@ async fn open(
         .collect();
     let start: Vec<(String, Option<u64>)> = ask
         .position
-        .seqs()
+        // Seqs are clock-based: a field's residue is read against the
+        // clock the hub's floor takes (`position::reconstruct`).
+        .seqs(crate::hub::seq_floor())
         .map(|(c, seq)| (c.to_owned(), seq))
         .collect();
     let price = match price(&limits, &start, &identity.account, &node) {

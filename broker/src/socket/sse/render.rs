@@ -255,7 +255,8 @@ mod tests {
         String::from_utf8(out.to_vec()).unwrap()
     }
 
-    /// The position in `event`'s `id:`, of a stream of `list`.
+    /// The position in `event`'s `id:`, of a stream of `list` (read with
+    /// `get(_, 0)`: these small seqs are their own residues).
     fn id_of(list: &[&str], event: &str) -> Position {
         let line = event.lines().find_map(|l| l.strip_prefix("id: ")).unwrap();
         Position::resume(list, line).unwrap()
@@ -276,7 +277,7 @@ mod tests {
             ),
         );
         assert!(!live.contains("event:"), "an id alone: {live}");
-        assert_eq!(id_of(&list, &live).get("doc:2"), Some(40));
+        assert_eq!(id_of(&list, &live).get("doc:2", 0), Some(40));
         let e = render(&mut r, &wire::message("doc:1", 6, r#"{"a":1}"#));
         assert!(
             e.ends_with(
@@ -285,13 +286,16 @@ mod tests {
             "{e}"
         );
         let pos = id_of(&list, &e);
-        assert_eq!((pos.get("doc:1"), pos.get("doc:2")), (Some(6), Some(40)));
+        assert_eq!(
+            (pos.get("doc:1", 0), pos.get("doc:2", 0)),
+            (Some(6), Some(40))
+        );
         let c = render(&mut r, &wire::conflated(&wire::message("doc:2", 41, "1")));
         assert!(
             c.contains(r#"data: {"conflated":true,"channel":"doc:2","seq":41,"data":1}"#),
             "{c}"
         );
-        assert_eq!(id_of(&list, &c).get("doc:2"), Some(41));
+        assert_eq!(id_of(&list, &c).get("doc:2", 0), Some(41));
     }
 
     #[test]
@@ -312,7 +316,7 @@ mod tests {
         let behind = stream(&["doc:s", "doc:t"], &[("doc:t", 3)]);
         let ahead = stream(&["doc:t", "doc:s"], &[("doc:s", 1), ("doc:t", 4)]);
         for (list, mut r) in [alone, behind, ahead, sole] {
-            let t = r.position.get("doc:t");
+            let t = r.position.get("doc:t", 0);
             for f in [&frame, &big, &frame.clone()] {
                 let e = render(&mut r, f);
                 let data = String::from_utf8(wire::payload(f)[MESSAGE.len()..].to_vec()).unwrap();
@@ -322,7 +326,7 @@ mod tests {
                 );
                 let pos = id_of(list, &e);
                 let seq = if f.len() > memo::MAX_FRAME { 8 } else { 7 };
-                assert_eq!((pos.get("doc:s"), pos.get("doc:t")), (Some(seq), t));
+                assert_eq!((pos.get("doc:s", 0), pos.get("doc:t", 0)), (Some(seq), t));
                 assert_eq!(pos, r.position, "the id is the stream's position");
                 assert_eq!(e.lines().next(), Some(&*format!("id: {}", pos.encode())));
             }
@@ -353,7 +357,7 @@ mod tests {
             "{e}"
         );
         assert_eq!(
-            id_of(&["doc:1"], &e).get("doc:1"),
+            id_of(&["doc:1"], &e).get("doc:1", 0),
             Some(5),
             "recovery does not move the position"
         );
