@@ -293,15 +293,7 @@ impl Hub {
             match reserved {
                 None => {}
                 Some(Reserve::Queued) => delivered += 1,
-                Some(Reserve::FirstDrop) => {
-                    dropped += 1;
-                    sub.sink.dropped(&ch.name, seq);
-                    sub.sink.congested();
-                }
-                Some(Reserve::Dropped) => {
-                    dropped += 1;
-                    sub.sink.dropped(&ch.name, seq);
-                }
+                Some(Reserve::FirstDrop | Reserve::Dropped) => dropped += 1,
             }
         }
         self.metrics.messages_out.inc_by(delivered);

@@ -164,7 +164,8 @@ pub struct StreamSink {
 
 impl Sink {
     /// Hands over a message: reserves the hub's `frame` in `gauge` and
-    /// queues it, or says it is dropped at the mark ([`Reserve`]); a
+    /// queues it, or drops it at the mark and tells the subscriber so
+    /// (and that an episode began, on its first drop) ([`Reserve`]); a
     /// [`RenderSink`] reserves and queues its own rendering instead.
     /// `None`: not for this subscriber, nothing reserved.
     #[inline]
@@ -178,11 +179,20 @@ impl Sink {
         renders: &mut Renders,
     ) -> Option<Reserve> {
         let reserved = match self {
-            Sink::Render(s) => return s.offer(channel, seq, frame, renders),
+            Sink::Render(s) => s.offer(channel, seq, frame, renders)?,
             _ => gauge.try_reserve(frame.len()),
         };
-        if reserved == Reserve::Queued {
-            self.message(channel, seq, frame, key, renders);
+        match reserved {
+            Reserve::Queued => {
+                if !matches!(self, Sink::Render(_)) {
+                    self.message(channel, seq, frame, key, renders);
+                }
+            }
+            Reserve::FirstDrop => {
+                self.dropped(channel, seq);
+                self.congested();
+            }
+            Reserve::Dropped => self.dropped(channel, seq),
         }
         Some(reserved)
     }
