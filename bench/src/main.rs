@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::json;
 use tidegate_bench::procs::{self, Pinning};
@@ -27,11 +27,16 @@ struct Cli {
     /// The Tidegate binary (default: $TIDEGATE_BIN, else target/release/tidegate).
     #[arg(long, global = true, env = "TIDEGATE_BIN")]
     tidegate_bin: Option<PathBuf>,
+    /// Sockudo's binary, for `--peer sockudo` (bench/README.md, "Beside
+    /// Sockudo", says how to build it).
+    #[arg(long, global = true, env = "SOCKUDO_BIN")]
+    sockudo_bin: Option<PathBuf>,
     /// The nats-server binary (default: found on PATH).
     #[arg(long, global = true, default_value = "nats-server")]
     nats_bin: String,
     /// The peers measured beside Tidegate in fanout, idle and handshakes
-    /// (comma-separated: `nats`, `relay`, or `none`).
+    /// (comma-separated: `nats`, `relay`, `graphql`, `sse`, `pusher`,
+    /// `sockudo`, or `none`).
     #[arg(
         long,
         global = true,
@@ -67,6 +72,10 @@ enum Peer {
     /// Tidegate again, every client on the Pusher wire (`/app/{key}`,
     /// §16): fan-out and idle, side by side with `/v1/ws` in one run.
     Pusher,
+    /// Sockudo (needs `--sockudo-bin`) with the Pusher clients of
+    /// `pusher`: fan-out and idle, beside Tidegate's Pusher wire when
+    /// `pusher` is named too (issue 40).
+    Sockudo,
     None,
 }
 
@@ -309,12 +318,13 @@ fn main() -> Result<()> {
             .unwrap_or_else(default_tidegate_bin),
         nats_bin: nats_bin.clone(),
         relay_bin: procs::find_relay_bin(),
+        sockudo_bin: cli.sockudo_bin.clone(),
         pinning,
         chart: cli.chart.clone(),
     };
     let machine = Machine::read(
         pinning,
-        nats_bin.as_deref().and_then(procs::nats_version),
+        nats_bin.as_deref().and_then(procs::version_of),
         nofile,
     );
     let started_at_unix = tidegate::auth::unix_now();
@@ -326,10 +336,22 @@ fn main() -> Result<()> {
             Peer::Graphql => Kind::Graphql,
             Peer::Sse => Kind::Sse,
             Peer::Pusher => Kind::Pusher,
+            Peer::Sockudo => Kind::Sockudo,
             Peer::None => continue,
         };
         if !kinds.contains(&kind) {
             kinds.push(kind);
+        }
+    }
+    if kinds.contains(&Kind::Sockudo) {
+        // Fail before the first cell, not after Tidegate's.
+        match &env.sockudo_bin {
+            Some(bin) if bin.is_file() => {}
+            Some(bin) => bail!(
+                "--sockudo-bin {}: no such file (bench/README.md, \"Beside Sockudo\", says how to build it)",
+                bin.display()
+            ),
+            None => bail!("--peer sockudo needs --sockudo-bin (or SOCKUDO_BIN)"),
         }
     }
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -342,6 +364,19 @@ fn main() -> Result<()> {
     params["brokers"] = json!(kinds);
     params["tidegate_bin"] = json!(env.tidegate_bin);
     params["tidegate_config_changes"] = json!([target::TIDEGATE_BASE.trim()]);
+    if let (true, Some(bin)) = (kinds.contains(&Kind::Sockudo), &env.sockudo_bin) {
+        // What Sockudo ran with (the ports are each run's free ones).
+        let ports = target::sockudo::Ports {
+            http: 0,
+            metrics: 0,
+        };
+        params["sockudo"] = json!({
+            "bin": bin,
+            "version": procs::version_of(bin),
+            "config": target::sockudo::config(ports),
+            "env": target::sockudo::ENV,
+        });
+    }
     let report = Report {
         scenario: name,
         started_at_unix,
@@ -400,7 +435,7 @@ async fn run(
             let kinds: Vec<Kind> = kinds
                 .iter()
                 .copied()
-                .filter(|k| !matches!(k, Kind::Sse | Kind::Pusher))
+                .filter(|k| !matches!(k, Kind::Sse | Kind::Pusher | Kind::Sockudo))
                 .collect();
             let r = handshakes::run(env, &kinds, &p).await?;
             ("handshakes", json!(p), r)

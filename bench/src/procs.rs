@@ -323,6 +323,59 @@ pub fn start_relay(bin: &Path, core: Option<usize>) -> Result<(Spawned, SocketAd
     Ok((spawned, addr))
 }
 
+/// Starts Sockudo (`bin`) with the bench's config
+/// ([`crate::target::sockudo::config`]) on free loopback ports, from a
+/// scratch directory (Sockudo also reads `config/config.toml` from its
+/// working directory) and with an environment holding only `PATH` and
+/// [`crate::target::sockudo::ENV`]; returns the process and its address.
+pub fn start_sockudo(bin: &Path, core: Option<usize>) -> Result<(Spawned, SocketAddr)> {
+    use crate::target::sockudo;
+    if !bin.is_file() {
+        bail!(
+            "no Sockudo binary at {}: build it (bench/README.md, \"Beside Sockudo\") and pass --sockudo-bin or set SOCKUDO_BIN",
+            bin.display()
+        );
+    }
+    let dir = scratch_dir("sockudo")?;
+    let ports = sockudo::Ports {
+        http: free_port()?,
+        metrics: free_port()?,
+    };
+    let path = dir.join("sockudo.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&sockudo::config(ports))?)?;
+    let stderr = std::fs::File::create(dir.join("stderr.log"))?;
+    let mut cmd = Command::new(bin);
+    cmd.arg("--config")
+        .arg(&path)
+        .current_dir(&dir)
+        .env_clear()
+        .envs(std::env::var_os("PATH").map(|p| ("PATH", p)))
+        .envs(sockudo::ENV.iter().copied())
+        .stdin(Stdio::null())
+        // Sockudo logs to stdout: both into the one log file.
+        .stdout(stderr.try_clone()?)
+        .stderr(stderr);
+    prepare(&mut cmd, core);
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let mut spawned = Spawned {
+        name: "sockudo",
+        pid: child.id(),
+        child,
+        dir,
+    };
+    let addr = SocketAddr::from(([127, 0, 0, 1], ports.http));
+    if let Err(e) = wait_listening(addr, Duration::from_secs(30)) {
+        let alive = spawned.alive();
+        bail!(
+            "{e} (sockudo alive: {alive}); stderr:\n{}",
+            spawned.log_tail()
+        );
+    }
+    Ok((spawned, addr))
+}
+
 /// `tidegate-relay` next to the running load generator (both are built
 /// by `cargo build --release -p tidegate-bench`).
 pub fn find_relay_bin() -> PathBuf {
@@ -370,8 +423,8 @@ pub fn find_tidegate_bin() -> Option<PathBuf> {
     candidates.into_iter().find(|c| c.is_file())
 }
 
-/// `nats-server --version`, if it runs.
-pub fn nats_version(bin: &Path) -> Option<String> {
+/// `<bin> --version` (nats-server, sockudo), if it runs.
+pub fn version_of(bin: &Path) -> Option<String> {
     let out = Command::new(bin).arg("--version").output().ok()?;
     Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }

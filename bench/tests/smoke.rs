@@ -401,3 +401,28 @@ fn storm_reports_bystanders_and_the_brokers_accepts() {
     }
     assert!(b["pings"].as_u64().unwrap() > 0, "{b}");
 }
+
+/// `--peer sockudo` without Sockudo's binary (CI has none) stops before
+/// the first cell, naming the flag, rather than after Tidegate's cells;
+/// the config it would run Sockudo with is checked by the unit tests of
+/// `target::sockudo`.
+#[test]
+fn the_sockudo_peer_without_its_binary_fails_first_and_says_so() {
+    for sockudo_bin in [None, Some("/nonexistent/sockudo")] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tidegate-load"));
+        cmd.env_remove("SOCKUDO_BIN")
+            .args(["--peer", "pusher,sockudo", "--no-pin"]);
+        if let Some(bin) = sockudo_bin {
+            cmd.args(["--sockudo-bin", bin]);
+        }
+        let output = cmd
+            .args(["idle", "--connections", "2"])
+            .output()
+            .expect("tidegate-load runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{stderr}");
+        assert!(stderr.contains("--sockudo-bin"), "{stderr}");
+        assert!(output.stdout.is_empty(), "no result was printed");
+        assert!(!stderr.contains("idle: tidegate"), "no cell ran: {stderr}");
+    }
+}

@@ -25,7 +25,7 @@ fn err(e: impl std::fmt::Display) -> anyhow::Error {
 pub fn color_of(broker: &str) -> RGBColor {
     match broker {
         "nats" => NATS,
-        "relay" => THIRD,
+        "relay" | "sockudo" => THIRD,
         "graphql" | "sse" | "pusher" => FOURTH,
         _ => TIDEGATE,
     }

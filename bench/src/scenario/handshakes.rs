@@ -123,7 +123,7 @@ pub async fn run_one(env: &Env, kind: Kind, p: &Params) -> Result<HandshakeRun> 
                 (account, token)
             })
             .collect(),
-        Kind::Nats | Kind::Relay | Kind::Pusher => Vec::new(),
+        Kind::Nats | Kind::Relay | Kind::Pusher | Kind::Sockudo => Vec::new(),
     };
     let tokens = Rc::new(tokens);
     let sh = Rc::new(Shared {
@@ -163,7 +163,9 @@ pub async fn run_one(env: &Env, kind: Kind, p: &Params) -> Result<HandshakeRun> 
             Kind::Relay => "none: the relay reads no token",
             Kind::Graphql => "HS256 JWT in connection_init, after the upgrade",
             Kind::Sse => "not measured: SSE streams open in fanout and idle only",
-            Kind::Pusher => "not measured: the Pusher wire opens in fanout and idle only",
+            Kind::Pusher | Kind::Sockudo => {
+                "not measured: the Pusher wire opens in fanout and idle only"
+            }
         },
         completed: sh.completed.get(),
         handshakes_per_sec: (sh.completed.get() as f64 / elapsed).round(),

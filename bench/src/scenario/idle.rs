@@ -11,7 +11,10 @@
 //! `--peer sse` runs it again with `GET /v1/sse` streams (one channel
 //! each) instead of sockets: `sse_vs_ws` is per stream over per socket;
 //! `--peer pusher` with Pusher connections (`/app/{key}`, one private
-//! channel each): `pusher_vs_ws`.
+//! channel each): `pusher_vs_ws`; `--peer sockudo` with the same Pusher
+//! connections against Sockudo (issue 40): `pusher_vs_sockudo` is
+//! Tidegate's RSS per Pusher connection over Sockudo's (below 1 is the
+//! goal).
 
 use std::time::{Duration, Instant};
 
@@ -132,6 +135,15 @@ pub async fn run(env: &Env, kinds: &[Kind], p: &Params) -> Result<serde_json::Va
         _ => json!(null),
     };
     let (sse_vs_ws, pusher_vs_ws) = (vs_ws("sse"), vs_ws("pusher"));
+    let find = |b: &str| runs.iter().find(|r| r.broker == b);
+    let pusher_vs_sockudo = match (find("pusher"), find("sockudo")) {
+        (Some(p), Some(s)) => json!({
+            "rss_per_conn_ratio": report::ratio(p.rss_per_conn_kib, s.rss_per_conn_kib),
+            "rss_per_conn_marginal_ratio": report::ratio(p.rss_per_conn_marginal_kib, s.rss_per_conn_marginal_kib),
+            "connects_per_sec_ratio": report::ratio(p.connects_per_sec, s.connects_per_sec),
+        }),
+        _ => json!(null),
+    };
     if let Some(path) = &env.chart {
         chart(path, &runs)?;
     }
@@ -140,6 +152,7 @@ pub async fn run(env: &Env, kinds: &[Kind], p: &Params) -> Result<serde_json::Va
         "tidegate_vs_nats": comparison,
         "sse_vs_ws": sse_vs_ws,
         "pusher_vs_ws": pusher_vs_ws,
+        "pusher_vs_sockudo": pusher_vs_sockudo,
     }))
 }
 

@@ -254,7 +254,7 @@ async fn run_mode(env: &Env, p: &Params, redis: Option<&Redis>) -> Result<Value>
 /// rounds and second in odd ones, so a machine that drifts over the run
 /// favours neither (the costs are read per round pair, then their median).
 fn order(round: usize) -> [usize; 4] {
-    if round % 2 == 0 {
+    if round.is_multiple_of(2) {
         [0, 1, 2, 3]
     } else {
         [1, 0, 3, 2]

@@ -36,6 +36,8 @@ pub struct Env {
     pub nats_bin: Option<PathBuf>,
     /// `tidegate-relay`, built beside the load generator.
     pub relay_bin: PathBuf,
+    /// Sockudo's binary (`--sockudo-bin`; only `--peer sockudo` needs it).
+    pub sockudo_bin: Option<PathBuf>,
     pub pinning: Pinning,
     /// Where to draw the scenario's chart (SVG), if anywhere.
     pub chart: Option<PathBuf>,
@@ -83,6 +85,17 @@ impl Env {
                 Ok(Running {
                     process,
                     target: Target::nats(addr, NATS_TOKEN),
+                    config: String::new(),
+                })
+            }
+            Kind::Sockudo => {
+                let bin = self.sockudo_bin.as_ref().ok_or_else(|| {
+                    anyhow!("--peer sockudo needs --sockudo-bin (or SOCKUDO_BIN)")
+                })?;
+                let (process, addr) = procs::start_sockudo(bin, self.pinning.broker_core)?;
+                Ok(Running {
+                    process,
+                    target: Target::sockudo(addr),
                     config: String::new(),
                 })
             }

@@ -76,7 +76,7 @@ impl Conn {
                     .read_frames(|op, p| f(graphql::classify(op, p)))
                     .await?;
             }
-            Kind::Pusher => {
+            Kind::Pusher | Kind::Sockudo => {
                 self.ws
                     .read_frames(|op, p| f(pusher::classify(op, p)))
                     .await?;
@@ -205,7 +205,7 @@ impl Conn {
 
     /// Sends bytes as one frame (text for Tidegate, binary for NATS).
     pub async fn send_raw_payload(&mut self, payload: &[u8]) -> Result<()> {
-        let op = if self.kind.tidegate_wire() {
+        let op = if self.kind.text_frames() {
             OP_TEXT
         } else {
             OP_BINARY
@@ -241,7 +241,7 @@ impl Conn {
             // `id:` alone) says the subscription is live.
             Kind::Sse => {}
             Kind::Nats => self.send_raw_payload(&nats::sub(topic, 1)).await?,
-            Kind::Pusher => {
+            Kind::Pusher | Kind::Sockudo => {
                 let frame = pusher::subscribe(topic, &self.socket_id)?;
                 self.send_raw_payload(frame.as_bytes()).await?;
             }
@@ -268,7 +268,7 @@ impl Conn {
                 self.ws.frame_into(OP_TEXT, &payload, out);
                 self.scratch = payload;
             }
-            Kind::Pusher => {
+            Kind::Pusher | Kind::Sockudo => {
                 pusher::client_event(topic, data, &mut self.scratch);
                 let payload = std::mem::take(&mut self.scratch);
                 self.ws.frame_into(OP_TEXT, &payload, out);

@@ -7,6 +7,7 @@ mod conn;
 mod frames;
 mod graphql;
 pub mod pusher;
+pub mod sockudo;
 mod sse;
 
 use std::net::SocketAddr;
@@ -42,6 +43,8 @@ pub enum Kind {
     /// Tidegate with every client on the Pusher wire (`/app/{key}`, §16):
     /// subscribers on a private channel, publishers sending client events.
     Pusher,
+    /// Sockudo (`sockudo.rs`) with the same Pusher clients as [`Kind::Pusher`].
+    Sockudo,
 }
 
 impl Kind {
@@ -53,15 +56,19 @@ impl Kind {
             Kind::Graphql => "graphql",
             Kind::Sse => "sse",
             Kind::Pusher => "pusher",
+            Kind::Sockudo => "sockudo",
         }
     }
 
-    /// Whether clients speak Tidegate's wire protocol to it.
-    fn tidegate_wire(self) -> bool {
-        matches!(
-            self,
-            Kind::Tidegate | Kind::Relay | Kind::Graphql | Kind::Sse | Kind::Pusher
-        )
+    /// Whether clients speak the Pusher Channels wire (§16) to it.
+    pub fn pusher_wire(self) -> bool {
+        matches!(self, Kind::Pusher | Kind::Sockudo)
+    }
+
+    /// Whether clients send it text frames (every JSON wire; NATS's
+    /// protocol goes in binary frames).
+    fn text_frames(self) -> bool {
+        self != Kind::Nats
     }
 }
 
@@ -118,6 +125,16 @@ impl Target {
         }
     }
 
+    /// Sockudo: the Pusher wire, the bench app's secret signs channels.
+    pub fn sockudo(addr: SocketAddr) -> Target {
+        Target {
+            kind: Kind::Sockudo,
+            addr,
+            auth: Rc::new(Auth::None),
+            since: 0,
+        }
+    }
+
     pub fn nats(addr: SocketAddr, token: &str) -> Target {
         Target {
             kind: Kind::Nats,
@@ -150,7 +167,7 @@ impl Target {
                 format!("doc:{name}")
             }
             Kind::Nats => format!("doc.{name}"),
-            Kind::Pusher => format!("private-doc-{name}"),
+            Kind::Pusher | Kind::Sockudo => format!("private-doc-{name}"),
         }
     }
 
@@ -191,7 +208,7 @@ impl Target {
                 }
             }
             Kind::Sse => bail!("an SSE stream names its channel as it opens (connect_sse)"),
-            Kind::Pusher => {
+            Kind::Pusher | Kind::Sockudo => {
                 pusher_path = pusher::path();
                 Open {
                     path: &pusher_path,
@@ -232,7 +249,7 @@ impl Target {
                 Ok(Ok(conn))
             }
             Kind::Sse => bail!("an SSE stream opens with connect_sse"),
-            Kind::Pusher => {
+            Kind::Pusher | Kind::Sockudo => {
                 let socket_id = pusher::hello(&mut ws).await?;
                 let mut conn = Conn::new(self.kind, ws);
                 conn.socket_id = socket_id;

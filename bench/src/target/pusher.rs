@@ -12,9 +12,11 @@ use super::Event;
 use super::frames::tidegate_data;
 use crate::ws::{self, OP_CLOSE, OP_TEXT};
 
-/// The bench's app (the config layer [`LAYER`] defines it).
+/// The bench's app (the config layer [`LAYER`] defines it; Sockudo's
+/// config, `sockudo.rs`, serves the same one).
+pub const APP_ID: &str = "4242";
 pub const APP_KEY: &str = "bench-key";
-const APP_SECRET: &str = "bench-pusher-secret-0123456789";
+pub const APP_SECRET: &str = "bench-pusher-secret-0123456789";
 
 /// The config layer that serves the bench's app: one account on a plan
 /// as roomy as the publisher's (every connection of an app is the app's

@@ -29,12 +29,29 @@ pub(super) fn compare(cells: &[FanoutCell], peer: &str) -> Vec<serde_json::Value
 /// cell by cell (empty without `--peer <peer>`): the goals are at least
 /// 0.9 for GraphQL, 0.8 for SSE (issue 28).
 pub(super) fn compare_with_ws(cells: &[FanoutCell], peer: &str) -> Vec<serde_json::Value> {
+    compare_cells(cells, peer, "tidegate", "ws")
+}
+
+/// `peer`'s cells over `base`'s (`pusher` over `sockudo`: Tidegate's
+/// Pusher wire over Sockudo's, issue 40's goal being at least 1), cell by
+/// cell, in [`compare_with_ws`]'s shape.
+pub(super) fn compare_between(
+    cells: &[FanoutCell],
+    peer: &str,
+    base: &str,
+) -> Vec<serde_json::Value> {
+    compare_cells(cells, peer, base, base)
+}
+
+fn compare_cells(
+    cells: &[FanoutCell],
+    peer: &str,
+    base: &str,
+    base_label: &str,
+) -> Vec<serde_json::Value> {
     let mut comparisons = Vec::new();
     for g in cells.iter().filter(|c| c.broker == peer) {
-        if let Some(w) = cells
-            .iter()
-            .find(|c| c.broker == "tidegate" && same_cell(c, g))
-        {
+        if let Some(w) = cells.iter().find(|c| c.broker == base && same_cell(c, g)) {
             comparisons.push(json!({
                 "round": g.round,
                 "subscribers": g.subscribers,
@@ -43,7 +60,7 @@ pub(super) fn compare_with_ws(cells: &[FanoutCell], peer: &str) -> Vec<serde_jso
                 "p99_ratio": report::ratio(g.latency.p99_us as f64, w.latency.p99_us as f64),
                 "cpu_us_per_publish_ratio": report::ratio(g.broker_cpu_us_per_publish, w.broker_cpu_us_per_publish),
                 format!("{peer}_lost"): g.lost,
-                "ws_lost": w.lost,
+                format!("{base_label}_lost"): w.lost,
             }));
         }
     }
@@ -117,9 +134,11 @@ pub(super) fn chart(path: &std::path::Path, cells: &[FanoutCell]) -> Result<()> 
         .iter()
         .map(|(s, b)| format!("{s} subs, {b} B"))
         .collect();
-    let brokers = ["tidegate", "graphql", "sse", "pusher", "nats", "relay"]
-        .into_iter()
-        .filter(|b| cells.iter().any(|c| c.broker == *b));
+    let brokers = [
+        "tidegate", "graphql", "sse", "pusher", "sockudo", "nats", "relay",
+    ]
+    .into_iter()
+    .filter(|b| cells.iter().any(|c| c.broker == *b));
     let panel = |title: &str, y: &str, f: &dyn Fn(&FanoutCell) -> f64| {
         let series = brokers.clone().map(|b| {
             let at = |&(s, n): &(usize, usize)| {

@@ -18,7 +18,11 @@
 //! `/v1/ws` sockets, publishers and payloads unchanged: the report's
 //! `graphql_vs_ws` is that cell's delivered/s over the `/v1/ws` cell's.
 //! `--peer sse` likewise: subscribers on `GET /v1/sse` streams (§14),
-//! `sse_vs_ws`.
+//! `sse_vs_ws`. `--peer pusher` runs every client on the Pusher wire
+//! (`pusher_vs_ws`), and `--peer sockudo` the same Pusher clients against
+//! Sockudo (issue 40): `pusher_vs_sockudo` is Tidegate's Pusher cell over
+//! Sockudo's (at least 1 is the goal), `sockudo_vs_ws` Sockudo's over
+//! `/v1/ws`.
 
 mod chart;
 mod flow;
@@ -140,7 +144,7 @@ pub async fn run_cell(
     )
     .await?;
     // A Pusher client sends client events on a channel it is subscribed to.
-    let pub_topic = (kind == Kind::Pusher).then(|| topic.clone());
+    let pub_topic = kind.pusher_wire().then(|| topic.clone());
     let pubs = open_many(
         &pub_target,
         &pub_accounts,
@@ -327,6 +331,8 @@ pub async fn run(env: &Env, kinds: &[Kind], p: &Params) -> Result<serde_json::Va
     let graphql = chart::compare_with_ws(&cells, "graphql");
     let sse = chart::compare_with_ws(&cells, "sse");
     let pusher = chart::compare_with_ws(&cells, "pusher");
+    let pusher_vs_sockudo = chart::compare_between(&cells, "pusher", "sockudo");
+    let sockudo = chart::compare_with_ws(&cells, "sockudo");
     Ok(json!({
         "tidegate_vs_nats": chart::compare(&cells, "nats"),
         "tidegate_vs_relay": chart::compare(&cells, "relay"),
@@ -336,6 +342,10 @@ pub async fn run(env: &Env, kinds: &[Kind], p: &Params) -> Result<serde_json::Va
         "sse_vs_ws": sse,
         "pusher_vs_ws_rounds": chart::over_rounds(&pusher),
         "pusher_vs_ws": pusher,
+        "pusher_vs_sockudo_rounds": chart::over_rounds(&pusher_vs_sockudo),
+        "pusher_vs_sockudo": pusher_vs_sockudo,
+        "sockudo_vs_ws_rounds": chart::over_rounds(&sockudo),
+        "sockudo_vs_ws": sockudo,
         "cells": cells,
     }))
 }
