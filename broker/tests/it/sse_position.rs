@@ -16,9 +16,11 @@ use crate::sse_client::open;
 use crate::sse_stream::{publish, stream};
 
 /// The `pro` plan (500 subscriptions, the shipped plans' most) for
-/// `reader`, with budgets that 1,000 publishes and a 500-channel stream do
-/// not reach.
+/// `reader`, and for `acme` (the sample API key's account, which
+/// publishes), with budgets that 1,000 publishes and a 500-channel stream
+/// do not reach.
 const ROOMY: &str = "[accounts.reader]\nplan = \"pro\"\n\
+     [accounts.acme]\nplan = \"pro\"\n\
      [plans.pro]\nmessages_per_sec = 100000\nburst = 100000\n\
      account_messages_per_sec = 100000\naccount_burst = 100000\n";
 
