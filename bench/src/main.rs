@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
 use tidegate_bench::procs::{self, Pinning};
 use tidegate_bench::report::{Machine, Report};
@@ -17,6 +17,13 @@ use tidegate_bench::scenario::{
     webhooks,
 };
 use tidegate_bench::target::{self, Kind};
+
+use args::{
+    BehaviourArgs, FanoutArgs, GrpcPublishArgs, HandshakeArgs, IdleArgs, SlowArgs, SoakArgs,
+    StormArgs, StormMode, WebhookArgs,
+};
+
+mod args;
 
 #[derive(Parser)]
 #[command(
@@ -103,198 +110,6 @@ enum Scenario {
     /// HTTP and socket publish with and without idempotency keys (§17),
     /// alternated in one run, on one node and through Redis.
     KeyedPublish(keyed_publish::Params),
-}
-
-#[derive(Args)]
-struct GrpcPublishArgs {
-    #[arg(long, default_value_t = 1000)]
-    subscribers: usize,
-    /// Seconds per transport.
-    #[arg(long, default_value_t = 5.0)]
-    duration: f64,
-    /// Bytes of each publish's data (a JSON string).
-    #[arg(long, default_value_t = 64)]
-    payload: usize,
-    /// Publishes in flight per transport.
-    #[arg(long, default_value_t = 16)]
-    in_flight: usize,
-    #[arg(long, default_value_t = 8)]
-    per_account: usize,
-}
-
-#[derive(Args)]
-struct SoakArgs {
-    /// How long the churn runs, in minutes.
-    #[arg(long, default_value_t = 30.0)]
-    minutes: f64,
-    /// Seconds between samples.
-    #[arg(long, default_value_t = 10.0)]
-    sample_secs: f64,
-    /// Sockets opening, subscribing, publishing and closing in a loop.
-    #[arg(long, default_value_t = 40)]
-    churners: usize,
-    /// HTTP publishes per second (the sample key's budget is 100/s).
-    #[arg(long, default_value_t = 20.0)]
-    http_per_sec: f64,
-    /// Non-reading subscribers of a busy channel, replaced every round.
-    #[arg(long, default_value_t = 4)]
-    slow_readers: usize,
-    /// Seconds per round of the seed's typist, loop and abuser.
-    #[arg(long, default_value_t = 10.0)]
-    round_secs: f64,
-    /// Write the samples to this CSV file as they are taken.
-    #[arg(long)]
-    csv: Option<PathBuf>,
-}
-
-#[derive(Args)]
-struct WebhookArgs {
-    #[arg(long, default_value_t = 10_000)]
-    events: usize,
-    /// Messages per HTTP batch publish.
-    #[arg(long, default_value_t = 100)]
-    batch: usize,
-    /// How the failing endpoint fails.
-    #[arg(long, value_enum, default_value_t = webhooks::Failing::Error)]
-    failing: webhooks::Failing,
-    /// Each endpoint's pacing bucket (rate; burst is the same number).
-    #[arg(long, default_value_t = 100_000.0)]
-    rate: f64,
-    #[arg(long, default_value_t = 16)]
-    max_in_flight: u32,
-    /// Give up waiting for deliveries after this long.
-    #[arg(long, default_value_t = 60.0)]
-    patience: f64,
-}
-
-#[derive(Args)]
-struct FanoutArgs {
-    /// Subscriber counts (comma-separated: one cell each).
-    #[arg(long, value_delimiter = ',', default_value = "1000")]
-    subscribers: Vec<usize>,
-    /// Payload sizes in bytes (comma-separated; at least 34).
-    #[arg(long, value_delimiter = ',', default_value = "64")]
-    payload: Vec<usize>,
-    #[arg(long, default_value_t = 1)]
-    publishers: usize,
-    /// `max` (closed loop, see --window) or messages/s over all publishers.
-    #[arg(long, default_value = "max")]
-    rate: fanout::Rate,
-    /// Messages in flight per publisher with --rate max.
-    #[arg(long, default_value_t = 64)]
-    window: usize,
-    #[arg(long, default_value_t = 1.0)]
-    warmup: f64,
-    #[arg(long, default_value_t = 5.0)]
-    duration: f64,
-    #[arg(long, default_value_t = 200)]
-    connect_concurrency: usize,
-    /// Subscribers per account (Tidegate's default cap is 8).
-    #[arg(long, default_value_t = 8)]
-    per_account: usize,
-    /// Seconds to measure the broker's idle CPU with the subscribers
-    /// connected, before publishing (0: skip); subtracted in
-    /// `broker_cpu_us_per_publish_net`.
-    #[arg(long, default_value_t = 0.0)]
-    idle: f64,
-    /// Runs every cell this many times, interleaved; the comparisons with
-    /// `/v1/ws` pair the cells of one round, and `*_vs_ws_rounds` gives
-    /// their median.
-    #[arg(long, default_value_t = 1)]
-    rounds: usize,
-}
-
-#[derive(Args)]
-struct IdleArgs {
-    #[arg(long, default_value_t = 5000)]
-    connections: usize,
-    #[arg(long, default_value_t = 2.0)]
-    hold: f64,
-    #[arg(long, default_value_t = 100)]
-    connect_concurrency: usize,
-    #[arg(long, default_value_t = 8)]
-    per_account: usize,
-}
-
-#[derive(Args)]
-struct HandshakeArgs {
-    #[arg(long, default_value_t = 50)]
-    concurrency: usize,
-    #[arg(long, default_value_t = 5.0)]
-    duration: f64,
-    /// Pre-minted Tidegate tokens (one account each), used in turn.
-    #[arg(long, default_value_t = 20000)]
-    tokens: usize,
-    /// Send a close frame and wait for the server to end TCP (RFC 6455
-    /// §7.1.1) instead of stopping at its close frame.
-    #[arg(long)]
-    polite: bool,
-}
-
-#[derive(Args)]
-struct BehaviourArgs {
-    #[arg(long, default_value_t = 3.0)]
-    duration: f64,
-    #[arg(long, default_value_t = 50)]
-    abuser_sockets: usize,
-    #[arg(long, default_value_t = 200)]
-    abuser_messages: usize,
-    #[arg(long, default_value_t = 4000.0)]
-    buggy_rate: f64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum StormMode {
-    Fixed,
-    Jitter,
-    Both,
-}
-
-#[derive(Args)]
-struct StormArgs {
-    #[arg(long, default_value_t = 4000)]
-    clients: usize,
-    #[arg(long, default_value_t = 4)]
-    per_account: usize,
-    #[arg(long, value_enum, default_value_t = StormMode::Both)]
-    mode: StormMode,
-    /// Full jitter: first reconnect uniform in [0, this).
-    #[arg(long, default_value_t = 2000)]
-    jitter_ms: u64,
-    /// Fixed: retry interval after a refusal.
-    #[arg(long, default_value_t = 1000)]
-    fixed_retry_ms: u64,
-    /// Give up on a client after this long.
-    #[arg(long, default_value_t = 20.0)]
-    patience: f64,
-    /// Tidegate's node accept budget (default: the shipped 2,000/s).
-    #[arg(long)]
-    node_accepts: Option<f64>,
-    /// Sockets connected before the storm and not part of it, reporting
-    /// heartbeats, ping round trips and deliveries during it.
-    #[arg(long, default_value_t = 100)]
-    bystanders: usize,
-    /// The node's heartbeat interval for the run (shipped: 15,000).
-    #[arg(long, default_value_t = 1000)]
-    heartbeat_ms: u64,
-    /// How often the broker's accept counter is read from /metrics.
-    #[arg(long, default_value_t = 100)]
-    metrics_ms: u64,
-}
-
-#[derive(Args)]
-struct SlowArgs {
-    #[arg(long, default_value_t = 50)]
-    subscribers: usize,
-    #[arg(long, default_value_t = 2000.0)]
-    rate: f64,
-    #[arg(long, default_value_t = 1024)]
-    payload: usize,
-    #[arg(long, default_value_t = 10.0)]
-    duration: f64,
-    /// SO_RCVBUF of the non-reading client (0 = OS default).
-    #[arg(long, default_value_t = 0)]
-    slow_recv_buffer: u32,
 }
 
 fn default_tidegate_bin() -> PathBuf {
