@@ -7,11 +7,21 @@
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
+use dashmap::mapref::one::RefMut;
 
 use super::{CapReached, Charged, KeyCharge};
 use crate::config::Limits;
 use crate::limiter::{KeyedBuckets, SampledBucket};
 use crate::protocol::wire::BudgetView;
+
+/// What an account's bucket shows a client after a charge.
+fn view(bucket: &mut SampledBucket, now: Instant) -> BudgetView {
+    BudgetView {
+        remaining: bucket.remaining(now).max(0.0) as u64,
+        capacity: bucket.capacity() as u64,
+        refill_per_sec: bucket.rate(),
+    }
+}
 
 /// `cap` scaled by `share`: rounded down, never below 1.
 pub fn scale_cap(cap: u32, share: f64) -> u32 {
@@ -39,27 +49,12 @@ impl LocalLimits {
         share: f64,
         now: Instant,
     ) -> Charged {
-        let cap = f64::from(limits.account_burst) * share;
-        let rate = limits.account_messages_per_sec * share;
-        let mut bucket = match self.accounts.get_mut(account) {
-            Some(b) => b,
-            None => self
-                .accounts
-                .entry(account.to_owned())
-                .or_insert_with(|| SampledBucket::new(cap, rate, since.min(now))),
-        };
-        if bucket.capacity() != cap || bucket.rate() != rate {
-            bucket.reconfigure(cap, rate, now);
-        }
+        let mut bucket = self.account(account, limits, share, since.min(now), now);
         let result = bucket.charge(f64::from(units), since, now);
         Charged {
             allowed: result.is_ok(),
             retry_after: result.err().unwrap_or_default(),
-            view: BudgetView {
-                remaining: bucket.remaining(now).max(0.0) as u64,
-                capacity: cap as u64,
-                refill_per_sec: rate,
-            },
+            view: view(&mut bucket, now),
         }
     }
 
@@ -74,6 +69,26 @@ impl LocalLimits {
         share: f64,
         now: Instant,
     ) -> Charged {
+        let mut bucket = self.account(account, limits, share, now, now);
+        bucket.owe(f64::from(units), now);
+        Charged {
+            allowed: true,
+            retry_after: Duration::ZERO,
+            view: view(&mut bucket, now),
+        }
+    }
+
+    /// The account's bucket at its plan's numbers times `share` (created
+    /// full as of `created` when missing, reconfigured when the plan or the
+    /// share changed).
+    fn account(
+        &self,
+        account: &str,
+        limits: &Limits,
+        share: f64,
+        created: Instant,
+        now: Instant,
+    ) -> RefMut<'_, String, SampledBucket> {
         let cap = f64::from(limits.account_burst) * share;
         let rate = limits.account_messages_per_sec * share;
         let mut bucket = match self.accounts.get_mut(account) {
@@ -81,21 +96,12 @@ impl LocalLimits {
             None => self
                 .accounts
                 .entry(account.to_owned())
-                .or_insert_with(|| SampledBucket::new(cap, rate, now)),
+                .or_insert_with(|| SampledBucket::new(cap, rate, created)),
         };
         if bucket.capacity() != cap || bucket.rate() != rate {
             bucket.reconfigure(cap, rate, now);
         }
-        bucket.owe(f64::from(units), now);
-        Charged {
-            allowed: true,
-            retry_after: Duration::ZERO,
-            view: BudgetView {
-                remaining: bucket.remaining(now).max(0.0) as u64,
-                capacity: cap as u64,
-                refill_per_sec: rate,
-            },
-        }
+        bucket
     }
 
     /// Open connections this node counts for `account`.

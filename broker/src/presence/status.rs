@@ -24,7 +24,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use super::watch::SettingUp;
 use super::{ChannelState, Pending, Presence, PresenceSink, Update, UserChanges};
 use crate::config::PresenceRule;
 
@@ -117,28 +116,9 @@ impl Presence {
         users: Vec<Arc<str>>,
         sink: Arc<dyn StatusSink>,
     ) -> Pending<()> {
-        if let Some(redis) = self.redis.clone().filter(|r| r.is_up()) {
-            let unsynced = self.with_entry(channel, rule, |state, st| {
-                st.synced.is_none().then(|| {
-                    st.setting_up += 1;
-                    SettingUp {
-                        presence: self.clone(),
-                        channel: channel.into(),
-                        state: state.clone(),
-                    }
-                })
-            });
-            if let Some(setting_up) = unsynced {
-                let this = self.clone();
-                return Pending::Later(Box::pin(async move {
-                    let s = &setting_up;
-                    this.sync(&redis, &s.channel, &s.state, true).await;
-                    this.add_status_watcher(&s.channel, rule, key, &users, sink);
-                }));
-            }
-        }
-        self.add_status_watcher(channel, rule, key, &users, sink);
-        Pending::Ready(())
+        self.when_synced(channel, rule, move |this, channel| {
+            this.add_status_watcher(channel, rule, key, &users, sink)
+        })
     }
 
     fn add_status_watcher(

@@ -26,6 +26,20 @@ impl Presence {
         key: Arc<str>,
         sink: Arc<dyn PresenceSink>,
     ) -> Pending<()> {
+        self.when_synced(channel, rule, move |this, channel| {
+            this.add_watcher(channel, rule, key, sink)
+        })
+    }
+
+    /// Runs `add` (a watcher's start) once this node's view of `channel`
+    /// is whole: at once when it is (or the node is alone), after reading
+    /// Redis's members when the view is new to this node.
+    pub(super) fn when_synced(
+        self: &Arc<Self>,
+        channel: &str,
+        rule: PresenceRule,
+        add: impl FnOnce(&Arc<Presence>, &str) + Send + 'static,
+    ) -> Pending<()> {
         if let Some(redis) = self.redis.clone().filter(|r| r.is_up()) {
             let unsynced = self.with_entry(channel, rule, |state, st| {
                 st.synced.is_none().then(|| {
@@ -43,11 +57,11 @@ impl Presence {
                 return Pending::Later(Box::pin(async move {
                     let s = &setting_up;
                     this.sync(&redis, &s.channel, &s.state, true).await;
-                    this.add_watcher(&s.channel, rule, key, sink);
+                    add(&this, &s.channel);
                 }));
             }
         }
-        self.add_watcher(channel, rule, key, sink);
+        add(self, channel);
         Pending::Ready(())
     }
 
@@ -108,7 +122,7 @@ impl ChannelState {
 
 /// An observer's first read of Redis under way: the entry is kept until
 /// it ends, however it ends (the caller may drop the future).
-pub(super) struct SettingUp {
+struct SettingUp {
     pub(super) presence: Arc<Presence>,
     pub(super) channel: Arc<str>,
     pub(super) state: Arc<Mutex<ChannelState>>,
