@@ -271,18 +271,14 @@ pub fn start_nats(bin: &Path, token: &str, core: Option<usize>) -> Result<(Spawn
             bin.display()
         )
     })?;
-    let mut spawned = Spawned {
+    let spawned = Spawned {
         name: "nats",
         pid: child.id(),
         child,
         dir,
     };
     let addr = SocketAddr::from(([127, 0, 0, 1], ws_port));
-    if let Err(e) = wait_listening(addr, Duration::from_secs(10)) {
-        let alive = spawned.alive();
-        bail!("{e} (nats alive: {alive}); stderr:\n{}", spawned.log_tail());
-    }
-    Ok((spawned, addr))
+    listening(spawned, addr, Duration::from_secs(10))
 }
 
 /// Starts `tidegate-relay` on a free loopback port; returns the process
@@ -307,20 +303,13 @@ pub fn start_relay(bin: &Path, core: Option<usize>) -> Result<(Spawned, SocketAd
     let child = cmd
         .spawn()
         .with_context(|| format!("starting {}", bin.display()))?;
-    let mut spawned = Spawned {
+    let spawned = Spawned {
         name: "relay",
         pid: child.id(),
         child,
         dir,
     };
-    if let Err(e) = wait_listening(addr, Duration::from_secs(10)) {
-        let alive = spawned.alive();
-        bail!(
-            "{e} (relay alive: {alive}); stderr:\n{}",
-            spawned.log_tail()
-        );
-    }
-    Ok((spawned, addr))
+    listening(spawned, addr, Duration::from_secs(10))
 }
 
 /// Starts Sockudo (`bin`) with the bench's config
@@ -359,21 +348,14 @@ pub fn start_sockudo(bin: &Path, core: Option<usize>) -> Result<(Spawned, Socket
     let child = cmd
         .spawn()
         .with_context(|| format!("starting {}", bin.display()))?;
-    let mut spawned = Spawned {
+    let spawned = Spawned {
         name: "sockudo",
         pid: child.id(),
         child,
         dir,
     };
     let addr = SocketAddr::from(([127, 0, 0, 1], ports.http));
-    if let Err(e) = wait_listening(addr, Duration::from_secs(30)) {
-        let alive = spawned.alive();
-        bail!(
-            "{e} (sockudo alive: {alive}); stderr:\n{}",
-            spawned.log_tail()
-        );
-    }
-    Ok((spawned, addr))
+    listening(spawned, addr, Duration::from_secs(30))
 }
 
 /// `tidegate-relay` next to the running load generator (both are built
@@ -385,6 +367,25 @@ pub fn find_relay_bin() -> PathBuf {
     sibling.filter(|p| p.is_file()).unwrap_or_else(|| {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/tidegate-relay")
     })
+}
+
+/// A peer the bench spawned, once it listens on `addr`; if it never does
+/// within `patience`, the error says whether it is still alive and ends
+/// with its log.
+fn listening(
+    mut spawned: Spawned,
+    addr: SocketAddr,
+    patience: Duration,
+) -> Result<(Spawned, SocketAddr)> {
+    if let Err(e) = wait_listening(addr, patience) {
+        let alive = spawned.alive();
+        bail!(
+            "{e} ({} alive: {alive}); stderr:\n{}",
+            spawned.name,
+            spawned.log_tail()
+        );
+    }
+    Ok((spawned, addr))
 }
 
 fn wait_listening(addr: SocketAddr, patience: Duration) -> Result<()> {
