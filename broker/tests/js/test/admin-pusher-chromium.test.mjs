@@ -9,14 +9,12 @@ import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { after, before, test } from "node:test";
 import { chromium } from "playwright-core";
-import PusherJsModule from "pusher-js";
-import PusherServer from "pusher";
 import { startBroker } from "../lib/broker.mjs";
+import { authorizedBy, connected, pusherServer, SAMPLE_APP, subscribed } from "../lib/pusher.mjs";
 
-const PusherJs = PusherJsModule.default ?? PusherJsModule;
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 const WAIT = { timeout: 10_000 };
-const APP = { appId: "1234", key: "app-key", secret: "tidegate-sample-pusher-secret" };
+const APP = SAMPLE_APP;
 const VIEWER_KEY = "viewer-key-0123456789abcdef";
 const ADMIN = `[admin]\nkey = "admin-key-0123456789abcdef"\nviewer_key = "${VIEWER_KEY}"\n`;
 
@@ -32,7 +30,7 @@ before(async () => {
   }
   broker = await startBroker({}, ADMIN);
   port = Number(new URL(broker.url).port);
-  server = new PusherServer({ ...APP, host: "127.0.0.1", port: String(port), useTLS: false });
+  server = pusherServer(APP, port);
   browser = await chromium.launch({
     executablePath: CHROMIUM,
     headless: true,
@@ -46,34 +44,7 @@ after(async () => {
 });
 
 /** A pusher-js client of the sample app, once connected. */
-async function client() {
-  const c = new PusherJs(APP.key, {
-    cluster: "mt1",
-    wsHost: "127.0.0.1",
-    wsPort: port,
-    forceTLS: false,
-    enabledTransports: ["ws"],
-    disableStats: true,
-    channelAuthorization: {
-      customHandler: ({ socketId, channelName }, callback) =>
-        callback(null, server.authorizeChannel(socketId, channelName)),
-    },
-  });
-  clients.push(c);
-  await new Promise((ok, fail) => {
-    c.connection.bind("connected", ok);
-    c.connection.bind("failed", () => fail(new Error("pusher-js could not connect")));
-  });
-  return c;
-}
-
-function subscribed(c, name) {
-  const ch = c.subscribe(name);
-  return new Promise((ok, fail) => {
-    ch.bind("pusher:subscription_succeeded", () => ok(ch));
-    ch.bind("pusher:subscription_error", (e) => fail(new Error(`subscription refused: ${JSON.stringify(e)}`)));
-  });
-}
+const client = () => connected(APP, port, clients, authorizedBy(server));
 
 /** The app's row as the page shows it: its cells' text by column name. */
 async function row(page, id) {

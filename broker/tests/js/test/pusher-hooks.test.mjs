@@ -10,12 +10,9 @@ import assert from "node:assert/strict";
 import { createHmac } from "node:crypto";
 import { createServer } from "node:http";
 import { after, before, test } from "node:test";
-import PusherJsModule from "pusher-js";
-import PusherServer from "pusher";
 import { startBroker } from "../lib/broker.mjs";
+import { SAMPLE_APP as APP, authorizedBy, connected, pusherServer } from "../lib/pusher.mjs";
 
-const PusherJs = PusherJsModule.default ?? PusherJsModule;
-const APP = { appId: "1234", key: "app-key", secret: "tidegate-sample-pusher-secret" };
 const HOOK_SECRET = "pusher-hook-secret-0123456789abcdef";
 
 let broker;
@@ -23,7 +20,7 @@ let port;
 let backend;
 const calls = [];
 const clients = [];
-const server = new PusherServer({ ...APP, host: "127.0.0.1", port: "1", useTLS: false });
+const server = pusherServer(APP, 1);
 
 /** What a Standard Webhooks verifier checks. */
 function verified(req, body) {
@@ -77,25 +74,7 @@ after(async () => {
   await new Promise((ok) => backend?.close(ok));
 });
 
-async function client() {
-  const c = new PusherJs(APP.key, {
-    cluster: "mt1",
-    wsHost: "127.0.0.1",
-    wsPort: port,
-    forceTLS: false,
-    enabledTransports: ["ws"],
-    disableStats: true,
-    channelAuthorization: {
-      customHandler: ({ socketId, channelName }, callback) => callback(null, server.authorizeChannel(socketId, channelName)),
-    },
-  });
-  clients.push(c);
-  await new Promise((ok, fail) => {
-    c.connection.bind("connected", ok);
-    c.connection.bind("failed", () => fail(new Error("pusher-js could not connect")));
-  });
-  return c;
-}
+const client = () => connected(APP, port, clients, authorizedBy(server));
 
 /** Subscribes and resolves with `succeeded` or the `subscription_error`'s data. */
 function subscribed(c, name) {

@@ -7,13 +7,9 @@
 // server library's `authorizeChannel` with presence data.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import PusherJsModule from "pusher-js";
-import PusherServer from "pusher";
 import Echo from "laravel-echo";
 import { startBroker } from "../lib/broker.mjs";
-
-const PusherJs = PusherJsModule.default ?? PusherJsModule;
-const APP = { appId: "1234", key: "app-key", secret: "tidegate-sample-pusher-secret" };
+import { SAMPLE_APP as APP, PusherJs, authorizedBy, connected, next, pusherServer, subscribed, wire } from "../lib/pusher.mjs";
 
 let broker;
 let server;
@@ -22,48 +18,15 @@ const clients = [];
 before(async () => {
   broker = await startBroker();
   port = Number(new URL(broker.url).port);
-  server = new PusherServer({ ...APP, host: "127.0.0.1", port: String(port), useTLS: false });
+  server = pusherServer(APP, port);
 });
 after(async () => {
   for (const c of clients) c.disconnect();
   await broker?.stop();
 });
 
-const wire = () => ({
-  cluster: "mt1",
-  wsHost: "127.0.0.1",
-  wsPort: port,
-  forceTLS: false,
-  enabledTransports: ["ws"],
-  disableStats: true,
-});
-
 /** A pusher-js client that is user `id` on presence channels, once connected. */
-async function client(id) {
-  const c = new PusherJs(APP.key, {
-    ...wire(),
-    channelAuthorization: {
-      customHandler: ({ socketId, channelName }, callback) =>
-        callback(null, server.authorizeChannel(socketId, channelName, { user_id: id, user_info: { name: `user ${id}` } })),
-    },
-  });
-  clients.push(c);
-  await new Promise((ok, fail) => {
-    c.connection.bind("connected", ok);
-    c.connection.bind("failed", () => fail(new Error("pusher-js could not connect")));
-  });
-  return c;
-}
-
-function subscribed(c, name) {
-  const ch = c.subscribe(name);
-  return new Promise((ok, fail) => {
-    ch.bind("pusher:subscription_succeeded", () => ok(ch));
-    ch.bind("pusher:subscription_error", (e) => fail(new Error(`subscription refused: ${JSON.stringify(e)}`)));
-  });
-}
-
-const next = (ch, event) => new Promise((ok) => ch.bind(event, ok));
+const client = (id) => connected(APP, port, clients, authorizedBy(server, () => ({ user_id: id, user_info: { name: `user ${id}` } })));
 
 test("pusher-js keeps its member list: me, count, member_added and member_removed by user", async () => {
   const a = await client("1");
@@ -111,7 +74,7 @@ function echo(id, name) {
   const e = new Echo({
     broadcaster: "pusher",
     key: APP.key,
-    ...wire(),
+    ...wire(port),
     Pusher: PusherJs,
     authorizer: (channel) => ({
       authorize: (socketId, callback) =>

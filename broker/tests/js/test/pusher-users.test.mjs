@@ -5,12 +5,8 @@
 // `user_max_connections` (4004). A forged sign-in is `pusher:error` 4009.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import PusherJsModule from "pusher-js";
-import PusherServer from "pusher";
 import { startBroker } from "../lib/broker.mjs";
-
-const PusherJs = PusherJsModule.default ?? PusherJsModule;
-const APP = { appId: "1234", key: "app-key", secret: "tidegate-sample-pusher-secret" };
+import { SAMPLE_APP as APP, connected, pusherServer } from "../lib/pusher.mjs";
 // A second app whose users may hold one connection each.
 const CAPPED = { appId: "5678", key: "capped-key", secret: "capped-app-secret-0123456789" };
 const EXTRA = `
@@ -25,8 +21,7 @@ user_max_connections = 1
 let broker;
 let port;
 const clients = [];
-const serverOf = (app, secret = app.secret) =>
-  new PusherServer({ ...app, secret, host: "127.0.0.1", port: String(port), useTLS: false });
+const serverOf = (app, secret) => pusherServer(app, port, secret);
 
 before(async () => {
   broker = await startBroker({}, EXTRA);
@@ -38,26 +33,13 @@ after(async () => {
 });
 
 /** A pusher-js client of `app` whose sign-ins `signer` (a `pusher` library) authenticates as `user`, once connected. */
-async function client(app, signer, user) {
-  const c = new PusherJs(app.key, {
-    cluster: "mt1",
-    wsHost: "127.0.0.1",
-    wsPort: port,
-    forceTLS: false,
-    enabledTransports: ["ws"],
-    disableStats: true,
+const client = (app, signer, user) =>
+  connected(app, port, clients, {
     userAuthentication: {
       customHandler: ({ socketId }, callback) =>
         callback(null, signer.authenticateUser(socketId, { id: user, name: `name of ${user}` })),
     },
   });
-  clients.push(c);
-  await new Promise((ok, fail) => {
-    c.connection.bind("connected", ok);
-    c.connection.bind("failed", () => fail(new Error("pusher-js could not connect")));
-  });
-  return c;
-}
 
 /** Signs `c` in and waits until its `#server-to-user-` channel is subscribed. */
 async function signedIn(c) {

@@ -7,12 +7,8 @@
 // (4009; pusher-js then stays disconnected), not one that did.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import PusherJsModule from "pusher-js";
-import PusherServer from "pusher";
 import { startBroker } from "../lib/broker.mjs";
-
-const PusherJs = PusherJsModule.default ?? PusherJsModule;
-const APP = { appId: "1234", key: "app-key", secret: "tidegate-sample-pusher-secret" };
+import { SAMPLE_APP as APP, connected, pusherServer } from "../lib/pusher.mjs";
 // A second app whose connections must sign in within a second.
 const STRICT = { appId: "5678", key: "strict-key", secret: "strict-app-secret-0123456789" };
 const EXTRA = `
@@ -27,7 +23,7 @@ user_authentication_timeout_s = 1
 let broker;
 let port;
 const clients = [];
-const serverOf = (app) => new PusherServer({ ...app, host: "127.0.0.1", port: String(port), useTLS: false });
+const serverOf = (app) => pusherServer(app, port);
 
 before(async () => {
   broker = await startBroker({}, EXTRA);
@@ -39,26 +35,14 @@ after(async () => {
 });
 
 /** A connected pusher-js client of `app` whose sign-ins authenticate as `user` watching `watchlist`. */
-async function client(app, user, watchlist = []) {
+function client(app, user, watchlist = []) {
   const signer = serverOf(app);
-  const c = new PusherJs(app.key, {
-    cluster: "mt1",
-    wsHost: "127.0.0.1",
-    wsPort: port,
-    forceTLS: false,
-    enabledTransports: ["ws"],
-    disableStats: true,
+  return connected(app, port, clients, {
     userAuthentication: {
       customHandler: ({ socketId }, callback) =>
         callback(null, signer.authenticateUser(socketId, { id: user, watchlist })),
     },
   });
-  clients.push(c);
-  await new Promise((ok, fail) => {
-    c.connection.bind("connected", ok);
-    c.connection.bind("failed", () => fail(new Error("pusher-js could not connect")));
-  });
-  return c;
 }
 
 /** Every watchlist event `c` gets, in order, and a way to wait for the next. */

@@ -5,11 +5,9 @@
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import { after, before, test } from "node:test";
-import PusherJsModule from "pusher-js";
-import PusherServer from "pusher";
 import { startBroker } from "../lib/broker.mjs";
+import { authorizedBy, connected, pusherServer, subscribed } from "../lib/pusher.mjs";
 
-const PusherJs = PusherJsModule.default ?? PusherJsModule;
 const APP = { appId: "5678", key: "hooks-key", secret: "hooks-app-secret-0123456789" };
 
 let broker;
@@ -48,7 +46,7 @@ webhooks = [{ url = "${url}", vacated_delay_ms = 200, events = ["channel_occupie
 `,
   );
   port = Number(new URL(broker.url).port);
-  server = new PusherServer({ ...APP, host: "127.0.0.1", port: String(port), useTLS: false });
+  server = pusherServer(APP, port);
 });
 after(async () => {
   for (const c of clients) c.disconnect();
@@ -63,33 +61,9 @@ async function received(n) {
   return got.sort((a, b) => `${a.name} ${a.channel}`.localeCompare(`${b.name} ${b.channel}`));
 }
 
-async function client(userId) {
-  const c = new PusherJs(APP.key, {
-    cluster: "mt1",
-    wsHost: "127.0.0.1",
-    wsPort: port,
-    forceTLS: false,
-    enabledTransports: ["ws"],
-    disableStats: true,
-    channelAuthorization: {
-      customHandler: ({ socketId, channelName }, callback) =>
-        callback(
-          null,
-          channelName.startsWith("presence-")
-            ? server.authorizeChannel(socketId, channelName, { user_id: userId, user_info: {} })
-            : server.authorizeChannel(socketId, channelName),
-        ),
-    },
-  });
-  clients.push(c);
-  await new Promise((ok) => c.connection.bind("connected", ok));
-  return c;
-}
-
-function subscribed(c, name) {
-  const ch = c.subscribe(name);
-  return new Promise((ok) => ch.bind("pusher:subscription_succeeded", () => ok(ch)));
-}
+/** A pusher-js client of the app, user `userId` on presence channels, once connected. */
+const client = (userId) =>
+  connected(APP, port, clients, authorizedBy(server, (name) => (name.startsWith("presence-") ? { user_id: userId, user_info: {} } : undefined)));
 
 test("the pusher library verifies every webhook, and each event says what happened", async () => {
   const a = await client("ann");

@@ -5,12 +5,8 @@
 // reads channel info over the HTTP API.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import PusherJsModule from "pusher-js";
-import PusherServer from "pusher";
 import { startBroker } from "../lib/broker.mjs";
-
-const PusherJs = PusherJsModule.default ?? PusherJsModule;
-const APP = { appId: "1234", key: "app-key", secret: "tidegate-sample-pusher-secret" };
+import { SAMPLE_APP as APP, authorizedBy, connected, next, pusherServer, subscribed } from "../lib/pusher.mjs";
 
 let broker;
 let server;
@@ -19,7 +15,7 @@ const clients = [];
 before(async () => {
   broker = await startBroker();
   port = Number(new URL(broker.url).port);
-  server = new PusherServer({ ...APP, host: "127.0.0.1", port: String(port), useTLS: false });
+  server = pusherServer(APP, port);
 });
 after(async () => {
   for (const c of clients) c.disconnect();
@@ -27,36 +23,7 @@ after(async () => {
 });
 
 /** A pusher-js client of the sample app, authorized by the server library, once connected. */
-async function client() {
-  const c = new PusherJs(APP.key, {
-    cluster: "mt1",
-    wsHost: "127.0.0.1",
-    wsPort: port,
-    forceTLS: false,
-    enabledTransports: ["ws"],
-    disableStats: true,
-    channelAuthorization: {
-      customHandler: ({ socketId, channelName }, callback) =>
-        callback(null, server.authorizeChannel(socketId, channelName)),
-    },
-  });
-  clients.push(c);
-  await new Promise((ok, fail) => {
-    c.connection.bind("connected", ok);
-    c.connection.bind("failed", () => fail(new Error("pusher-js could not connect")));
-  });
-  return c;
-}
-
-function subscribed(c, name) {
-  const ch = c.subscribe(name);
-  return new Promise((ok, fail) => {
-    ch.bind("pusher:subscription_succeeded", () => ok(ch));
-    ch.bind("pusher:subscription_error", (e) => fail(new Error(`subscription refused: ${JSON.stringify(e)}`)));
-  });
-}
-
-const next = (ch, event) => new Promise((ok) => ch.bind(event, ok));
+const client = () => connected(APP, port, clients, authorizedBy(server));
 
 test("pusher-js gets what the pusher library triggers, and a socket_id is left out", async () => {
   const a = await client();
@@ -97,23 +64,16 @@ test("the library reads channel info, and a wrong secret is refused with 401", a
   const res = await server.get({ path: "/channels/info-room", params: { info: "subscription_count" } });
   assert.equal(res.status, 200);
   assert.deepEqual(await res.json(), { occupied: true, subscription_count: 1 });
-  const forged = new PusherServer({ ...APP, secret: "not-the-apps-secret", host: "127.0.0.1", port: String(port), useTLS: false });
+  const forged = pusherServer(APP, port, "not-the-apps-secret");
   await assert.rejects(forged.trigger("info-room", "x", {}), (e) => e.status === 401);
 });
 
 test("a forged channel authorization is refused with a subscription_error 401", async () => {
-  const c = new PusherJs(APP.key, {
-    cluster: "mt1",
-    wsHost: "127.0.0.1",
-    wsPort: port,
-    forceTLS: false,
-    enabledTransports: ["ws"],
-    disableStats: true,
+  const c = await connected(APP, port, clients, {
     channelAuthorization: {
       customHandler: (_p, callback) => callback(null, { auth: `${APP.key}:${"0".repeat(64)}` }),
     },
   });
-  clients.push(c);
   const ch = c.subscribe("private-locked");
   const err = await next(ch, "pusher:subscription_error");
   assert.equal(err.status, 401);
