@@ -168,6 +168,28 @@ fn prepare(cmd: &mut Command, core: Option<usize>) {
     }
 }
 
+/// Starts `cmd` (pinned to `core` if given) as the process `name`, its
+/// scratch directory `dir` removed when it is dropped; `hint` follows the
+/// error when it cannot start (how to get the program).
+fn launch(
+    name: &'static str,
+    mut cmd: Command,
+    core: Option<usize>,
+    dir: PathBuf,
+    hint: &str,
+) -> Result<Spawned> {
+    prepare(&mut cmd, core);
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}{hint}", cmd.get_program().to_string_lossy()))?;
+    Ok(Spawned {
+        name,
+        pid: child.id(),
+        child,
+        dir,
+    })
+}
+
 /// Starts `tidegate serve` with the config text `config_toml` on a free
 /// loopback port; returns the process and its address.
 pub fn start_tidegate(
@@ -205,17 +227,8 @@ pub fn start_tidegate(
     if grpc_listen.is_none_or(|a| a == "127.0.0.1:8081") {
         cmd.arg("--grpc-listen").arg("127.0.0.1:0");
     }
-    prepare(&mut cmd, core);
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("starting {}", bin.display()))?;
-    let stdout = child.stdout.take().context("no stdout")?;
-    let mut spawned = Spawned {
-        name: "tidegate",
-        pid: child.id(),
-        child,
-        dir,
-    };
+    let mut spawned = launch("tidegate", cmd, core, dir, "")?;
+    let stdout = spawned.child.stdout.take().context("no stdout")?;
     // The first stdout line names the port; read it on a thread so a
     // broker that never prints cannot hang the run.
     let (tx, rx) = std::sync::mpsc::channel();
@@ -264,19 +277,13 @@ pub fn start_nats(bin: &Path, token: &str, core: Option<usize>) -> Result<(Spawn
     if core.is_some() {
         cmd.env("GOMAXPROCS", "1");
     }
-    prepare(&mut cmd, core);
-    let child = cmd.spawn().with_context(|| {
-        format!(
-            "starting {} (install it with `apt-get install nats-server`, or pass --nats-bin)",
-            bin.display()
-        )
-    })?;
-    let spawned = Spawned {
-        name: "nats",
-        pid: child.id(),
-        child,
+    let spawned = launch(
+        "nats",
+        cmd,
+        core,
         dir,
-    };
+        " (install it with `apt-get install nats-server`, or pass --nats-bin)",
+    )?;
     let addr = SocketAddr::from(([127, 0, 0, 1], ws_port));
     listening(spawned, addr, Duration::from_secs(10))
 }
@@ -299,16 +306,7 @@ pub fn start_relay(bin: &Path, core: Option<usize>) -> Result<(Spawned, SocketAd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(stderr);
-    prepare(&mut cmd, core);
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("starting {}", bin.display()))?;
-    let spawned = Spawned {
-        name: "relay",
-        pid: child.id(),
-        child,
-        dir,
-    };
+    let spawned = launch("relay", cmd, core, dir, "")?;
     listening(spawned, addr, Duration::from_secs(10))
 }
 
@@ -344,18 +342,33 @@ pub fn start_sockudo(bin: &Path, core: Option<usize>) -> Result<(Spawned, Socket
         // Sockudo logs to stdout: both into the one log file.
         .stdout(stderr.try_clone()?)
         .stderr(stderr);
-    prepare(&mut cmd, core);
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("starting {}", bin.display()))?;
-    let spawned = Spawned {
-        name: "sockudo",
-        pid: child.id(),
-        child,
-        dir,
-    };
+    let spawned = launch("sockudo", cmd, core, dir, "")?;
     let addr = SocketAddr::from(([127, 0, 0, 1], ports.http));
     listening(spawned, addr, Duration::from_secs(30))
+}
+
+/// Starts a private `redis-server` on a free loopback port, nothing kept
+/// on disk, pinned to `core` if given (a bench that measures a broker
+/// through Redis keeps Redis off the broker's core, so the broker's share
+/// of its core is not what Redis's work took from it); returns the
+/// process and its address.
+pub fn start_redis(core: Option<usize>) -> Result<(Spawned, SocketAddr)> {
+    let dir = scratch_dir("redis")?;
+    let port = free_port()?;
+    let stderr = std::fs::File::create(dir.join("stderr.log"))?;
+    let mut cmd = Command::new("redis-server");
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .stdout(stderr.try_clone()?)
+        .stderr(stderr);
+    let spawned = launch("redis", cmd, core, dir, " (apt-get install redis-server)")?;
+    listening(
+        spawned,
+        SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_secs(10),
+    )
 }
 
 /// `tidegate-relay` next to the running load generator (both are built

@@ -18,7 +18,6 @@
 
 use std::cell::Cell;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -28,8 +27,9 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::grpc_publish::{counting_subscribers, data, free_port, http_loop, read_response};
+use super::grpc_publish::{counting_subscribers, data, http_loop, read_response};
 use super::{Accounts, CpuMeter, Env, open_one};
+use crate::procs::{self, Spawned};
 use crate::report::round2;
 use crate::target::{self, Event, Kind, PUBLISHER_PLAN};
 use crate::ws::{Flow, OP_TEXT};
@@ -72,6 +72,9 @@ struct Phase {
     cpu_us_per_publish: f64,
     /// The same, one value per round.
     cpu_us_per_round: Vec<f64>,
+    /// `redis-server`'s CPU µs per acknowledged publish (mode `redis`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    redis_cpu_us_per_publish: Option<f64>,
 }
 
 const PHASES: [&str; 4] = ["http", "http_keyed", "ws", "ws_keyed"];
@@ -83,48 +86,14 @@ fn layer(extra: &str) -> String {
     )
 }
 
-/// A `redis-server` on a free loopback port, killed when dropped.
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
-impl Redis {
-    async fn start() -> Result<Redis> {
-        let port = free_port()?;
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("redis-server (apt-get install redis-server)")?;
-        let redis = Redis { child, port };
-        let deadline = Instant::now() + target::PATIENCE;
-        while TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-            if Instant::now() > deadline {
-                bail!("redis-server did not listen on {port}");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Ok(redis)
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 pub async fn run(env: &Env, p: &Params) -> Result<Value> {
     let mut out = serde_json::Map::new();
     for mode in &p.modes {
         let r = match mode.as_str() {
             "memory" => run_mode(env, p, None).await?,
             "redis" => {
-                let redis = Redis::start().await?;
+                // On the load generator's core, off the broker's.
+                let redis = procs::start_redis(env.pinning.loadgen_core)?;
                 let r = run_mode(env, p, Some(&redis)).await?;
                 drop(redis);
                 r
@@ -136,11 +105,11 @@ pub async fn run(env: &Env, p: &Params) -> Result<Value> {
     Ok(Value::Object(out))
 }
 
-async fn run_mode(env: &Env, p: &Params, redis: Option<&Redis>) -> Result<Value> {
+async fn run_mode(env: &Env, p: &Params, redis: Option<&(Spawned, SocketAddr)>) -> Result<Value> {
     let cluster = redis.map_or(String::new(), |r| {
         format!(
             "[cluster]\nmode = \"redis\"\nredis_url = \"redis://127.0.0.1:{}/\"\nkey_prefix = \"bench:\"\nsecret = \"bench-cluster-secret-0123456789\"\n",
-            r.port
+            r.1.port()
         )
     });
     let extra = layer(&cluster);
@@ -169,6 +138,8 @@ async fn run_mode(env: &Env, p: &Params, redis: Option<&Redis>) -> Result<Value>
         })
         .collect();
     let mut totals = [(0u64, 0f64, 0u64, Duration::ZERO); 4];
+    let redis_pid = redis.map(|r| r.0.pid);
+    let mut redis_used = [Duration::ZERO; 4];
     // Unique across phases and rounds: every key is new.
     let next_key = Rc::new(Cell::new(0u64));
     for round in 0..p.rounds.max(1) {
@@ -176,6 +147,7 @@ async fn run_mode(env: &Env, p: &Params, redis: Option<&Redis>) -> Result<Value>
             let phase = PHASES[i];
             let cpu = CpuMeter::start(running.process.pid);
             let cpu0 = super::cpu_time(running.process.pid);
+            let redis0 = redis_pid.map(super::cpu_time);
             let before = delivered.get();
             let start = Instant::now();
             let end = start + duration;
@@ -200,6 +172,9 @@ async fn run_mode(env: &Env, p: &Params, redis: Option<&Redis>) -> Result<Value>
             t.0 += published;
             t.1 += secs;
             t.2 += delivered.get() - before;
+            if let (Some(pid), Some(r0)) = (redis_pid, redis0) {
+                redis_used[i] += super::cpu_time(pid).saturating_sub(r0);
+            }
             let used = super::cpu_time(running.process.pid).saturating_sub(cpu0);
             t.3 += used;
             ph.cpu_us_per_round
@@ -207,7 +182,11 @@ async fn run_mode(env: &Env, p: &Params, redis: Option<&Redis>) -> Result<Value>
             ph.broker_cpu_cores = round2(cpu.cores());
         }
     }
-    for (ph, (published, secs, got, cpu)) in phases.iter_mut().zip(totals) {
+    for ((ph, (published, secs, got, cpu)), redis_cpu) in
+        phases.iter_mut().zip(totals).zip(redis_used)
+    {
+        ph.redis_cpu_us_per_publish =
+            redis_pid.map(|_| round2(redis_cpu.as_secs_f64() * 1e6 / published.max(1) as f64));
         ph.publishes_per_sec = round2(published as f64 / secs);
         ph.deliveries_per_sec = round2(got as f64 / secs);
         ph.cpu_us_per_publish = round2(cpu.as_secs_f64() * 1e6 / published.max(1) as f64);
