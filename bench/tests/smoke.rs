@@ -351,6 +351,10 @@ fn keyed_publish_runs_every_phase_on_one_node_and_on_redis() {
             assert!(p["publishes_per_sec"].as_f64().unwrap() > 0.0, "{p}");
             assert!(p["deliveries_per_sec"].as_f64().unwrap() > 0.0, "{p}");
             assert_eq!(p["errors"], 0, "{p}");
+            // Redis's own CPU a publish, only where there is a Redis.
+            let redis_cpu = p["redis_cpu_us_per_publish"].as_f64();
+            assert_eq!(redis_cpu.is_some(), mode == "redis", "{p}");
+            assert!(redis_cpu.is_none_or(|us| us > 0.0), "{p}");
         }
         for t in ["http", "ws"] {
             assert!(m["key_cost_pct"][t].is_number(), "{mode}: {m}");
