@@ -22,7 +22,6 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::Message;
 use bytes::Bytes;
 use dashmap::DashMap;
 use parking_lot::Mutex;
@@ -35,27 +34,7 @@ use channel::{Channel, ChannelState, Held, Subscribers, recover, trim};
 pub use conflation::conflation_key;
 pub use gauge::{OutboundGauge, Reserve};
 pub use recovery::{Page, PageRead, Pages, Recovery};
-pub use sink::{DirectSink, RenderSink, Renders, Sink, StreamSink};
-
-/// What the hub sends a gRPC stream's queue ([`StreamSink`]).
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub enum Deliver {
-    /// A message frame for `channel`; its bytes are already counted in the
-    /// socket's gauge.
-    Message {
-        channel: Arc<str>,
-        seq: u64,
-        frame: Bytes,
-        /// The conflation key on a conflating channel (§11): an unsent
-        /// message with the same key on this socket is replaced by this
-        /// one. `None` on a queueing channel.
-        key: Option<Arc<str>>,
-    },
-    /// The socket crossed its high-water mark and messages are being
-    /// dropped (sent once per episode).
-    Congested,
-}
+pub use sink::{DirectSink, RenderSink, Renders, Sink};
 
 /// One subscription as the hub sees it (a socket or a gRPC stream).
 #[derive(Clone)]

@@ -8,7 +8,7 @@
 //!
 //! # Layout
 //!
-//! Six layers; a module imports only from layers below its own (and from
+//! Seven layers; a module imports only from layers below its own (and from
 //! earlier siblings where docs/architecture.md's table says so, which
 //! `tests/layers.rs` enforces). Lowest first:
 //!
@@ -49,7 +49,11 @@
 //! 3. **Node**: [`node`] (what a node shares and how operator actions apply
 //!    to its connections; it knows no front), [`unfinished`] (connections
 //!    whose request is not complete yet: TLS handshake, head or body).
-//! 4. **Fronts**, which never import each other: [`socket`] (one actix
+//! 4. **Session**: [`session`] (the one subscription state machine every
+//!    front keeps beside its queue: joining, recovering under half the
+//!    mark, live, broken; the one drop-episode report; the small trait a
+//!    front renders a message through).
+//! 5. **Fronts**, which never import each other: [`socket`] (one actix
 //!    actor per WebSocket owning its buckets, subscriptions and outbound
 //!    queue; the handshake in `socket/handshake.rs`), [`http`] (publish
 //!    and batch, `/healthz`, `/readyz`, `/metrics`), [`grpc`]
@@ -60,7 +64,7 @@
 //!    [`pusher`] (the Pusher Channels protocol, §16: `/app/{key}` as a
 //!    dialect of the socket machinery, the app's channels under names no
 //!    Tidegate client can give).
-//! 5. **Top**: [`drain`] (the staggered SIGTERM drain), [`reload`] (SIGHUP
+//! 6. **Top**: [`drain`] (the staggered SIGTERM drain), [`reload`] (SIGHUP
 //!    and file-change reloads), [`server`] (routes, listeners and
 //!    `run(listener, config, shutdown)`, the entry point of the binary and
 //!    of every integration test), [`fuzzing`] (the parsers' entry points
@@ -99,6 +103,7 @@ pub mod refusal;
 pub mod reload;
 pub mod rules;
 pub mod server;
+pub mod session;
 pub mod socket;
 pub mod tls;
 pub mod unfinished;

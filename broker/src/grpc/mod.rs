@@ -8,7 +8,8 @@
 //! - `publish_stream.rs`: per-message charging, in-order replies, a bounded
 //!   reply queue.
 //! - `subscribe.rs`: a hub subscriber with the socket's recovery, `seq`
-//!   order and slow-consumer bound.
+//!   order and slow-consumer bound: one `session::Subscription` per
+//!   channel; `stream_sink.rs`: its hub sink and its `Message` rendering.
 //! - `operator.rs`: open streams registered with the node, so an
 //!   operator's ban or disconnect (§10) ends them.
 //! - `status.rs`: codes, trailers, `RetryInfo`; `trailers.rs`: the unary
@@ -25,6 +26,7 @@ mod publish_stream;
 mod server;
 mod service;
 pub mod status;
+mod stream_sink;
 mod subscribe;
 mod trailers;
 

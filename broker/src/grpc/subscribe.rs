@@ -29,17 +29,19 @@ use tonic::Status;
 use super::drain::drained;
 use super::operator::{self, Kicks, Whose};
 use super::proto::subscribe_event::Event;
-use super::proto::{Message, SlowConsumer, SubscribeAck, SubscribeEvent, SubscribeRequest};
+use super::proto::{SlowConsumer, SubscribeAck, SubscribeEvent, SubscribeRequest};
 use super::service::{BrokerService, Caller, OpenStream};
 use super::status;
+use super::stream_sink::{Grpc, Queued, StreamSink, Subs, event};
 use crate::admission::Cap;
 use crate::charge::{Balance, KeyState, Payer, Refusal};
 use crate::config::Limits;
 use crate::exceeded::Exceeded;
-use crate::hub::{Deliver, OutboundGauge, PageRead, Recovery, Sink, StreamSink, Subscriber};
+use crate::hub::{OutboundGauge, PageRead, Pages, Sink, Subscriber};
 use crate::metrics::Layer;
 use crate::node::Node;
-use crate::protocol::{ErrorCode, channel, wire};
+use crate::protocol::{ErrorCode, channel};
+use crate::session::{Episode, Next, OnLoss, Render, Subscription};
 
 /// The stream's place in the hub, left exactly once (when the stream is
 /// dropped, or by the guard past the grace).
@@ -62,31 +64,34 @@ impl Membership {
     }
 }
 
-/// What goes out before live messages: each channel's ack, then its
-/// recovered messages, kept as the frames the history holds (shared with
-/// it in memory mode; read a page at a time from a cluster's history) and
-/// converted only as tonic takes them, so a call over many channels does
-/// not hold a second copy of every history.
+/// What goes out before live messages: each channel's ack, then what its
+/// subscription hands over as it recovers (its history, then the live
+/// messages held while it joined and recovered), converted only as tonic
+/// takes them, so a call over many channels does not hold a second copy
+/// of every history.
 enum Prelude {
     Ack(SubscribeEvent),
-    Recovered(Arc<str>, Recovery),
+    Recovering(Arc<str>),
 }
 
 /// The events of one `Subscribe` call, as tonic sends them.
 pub struct Events {
     prelude: VecDeque<Prelude>,
+    /// The call's subscriptions (shared with its hub sink).
+    subs: Subs,
     /// The page of recovered history being read from a cluster's history:
     /// one at a time per call, of at most half the stream's mark (plus one
     /// message), read only once tonic asks for the next event, so a
     /// consumer that stops reading holds at most that one page here.
-    reading: Option<PageRead>,
-    live: mpsc::UnboundedReceiver<Deliver>,
+    reading: Option<(Arc<dyn Pages>, PageRead)>,
+    /// Live messages a subscription held while it joined and recovered,
+    /// handed over as it went live: reserved in the gauge, sent after the
+    /// prelude and before the live queue. At most what the gauge holds.
+    held: VecDeque<Queued>,
+    live: mpsc::UnboundedReceiver<Queued>,
     /// Set by the guard: the status that ends the stream.
     end: Option<oneshot::Receiver<Status>>,
     ended: bool,
-    /// Last `seq` sent per channel: recovered and live messages overlap
-    /// while joining; each goes out once.
-    last: HashMap<Arc<str>, u64>,
     gauge: Arc<OutboundGauge>,
     membership: Arc<Membership>,
     guard: Option<JoinHandle<()>>,
@@ -126,38 +131,24 @@ impl Stream for Events {
         if let Some(ev) = std::task::ready!(this.poll_prelude(cx)) {
             return Poll::Ready(Some(Ok(ev)));
         }
-        if this.gauge.is_congested() && this.gauge.pending() < this.gauge.high_water() {
-            let dropped = this.gauge.clear_congestion();
-            if dropped > 0 {
-                return Poll::Ready(Some(Ok(event(Event::SlowConsumer(SlowConsumer {
-                    dropped,
-                })))));
-            }
+        if let Some(dropped) = Episode::end(&this.gauge)
+            && dropped > 0
+        {
+            let lost = SlowConsumer { dropped };
+            return Poll::Ready(Some(Ok(event(Event::SlowConsumer(lost)))));
         }
-        loop {
-            match std::task::ready!(this.live.poll_recv(cx)) {
+        let q = match this.held.pop_front() {
+            Some(q) => q,
+            None => match std::task::ready!(this.live.poll_recv(cx)) {
+                Some(q) => q,
                 None => {
                     this.ended = true;
                     return Poll::Ready(None);
                 }
-                Some(Deliver::Message {
-                    channel,
-                    seq,
-                    frame,
-                    ..
-                }) => {
-                    this.gauge.release(frame.len());
-                    let last = this.last.entry(channel.clone()).or_insert(0);
-                    if seq <= *last {
-                        continue;
-                    }
-                    *last = seq;
-                    return Poll::Ready(Some(Ok(message(&channel, seq, &frame))));
-                }
-                // Handled by the guard; never queued (see `Sink`).
-                Some(Deliver::Congested) => {}
-            }
-        }
+            },
+        };
+        this.gauge.release(q.frame.len());
+        Poll::Ready(Some(Ok(Grpc.render(&q.channel, q.seq, &q.frame))))
     }
 }
 
@@ -168,48 +159,83 @@ impl Events {
     /// were lost, after which the recovery continues in order.
     fn poll_prelude(&mut self, cx: &mut Context<'_>) -> Poll<Option<SubscribeEvent>> {
         loop {
-            match self.prelude.front_mut() {
+            let channel = match self.prelude.front() {
                 None => return Poll::Ready(None),
                 Some(Prelude::Ack(_)) => {
                     if let Some(Prelude::Ack(ev)) = self.prelude.pop_front() {
                         return Poll::Ready(Some(ev));
                     }
+                    continue;
                 }
-                Some(Prelude::Recovered(channel, recovery)) => {
-                    if let Some((seq, frame)) = recovery.pop() {
-                        return Poll::Ready(Some(message(channel, seq, &frame)));
-                    }
-                    if let Some(read) = self.reading.as_mut() {
-                        let page = std::task::ready!(read.as_mut().poll(cx));
-                        self.reading = None;
-                        let dropped = recovery.fill(page);
-                        if dropped > 0 {
-                            let lost = SlowConsumer { dropped };
-                            return Poll::Ready(Some(event(Event::SlowConsumer(lost))));
+                Some(Prelude::Recovering(channel)) => channel.clone(),
+            };
+            if let Some((source, read)) = self.reading.as_mut() {
+                let page = std::task::ready!(read.as_mut().poll(cx));
+                let source = source.clone();
+                self.reading = None;
+                let lost = match self.subs.lock().get_mut(&channel) {
+                    Some(sub) => sub.filled(&source, page).lost,
+                    None => 0,
+                };
+                if lost > 0 {
+                    let lost = SlowConsumer { dropped: lost };
+                    return Poll::Ready(Some(event(Event::SlowConsumer(lost))));
+                }
+                continue;
+            }
+            if let Some(ev) = self.pump(&channel) {
+                return Poll::Ready(Some(ev));
+            }
+        }
+    }
+
+    /// Pumps `channel`'s subscription: its next recovered message, or
+    /// `None` once it started a page read or is done (then the prelude
+    /// moves on). Held messages it hands over wait in `held`.
+    fn pump(&mut self, channel: &Arc<str>) -> Option<SubscribeEvent> {
+        let mut subs = self.subs.lock();
+        let Some(sub) = subs.get_mut(channel) else {
+            self.prelude.pop_front();
+            return None;
+        };
+        loop {
+            // Tonic pulls: HTTP/2 flow control bounds what waits, so the
+            // history has room whenever it is asked for.
+            match sub.pump(&mut |_| true) {
+                Next::Recovered { seq, frame, .. } => {
+                    sub.queued(seq);
+                    return Some(Grpc.render(channel, seq, &frame));
+                }
+                Next::Live(h) => {
+                    sub.queued(h.seq);
+                    self.held.push_back(Queued {
+                        channel: channel.clone(),
+                        seq: h.seq,
+                        frame: h.frame,
+                    });
+                }
+                Next::Release(h) => {
+                    self.gauge.release(h.frame.len());
+                }
+                Next::Page | Next::Stalled => {
+                    let source = sub.source();
+                    let read = sub.next_page(self.gauge.high_water() / 2);
+                    match (source, read) {
+                        (Some(source), Some(read)) => self.reading = Some((source, read)),
+                        // Nothing to read: the history cannot move.
+                        _ => {
+                            self.prelude.pop_front();
                         }
-                    } else if recovery.wants_page() {
-                        self.reading = recovery.next_page(self.gauge.high_water() / 2);
-                    } else {
-                        self.prelude.pop_front();
                     }
+                    return None;
+                }
+                Next::Done => {
+                    self.prelude.pop_front();
+                    return None;
                 }
             }
         }
     }
-}
-
-fn event(e: Event) -> SubscribeEvent {
-    SubscribeEvent { event: Some(e) }
-}
-
-fn message(channel: &str, seq: u64, frame: &bytes::Bytes) -> SubscribeEvent {
-    let data = wire::message_data(frame, channel, seq);
-    event(Event::Message(Message {
-        channel: channel.to_owned(),
-        seq,
-        // Published data was checked to be UTF-8 JSON on the way in.
-        data_json: String::from_utf8_lossy(&data).into_owned(),
-    }))
 }
 
 /// A Subscribe call that passed [`check`].
@@ -312,12 +338,15 @@ pub async fn start(
     let gauge = Arc::new(OutboundGauge::new(caller.limits.outbound_high_water_bytes));
     let (tx, live) = mpsc::unbounded_channel();
     let congested = Arc::new(Notify::new());
+    let subs: Subs = Arc::new(Mutex::new(HashMap::with_capacity(req.channels.len())));
     let sub = Subscriber {
         conn,
-        sink: Sink::Stream(StreamSink {
-            messages: tx,
+        sink: Sink::Render(Arc::new(StreamSink {
+            subs: subs.clone(),
+            live: tx,
             congested: congested.clone(),
-        }),
+            gauge: gauge.clone(),
+        })),
         gauge: gauge.clone(),
     };
     let membership = Arc::new(Membership {
@@ -334,11 +363,12 @@ pub async fn start(
     let (end_tx, end_rx) = oneshot::channel();
     let mut events = Events {
         prelude: VecDeque::new(),
+        subs: subs.clone(),
         reading: None,
+        held: VecDeque::new(),
         live,
         end: Some(end_rx),
         ended: false,
-        last: HashMap::with_capacity(req.channels.len()),
         gauge: gauge.clone(),
         membership: membership.clone(),
         guard: None,
@@ -348,6 +378,11 @@ pub async fn start(
     };
     let mut recovered_bytes = 0usize;
     for cs in req.channels {
+        let name: Arc<str> = Arc::from(cs.channel.as_str());
+        // Joining before the hub knows it: what the hub hands over before
+        // the bridge answers is held.
+        subs.lock()
+            .insert(name.clone(), Subscription::new(OnLoss::Continue));
         // Recorded before joining, so a call dropped mid-way leaves it.
         membership.channels.lock().push(cs.channel.clone());
         let joined = node
@@ -355,23 +390,20 @@ pub async fn start(
             .subscribe(&cs.channel, sub.clone(), cs.since)
             .wait()
             .await;
-        let name: Arc<str> = Arc::from(cs.channel.as_str());
-        let position = joined.position();
         events
             .prelude
             .push_back(Prelude::Ack(event(Event::Ack(SubscribeAck {
                 channel: cs.channel.clone(),
                 recovered: joined.recovered,
-                seq: position,
+                seq: joined.position(),
             }))));
         recovered_bytes += joined.backlog.bytes();
-        if !joined.backlog.is_done() {
-            events
-                .prelude
-                .push_back(Prelude::Recovered(name.clone(), joined.backlog));
+        // Live messages are exactly those above the position (§11); the
+        // history, then what was held, goes out after the ack.
+        if let Some(s) = subs.lock().get_mut(&name) {
+            s.joined(joined);
         }
-        // Live messages are exactly those above the position (§11).
-        events.last.insert(name, position);
+        events.prelude.push_back(Prelude::Recovering(name));
     }
     // The history recovered is paid for once known and before any of it is
     // sent, owed by the key and never refused: recovery's one meaning

@@ -1,11 +1,12 @@
 //! Where the hub hands a subscriber's messages: straight into a WebSocket's
-//! outbound queue, or into a gRPC `Subscribe` stream's queue.
+//! outbound queue, or to a subscriber that renders its own (a Pusher
+//! subscription, a gRPC `Subscribe` stream).
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{Deliver, OutboundGauge, Reserve};
+use super::{OutboundGauge, Reserve};
 
 /// A subscriber's outbound queue the hub writes into directly, from
 /// whichever thread publishes (an actix worker, the cluster bridge, the
@@ -103,7 +104,8 @@ impl Renders {
 }
 
 /// A subscriber that renders every message in a format of its own (a
-/// Pusher subscription's frames, `pusher/sink.rs`) and counts in its gauge
+/// Pusher subscription's frames, `pusher/sink.rs`; a gRPC stream's
+/// `Message`, `grpc/stream_sink.rs`) and counts in its gauge
 /// what it queues: its rendering, not the hub's frame.
 ///
 /// Why not a [`DirectSink`]: the hub reserves the hub's frame in the gauge
@@ -142,24 +144,6 @@ pub enum Sink {
     /// [`RenderSink`]). It does not conflate: on a conflating channel it
     /// is bounded like a queueing subscriber.
     Render(Arc<dyn RenderSink>),
-    /// A gRPC `Subscribe` stream, which lives on the gRPC server's own
-    /// tokio runtime, outside actix (`grpc/subscribe.rs`).
-    Stream(StreamSink),
-}
-
-/// A gRPC stream's side of [`Sink`]. The queue is unbounded like an actor
-/// mailbox and bounded the same way: the hub reserves each message's bytes
-/// in the subscriber's [`OutboundGauge`](super::OutboundGauge) first and drops past its mark.
-/// That holds on conflating channels too: the gRPC `Message` has no
-/// `conflated` flag to tell a consumer that a message replaced others, so
-/// a stream gets every message in `seq` order, or a `SlowConsumer` count
-/// of what it missed (docs/protocol.md, amendments to §8).
-#[derive(Clone, Debug)]
-pub struct StreamSink {
-    pub messages: tokio::sync::mpsc::UnboundedSender<Deliver>,
-    /// Woken on [`Deliver::Congested`], which the stream's guard handles
-    /// at once rather than behind the queued messages.
-    pub congested: Arc<tokio::sync::Notify>,
 }
 
 impl Sink {
@@ -214,15 +198,6 @@ impl Sink {
             Sink::Render(_) => {
                 debug_assert!(false, "a render sink reserves its own frames");
             }
-            Sink::Stream(s) => {
-                // A stream that ended has left the hub or is leaving.
-                let _ = s.messages.send(Deliver::Message {
-                    channel: channel.clone(),
-                    seq,
-                    frame: frame.clone(),
-                    key: key.cloned(),
-                });
-            }
         }
     }
 
@@ -232,7 +207,6 @@ impl Sink {
         match self {
             Sink::Socket(s) => s.congested(),
             Sink::Render(s) => s.congested(),
-            Sink::Stream(s) => s.congested.notify_one(),
         }
     }
 
@@ -245,8 +219,9 @@ impl Sink {
     }
 
     /// Whether this sink replaces unsent messages by their conflation key
-    /// (a socket's outbox does; a gRPC stream and a [`RenderSink`] queue,
-    /// see [`StreamSink`]).
+    /// (a socket's outbox does; a [`RenderSink`] queues: a Pusher
+    /// subscription, a gRPC stream, whose `Message` has no `conflated`
+    /// flag).
     #[inline]
     pub(super) fn conflates(&self) -> bool {
         matches!(self, Sink::Socket(_))

@@ -1,0 +1,28 @@
+//! The session layer: what every front does with a subscription between
+//! the hub's delivery and its own wire, decided once.
+//!
+//! A subscription joins (live messages are held until the bridge
+//! answers), recovers its history after `since` (in slices, paged under
+//! half the subscriber's mark, live messages held behind it), is live
+//! (each `seq` once and in order) and, for a front whose clients cannot
+//! be told of a gap and go on (a GraphQL subscription), breaks at its
+//! first loss: [`Subscription`], a plain type a front keeps under its own
+//! lock beside its queue. How a front says a message in its own words is
+//! [`Render`]; the one report of a drop episode (when it begins, when it
+//! ends, how many were lost) is [`Episode`].
+//!
+//! It knows the hub's delivery types (`Joined`, `Recovery`, the gauge) and
+//! no front: the fronts sit above it and never import each other.
+
+mod episode;
+mod render;
+mod subscription;
+
+pub use episode::Episode;
+pub use render::Render;
+pub use subscription::{
+    Filled, Held, Joining, Left, Next, Offer, OnLoss, Phase, Report, Subscription,
+};
+
+#[cfg(test)]
+mod tests;
