@@ -30,9 +30,11 @@
 //!    one encoding per publish; it writes into subscribers' queues through
 //!    `hub::Sink` and does not know sockets exist), [`idempotency`] (the
 //!    node's table of publish keys, §17: a retry gets the first `seq`) and
-//!    [`cluster`] (the
-//!    [`cluster::Bridge`]: memory for one node, Redis for many; it reports
-//!    upward through [`cluster::Events`] and does not know the node).
+//!    [`cluster`] (the bridge, in parts: the [`cluster::Broker`] half,
+//!    the distributed [`cluster::LimiterStore`], and the
+//!    [`cluster::Bridge`] that bundles them with the admin store; memory
+//!    for one node, Redis for many; it reports upward through
+//!    [`cluster::Events`] and does not know the node).
 //! 2. **Services**: [`admission`] (the one-place rules of every front's
 //!    admission: the `Authorization` parser, the `max_single` comparison,
 //!    what a refusal costs), [`account`] (the supervisor actor: sampled account

@@ -22,7 +22,7 @@ use dashmap::DashMap;
 pub use crate::limiter::{Sample, Sampler};
 pub use control::{CloseWith, Reconfigure};
 
-use crate::cluster::{Charged, Pending, SharedBridge};
+use crate::cluster::{Charged, Pending, SharedLimiterStore};
 use crate::config::{LimitName, Limits};
 use crate::exceeded::Exceeded;
 use crate::metrics::{Layer, Metrics};
@@ -73,7 +73,7 @@ struct Breach;
 
 pub struct AccountSupervisor {
     account: Arc<str>,
-    bridge: SharedBridge,
+    store: SharedLimiterStore,
     metrics: Arc<Metrics>,
     registry: Arc<Accounts>,
     members: HashMap<u64, Option<Recipient<CloseWith>>>,
@@ -142,7 +142,7 @@ impl AccountSupervisor {
         .emit(&self.metrics);
         if !dry {
             self.close_all();
-            self.bridge.announce_breach(&self.account);
+            self.store.announce_breach(&self.account);
         }
     }
 
@@ -187,7 +187,7 @@ impl Handler<Charge> for AccountSupervisor {
 
     fn handle(&mut self, msg: Charge, _: &mut Context<Self>) -> Self::Result {
         match self
-            .bridge
+            .store
             .charge_account(&self.account, msg.units, msg.since, &msg.limits)
         {
             Pending::Ready(c) => {
@@ -239,7 +239,7 @@ pub struct AccountSlot {
     pub addr: Addr<AccountSupervisor>,
     conn: u64,
     account: Arc<str>,
-    bridge: SharedBridge,
+    store: SharedLimiterStore,
 }
 
 impl std::fmt::Debug for AccountSlot {
@@ -261,7 +261,7 @@ impl AccountSlot {
 impl Drop for AccountSlot {
     fn drop(&mut self) {
         self.addr.do_send(Detach { conn: self.conn });
-        self.bridge.release_connection(&self.account);
+        self.store.release_connection(&self.account);
     }
 }
 
@@ -277,7 +277,7 @@ impl Accounts {
     fn supervisor(
         self: &Arc<Self>,
         account: &str,
-        bridge: &SharedBridge,
+        store: &SharedLimiterStore,
     ) -> Addr<AccountSupervisor> {
         if let Some(a) = self.map.get(account) {
             return a.clone();
@@ -287,7 +287,7 @@ impl Accounts {
             .or_insert_with(|| {
                 AccountSupervisor {
                     account: Arc::from(account),
-                    bridge: bridge.clone(),
+                    store: store.clone(),
                     metrics: self.metrics.clone(),
                     registry: self.clone(),
                     members: HashMap::new(),
@@ -304,23 +304,23 @@ impl Accounts {
     }
 
     /// Makes `conn` a member of its account's supervisor. The caller has
-    /// already counted the connection against the cap through `bridge`;
+    /// already counted the connection against the cap through `store`;
     /// the slot gives it back when dropped.
     pub async fn register(
         self: &Arc<Self>,
         account: &str,
         conn: u64,
-        bridge: &SharedBridge,
+        store: &SharedLimiterStore,
     ) -> AccountSlot {
         loop {
-            let addr = self.supervisor(account, bridge);
+            let addr = self.supervisor(account, store);
             match addr.send(Register { conn }).await {
                 Ok(()) => {
                     return AccountSlot {
                         addr,
                         conn,
                         account: account.into(),
-                        bridge: bridge.clone(),
+                        store: store.clone(),
                     };
                 }
                 // The supervisor retired between lookup and send: forget

@@ -84,7 +84,7 @@ pub use publish::Refusal;
 pub use rules::RulesPassed;
 
 use crate::admission::{CostExceedsMax, check_single};
-use crate::cluster::{self, Bridge, KeyCharge};
+use crate::cluster::{self, KeyCharge, LimiterStore};
 use crate::config::{LimitName, Limits};
 use crate::exceeded::Exceeded;
 use crate::limiter::{Sample, Sampler};
@@ -242,16 +242,16 @@ pub type Outcome = Result<Admitted, Refused>;
 #[derive(Clone, Copy)]
 pub struct Ledger<'a> {
     metrics: &'a Metrics,
-    bridge: &'a dyn Bridge,
+    store: &'a dyn LimiterStore,
     rules: &'a RuleBuckets,
 }
 
 impl<'a> Ledger<'a> {
     #[inline]
-    pub fn new(metrics: &'a Metrics, bridge: &'a dyn Bridge, rules: &'a RuleBuckets) -> Self {
+    pub fn new(metrics: &'a Metrics, store: &'a dyn LimiterStore, rules: &'a RuleBuckets) -> Self {
         Ledger {
             metrics,
-            bridge,
+            store,
             rules,
         }
     }
@@ -292,9 +292,7 @@ impl<'a> Ledger<'a> {
                     Ok(passed) => passed,
                     Err(r) => return Pending::Ready(Err(r)),
                 };
-                let taken = self
-                    .bridge
-                    .charge_account(account, price.units, now, limits);
+                let taken = self.store.charge_account(account, price.units, now, limits);
                 let settle = move |c: cluster::Charged| {
                     let dry = dry_run(layer, limits, Some(LimitName::AccountMessages));
                     let balance = Balance::of_account(&c.view);
@@ -337,7 +335,7 @@ impl<'a> Ledger<'a> {
             }
             Payer::Key { key, limits, .. } => {
                 let b = Bucket::key(key, limits);
-                self.bridge
+                self.store
                     .refund_key(b.id, f64::from(units), b.capacity, b.rate)
             }
             Payer::Identity {
@@ -345,19 +343,19 @@ impl<'a> Ledger<'a> {
             } => {
                 let id = identity_bucket(account);
                 let b = Bucket::identity(&id, limits);
-                self.bridge
+                self.store
                     .refund_key(b.id, f64::from(units), b.capacity, b.rate)
             }
             Payer::Account {
                 account, limits, ..
-            } => self.bridge.refund_account(account, units, limits),
+            } => self.store.refund_account(account, units, limits),
         };
         then(given, |remaining| remaining)
     }
 
     /// An API key's balance, read without charging (a refusal's trailers).
     pub fn balance(self, key: &'a KeyState, limits: &'a Limits) -> Pending<'a, Balance> {
-        let read = self.bridge.charge_key(
+        let read = self.store.charge_key(
             &key.id,
             0.0,
             f64::from(limits.account_burst),
@@ -387,7 +385,7 @@ impl<'a> Ledger<'a> {
         };
         let units = f64::from(price.units);
         let taken = self
-            .bridge
+            .store
             .charge_key(bucket.id, units, bucket.capacity, bucket.rate);
         let dry_name = bucket.dry_run;
         let settle = move |c: KeyCharge| {

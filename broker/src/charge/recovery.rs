@@ -88,7 +88,7 @@ impl<'a> Ledger<'a> {
             Payer::Key { key, limits, .. } => {
                 let b = super::Bucket::key(key, limits);
                 let taken = self
-                    .bridge
+                    .store
                     .owe_key(b.id, f64::from(units), b.capacity, b.rate);
                 super::then(taken, |c| Ok(Admitted::taken(Some((&c).into()))))
             }
@@ -98,14 +98,14 @@ impl<'a> Ledger<'a> {
                 let id = super::identity_bucket(account);
                 let b = super::Bucket::identity(&id, limits);
                 let taken = self
-                    .bridge
+                    .store
                     .owe_key(b.id, f64::from(units), b.capacity, b.rate);
                 super::then(taken, |c| Ok(Admitted::taken(Some((&c).into()))))
             }
             Payer::Account {
                 account, limits, ..
             } => {
-                let taken = self.bridge.owe_account(account, units, limits);
+                let taken = self.store.owe_account(account, units, limits);
                 super::then(taken, |c| {
                     Ok(Admitted::taken(Some(super::Balance::of_account(&c.view))))
                 })

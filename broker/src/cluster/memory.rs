@@ -6,7 +6,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Bridge, CapReached, ChannelRead, Charged, KeyCharge, LocalLimits, Pending};
+use super::{
+    Bridge, Broker, CapReached, ChannelRead, Charged, KeyCharge, LimiterStore, LocalLimits, Pending,
+};
 use crate::config::Limits;
 use crate::hub::{Hub, Joined, Subscriber};
 use crate::idempotency::{Keyed, Published};
@@ -30,7 +32,7 @@ impl MemoryBridge {
     }
 }
 
-impl Bridge for MemoryBridge {
+impl Broker for MemoryBridge {
     /// One node: the node's idempotency table is the whole record of
     /// keys (it claimed `_key` before calling), so this always publishes.
     fn publish(&self, channel: &str, data: &str, _key: Option<Keyed<'_>>) -> Pending<Published> {
@@ -49,6 +51,17 @@ impl Bridge for MemoryBridge {
         self.hub.subscriber_count(channel)
     }
 
+    fn read_channel(&self, channel: &str, last: usize, after: u64) -> Pending<ChannelRead> {
+        let (seq, held) = self.hub.held(channel);
+        Pending::Ready(ChannelRead::newest(seq, held, last, after))
+    }
+
+    fn occupied(&self, prefix: &str) -> Vec<(Arc<str>, u64)> {
+        self.hub.occupied(prefix)
+    }
+}
+
+impl LimiterStore for MemoryBridge {
     fn charge_account(
         &self,
         account: &str,
@@ -116,19 +129,12 @@ impl Bridge for MemoryBridge {
         )
     }
 
-    fn read_channel(&self, channel: &str, last: usize, after: u64) -> Pending<ChannelRead> {
-        let (seq, held) = self.hub.held(channel);
-        Pending::Ready(ChannelRead::newest(seq, held, last, after))
-    }
-
-    fn occupied(&self, prefix: &str) -> Vec<(Arc<str>, u64)> {
-        self.hub.occupied(prefix)
-    }
-
     fn share(&self) -> f64 {
         1.0
     }
+}
 
+impl Bridge for MemoryBridge {
     fn is_up(&self) -> bool {
         true
     }

@@ -2,9 +2,12 @@
 //! cluster-wide limits (account budget, connection caps, the per-identity
 //! handshake bucket, API-key buckets) with other nodes.
 //!
-//! The rest of the broker talks to a [`Bridge`] and does not know which one
-//! runs: [`MemoryBridge`] for a single node (everything local), or
-//! [`RedisBridge`] for a cluster. Calls return [`Pending`]: a value now, or
+//! The bridge says what it is in parts: the [`Broker`] half (publish,
+//! subscribe, history), the distributed [`LimiterStore`], and the
+//! [`Bridge`] that bundles them with the admin store and its own start and
+//! health. The rest of the broker talks to these and does not know which
+//! implementation runs: [`MemoryBridge`] for a single node (everything
+//! local), or [`RedisBridge`] for a cluster. Calls return [`Pending`]: a value now, or
 //! a future — single-node mode never allocates a future.
 
 mod local;
@@ -65,7 +68,7 @@ pub struct KeyCharge {
     pub retry_after: Duration,
 }
 
-/// A channel as [`Bridge::read_channel`] sees it.
+/// A channel as [`Broker::read_channel`] sees it.
 #[derive(Debug, Clone, Default)]
 pub struct ChannelRead {
     pub seq: u64,
@@ -77,7 +80,7 @@ pub struct ChannelRead {
 impl ChannelRead {
     /// The read of `last` messages after `after` out of a whole history
     /// (`held`, oldest first), as a bridge that holds it in memory answers
-    /// [`Bridge::read_channel`].
+    /// [`Broker::read_channel`].
     pub fn newest(seq: u64, held: Vec<(u64, bytes::Bytes)>, last: usize, after: u64) -> Self {
         let from = held.partition_point(|(s, _)| *s <= after);
         let from = from.max(held.len().saturating_sub(last));
@@ -94,11 +97,10 @@ pub struct CapReached {
     pub max: u32,
 }
 
-/// Fan-out and shared state, local or clustered.
-pub trait Bridge: Send + Sync + std::fmt::Debug {
-    /// A reloaded config: what the bridge keeps of it (the Redis bridge:
-    /// the history's size, TTL and cluster-wide byte budget).
-    fn reconfigure(&self, _config: &crate::config::Config) {}
+/// The broker half: fan-out, each channel's `seq` and history, and who
+/// subscribes where. Every front that publishes, subscribes or reads a
+/// channel goes through this (`Node::broker`).
+pub trait Broker: Send + Sync + std::fmt::Debug {
     /// Publishes `data` (raw JSON) on `channel`; resolves to its `seq`.
     /// With an idempotency key (§17, claimed in the node's table already),
     /// a cluster bridge records the key in the same atomic step that
@@ -113,41 +115,6 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
     /// count plus the other nodes' last reported ones): the fan-out a
     /// publish prices. Never waits on Redis.
     fn subscribers(&self, channel: &str) -> u64;
-
-    /// One sampled charge of `units` to the account budget, the first of
-    /// them admitted at `since` (see [`crate::limiter::SampledBucket`]).
-    fn charge_account(
-        &self,
-        account: &str,
-        units: u32,
-        since: Instant,
-        limits: &Limits,
-    ) -> Pending<Charged>;
-    /// Tells every other node that `account` breached its budget, so they
-    /// close its sockets too.
-    fn announce_breach(&self, account: &str);
-    /// Counts one more connection for `account` if it is under `max`;
-    /// resolves to the account's open connections, this one included.
-    fn reserve_connection(&self, account: &str, max: u32) -> Pending<Result<u32, CapReached>>;
-    fn release_connection(&self, account: &str);
-    /// The per-identity handshake bucket.
-    fn handshake(&self, account: &str, limits: &Limits) -> Pending<Result<(), Duration>>;
-    /// An API key's publish bucket.
-    fn charge_key(&self, key: &str, cost: f64, capacity: f64, rate: f64) -> Pending<KeyCharge>;
-
-    /// [`Bridge::charge_key`] taken even below zero, never refused: a debt
-    /// for what is delivered already (a recovery's history,
-    /// `charge::recovery`); the key's next charges wait for the refill.
-    fn owe_key(&self, key: &str, cost: f64, capacity: f64, rate: f64) -> Pending<KeyCharge>;
-    /// The same debt on the account budget, taken at once (not sampled).
-    fn owe_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<Charged>;
-
-    /// Gives back `units` of an earlier [`Bridge::charge_key`] that turned
-    /// out cheaper (a GraphQL refund, §12), capped at the bucket's
-    /// capacity; resolves to the balance after it.
-    fn refund_key(&self, key: &str, units: f64, capacity: f64, rate: f64) -> Pending<u64>;
-    /// The same for the account budget.
-    fn refund_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<u64>;
     /// The channel's last `seq` (cluster-wide; 0: none) and its newest
     /// `last` held messages with a `seq` above `after`, oldest first (with
     /// `last` 0, the `seq` alone), for reads that do not subscribe
@@ -158,22 +125,77 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
     /// this node's and the other nodes' last reported counts), with their
     /// subscriber counts, in no order. Never waits on Redis.
     fn occupied(&self, prefix: &str) -> Vec<(Arc<str>, u64)>;
+}
 
-    /// Where operator actions and the ban list are shared with the other
-    /// nodes (§10); `None` on a single node, or while Redis is away (the
-    /// action then applies on this node only).
-    fn admin_store(&self) -> Option<redis::AdminStore> {
-        None
-    }
+/// The distributed limiter store: the buckets and counts every node of a
+/// cluster shares (account budgets, API-key buckets, the per-identity
+/// handshake bucket, account connection caps), and the share of each a
+/// node enforces alone while the store is away. The charge layer and the
+/// handshakes go through this (`Node::limiter_store`).
+pub trait LimiterStore: Send + Sync + std::fmt::Debug {
+    /// One sampled charge of `units` to the account budget, the first of
+    /// them admitted at `since` (see [`crate::limiter::SampledBucket`]).
+    fn charge_account(
+        &self,
+        account: &str,
+        units: u32,
+        since: Instant,
+        limits: &Limits,
+    ) -> Pending<Charged>;
+    /// The same debt on the account budget as [`LimiterStore::owe_key`],
+    /// taken at once (not sampled).
+    fn owe_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<Charged>;
+    /// Gives back `units` of an earlier account charge (see
+    /// [`LimiterStore::refund_key`]); resolves to the balance after it.
+    fn refund_account(&self, account: &str, units: u32, limits: &Limits) -> Pending<u64>;
+    /// Tells every other node that `account` breached its budget, so they
+    /// close its sockets too.
+    fn announce_breach(&self, account: &str);
+
+    /// An API key's publish bucket.
+    fn charge_key(&self, key: &str, cost: f64, capacity: f64, rate: f64) -> Pending<KeyCharge>;
+    /// [`LimiterStore::charge_key`] taken even below zero, never refused:
+    /// a debt for what is delivered already (a recovery's history,
+    /// `charge::recovery`); the key's next charges wait for the refill.
+    fn owe_key(&self, key: &str, cost: f64, capacity: f64, rate: f64) -> Pending<KeyCharge>;
+    /// Gives back `units` of an earlier [`LimiterStore::charge_key`] that
+    /// turned out cheaper (a GraphQL refund, §12), capped at the bucket's
+    /// capacity; resolves to the balance after it.
+    fn refund_key(&self, key: &str, units: f64, capacity: f64, rate: f64) -> Pending<u64>;
+
+    /// The per-identity handshake bucket.
+    fn handshake(&self, account: &str, limits: &Limits) -> Pending<Result<(), Duration>>;
+    /// Counts one more connection for `account` if it is under `max`;
+    /// resolves to the account's open connections, this one included.
+    fn reserve_connection(&self, account: &str, max: u32) -> Pending<Result<u32, CapReached>>;
+    fn release_connection(&self, account: &str);
 
     /// The share of every cluster-wide limit this node enforces by itself
     /// right now: 1 when limits are shared (or there is one node), 1/N
     /// during a Redis outage (N = live nodes last seen).
     fn share(&self) -> f64;
-    /// [`Bridge::share`] for one account's limits: on Redis Cluster only
-    /// the accounts whose keys live on a failed shard fall back to a share.
+    /// [`LimiterStore::share`] for one account's limits: on Redis Cluster
+    /// only the accounts whose keys live on a failed shard fall back to a
+    /// share.
     fn account_share(&self, _account: &str) -> f64 {
         self.share()
+    }
+}
+
+/// The bridge: one node's link to the others, local or clustered. It is
+/// both halves above over one connection, plus what belongs to the link
+/// itself: its start, whether it is up, a reload, and the admin store.
+/// One implementation per mode, each in one place: [`MemoryBridge`]
+/// (`memory.rs`) and [`RedisBridge`] (`redis/`).
+pub trait Bridge: Broker + LimiterStore {
+    /// A reloaded config: what the bridge keeps of it (the Redis bridge:
+    /// the history's size, TTL and cluster-wide byte budget).
+    fn reconfigure(&self, _config: &crate::config::Config) {}
+    /// The admin store: where operator actions and the ban list are shared
+    /// with the other nodes (§10); `None` on a single node, or while Redis
+    /// is away (the action then applies on this node only).
+    fn admin_store(&self) -> Option<redis::AdminStore> {
+        None
     }
     /// Whether cluster-wide state is reachable.
     fn is_up(&self) -> bool;
@@ -184,6 +206,17 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
 }
 
 pub type SharedBridge = Arc<dyn Bridge>;
+pub type SharedBroker = Arc<dyn Broker>;
+pub type SharedLimiterStore = Arc<dyn LimiterStore>;
+
+/// A bridge as the node holds it: whole, and as each of its halves, so a
+/// call site names the part it uses (`node.broker.publish`,
+/// `node.limiter_store.charge_key`).
+pub fn parts<B: Bridge + 'static>(
+    bridge: Arc<B>,
+) -> (SharedBridge, SharedBroker, SharedLimiterStore) {
+    (bridge.clone(), bridge.clone(), bridge)
+}
 
 /// What the bridge reports upward, to the node that owns it (which
 /// implements this and hands it in at construction): the bridge knows the

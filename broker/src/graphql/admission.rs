@@ -130,7 +130,7 @@ impl Ticket {
         let what = what();
         let max = self
             .caller
-            .max_single(self.node.bridge.account_share(&self.caller.account));
+            .max_single(self.node.limiter_store.account_share(&self.caller.account));
         if units > max && !self.shadow {
             self.extra.lock().too_expensive = true;
             Exceeded::new(

@@ -56,7 +56,7 @@ fn payer(caller: &Caller) -> Payer<'_> {
 }
 
 fn refill(node: &Node, caller: &Caller) -> f64 {
-    caller.limits.account_messages_per_sec * node.bridge.account_share(&caller.account)
+    caller.limits.account_messages_per_sec * node.limiter_store.account_share(&caller.account)
 }
 
 /// Takes `cost` from the caller's bucket in one atomic step (cluster-wide

@@ -68,7 +68,7 @@ pub(super) async fn read_balance(node: &Node, caller: &Caller) -> Balance {
 }
 
 pub(super) fn max(node: &Node, caller: &Caller) -> u64 {
-    caller.max_single(node.bridge.account_share(&caller.account))
+    caller.max_single(node.limiter_store.account_share(&caller.account))
 }
 
 fn operation_label(op: OperationType) -> &'static str {
@@ -291,13 +291,13 @@ fn price(node: &Node, caller: &Caller, params: Params, via: Via) -> Result<Price
         None => variables,
     };
     let costs = &caller.limits.costs;
-    let bridge = &node.bridge;
+    let broker = &node.broker;
     // A name longer than a channel's is refused by the resolver: no
     // lookup for it.
     let dearest = std::cell::Cell::new(0u64);
     let publish = |channel: &str, len: usize| -> u64 {
         let subscribers = if channel.len() <= crate::protocol::channel::MAX_CHANNEL_LEN {
-            bridge.subscribers(channel)
+            broker.subscribers(channel)
         } else {
             0
         };

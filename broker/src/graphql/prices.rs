@@ -14,7 +14,7 @@ use crate::node::Node;
 pub fn document(node: &Node, caller: &Caller) -> Value {
     let l = &caller.limits;
     let c = &l.costs;
-    let share = node.bridge.account_share(&caller.account);
+    let share = node.limiter_store.account_share(&caller.account);
     let publish = json!({
         "base": c.publish,
         "perStartedKib": c.publish_per_kib,

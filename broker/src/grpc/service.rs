@@ -147,7 +147,7 @@ impl BrokerService {
         // JSON first, as HTTP parses its body before anything else.
         charge::publish::check_json(&msg.data_json, caller.limits.max_json_depth)?;
         let keyed = keyed(caller, msg)?;
-        let subscribers = self.node.bridge.subscribers(&msg.channel);
+        let subscribers = self.node.broker.subscribers(&msg.channel);
         let cost = charge::publish::price(
             &msg.channel,
             &msg.data_json,

@@ -59,7 +59,7 @@ impl Membership {
         }
         self.node.grpc_streams.remove(&self.conn);
         for ch in self.channels.lock().drain(..) {
-            self.node.bridge.unsubscribe(&ch, self.conn);
+            self.node.broker.unsubscribe(&ch, self.conn);
         }
     }
 }
@@ -386,7 +386,7 @@ pub async fn start(
         // Recorded before joining, so a call dropped mid-way leaves it.
         membership.channels.lock().push(cs.channel.clone());
         let joined = node
-            .bridge
+            .broker
             .subscribe(&cs.channel, sub.clone(), cs.since)
             .wait()
             .await;

@@ -77,7 +77,7 @@ pub(super) fn keyed_price(
     limits: &Limits,
     keyed: Option<Keyed<'_>>,
 ) -> Result<u32, Refusal> {
-    let subscribers = node.bridge.subscribers(&msg.channel);
+    let subscribers = node.broker.subscribers(&msg.channel);
     let cost = price(&msg.channel, msg.data.get(), grants, limits, subscribers)?;
     Ok(if node.is_duplicate(&msg.channel, keyed) {
         limits.costs.publish

@@ -371,7 +371,7 @@ pub async fn publish_batch(
         .iter()
         .map(|m| {
             let idem = body_key(m.key)?;
-            let subscribers = node.bridge.subscribers(&m.channel);
+            let subscribers = node.broker.subscribers(&m.channel);
             let cost = price(&m.channel, m.data.get(), &key.publish, &limits, subscribers)?;
             let duplicate = idem.as_deref().is_some_and(|k| {
                 !seen.insert((m.channel.as_ref(), k.to_owned()))

@@ -22,7 +22,9 @@ use crate::account::{Accounts, CloseWith, Reconfigure};
 use crate::auth::{Authenticator, KeyError};
 use crate::charge::{ApiKeys, Ledger};
 use crate::cluster::redis::RedisTarget;
-use crate::cluster::{self, Envelope, MemoryBridge, RedisBridge, SharedBridge};
+use crate::cluster::{
+    self, Envelope, MemoryBridge, RedisBridge, SharedBridge, SharedBroker, SharedLimiterStore,
+};
 use crate::config::{ClusterMode, Config, DeliveryClasses};
 use crate::gate::HandshakeGate;
 use crate::hub::{HistoryLimits, Hub, OutboundGauge};
@@ -36,7 +38,14 @@ pub struct Node {
     pub auth: ArcSwap<Authenticator>,
     pub keys: ArcSwap<ApiKeys>,
     pub hub: Arc<Hub>,
+    /// The link to the other nodes (memory on one node): its start, its
+    /// health, a reload, the admin store. Its two halves are below.
     pub bridge: SharedBridge,
+    /// The bridge's broker half: publish, subscribe, history.
+    pub broker: SharedBroker,
+    /// The bridge's distributed limiter store: account budgets, API-key
+    /// and handshake buckets, connection caps, and this node's share.
+    pub limiter_store: SharedLimiterStore,
     pub metrics: Arc<Metrics>,
     pub accounts: Arc<Accounts>,
     pub gate: Arc<HandshakeGate>,
@@ -206,16 +215,22 @@ impl Node {
             metrics.idempotency.clone(),
         );
         Ok(Arc::new_cyclic(|node: &std::sync::Weak<Node>| {
-            let bridge: SharedBridge = match redis {
+            let (bridge, broker, limiter_store) = match redis {
                 None => {
                     // A single node's bridge is always up, and alone.
                     metrics.bridge_up.set(1);
                     metrics.live_nodes.set(1);
-                    Arc::new(MemoryBridge::new(hub.clone()))
+                    cluster::parts(Arc::new(MemoryBridge::new(hub.clone())))
                 }
                 Some(client) => {
                     let events: std::sync::Weak<dyn cluster::Events> = node.clone();
-                    RedisBridge::new(client, &config, hub.clone(), metrics.clone(), events)
+                    cluster::parts(RedisBridge::new(
+                        client,
+                        &config,
+                        hub.clone(),
+                        metrics.clone(),
+                        events,
+                    ))
                 }
             };
             Node {
@@ -233,6 +248,8 @@ impl Node {
                 keys: ArcSwap::from_pointee(keys),
                 hub,
                 bridge,
+                broker,
+                limiter_store,
                 metrics,
                 sockets: DashMap::new(),
                 grpc_streams: DashMap::new(),
@@ -364,12 +381,12 @@ impl Node {
         key: Option<Keyed<'_>>,
     ) -> Begun {
         let Some(k) = key else {
-            return Begun::Publishing(None, self.bridge.publish(channel, data, None));
+            return Begun::Publishing(None, self.broker.publish(channel, data, None));
         };
         let now = std::time::Instant::now();
         match self.idempotency.claim(k.on(channel), now) {
             Claim::First(first) => {
-                Begun::Publishing(Some(first), self.bridge.publish(channel, data, key))
+                Begun::Publishing(Some(first), self.broker.publish(channel, data, key))
             }
             Claim::Known(seq) => Begun::Now(self.waited(via, seq)),
             Claim::Wait(waiter) => Begun::Waiting(waiter),
@@ -443,7 +460,7 @@ impl Node {
     /// The charge layer over this node's state: where every front charges
     /// (see [`Ledger::charge`]).
     pub fn ledger(&self) -> Ledger<'_> {
-        Ledger::new(&self.metrics, &*self.bridge, &self.rules)
+        Ledger::new(&self.metrics, &*self.limiter_store, &self.rules)
     }
 
     /// Unsent outbound bytes over all sockets right now.

@@ -141,7 +141,7 @@ fn price(
         let cost = crate::pricing::publish(
             &limits.costs,
             data.len(),
-            node.bridge.subscribers(&internal),
+            node.broker.subscribers(&internal),
         );
         if let Err(over) = crate::admission::check_single(cost, limits.costs.max_single) {
             return Err((
@@ -223,7 +223,7 @@ async fn channel_info(node: &Node, internal: &str, kind: Kind, wanted: &str) -> 
     for attr in wanted.split(',') {
         match attr {
             "subscription_count" => {
-                out.insert(attr.into(), json!(node.bridge.subscribers(internal)));
+                out.insert(attr.into(), json!(node.broker.subscribers(internal)));
             }
             "user_count" if kind == Kind::Presence => {
                 let users = presence::user_count(node, internal).await;
@@ -346,7 +346,7 @@ async fn channels(req: HttpRequest, node: web::Data<Arc<Node>>) -> HttpResponse 
     }
     let prefix = names::app_prefix(&app.id);
     let mut out = Map::new();
-    for (internal, n) in node.bridge.occupied(&format!("{prefix}{filter}")) {
+    for (internal, n) in node.broker.occupied(&format!("{prefix}{filter}")) {
         if n == 0 {
             continue;
         }
@@ -372,7 +372,7 @@ async fn channel(req: HttpRequest, node: web::Data<Arc<Node>>) -> HttpResponse {
     };
     let name = req.match_info().get("channel").unwrap_or("").to_owned();
     let internal = names::internal(&app.id, &name);
-    let count = node.bridge.subscribers(&internal);
+    let count = node.broker.subscribers(&internal);
     let mut out = json!({"occupied": count > 0});
     let kind = names::kind(&name);
     let wanted = query(&req).get("info").cloned();

@@ -56,7 +56,7 @@ pub(super) fn publish(
         }
         body
     });
-    node.bridge.publish(e.internal, &published, None)
+    node.broker.publish(e.internal, &published, None)
 }
 
 /// A client event (its hook's `data`, if one rewrote it) published on

@@ -262,7 +262,7 @@ impl PusherWs {
             let member = m.member(&self.socket_id);
             self.node.presence.join(&internal, rule, member, m.clone())
         });
-        let hub = self.node.bridge.subscribe(&internal, sub, None);
+        let hub = self.node.broker.subscribe(&internal, sub, None);
         let entry = Sub {
             sink: sink.clone(),
             members,
@@ -313,7 +313,7 @@ impl PusherWs {
         }
         // The last event, read once the subscription is live: what is
         // published from here on waits in the sink behind it.
-        match self.node.bridge.read_channel(&sink.channel, 1, 0) {
+        match self.node.broker.read_channel(&sink.channel, 1, 0) {
             Pending::Ready(read) => self.succeed(link, &channel, sink, Some(read)),
             Pending::Later(read) => {
                 let sink = sink.clone();

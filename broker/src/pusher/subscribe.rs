@@ -28,7 +28,7 @@ impl Sub {
     /// Ends the subscription: the hub's, and the presence membership.
     pub fn leave(&self, node: &Node, socket_id: &str) {
         self.sink.end();
-        node.bridge.unsubscribe(&self.sink.channel, self.sink.conn);
+        node.broker.unsubscribe(&self.sink.channel, self.sink.conn);
         if let Some(m) = &self.members {
             node.presence
                 .leave(&self.sink.channel, &m.me.user_id, socket_id);

@@ -26,7 +26,7 @@ use super::names;
 use super::presence::MAX_USER_ID;
 use super::sign;
 use super::watchlist::{self, Online, SigninDue};
-use crate::cluster::{CapReached, SharedBridge, scale_cap};
+use crate::cluster::{CapReached, SharedLimiterStore, scale_cap};
 use crate::config::{LimitName, PusherApp};
 use crate::exceeded::Exceeded;
 use crate::metrics::Layer;
@@ -37,13 +37,13 @@ use crate::protocol::ErrorCode;
 /// back to the bridge when dropped (the connection closed, or the sign-in's
 /// answer never reached it), so a count cannot leak.
 pub(super) struct Counted {
-    bridge: SharedBridge,
+    store: SharedLimiterStore,
     key: Arc<str>,
 }
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        self.bridge.release_connection(&self.key);
+        self.store.release_connection(&self.key);
     }
 }
 
@@ -142,9 +142,9 @@ impl User {
         let key: Arc<str> = names::user_key(&app.id, &id).into();
         let limits = link.limits();
         let dry = limits.is_dry_run(LimitName::Handshake);
-        let bridge = node.bridge.clone();
-        let charged = bridge.handshake(&key, &limits);
-        let max = scale_cap(app.user_max_connections, bridge.account_share(&key));
+        let store = node.limiter_store.clone();
+        let charged = store.handshake(&key, &limits);
+        let max = scale_cap(app.user_max_connections, store.account_share(&key));
         let user_data = user_data.to_owned();
         let socket_id: Arc<str> = socket_id.into();
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -154,8 +154,8 @@ impl User {
             let outcome = match charged.wait().await {
                 Err(wait) if !dry => Err(Refused::RateLimited(wait)),
                 _ if !count => Ok(None),
-                _ => match bridge.reserve_connection(&key, max).wait().await {
-                    Ok(_) => Ok(Some(Counted { bridge, key })),
+                _ => match store.reserve_connection(&key, max).wait().await {
+                    Ok(_) => Ok(Some(Counted { store, key })),
                     Err(cap) => Err(Refused::OverCap(cap)),
                 },
             };

@@ -130,7 +130,7 @@ impl Socket {
         let join = self.next_join;
         self.outbox.joining(channel, join);
         let id: Option<Box<RawValue>> = id.map(ToOwned::to_owned);
-        match self.node.bridge.subscribe(channel, sub, since) {
+        match self.node.broker.subscribe(channel, sub, since) {
             Pending::Ready(joined) => self.joined(channel, join, id.as_deref(), joined, ctx),
             Pending::Later(f) => {
                 let channel: Box<str> = channel.into();
@@ -194,7 +194,7 @@ impl Socket {
         // A subscribe still waiting for its hook ends here too.
         self.hook_order.cancel(channel);
         if let Some(name) = self.outbox.leave(channel) {
-            self.node.bridge.unsubscribe(&name, self.id.conn);
+            self.node.broker.unsubscribe(&name, self.id.conn);
         }
         // Its membership, or its join still waiting (whose subscribe then
         // never happens).

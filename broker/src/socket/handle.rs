@@ -99,10 +99,10 @@ impl Socket {
             }
         };
         let now = Instant::now();
-        let bridge = &self.node.bridge;
+        let broker = &self.node.broker;
         let mut units = self
             .admission
-            .price(&frame, |channel| bridge.subscribers(channel));
+            .price(&frame, |channel| broker.subscribers(channel));
         if let ClientFrame::Publish {
             channel,
             key: Some(key),
@@ -447,7 +447,7 @@ impl Socket {
             refill_per_sec: rate,
         };
         let l = self.limits();
-        let share = self.node.bridge.account_share(&self.id.account);
+        let share = self.node.limiter_store.account_share(&self.id.account);
         let full = (f64::from(l.account_burst) * share) as u64;
         let account = self.account_view.unwrap_or(BudgetView {
             remaining: full,

@@ -31,7 +31,7 @@ impl Socket {
             self.next_join += 1;
             let join = self.next_join;
             self.outbox.joining(&channel, join);
-            let pending = self.node.bridge.subscribe(&channel, sub, None);
+            let pending = self.node.broker.subscribe(&channel, sub, None);
             joins.push(async move {
                 let joined: Joined = match pending {
                     Pending::Ready(j) => j,
@@ -50,7 +50,7 @@ impl Socket {
                 })
                 .collect();
             let config = act.node.config.load();
-            let share = act.node.bridge.account_share(&act.id.account);
+            let share = act.node.limiter_store.account_share(&act.id.account);
             act.send(wire::welcome(
                 &act.id.label,
                 &act.id.account,

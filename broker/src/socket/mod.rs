@@ -313,7 +313,7 @@ impl Actor for Socket {
                 &self.id.label,
                 &self.id.account,
                 &config.node.id,
-                &welcome_limits(&limits, node.bridge.account_share(&self.id.account)),
+                &welcome_limits(&limits, node.limiter_store.account_share(&self.id.account)),
                 self.id.token_expires_at,
                 None,
             ));
@@ -332,7 +332,7 @@ impl Actor for Socket {
             d.stopping(&self.node);
         }
         for channel in self.outbox.leave_all() {
-            self.node.bridge.unsubscribe(&channel, self.id.conn);
+            self.node.broker.unsubscribe(&channel, self.id.conn);
         }
         self.end_all_presence();
         // Give back the IP and account places first (before the node stops

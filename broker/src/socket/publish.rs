@@ -142,7 +142,7 @@ impl Socket {
     /// published: it owes the base price only (§17).
     fn refund_duplicate(&mut self, channel: &str, data_len: usize) {
         let costs = &self.admission.limits().costs;
-        let full = crate::pricing::publish(costs, data_len, self.node.bridge.subscribers(channel));
+        let full = crate::pricing::publish(costs, data_len, self.node.broker.subscribers(channel));
         let over = full.saturating_sub(costs.publish);
         if over > 0 {
             self.admission.refund(over, 0);

@@ -107,7 +107,7 @@ impl Socket {
             .map(|c| (c, None))
             .collect();
         for (channel, _) in &ended {
-            self.node.bridge.unsubscribe(channel, self.id.conn);
+            self.node.broker.unsubscribe(channel, self.id.conn);
         }
         // A join still waiting is not a subscription yet (a member's is).
         ended.extend(

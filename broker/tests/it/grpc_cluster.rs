@@ -123,13 +123,13 @@ async fn the_fan_out_price_counts_every_nodes_subscribers(redis: &impl Backend) 
     // Waits (polling, with a deadline, like `bridge_up`) for a's view of
     // b's subscribers; publishing meanwhile would fill the unread streams.
     let deadline = Instant::now() + PATIENCE;
-    while a.node.bridge.subscribers("doc:wide") < 1000 {
+    while a.node.broker.subscribers("doc:wide") < 1000 {
         assert!(
             Instant::now() < deadline,
             "a never saw b's subscribers (a up {}, b up {}, b counts {})",
             a.node.bridge.is_up(),
             b.node.bridge.is_up(),
-            b.node.bridge.subscribers("doc:wide"),
+            b.node.broker.subscribers("doc:wide"),
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }

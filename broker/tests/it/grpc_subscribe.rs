@@ -235,7 +235,7 @@ async fn a_consumer_past_the_grace_is_ended_with_resource_exhausted() {
     while b.node.metrics.rejections(Layer::Grpc, "slow_consumer") == 0 {
         assert!(Instant::now() < deadline, "never ended");
         for _ in 0..20 {
-            b.node.bridge.publish("doc:dead", &data, None).wait().await;
+            b.node.broker.publish("doc:dead", &data, None).wait().await;
         }
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }

@@ -340,7 +340,7 @@ async fn a_slow_reader_past_its_grace_is_closed_4100() {
         .unwrap();
     // Subscribed once the hub counts it.
     let internal = tidegate::pusher::names::internal("1234", "lobby");
-    while b.node.bridge.subscribers(&internal) == 0 {
+    while b.node.broker.subscribers(&internal) == 0 {
         tokio::task::yield_now().await;
     }
     // Never read, and kept under pressure until the grace runs out: the

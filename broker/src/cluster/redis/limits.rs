@@ -88,7 +88,7 @@ impl RedisBridge {
     }
 
     /// A sampled charge of the account budget, or with `owed` a debt
-    /// taken even below zero ([`crate::cluster::Bridge::owe_account`]);
+    /// taken even below zero ([`crate::cluster::LimiterStore::owe_account`]);
     /// this node's share of it while Redis is away.
     pub(super) fn charge_account_impl(
         &self,

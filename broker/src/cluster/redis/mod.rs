@@ -85,7 +85,10 @@ use tokio::sync::{Notify, mpsc, oneshot};
 
 pub use admin::{ADMIN_MESSAGE, AdminStore};
 
-use super::{Bridge, CapReached, ChannelRead, Charged, Events, KeyCharge, LocalLimits, Pending};
+use super::{
+    Bridge, Broker, CapReached, ChannelRead, Charged, Events, KeyCharge, LimiterStore, LocalLimits,
+    Pending,
+};
 use crate::config::{ClusterMode, Config, Limits};
 use crate::hub::{Hub, Joined, Subscriber};
 use crate::idempotency::{Keyed, Published};
@@ -267,7 +270,7 @@ impl RedisBridge {
     }
 
     /// The share of a cluster-wide limit kept in `key` this node enforces
-    /// by itself now (see [`Bridge::share`]).
+    /// by itself now (see [`LimiterStore::share`]).
     fn share_at(&self, key: &str) -> f64 {
         if self.up_at(key) {
             1.0
@@ -335,7 +338,7 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-impl Bridge for RedisBridge {
+impl Broker for RedisBridge {
     fn publish(&self, channel: &str, data: &str, key: Option<Keyed<'_>>) -> Pending<Published> {
         self.publish_impl(channel, data, key)
     }
@@ -352,6 +355,16 @@ impl Bridge for RedisBridge {
         self.subscribers_impl(channel)
     }
 
+    fn read_channel(&self, channel: &str, last: usize, after: u64) -> Pending<ChannelRead> {
+        self.read_channel_impl(channel, last, after)
+    }
+
+    fn occupied(&self, prefix: &str) -> Vec<(Arc<str>, u64)> {
+        self.occupied_impl(prefix)
+    }
+}
+
+impl LimiterStore for RedisBridge {
     fn charge_account(
         &self,
         account: &str,
@@ -398,24 +411,6 @@ impl Bridge for RedisBridge {
         self.refund_account_impl(account, units, limits)
     }
 
-    fn read_channel(&self, channel: &str, last: usize, after: u64) -> Pending<ChannelRead> {
-        self.read_channel_impl(channel, last, after)
-    }
-
-    fn occupied(&self, prefix: &str) -> Vec<(Arc<str>, u64)> {
-        self.occupied_impl(prefix)
-    }
-
-    fn admin_store(&self) -> Option<AdminStore> {
-        self.admin_store_impl()
-    }
-
-    fn reconfigure(&self, config: &Config) {
-        *self.history.write() = history_of(config);
-        self.idempotency_window_ms
-            .store(config.publish.idempotency_window_ms, Ordering::Relaxed);
-    }
-
     fn share(&self) -> f64 {
         if self.is_up() {
             1.0
@@ -426,6 +421,18 @@ impl Bridge for RedisBridge {
 
     fn account_share(&self, account: &str) -> f64 {
         self.share_at(&self.key("conns", account))
+    }
+}
+
+impl Bridge for RedisBridge {
+    fn admin_store(&self) -> Option<AdminStore> {
+        self.admin_store_impl()
+    }
+
+    fn reconfigure(&self, config: &Config) {
+        *self.history.write() = history_of(config);
+        self.idempotency_window_ms
+            .store(config.publish.idempotency_window_ms, Ordering::Relaxed);
     }
 
     fn is_up(&self) -> bool {

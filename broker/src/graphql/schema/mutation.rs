@@ -80,7 +80,7 @@ async fn rules<'t>(
         Ok(passed) => return Ok(passed),
         Err(r) => r,
     };
-    let price = pricing::publish(&limits.costs, text_len, t.node.bridge.subscribers(channel));
+    let price = pricing::publish(&limits.costs, text_len, t.node.broker.subscribers(channel));
     t.give_back(u64::from(price)).await;
     t.extra.lock().refused = Some(refused.retry_after);
     let ms = retry_ms(refused.retry_after);
@@ -112,7 +112,7 @@ async fn publish_one(t: &Ticket, channel: String, text: &str, key: Option<&str>)
     let published = t.node.publish(&channel, text, "graphql", keyed).await;
     if published.duplicate {
         let costs = &t.caller.limits.costs;
-        let full = pricing::publish(costs, text.len(), t.node.bridge.subscribers(&channel));
+        let full = pricing::publish(costs, text.len(), t.node.broker.subscribers(&channel));
         t.give_back(u64::from(full.saturating_sub(costs.publish)))
             .await;
     }

@@ -74,7 +74,7 @@ impl Query {
         .await?;
         let mut names: Vec<_> = t
             .node
-            .bridge
+            .broker
             .occupied(&prefix)
             .into_iter()
             .map(|(name, _)| name)
@@ -167,7 +167,7 @@ impl Channel {
     async fn seq(&self, ctx: &Context<'_>) -> Seq {
         Seq(ticket(ctx)
             .node
-            .bridge
+            .broker
             .read_channel(&self.name, 0, 0)
             .wait()
             .await
@@ -176,7 +176,7 @@ impl Channel {
 
     /// Subscribers, cluster-wide.
     async fn subscribers(&self, ctx: &Context<'_>) -> i64 {
-        ticket(ctx).node.bridge.subscribers(&self.name) as i64
+        ticket(ctx).node.broker.subscribers(&self.name) as i64
     }
 
     /// The last `last` held messages (after `since` when given), in `seq`
@@ -197,7 +197,7 @@ impl Channel {
         let t = ticket(ctx);
         let read = t
             .node
-            .bridge
+            .broker
             .read_channel(&self.name, last, after)
             .wait()
             .await;

@@ -266,7 +266,7 @@ impl GraphqlWs {
             Op::Running(_) => {}
             Op::Live(sink) => {
                 sink.end();
-                self.node.bridge.unsubscribe(&sink.channel, sink.conn);
+                self.node.broker.unsubscribe(&sink.channel, sink.conn);
             }
             Op::Presence(p) => {
                 p.end();
@@ -297,7 +297,7 @@ impl GraphqlWs {
             let account = c.account.clone();
             self.send_error(link, &id, &reply.errors_json());
             self.node.accounts.breach(&account);
-            self.node.bridge.announce_breach(&account);
+            self.node.limiter_store.announce_breach(&account);
             return;
         }
         match ran.subscribe.clone() {
@@ -373,7 +373,7 @@ impl GraphqlWs {
             gauge: link.gauge(),
         };
         self.ops.insert(id.clone(), Op::Live(sink.clone()));
-        match self.node.bridge.subscribe(channel, sub, since) {
+        match self.node.broker.subscribe(channel, sub, since) {
             Pending::Ready(joined) => self.joined(link, id, conn, joined),
             Pending::Later(f) => link.spawn(Box::pin(async move {
                 Box::new(JoinedOp {
@@ -481,7 +481,7 @@ impl Dialect for GraphqlWs {
                 _ => continue,
             };
             let ended = sink.end();
-            self.node.bridge.unsubscribe(&sink.channel, sink.conn);
+            self.node.broker.unsubscribe(&sink.channel, sink.conn);
             let p = error_payload(
                 "SLOW_CONSUMER",
                 "messages of this subscription were dropped because the connection was not \

@@ -35,7 +35,7 @@ pub(super) async fn admit_who(
     let cap_retry = Duration::from_millis(config.handshake.cap_retry_after_ms);
     // After the credential, before any session state: the per-identity
     // bucket (cluster-wide through the bridge).
-    if let Err(wait) = node.bridge.handshake(account, limits).wait().await {
+    if let Err(wait) = node.limiter_store.handshake(account, limits).wait().await {
         let dry = limits.is_dry_run(LimitName::Handshake);
         Exceeded::new(
             Layer::Handshake,
@@ -66,10 +66,13 @@ pub(super) async fn admit_who(
     }
     // The account's connection cap (cluster-wide; a share of it while the
     // cluster is unreachable).
-    let max = scale_cap(limits.max_connections, node.bridge.account_share(account));
+    let max = scale_cap(
+        limits.max_connections,
+        node.limiter_store.account_share(account),
+    );
     let dry = limits.is_dry_run(LimitName::MaxConnections);
     let reserved = node
-        .bridge
+        .limiter_store
         .reserve_connection(account, if dry { u32::MAX } else { max })
         .wait()
         .await;
@@ -99,11 +102,13 @@ pub(super) async fn admit_who(
     // Last in §1's order: an operator's ban of the account or the address
     // (cluster-wide, checked in this node's copy of the ban list).
     if let Some(ban) = node.admin.bans.check(Some(account), Some(ip)) {
-        node.bridge.release_connection(account);
+        node.limiter_store.release_connection(account);
         return Err(banned(node, account, &ip_text, &ban));
     }
     Ok(Some(
-        node.accounts.register(account, conn, &node.bridge).await,
+        node.accounts
+            .register(account, conn, &node.limiter_store)
+            .await,
     ))
 }
 

@@ -72,7 +72,7 @@ impl Socket {
                 sink: Sink::Socket(self.outbox.clone()),
                 gauge: self.gauge.clone(),
             };
-            match self.node.bridge.subscribe(&channel, sub, Some(since)) {
+            match self.node.broker.subscribe(&channel, sub, Some(since)) {
                 Pending::Ready(joined) => self.sse_rejoined(&channel, join, joined, ctx),
                 Pending::Later(f) => {
                     ctx.spawn(f.into_actor(self).map(move |joined, act, ctx| {
