@@ -159,11 +159,14 @@ impl Hub {
         if let Some(ch) = self.channels.get(name) {
             return ch.clone();
         }
+        // One allocation of the name, shared by the map's key and the
+        // channel (a channel of one subscriber paid for it twice).
+        let key: Arc<str> = Arc::from(name);
         self.channels
-            .entry(Arc::from(name))
+            .entry(key.clone())
             .or_insert_with(|| {
                 Arc::new(Channel {
-                    name: Arc::from(name),
+                    name: key,
                     state: Mutex::new(ChannelState {
                         seq: 0,
                         subscribers: Subscribers::default(),

@@ -12,36 +12,77 @@ use super::budget::Budget;
 use super::{HistoryLimits, Subscriber};
 use crate::config::Conflation;
 
-/// A channel's subscribers: a list to fan out over, and each one's place
-/// in it, so joining and leaving cost O(1) instead of a scan of the list
-/// under the channel lock (a 10,000-subscriber channel scanned 10,000
-/// entries per leave, and a storm of leaves held the lock for seconds).
+/// A channel's subscribers: a list to fan out over, and, once there are
+/// more than [`INDEXED`], each one's place in it, so joining and leaving
+/// cost O(1) instead of a scan of the list under the channel lock (a
+/// 10,000-subscriber channel scanned 10,000 entries per leave, and a storm
+/// of leaves held the lock for seconds). A channel of a few subscribers
+/// (most of them: a socket's own channels) scans its short list instead
+/// and keeps no index, and its list is allocated at the size it needs:
+/// the index and a list grown for four were a third of what an idle
+/// socket's one subscription cost (issue 42).
 /// Leaving moves the last subscriber into the gap: fan-out order across
 /// subscribers is not part of the contract (each one's own order is).
 #[derive(Debug, Default)]
 pub(super) struct Subscribers {
     list: Vec<Subscriber>,
+    /// Empty, or every subscriber's place in `list`: filled when the list
+    /// grows past [`INDEXED`], dropped when it empties. Bounded by the
+    /// list.
     index: std::collections::HashMap<u64, usize, foldhash::fast::RandomState>,
 }
 
+/// Up to this many subscribers, a channel finds one by a scan of its list.
+const INDEXED: usize = 8;
+
 impl Subscribers {
+    fn position(&self, conn: u64) -> Option<usize> {
+        if self.index.is_empty() {
+            self.list.iter().position(|s| s.conn == conn)
+        } else {
+            self.index.get(&conn).copied()
+        }
+    }
+
     /// Adds `sub`, replacing an earlier subscription of the same socket.
     pub(super) fn insert(&mut self, sub: Subscriber) {
-        match self.index.get(&sub.conn) {
-            Some(&i) => self.list[i] = sub,
-            None => {
-                self.index.insert(sub.conn, self.list.len());
-                self.list.push(sub);
-            }
+        if let Some(i) = self.position(sub.conn) {
+            self.list[i] = sub;
+            return;
+        }
+        if self.list.capacity() == 0 {
+            self.list.reserve_exact(1);
+        }
+        if !self.index.is_empty() {
+            self.index.insert(sub.conn, self.list.len());
+        }
+        self.list.push(sub);
+        if self.index.is_empty() && self.list.len() > INDEXED {
+            self.index = self
+                .list
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (s.conn, i))
+                .collect();
         }
     }
 
     pub(super) fn remove(&mut self, conn: u64) {
-        if let Some(i) = self.index.remove(&conn) {
-            self.list.swap_remove(i);
-            if let Some(moved) = self.list.get(i) {
-                self.index.insert(moved.conn, i);
-            }
+        let indexed = !self.index.is_empty();
+        let at = if indexed {
+            self.index.remove(&conn)
+        } else {
+            self.position(conn)
+        };
+        let Some(i) = at else {
+            return;
+        };
+        self.list.swap_remove(i);
+        if indexed && let Some(moved) = self.list.get(i) {
+            self.index.insert(moved.conn, i);
+        }
+        if self.list.is_empty() {
+            *self = Subscribers::default();
         }
     }
 
@@ -50,7 +91,7 @@ impl Subscribers {
     }
 
     pub(super) fn contains(&self, conn: u64) -> bool {
-        self.index.contains_key(&conn)
+        self.position(conn).is_some()
     }
 
     pub(super) fn len(&self) -> usize {

@@ -237,3 +237,53 @@ fn the_history_budget_evicts_oldest_first_across_channels_and_its_order_stays_bo
     assert!(held <= 9);
     assert!(hub.budget.order.lock().len() <= 2 * held + 1024 + 1);
 }
+
+/// A channel's subscribers as the hub keeps them: scanned while few,
+/// indexed past `INDEXED`; either way each socket once, found, replaced
+/// and removed.
+#[test]
+fn subscribers_stay_exact_across_the_index_threshold() {
+    let sub = |conn: u64| Subscriber {
+        conn,
+        sink: Sink::Socket(Arc::new(Recorder {
+            got: Received::default(),
+            keys: Mutex::new(Vec::new()),
+            gauge: Arc::new(OutboundGauge::new(1 << 20)),
+        })),
+        gauge: Arc::new(OutboundGauge::new(1 << 20)),
+    };
+    let mut subs = channel::Subscribers::default();
+    subs.insert(sub(1));
+    subs.insert(sub(1));
+    assert_eq!(
+        subs.len(),
+        1,
+        "a socket's second subscribe replaces its first"
+    );
+    for conn in 2..=40 {
+        subs.insert(sub(conn));
+        assert_eq!(subs.len(), conn as usize);
+        assert!((1..=conn).all(|c| subs.contains(c)));
+    }
+    subs.insert(sub(7));
+    assert_eq!(subs.len(), 40);
+    // Leave from the middle, the end and the start, down to empty.
+    let order: Vec<u64> = (1..=40)
+        .rev()
+        .step_by(3)
+        .chain((1..=40).step_by(3))
+        .collect();
+    let mut left: std::collections::BTreeSet<u64> = (1..=40).collect();
+    for conn in order.into_iter().chain(1..=40) {
+        subs.remove(conn);
+        left.remove(&conn);
+        assert!(!subs.contains(conn));
+        assert_eq!(subs.len(), left.len());
+        assert!(left.iter().all(|&c| subs.contains(c)));
+        let listed: std::collections::BTreeSet<u64> = subs.iter().map(|s| s.conn).collect();
+        assert_eq!(listed, left);
+    }
+    assert!(subs.is_empty());
+    subs.insert(sub(9));
+    assert!(subs.contains(9) && !subs.contains(1));
+}

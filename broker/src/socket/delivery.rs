@@ -304,7 +304,7 @@ mod tests {
     use crate::hub::OutboundGauge;
     use crate::metrics::Metrics;
     use crate::protocol::wire;
-    use crate::socket::outbox::Next;
+    use crate::socket::outbox::{Next, Nudge};
 
     /// Stands in for the socket actor's mailbox.
     struct Mailbox;
@@ -343,8 +343,8 @@ mod tests {
         let outbox = Outbox::new(
             gauge.clone(),
             Arc::new(Metrics::new()),
-            mailbox.clone().recipient(),
-            mailbox.recipient(),
+            Nudge::new(mailbox.clone().recipient()),
+            Nudge::new(mailbox.recipient()),
         );
         let ch: Arc<str> = Arc::from("doc:1");
         let frame = |seq| wire::message("doc:1", seq, "1");
@@ -393,10 +393,10 @@ mod tests {
         let outbox = Outbox::new(
             gauge.clone(),
             Arc::new(Metrics::new()),
-            mailbox.clone().recipient(),
-            mailbox.clone().recipient(),
+            Nudge::new(mailbox.clone().recipient()),
+            Nudge::new(mailbox.clone().recipient()),
         );
-        let on_drain = mailbox.recipient();
+        let on_drain = Nudge::new(mailbox.recipient());
         let body = Bytes::from(br#""data":{"messages":{"seq":7,"data":1}}}"#.to_vec());
         let shared = Arc::new(body.clone());
         let pair = |id: &str| {

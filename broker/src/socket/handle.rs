@@ -61,7 +61,7 @@ impl StreamHandler<Result<InFrame, InError>> for Socket {
                 self.close(ctx, CloseCode::MessageTooBig);
             }
             Err(InError::Protocol(why)) => {
-                self.span
+                self.span()
                     .in_scope(|| tracing::info!(%why, "WebSocket protocol error"));
                 self.exceeded(
                     Layer::Connection,

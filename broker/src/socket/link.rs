@@ -78,8 +78,6 @@ impl Socket {
             handle.account = self.id.account.clone();
             handle.plan = self.id.plan.clone();
         }
-        self.span =
-            tracing::info_span!("socket", conn = %self.id.label, account = %self.id.account);
         <Self as Handler<Reconfigure>>::handle(self, Reconfigure { limits }, ctx);
         if expires {
             self.arm_expiry(ctx);

@@ -32,7 +32,7 @@ use bytes::Bytes;
 
 pub use crate::charge::{Admission, Shadow, Verdict};
 pub use delivery::Congested;
-pub use outbox::Drained;
+pub use outbox::{Drained, Nudge};
 pub use transport::Transport;
 
 use crate::account::AccountSlot;
@@ -142,15 +142,15 @@ pub struct Socket {
     /// The refresh hook's call before a hook-given expiry
     /// (`socket/hook_session.rs`).
     hook_refresh: Option<SpawnHandle>,
-    span: tracing::Span,
     /// Counts this actor in `tidegate_actors{kind="socket"}` until dropped.
     _alive: crate::alive::ActorGuard,
     /// The protocol spoken instead of `tidegate.v1` (`None`: tidegate.v1),
     /// driven through `socket/link.rs`.
     dialect: Option<Box<dyn Dialect>>,
     /// An SSE stream's state (`None`: a WebSocket): the same actor, only
-    /// the writer differs (`socket/sse/`).
-    sse: Option<sse::Stream>,
+    /// the writer differs (`socket/sse/`). Boxed: a WebSocket, most
+    /// sockets, holds a pointer, not the stream's fields (issue 42).
+    sse: Option<Box<sse::Stream>>,
 }
 
 impl Socket {
@@ -165,6 +165,14 @@ impl Socket {
 
     fn limits(&self) -> &Arc<Limits> {
         self.admission.limits()
+    }
+
+    /// The socket's span (conn, account), made when something is logged:
+    /// one kept for the socket's life held a slot in the log subscriber's
+    /// registry and its formatted fields, a few hundred bytes an idle
+    /// connection paid for a handful of log lines (issue 42).
+    fn span(&self) -> tracing::Span {
+        tracing::info_span!("socket", conn = %self.id.label, account = %self.id.account)
     }
 
     /// Queues a frame the socket produced itself. Nothing after its close
@@ -225,7 +233,7 @@ impl Socket {
         // when the peer answers the close (which a drain's last batch, or
         // a peer that stopped reading, does not wait for).
         self.end_all_presence();
-        let _e = self.span.enter();
+        let _e = self.span().entered();
         tracing::info!(code, reason, "closing socket");
         self.outbox.stop_deliveries(discard);
         self.outbox.send(wire::close_with(code, reason));
@@ -252,7 +260,7 @@ impl Socket {
         // An SSE reader cannot answer pings: a dead one fills its queue
         // and is closed with 4008.
         if self.sse.is_none() && self.last_heard.elapsed() > timeout {
-            let _e = self.span.enter();
+            let _e = self.span().entered();
             tracing::info!("client stopped answering; dropping the connection");
             self.socket_event(Layer::Connection, "heartbeat_timeout");
             self.outbox.abort();
@@ -323,7 +331,7 @@ impl Actor for Socket {
         }
         self.sse_open(ctx);
         self.arm_expiry(ctx);
-        let _e = self.span.enter();
+        let _e = self.span().entered();
         tracing::debug!("socket open");
     }
 
@@ -341,7 +349,7 @@ impl Actor for Socket {
         self.node.metrics.connection(self.transport(), false);
         self.node.sockets.remove(&self.id.conn);
         self.outbox.finish();
-        let _e = self.span.enter();
+        let _e = self.span().entered();
         tracing::debug!("socket closed");
         Running::Stop
     }
@@ -436,7 +444,7 @@ impl Handler<Drained> for Socket {
             .count(dropped)
             .log();
         if dropped > 0 && !self.closing {
-            let _e = self.span.enter();
+            let _e = self.span().entered();
             tracing::info!(dropped, "slow consumer drained");
             self.send(
                 wire::ErrorFrame::new(crate::protocol::ErrorCode::SlowConsumer)

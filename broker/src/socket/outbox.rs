@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Waker};
 
-use actix::{Message, Recipient};
+use actix::{Message, WeakRecipient};
 use bytes::Bytes;
 use futures_util::task::AtomicWaker;
 use parking_lot::{Mutex, MutexGuard};
@@ -33,6 +33,46 @@ use super::queue::OutQueue;
 use crate::hub::OutboundGauge;
 use crate::metrics::Metrics;
 use crate::node::dialect::Backlog;
+
+/// The socket actor's mailbox as its outbox and transport hold it: weak,
+/// upgraded only to send one of the rare control messages (a drop
+/// episode's start, a drain). A strong `Recipient` is an actix sender of
+/// its own, with a parked-task cell and a flag allocated per sender (about
+/// 100 bytes a socket each, kept for the connection's life); a weak one is
+/// a pointer. The actor's life does not hang on these: its inbound stream
+/// and heartbeat keep it running, and a message to an actor that stopped
+/// is dropped either way.
+pub struct Nudge<M>(WeakRecipient<M>)
+where
+    M: Message + Send,
+    M::Result: Send;
+
+impl<M> Nudge<M>
+where
+    M: Message + Send,
+    M::Result: Send,
+{
+    pub fn new(to: impl Into<WeakRecipient<M>>) -> Nudge<M> {
+        Nudge(to.into())
+    }
+
+    /// Sends `msg` if the actor is still there.
+    pub fn do_send(&self, msg: M) {
+        if let Some(to) = self.0.upgrade() {
+            to.do_send(msg);
+        }
+    }
+}
+
+impl<M> Clone for Nudge<M>
+where
+    M: Message + Send,
+    M::Result: Send,
+{
+    fn clone(&self) -> Self {
+        Nudge(self.0.clone())
+    }
+}
 
 /// Sent to the socket when a congested outbox drains below its mark.
 #[derive(Message, Debug)]
@@ -90,8 +130,8 @@ pub struct Outbox {
     pub(super) metrics: Arc<Metrics>,
     /// The actor's mailbox, for the start of a drop episode, and for a
     /// backlog that moves again (or leaves) after a stall.
-    pub(super) control: Recipient<Congested>,
-    pub(super) drained: Recipient<Drained>,
+    pub(super) control: Nudge<Congested>,
+    pub(super) drained: Nudge<Drained>,
     /// Bytes the transport took from the queue but the kernel has not yet
     /// accepted (still in the gauge): conflation's room for new keys
     /// leaves them out, so the gauge stays within the mark plus a frame.
@@ -116,8 +156,8 @@ impl Outbox {
     pub fn new(
         gauge: Arc<OutboundGauge>,
         metrics: Arc<Metrics>,
-        control: Recipient<Congested>,
-        drained: Recipient<Drained>,
+        control: Nudge<Congested>,
+        drained: Nudge<Drained>,
     ) -> Arc<Outbox> {
         Arc::new_cyclic(|me| Outbox {
             me: me.clone(),
@@ -373,7 +413,7 @@ impl Outbox {
     /// `n` bytes reached the kernel: they leave the gauge, and a socket
     /// that fell below its mark hears [`Drained`] if it was congested or
     /// has just crossed the mark (its reading paused over it).
-    pub(super) fn sent(&self, n: usize, on_drain: &Recipient<Drained>) {
+    pub(super) fn sent(&self, n: usize, on_drain: &Nudge<Drained>) {
         self.in_flight.fetch_sub(n, Ordering::Relaxed);
         let left = self.gauge.release(n);
         let mark = self.gauge.high_water();

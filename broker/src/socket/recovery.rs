@@ -19,10 +19,8 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use actix::Recipient;
-
 use super::delivery::{Congested, Held, Sub};
-use super::outbox::{Drained, Outbox, Shared, State};
+use super::outbox::{Drained, Nudge, Outbox, Shared, State};
 use crate::hub::Recovery;
 use crate::node::dialect::Backlog;
 
@@ -217,7 +215,7 @@ impl Outbox {
     /// Tells the socket what a pump changed: a backlog that moved again
     /// ends the grace it was running (`drained`, when the caller has the
     /// socket's mailbox for it), one that cannot move starts it.
-    pub(super) fn signal(&self, pumped: Pumped, drained: Option<&Recipient<Drained>>) {
+    pub(super) fn signal(&self, pumped: Pumped, drained: Option<&Nudge<Drained>>) {
         if (pumped.moved || !pumped.stalled)
             && let Some(d) = drained
             && self.stalled.swap(false, Ordering::AcqRel)

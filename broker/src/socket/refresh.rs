@@ -141,7 +141,7 @@ impl Socket {
                     .encode(),
             );
         }
-        let _e = self.span.enter();
+        let _e = self.span().entered();
         tracing::debug!(expires_at = self.id.token_expires_at, "token refreshed");
         if let Some(id) = id {
             self.send(wire::refresh_ack(id, self.id.token_expires_at));

@@ -34,13 +34,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use actix::Recipient;
 use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::Drained;
 use super::inbound::Pipe;
-use super::outbox::{Ending, Next, Outbox};
+use super::outbox::{Ending, Next, Nudge, Outbox};
 
 /// What a transport writes, and what client bytes are to it.
 pub trait Feed: Unpin {
@@ -49,11 +48,11 @@ pub trait Feed: Unpin {
         &mut self,
         cx: &Context<'_>,
         outbox: &Outbox,
-        on_drain: &Recipient<Drained>,
+        on_drain: &Nudge<Drained>,
         batch: &mut VecDeque<Bytes>,
     ) -> Next;
     /// `n` bytes of the batch reached the kernel.
-    fn wrote(&mut self, n: usize, outbox: &Outbox, on_drain: &Recipient<Drained>);
+    fn wrote(&mut self, n: usize, outbox: &Outbox, on_drain: &Nudge<Drained>);
     /// Client bytes read off the connection.
     fn heard(&mut self, pipe: &Pipe, bytes: &[u8]);
     /// How many of the batch's bytes the outbox's gauge still counts.
@@ -69,13 +68,13 @@ impl Feed for Frames {
         &mut self,
         cx: &Context<'_>,
         outbox: &Outbox,
-        _: &Recipient<Drained>,
+        _: &Nudge<Drained>,
         batch: &mut VecDeque<Bytes>,
     ) -> Next {
         outbox.take(cx, batch, BATCH_FRAMES, BATCH_BYTES)
     }
 
-    fn wrote(&mut self, n: usize, outbox: &Outbox, on_drain: &Recipient<Drained>) {
+    fn wrote(&mut self, n: usize, outbox: &Outbox, on_drain: &Nudge<Drained>) {
         outbox.sent(n, on_drain);
     }
 
@@ -113,7 +112,7 @@ pub struct Transport<T, F: Feed = Frames> {
     /// To the actor's inbound stream; `None` once the client's side ended.
     inbound: Option<Rc<Pipe>>,
     outbox: Arc<Outbox>,
-    on_drain: Recipient<Drained>,
+    on_drain: Nudge<Drained>,
     /// Bytes the feed gave, not yet (wholly) written (a WebSocket's are
     /// still counted in the gauge: [`Feed::counted`]).
     batch: VecDeque<Bytes>,
@@ -130,7 +129,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Transport<T> {
         io: T,
         inbound: Rc<Pipe>,
         outbox: Arc<Outbox>,
-        on_drain: Recipient<Drained>,
+        on_drain: Nudge<Drained>,
         linger: Duration,
     ) -> Self {
         Transport::with_feed(io, Frames, inbound, outbox, on_drain, linger)
@@ -143,7 +142,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin, F: Feed> Transport<T, F> {
         feed: F,
         inbound: Rc<Pipe>,
         outbox: Arc<Outbox>,
-        on_drain: Recipient<Drained>,
+        on_drain: Nudge<Drained>,
         linger: Duration,
     ) -> Self {
         Transport {

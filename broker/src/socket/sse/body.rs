@@ -24,13 +24,12 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use actix::Recipient;
 use bytes::{Bytes, BytesMut};
 use futures_util::Stream;
 
 use super::render::Render;
 use crate::socket::inbound::Pipe;
-use crate::socket::outbox::{Drained, Next, Outbox};
+use crate::socket::outbox::{Drained, Next, Nudge, Outbox};
 
 /// The most frames, and about the most bytes, one chunk takes.
 const BATCH_FRAMES: usize = 64;
@@ -69,7 +68,7 @@ impl Ender {
 /// The response body of one stream.
 pub(super) struct Body {
     outbox: Arc<Outbox>,
-    on_drain: Recipient<Drained>,
+    on_drain: Nudge<Drained>,
     /// The actor's inbound stream: ended when the body is dropped.
     pipe: Rc<Pipe>,
     /// `retry:`, written first.
@@ -85,7 +84,7 @@ pub(super) struct Body {
 impl Body {
     pub(super) fn new(
         outbox: Arc<Outbox>,
-        on_drain: Recipient<Drained>,
+        on_drain: Nudge<Drained>,
         pipe: Rc<Pipe>,
         head: Bytes,
         render: Render,

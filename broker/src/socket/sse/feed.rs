@@ -22,13 +22,12 @@ use std::io::Write as _;
 use std::rc::Rc;
 use std::task::Context;
 
-use actix::Recipient;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use super::Ender;
 use super::render::{Out, Render};
 use crate::socket::inbound::Pipe;
-use crate::socket::outbox::{Drained, Next, Outbox};
+use crate::socket::outbox::{Drained, Next, Nudge, Outbox};
 use crate::socket::transport::{BATCH_BYTES, Feed};
 
 /// The most frames one batch takes (and about [`BATCH_BYTES`] of them): a
@@ -169,7 +168,7 @@ impl Feed for SseFeed {
         &mut self,
         cx: &Context<'_>,
         outbox: &Outbox,
-        on_drain: &Recipient<Drained>,
+        on_drain: &Nudge<Drained>,
         batch: &mut VecDeque<Bytes>,
     ) -> Next {
         if let Some(head) = self.head.take() {
@@ -228,7 +227,7 @@ impl Feed for SseFeed {
         }
     }
 
-    fn wrote(&mut self, _: usize, _: &Outbox, _: &Recipient<Drained>) {}
+    fn wrote(&mut self, _: usize, _: &Outbox, _: &Nudge<Drained>) {}
 
     /// A stream has nothing to say: what its client sends (a pipelined
     /// request) is read and dropped, so the client's end of file is seen.
