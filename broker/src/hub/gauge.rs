@@ -104,6 +104,13 @@ impl OutboundGauge {
         self.congested.load(Ordering::Acquire)
     }
 
+    /// Takes the messages dropped so far in this episode, to report them
+    /// now, without ending it: live messages go on being dropped (and
+    /// counted for the report that ends it) until the socket drains.
+    pub fn take_dropped(&self) -> u64 {
+        self.dropped.swap(0, Ordering::AcqRel)
+    }
+
     /// Ends a congestion episode; returns the messages dropped in it.
     pub fn clear_congestion(&self) -> u64 {
         self.congested.store(false, Ordering::Release);

@@ -126,6 +126,9 @@ impl Socket {
             sink: Sink::Socket(self.outbox.clone()),
             gauge: self.gauge.clone(),
         };
+        if since.is_some() {
+            self.report_dropped_before_recovery();
+        }
         self.next_join += 1;
         let join = self.next_join;
         self.outbox.joining(channel, join);

@@ -5,6 +5,7 @@
 
 mod channels;
 mod delivery;
+mod episode;
 mod handle;
 pub mod handshake;
 mod hook_session;
@@ -366,93 +367,6 @@ pub fn welcome_limits(l: &Limits, share: f64) -> wire::WelcomeLimits {
         account_messages_per_sec: l.account_messages_per_sec * share,
         account_burst: f64::from(l.account_burst) * share,
         max_connections: crate::cluster::scale_cap(l.max_connections, share),
-    }
-}
-
-impl Handler<Congested> for Socket {
-    type Result = ();
-
-    fn handle(&mut self, _: Congested, ctx: &mut Context<Self>) {
-        self.congested(ctx);
-        // A drop episode on a socket already under its mark (messages lost
-        // from a recovery's page, or a queue the transport emptied before
-        // this arrived) would wait for a `Drained` that only comes when
-        // bytes reach the kernel: with nothing queued, none comes, and the
-        // loss would never be reported. So it is reported now.
-        if self.gauge.is_congested() && self.gauge.pending() < self.gauge.high_water() {
-            <Self as Handler<Drained>>::handle(self, Drained, ctx);
-        }
-    }
-}
-
-impl Socket {
-    /// A drop episode began: close with 4008 if it outlasts the grace.
-    fn congested(&mut self, ctx: &mut Context<Self>) {
-        if self.congested_since.is_none() {
-            self.congested_since = Some(Instant::now());
-            let grace = Duration::from_millis(self.limits().outbound_grace_ms);
-            // An episode that ended and began again within one timer tick
-            // would otherwise leave two timers that both see the grace
-            // passed: the socket would be counted closed twice.
-            if let Some(old) = self.grace.take() {
-                ctx.cancel_future(old);
-            }
-            self.grace = Some(ctx.run_later(grace, move |act, ctx| {
-                act.grace = None;
-                // Still over the mark, or a backlog still cannot move.
-                let stuck = act.gauge.is_congested() || act.outbox.is_stalled();
-                if stuck
-                    && !act.closing
-                    && act
-                        .congested_since
-                        .is_some_and(|since| since.elapsed() >= grace)
-                {
-                    act.socket_event(Layer::Outbound, "slow_consumer_closed");
-                    act.close(ctx, CloseCode::SlowConsumer);
-                }
-            }));
-        }
-    }
-}
-
-impl Handler<Drained> for Socket {
-    type Result = ();
-
-    fn handle(&mut self, _: Drained, ctx: &mut Context<Self>) {
-        self.refresh_gate();
-        if self.congested_since.take().is_none() {
-            return;
-        }
-        // A backlog that moved may be stalled again already: the transport
-        // and the actor pump concurrently, so the `Congested` of that new
-        // stall can reach the mailbox before this `Drained`, and would be
-        // lost. The grace restarts here instead.
-        if self.outbox.is_stalled() {
-            self.congested(ctx);
-        }
-        if self.sse.is_some() && !self.closing {
-            return self.sse_drained(ctx);
-        }
-        // The count below covers them.
-        self.outbox.take_lost();
-        let dropped = self.gauge.clear_congestion();
-        if !self.closing && self.with_dialect(ctx, |d, link| d.drained(link, dropped)) {
-            return;
-        }
-        crate::exceeded::Exceeded::new(Layer::Outbound, "slow_consumer", &self.id.account)
-            .conn(&self.id.label)
-            .count(dropped)
-            .log();
-        if dropped > 0 && !self.closing {
-            let _e = self.span().entered();
-            tracing::info!(dropped, "slow consumer drained");
-            self.send(
-                wire::ErrorFrame::new(crate::protocol::ErrorCode::SlowConsumer)
-                    .dropped(dropped)
-                    .message("messages to this socket were dropped because it was not reading")
-                    .encode(),
-            );
-        }
     }
 }
 

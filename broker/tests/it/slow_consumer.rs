@@ -160,3 +160,89 @@ async fn subscriber_that_catches_up_is_told_how_many_it_lost_and_kept() {
     slow.ws.close(None).await.unwrap();
     let _ = slow.ws.next().await;
 }
+
+/// A client recovers on `slow_consumer` by subscribing again with `since`.
+/// When that subscribe is read while the socket is still dropping, the
+/// drops counted so far are reported ahead of its ack (the recovery the
+/// ack starts covers every one of them), not after it: a notice after the
+/// ack would make the client subscribe again for nothing and pay for the
+/// same history twice (issue 42: a browser waited 15 s on that debt).
+#[tokio::test]
+async fn drops_before_a_recovering_subscribe_are_reported_ahead_of_its_ack() {
+    let broker = Broker::start(&format!("{}[history]\nsize = 2000\n", with_grace(60_000)));
+    let mut req = broker.ws_url().into_client_request().unwrap();
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        format!("tidegate.v1, bearer.{}", broker.token("acme"))
+            .parse()
+            .unwrap(),
+    );
+    let stream = tokio_tungstenite::MaybeTlsStream::Plain(small_window(broker.addr).await);
+    let (ws, _) = tokio_tungstenite::client_async(req, stream).await.unwrap();
+    let mut slow = Client::new(ws, None);
+    slow.next_json().await;
+    let ack = slow
+        .call(json!({"type":"subscribe","channel":"doc:s"}), 1)
+        .await;
+    let since = ack["seq"].as_u64().unwrap();
+
+    // Over the mark, dropping; the socket has read no frame since, so it
+    // still reads this one.
+    let mut publisher = broker.client("acme").await;
+    let n = 1000;
+    flood(&mut publisher, n, 1024, n).await;
+    wait_for_metric(
+        &broker,
+        "tidegate_rejections_total{layer=\"outbound\",reason=\"slow_consumer\"}",
+    )
+    .await;
+    slow.send(json!({"type":"subscribe","channel":"doc:s","since":since,"id":2}))
+        .await;
+
+    // Everything queued, the notice, the ack, then the history from
+    // `since`: every message is there after the ack.
+    let mut reported_before = 0;
+    loop {
+        let v = slow.next_json().await;
+        if v["type"] == "error" && v["code"] == "slow_consumer" {
+            reported_before += v["dropped"].as_u64().unwrap();
+        }
+        if v["id"] == json!(2) {
+            assert_eq!(v["type"], "ack", "{v}");
+            assert_eq!(v["recovered"], true, "{v}");
+            break;
+        }
+    }
+    assert!(
+        reported_before > 0,
+        "the drops were reported ahead of the ack"
+    );
+    let mut next = since + 1;
+    let mut reported_after = 0;
+    while next <= since + n {
+        let v = slow.next_json().await;
+        if v["type"] == "error" {
+            reported_after += v["dropped"].as_u64().unwrap_or(0);
+        } else if v["type"] == "message" && v["seq"].as_u64() == Some(next) {
+            next += 1;
+        }
+    }
+    // A round trip: a notice at the episode's end (the socket drained
+    // once it was all read) comes before this answer.
+    slow.send(json!({"type":"publish","channel":"doc:other","data":1,"id":3}))
+        .await;
+    loop {
+        let v = slow.next_json().await;
+        if v["type"] == "error" {
+            reported_after += v["dropped"].as_u64().unwrap_or(0);
+        }
+        if v["id"] == json!(3) {
+            assert_eq!(v["type"], "ack", "{v}");
+            break;
+        }
+    }
+    assert_eq!(
+        reported_after, 0,
+        "no notice after the ack: nothing was dropped after it"
+    );
+}

@@ -162,6 +162,15 @@ test("two pages of the demo see each other's cursor through the conflating curso
   await b.close();
 });
 
+/** What the slow-subscriber page keeps on `window`. */
+interface Slow {
+  got: number[];
+  slow: number;
+  gaps: number;
+  states: string[];
+  subscribes: number;
+}
+
 test("in the browser, a subscriber made slow on purpose ends with every message, in order, once", async () => {
   const token = await broker.token({});
   const page = await browser.newPage();
@@ -171,12 +180,24 @@ test("in the browser, a subscriber made slow on purpose ends with every message,
   await page.evaluate(
     async ({ sdk, url, token }) => {
       const { TidegateClient } = await import(sdk);
-      const w = window as unknown as { got: number[]; slow: number; gaps: number };
+      const w = window as unknown as Slow;
       w.got = [];
       w.slow = 0;
       w.gaps = 0;
+      w.states = [];
+      w.subscribes = 0;
+      // Counts the subscribe frames the client sends: its first, then one
+      // per recovery.
+      const Native = window.WebSocket;
+      window.WebSocket = class extends Native {
+        override send(d: string | ArrayBufferLike | Blob | ArrayBufferView): void {
+          if (typeof d === "string" && d.includes('"type":"subscribe"')) w.subscribes += 1;
+          super.send(d);
+        }
+      };
       const c = new TidegateClient({ url, token });
       c.on("slowConsumer", () => (w.slow += 1));
+      c.on("state", ({ state }: { state: string }) => w.states.push(state));
       c.on("gap", () => (w.gaps += 1));
       await c.connect();
       await c.subscribe("doc:browser", (data: { i: number }) => w.got.push(data.i));
@@ -188,15 +209,34 @@ test("in the browser, a subscriber made slow on purpose ends with every message,
   const pad = "p".repeat(500);
   await publishBatches(broker, "doc:browser", n, (i) => ({ i, pad }));
   proxy.resumeDownstream();
-  await page.waitForFunction((n) => (window as unknown as { got: number[] }).got.length >= n, n, {
-    timeout: 30_000,
-  });
-  const { got, slow, gaps } = await page.evaluate(() => {
-    const w = window as unknown as { got: number[]; slow: number; gaps: number };
-    return { got: w.got, slow: w.slow, gaps: w.gaps };
-  });
+  const seen = () =>
+    page.evaluate(() => {
+      const w = window as unknown as Slow;
+      return { got: w.got, slow: w.slow, gaps: w.gaps, states: w.states, subscribes: w.subscribes };
+    });
+  try {
+    await page.waitForFunction((n) => (window as unknown as { got: number[] }).got.length >= n, n, {
+      timeout: 30_000,
+    });
+  } catch (e) {
+    // Say where it stood: how far delivery got, and what the client went through.
+    const { got, slow, gaps, states, subscribes } = await seen();
+    const metrics = await (await fetch(`${broker.httpUrl}/metrics`)).text();
+    const outbound = metrics.split("\n").filter((l) => /^tidegate_\w*(slow|outbound|recover|drop)/.test(l));
+    throw new Error(
+      `${got.length}/${n} delivered (last ${got.at(-1)}), ${slow} slow_consumer, ${gaps} gaps, ` +
+        `${subscribes} subscribes, states ${states.join(" > ")}\n${outbound.join("\n")}`,
+      { cause: e },
+    );
+  }
+  const { got, slow, gaps, subscribes } = await seen();
   assert.ok(slow > 0, "the broker dropped some and said so");
   assert.equal(gaps, 0);
+  // Every drop happened before the client's recovering subscribe was read,
+  // so the broker reported them all ahead of its ack: one recovery, not a
+  // second one for drops the first already covered (which waited 15 s on
+  // the first one's recovery debt).
+  assert.equal(subscribes, 2, "the subscribe, then one recovery");
   assert.deepEqual(got, Array.from({ length: n }, (_, i) => i), "every message, in order, once");
   await page.close();
 });
