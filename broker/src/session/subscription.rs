@@ -274,6 +274,12 @@ impl Subscription {
                 *last = seq;
                 self.dropped += 1;
             }
+            // Held messages still being handed over come before it: they
+            // go out (those below the loss), then it breaks (`settle`).
+            State::Live(_) if !self.flush.is_empty() => {
+                self.lost_at.get_or_insert(seq);
+                self.dropped += 1;
+            }
             State::Live(_) => {
                 self.lost_at.get_or_insert(seq);
                 self.dropped += 1;

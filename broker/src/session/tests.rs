@@ -291,3 +291,29 @@ fn an_episode_begins_at_the_first_drop_and_ends_under_the_mark_with_its_count() 
     assert_eq!(Episode::end(&gauge), Some(2));
     assert_eq!(Episode::end(&gauge), None, "reported once");
 }
+
+#[test]
+fn a_loss_while_held_messages_are_handed_over_keeps_those_before_it() {
+    let mut sub = Subscription::new(OnLoss::Break);
+    sub.offer(11, &frame(11), None);
+    sub.offer(12, &frame(12), None);
+    assert_eq!(sub.joined(joined(Recovery::default(), 10)), Joining::Live);
+    // The front pumps later, not under the same lock as the join: a
+    // message held meanwhile and a loss arrive first.
+    assert_eq!(sub.offer(13, &frame(13), None), Offer::Held);
+    sub.lost(14);
+    assert_eq!(sub.offer(15, &frame(15), None), Offer::Held);
+    assert_eq!(
+        pump_all(&mut sub),
+        [('l', 11), ('l', 12), ('l', 13), ('x', 15)]
+    );
+    assert_eq!(sub.phase(), Phase::Broken);
+    assert_eq!(sub.waiting(), 0);
+    assert_eq!(
+        sub.report(),
+        Report {
+            dropped: 2,
+            last_seq: 13
+        }
+    );
+}

@@ -7,13 +7,17 @@
 //! the same selection ([`Renders`]) and queued, shared, after each one's
 //! own head ([`Outlet::push_pair`]).
 //!
-//! Its position sits under its own lock, as a socket's do beside its
-//! queue: `Joining` holds live messages until the recovered history is
-//! queued, `Live` queues each `seq` once and in order. A message the hub
-//! drops for it (the socket over its mark) breaks it at that `seq`:
+//! Which messages go out, and when, is the session layer's
+//! [`Subscription`] (joining, recovering in slices under half the mark,
+//! live, broken), kept under this sink's lock as a socket keeps its
+//! subscriptions beside its queue, with [`OnLoss::Break`]: a GraphQL
+//! client cannot be told of a gap and go on, so a message the hub drops
+//! for it (the socket over its mark), a `next` the queue refuses, or
+//! history trimmed before its page was read breaks it at that `seq`:
 //! nothing newer is queued, and once the socket drains the dialect ends it
-//! with `SLOW_CONSUMER` naming the last `seq` sent, so a resume with
-//! `since` loses nothing and sees nothing twice.
+//! with `SLOW_CONSUMER` naming the last `seq` sent ([`OpSink::end`]'s
+//! [`Report`]), so a resume with `since` loses nothing and sees nothing
+//! twice. This file only renders and queues.
 
 use std::sync::{Arc, Weak};
 
@@ -21,9 +25,10 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 
 use super::shape::Shape;
-use crate::hub::{DirectSink, Joined, OutboundGauge, Page, Pages, Recovery, Renders, Reserve};
+use crate::hub::{DirectSink, Joined, OutboundGauge, Page, Pages, Renders};
 use crate::node::dialect::{Backlog, Outlet, Step};
 use crate::protocol::wire;
+use crate::session::{Episode, Joining, Next, Offer, OnLoss, Phase, Report, Subscription};
 
 /// Messages whose `data` is at most this many bytes are queued as one
 /// entry per subscription: its own head (kept while the length stays the
@@ -32,44 +37,13 @@ use crate::protocol::wire;
 /// `data` is not copied even once).
 const WHOLE_MAX: usize = 1024;
 
-/// A delivery held while joining: its bytes stay counted in the gauge.
-struct Held {
-    seq: u64,
-    frame: Bytes,
-    key: Option<Arc<str>>,
-}
-
-enum Pos {
-    /// Waiting for the bridge (recovery, cluster-wide delivery).
-    Joining(Vec<Held>),
-    /// The recovered history after `since` (at most `history.size`
-    /// messages; the hub's own frames, not copies, in memory mode; from a
-    /// cluster's history, one page at a time, `page_bytes` of it waiting
-    /// here counted in the gauge, its budget reserved under half the
-    /// socket's mark: `socket/pages.rs`), queued in slices under the
-    /// socket's mark as it drains ([`Backlog`], the socket's recovery);
-    /// live messages wait behind it in `held` (`held_bytes` of them,
-    /// counted in the gauge, so the hub stops adding at the mark).
-    Recovering {
-        backlog: Recovery,
-        held: Vec<Held>,
-        held_bytes: usize,
-        page_bytes: usize,
-        last: u64,
-    },
-    /// The highest `seq` handled (sent or lost).
-    Live(u64),
-    /// Ended: nothing more is queued.
-    Ended,
-}
-
 struct State {
-    pos: Pos,
-    /// The last `seq` queued (`lastSeq` of a `SLOW_CONSUMER`).
-    sent: u64,
-    /// The first `seq` lost, and how many were.
-    broken_at: Option<u64>,
-    dropped: u64,
+    /// Where the subscription stands, and what it holds: live messages
+    /// held while it joins or recovers and at most one page of a
+    /// cluster's history, all counted in the socket's gauge (whose mark
+    /// the hub drops at; a page's budget is reserved under half the mark,
+    /// `socket/pages.rs`).
+    sub: Subscription,
     /// `extensions` for the first `next` (the charge, the recovery).
     first: Option<String>,
     /// The frame header and head ([`Shape::render_head`]) last queued
@@ -93,14 +67,6 @@ pub struct OpSink {
     state: Mutex<State>,
 }
 
-/// How a subscription ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ended {
-    /// Messages lost (0: none).
-    pub dropped: u64,
-    pub last_seq: u64,
-}
-
 impl OpSink {
     pub fn new(
         conn: u64,
@@ -117,10 +83,7 @@ impl OpSink {
             slot: format!("{channel}\u{0}{conn}").into(),
             outlet,
             state: Mutex::new(State {
-                pos: Pos::Joining(Vec::new()),
-                sent: 0,
-                broken_at: None,
-                dropped: 0,
+                sub: Subscription::new(OnLoss::Break),
                 first,
                 head: None,
             }),
@@ -130,7 +93,9 @@ impl OpSink {
     /// Renders and queues `seq`; `reserved` is what the gauge already
     /// counts for it (the hub's frame, or nothing for recovered history).
     /// `renders` holds the bodies rendered of this message so far (the
-    /// fan-out's, or one of this subscription's own for history).
+    /// fan-out's, or one of this subscription's own for history). Tells
+    /// the subscription it was queued, or refused (a conflating key past
+    /// the mark: the subscription breaks).
     fn queue(
         &self,
         st: &mut State,
@@ -173,25 +138,45 @@ impl OpSink {
                         self.outlet.push_pair(head, body);
                     }
                 }
-                st.sent = seq;
+                st.sub.queued(seq);
             }
             None => {
                 let data = wire::message_data(frame, &self.channel, seq);
                 let mut parts = self.shape.render(ext.as_deref(), seq, &data);
                 recount(gauge, reserved, parts.iter().map(Bytes::len).sum());
                 self.outlet.push(&mut parts);
-                st.sent = seq;
+                st.sub.queued(seq);
             }
             Some(key) => {
                 let whole = self.shape.render_whole(ext.as_deref(), seq, data);
                 recount(gauge, reserved, whole.len());
                 if self.outlet.push_keyed(&self.slot, key, whole) {
-                    st.sent = seq;
+                    st.sub.queued(seq);
                 } else {
                     st.first = ext;
-                    st.broken_at.get_or_insert(seq);
-                    st.dropped += 1;
+                    st.sub.refused(seq);
                 }
+            }
+        }
+    }
+
+    /// Queues the live messages the subscription hands over as it goes
+    /// live (held while it joined or recovered: those above its position,
+    /// before any loss) and releases the rest. Asks for no room, so no
+    /// recovered history moves here: that is [`Backlog::pump`]'s, under
+    /// the socket's rule.
+    fn flush(&self, st: &mut State) {
+        loop {
+            match st.sub.pump(&mut |_| false) {
+                Next::Live(h) => {
+                    let reserved = h.frame.len();
+                    let held = (h.seq, &h.frame);
+                    self.queue(st, held, h.key, reserved, &mut Renders::default());
+                }
+                Next::Release(h) => {
+                    self.outlet.gauge().release(h.frame.len());
+                }
+                _ => return,
             }
         }
     }
@@ -200,94 +185,43 @@ impl OpSink {
     /// mark, [`Backlog`]), then what arrived meanwhile, each `seq` once and
     /// in order, stopping at a loss.
     pub fn joined(self: &Arc<Self>, joined: Joined) {
+        let recovered = joined.recovered;
         let mut st = self.state.lock();
-        let held = match std::mem::replace(&mut st.pos, Pos::Ended) {
-            Pos::Joining(held) => held,
-            other => {
-                st.pos = other;
-                return;
-            }
-        };
-        if let Some(recovered) = joined.recovered {
+        let joining = st.sub.joined(joined);
+        if joining == Joining::Ignored {
+            return;
+        }
+        if let Some(recovered) = recovered {
             let x = st.first.take().unwrap_or_else(|| "{}".to_owned());
             st.first = Some(with_recovered(&x, recovered));
         }
-        let last = joined.position();
-        // Before anything is queued the client holds everything up to the
-        // first recovered `seq`, or up to where the subscription went live.
-        st.sent = joined.backlog.before_first().unwrap_or(last);
-        if joined.backlog.is_done() {
-            self.go_live(&mut st, held, last);
+        if joining == Joining::Live {
+            self.flush(&mut st);
             return;
         }
-        st.pos = Pos::Recovering {
-            backlog: joined.backlog,
-            held_bytes: held.iter().map(|h| h.frame.len()).sum(),
-            page_bytes: 0,
-            held,
-            last,
-        };
         drop(st);
         self.outlet.recover(self.clone());
     }
 
-    /// The backlog is all queued: the live messages held behind it follow
-    /// (those above `last`, before any loss), and the subscription is live.
-    fn go_live(&self, st: &mut State, held: Vec<Held>, mut last: u64) {
-        for h in held {
-            if h.seq > last && st.broken_at.is_none_or(|b| h.seq < b) {
-                last = h.seq;
-                self.queue(
-                    st,
-                    (h.seq, &h.frame),
-                    h.key,
-                    h.frame.len(),
-                    &mut Renders::default(),
-                );
-            } else {
-                if h.seq > last {
-                    st.dropped += 1;
-                }
-                self.outlet.gauge().release(h.frame.len());
-            }
-        }
-        st.pos = Pos::Live(last);
-    }
-
-    /// Whether the hub lost a message of this subscription.
+    /// Whether a message of this subscription was lost.
     pub fn broken(&self) -> bool {
-        self.state.lock().broken_at.is_some()
+        self.state.lock().sub.is_broken()
     }
 
     /// Ends the subscription: nothing more is queued for it after this.
-    pub fn end(self: &Arc<Self>) -> Ended {
+    /// What it held leaves the gauge; how many were lost and the last
+    /// `seq` queued are its `SLOW_CONSUMER`.
+    pub fn end(self: &Arc<Self>) -> Report {
         let mut st = self.state.lock();
-        let recovering = match std::mem::replace(&mut st.pos, Pos::Ended) {
-            Pos::Joining(held) => {
-                self.outlet
-                    .gauge()
-                    .release(held.iter().map(|h| h.frame.len()).sum());
-                true
-            }
-            Pos::Recovering {
-                held, page_bytes, ..
-            } => {
-                let bytes: usize = held.iter().map(|h| h.frame.len()).sum();
-                self.outlet.gauge().release(bytes + page_bytes);
-                true
-            }
-            _ => false,
-        };
-        let ended = Ended {
-            dropped: st.dropped,
-            last_seq: st.sent,
-        };
+        let report = st.sub.report();
+        let left = st.sub.end();
         drop(st);
-        if recovering {
+        self.outlet.gauge().release(left.held + left.paged);
+        if matches!(left.was, Phase::Joining | Phase::Recovering) {
             let me: Arc<dyn Backlog> = self.clone();
             self.outlet.forget(&me);
         }
-        ended
+        report
     }
 }
 
@@ -301,33 +235,13 @@ impl DirectSink for OpSink {
         renders: &mut Renders,
     ) {
         let mut st = self.state.lock();
-        match &mut st.pos {
-            Pos::Live(last) if seq > *last => {
-                *last = seq;
-                if st.broken_at.is_some() {
-                    st.dropped += 1;
-                    drop(st);
-                    self.outlet.gauge().release(frame.len());
-                    return;
-                }
-                self.queue(&mut st, (seq, frame), key.cloned(), frame.len(), renders);
+        match st.sub.offer(seq, frame, key) {
+            Offer::Deliver => {
+                let reserved = frame.len();
+                self.queue(&mut st, (seq, frame), key.cloned(), reserved, renders);
             }
-            Pos::Joining(held) => held.push(Held {
-                seq,
-                frame: frame.clone(),
-                key: key.cloned(),
-            }),
-            Pos::Recovering {
-                held, held_bytes, ..
-            } => {
-                *held_bytes += frame.len();
-                held.push(Held {
-                    seq,
-                    frame: frame.clone(),
-                    key: key.cloned(),
-                });
-            }
-            _ => {
+            Offer::Held => {}
+            Offer::Release => {
                 drop(st);
                 self.outlet.gauge().release(frame.len());
             }
@@ -339,18 +253,7 @@ impl DirectSink for OpSink {
     }
 
     fn dropped(&self, _channel: &Arc<str>, seq: u64) {
-        let mut st = self.state.lock();
-        match st.pos {
-            Pos::Live(last) if seq <= last => {}
-            Pos::Ended => {}
-            _ => {
-                st.broken_at.get_or_insert(seq);
-                st.dropped += 1;
-                if let Pos::Live(last) = &mut st.pos {
-                    *last = seq;
-                }
-            }
-        }
+        self.state.lock().sub.lost(seq);
     }
 }
 
@@ -359,67 +262,55 @@ impl Backlog for OpSink {
         let mut step = Step::default();
         let mut st = self.state.lock();
         loop {
-            let Pos::Recovering {
-                backlog,
-                held_bytes,
-                page_bytes,
-                ..
-            } = &mut st.pos
-            else {
-                step.done = true;
-                return step;
-            };
-            if backlog.is_done() {
-                break;
+            match st.sub.pump(&mut |waiting| room(waiting)) {
+                Next::Recovered { seq, frame, paged } => {
+                    // A page's frames are counted in the gauge since they
+                    // were read; the hub's history is not.
+                    let reserved = if paged { frame.len() } else { 0 };
+                    let mut renders = Renders::default();
+                    self.queue(&mut st, (seq, &frame), None, reserved, &mut renders);
+                    step.moved = true;
+                }
+                Next::Live(h) => {
+                    let reserved = h.frame.len();
+                    let held = (h.seq, &h.frame);
+                    self.queue(&mut st, held, h.key, reserved, &mut Renders::default());
+                }
+                Next::Release(h) => {
+                    self.outlet.gauge().release(h.frame.len());
+                }
+                Next::Stalled => {
+                    step.stalled = true;
+                    return step;
+                }
+                Next::Page => {
+                    self.read_page(&mut st);
+                    return step;
+                }
+                Next::Done => {
+                    step.done = true;
+                    return step;
+                }
             }
-            if !room(*held_bytes + *page_bytes) {
-                step.stalled = true;
-                return step;
-            }
-            let paged = backlog.source().is_some();
-            let Some((seq, frame)) = backlog.pop() else {
-                let waiting = *held_bytes + *page_bytes;
-                self.read_page(&mut st, waiting);
-                return step;
-            };
-            // A page's frames are counted in the gauge since they were read.
-            let reserved = if paged { frame.len() } else { 0 };
-            *page_bytes -= reserved;
-            self.queue(
-                &mut st,
-                (seq, &frame),
-                None,
-                reserved,
-                &mut Renders::default(),
-            );
-            step.moved = true;
         }
-        if let Pos::Recovering { held, last, .. } = std::mem::replace(&mut st.pos, Pos::Ended) {
-            self.go_live(&mut st, held, last);
-        }
-        step.done = true;
-        step
     }
 }
 
 impl OpSink {
     /// Starts reading the next page of the recovery, inside the room the
-    /// socket grants beside `waiting` bytes (`socket/pages.rs`).
-    fn read_page(&self, st: &mut State, waiting: usize) {
-        let Pos::Recovering { backlog, .. } = &mut st.pos else {
-            return;
-        };
-        if !backlog.wants_page() {
+    /// socket grants beside what the subscription holds
+    /// (`socket/pages.rs`).
+    fn read_page(&self, st: &mut State) {
+        if !st.sub.wants_page() {
             return;
         }
-        let Some(budget) = self.outlet.page_room(waiting) else {
+        let Some(budget) = self.outlet.page_room(st.sub.waiting()) else {
             return;
         };
-        let (Some(read), Some(source), Some(me)) = (
-            backlog.next_page(budget),
-            backlog.source(),
-            self.me.upgrade(),
-        ) else {
+        let source = st.sub.source();
+        let (Some(read), Some(source), Some(me)) =
+            (st.sub.next_page(budget), source, self.me.upgrade())
+        else {
             self.outlet.page_done(budget);
             return;
         };
@@ -429,45 +320,25 @@ impl OpSink {
         });
     }
 
-    /// A page arrived: its frames wait here (counted in the gauge) and are
-    /// pumped now. Messages that left the history before it was read break
-    /// the subscription there, as a drop at the mark does: nothing newer is
-    /// queued, and `SLOW_CONSUMER` says how many were lost and the last
-    /// `seq` sent once the socket reports the episode.
+    /// A page arrived: its frames wait in the subscription (counted in the
+    /// gauge) and are pumped now. Messages that left the history before it
+    /// was read break the subscription where its client's history stops,
+    /// as a drop at the mark does: the rest of the backlog is given up,
+    /// what was held before the hole is queued, and `SLOW_CONSUMER` says
+    /// how many were lost and the last `seq` sent once the socket reports
+    /// the episode.
     fn paged(&self, source: &Arc<dyn Pages>, budget: usize, page: Option<Page>) {
         let gauge = self.outlet.gauge();
         let mut st = self.state.lock();
-        let mut lost = 0;
-        if let Pos::Recovering {
-            backlog,
-            page_bytes,
-            ..
-        } = &mut st.pos
-            && backlog.reads_from(source)
-        {
-            lost = backlog.fill(page);
-            let bytes = backlog.ready().1;
-            gauge.add(bytes);
-            *page_bytes += bytes;
-        }
-        if lost > 0 {
-            let first = st.sent + 1;
-            st.broken_at.get_or_insert(first);
-            st.dropped += lost;
-            if let Pos::Recovering {
-                held,
-                last,
-                page_bytes,
-                ..
-            } = std::mem::replace(&mut st.pos, Pos::Ended)
-            {
-                gauge.release(page_bytes);
-                self.go_live(&mut st, held, last);
-            }
+        let filled = st.sub.filled(source, page);
+        gauge.add(filled.bytes);
+        gauge.release(filled.released);
+        if filled.lost > 0 {
+            self.flush(&mut st);
         }
         drop(st);
         self.outlet.page_done(budget);
-        if lost > 0 && gauge.record_drops(lost) == Reserve::FirstDrop {
+        if filled.lost > 0 && Episode::begins(gauge.record_drops(filled.lost)) {
             self.outlet.congested();
         }
         self.outlet.pump_backlogs();

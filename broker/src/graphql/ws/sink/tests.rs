@@ -170,3 +170,91 @@ fn a_pair_is_the_same_bytes_its_body_shared_and_its_head_kept_while_the_length_h
         assert_eq!(out.gauge.pending(), queued);
     }
 }
+
+/// The `seq`s of what was queued, in order.
+fn seqs(out: &Recorder) -> Vec<u64> {
+    let frames = out.frames.lock();
+    frames
+        .iter()
+        .map(|p| {
+            json_of(p)["payload"]["data"]["messages"]["seq"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// A sink not joined yet.
+fn joining(query: &str) -> (Arc<OpSink>, Arc<Recorder>) {
+    let doc = parse_query(query).unwrap();
+    let (_, op) = doc.operations.iter().next().unwrap();
+    let shape = Shape::compile(&doc, &op.node, &Variables::default(), "1", "doc:1");
+    let out = Arc::new(Recorder {
+        gauge: OutboundGauge::new(1 << 20),
+        frames: Mutex::new(Vec::new()),
+    });
+    let s = OpSink::new(1, "doc:1", shape, out.clone(), None);
+    (s, out)
+}
+
+/// A live message as the hub hands it over: reserved in the gauge first.
+fn deliver(s: &OpSink, out: &Recorder, seq: u64) {
+    let frame = wire::message("doc:1", seq, &seq.to_string());
+    out.gauge.add(frame.len());
+    s.message(&"doc:1".into(), seq, &frame, None, &mut Renders::default());
+}
+
+fn queued_bytes(out: &Recorder) -> usize {
+    out.frames.lock().iter().flatten().map(Bytes::len).sum()
+}
+
+#[test]
+fn history_then_what_was_held_each_seq_once_and_the_first_says_recovered() {
+    let q = r#"subscription { messages(channel: "doc:1") { seq } }"#;
+    let (s, out) = joining(q);
+    deliver(&s, &out, 11);
+    deliver(&s, &out, 12);
+    let backlog: Vec<(u64, Bytes)> = (9..=11)
+        .map(|seq| (seq, wire::message("doc:1", seq, "0")))
+        .collect();
+    s.joined(Joined {
+        recovered: Some(true),
+        backlog: backlog.into(),
+        last_seq: 11,
+    });
+    deliver(&s, &out, 13);
+    assert_eq!(seqs(&out), [9, 10, 11, 12, 13], "11 once, as history");
+    let first = json_of(&out.frames.lock()[0]);
+    assert_eq!(first["payload"]["extensions"]["recovered"], true);
+    assert_eq!(out.gauge.pending(), queued_bytes(&out), "held 11 released");
+    assert!(!s.broken());
+    assert_eq!(s.end().dropped, 0);
+}
+
+#[test]
+fn a_drop_breaks_it_nothing_newer_is_queued_and_the_end_names_the_last_seq_sent() {
+    let q = r#"subscription { messages(channel: "doc:1") { seq } }"#;
+    let (s, out) = joining(q);
+    deliver(&s, &out, 11);
+    s.dropped(&"doc:1".into(), 12);
+    deliver(&s, &out, 13);
+    assert!(s.broken(), "a loss while joining");
+    s.joined(Joined {
+        recovered: None,
+        backlog: Default::default(),
+        last_seq: 10,
+    });
+    assert_eq!(seqs(&out), [11], "what came before the loss");
+    deliver(&s, &out, 14);
+    s.dropped(&"doc:1".into(), 15);
+    assert_eq!(seqs(&out), [11]);
+    assert_eq!(
+        out.gauge.pending(),
+        queued_bytes(&out),
+        "13 and 14 released"
+    );
+    let report = s.end();
+    assert_eq!((report.dropped, report.last_seq), (4, 11));
+    deliver(&s, &out, 16);
+    assert_eq!(out.gauge.pending(), queued_bytes(&out), "ended: released");
+}
