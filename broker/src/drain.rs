@@ -7,9 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use actix::Recipient;
-
-use crate::account::CloseWith;
+use crate::account::{CloseWith, Control};
 use crate::node::Node;
 use crate::protocol::CloseCode;
 
@@ -19,9 +17,9 @@ const STEP: Duration = Duration::from_millis(100);
 /// the last closes to complete before stragglers get 1001.
 pub const SPREAD: f64 = 0.8;
 
-fn close(addrs: &[Recipient<CloseWith>], code: CloseCode) {
+fn close(addrs: &[Control], code: CloseCode) {
     for a in addrs {
-        a.do_send(CloseWith {
+        a.close(CloseWith {
             code,
             notice: None,
             reason: None,
@@ -40,7 +38,7 @@ pub async fn drain(node: &Node, window: Duration) {
     node.start_draining();
     let start = Instant::now();
     let end = start + window;
-    let sockets: Vec<Recipient<CloseWith>> = node.sockets.iter().map(|s| s.close.clone()).collect();
+    let sockets: Vec<Control> = node.sockets.iter().map(|s| s.control.clone()).collect();
     tracing::info!(
         sockets = sockets.len(),
         window_ms = window.as_millis() as u64,
@@ -58,8 +56,7 @@ pub async fn drain(node: &Node, window: Duration) {
         }
     }
     until_empty(node, end).await;
-    let stragglers: Vec<Recipient<CloseWith>> =
-        node.sockets.iter().map(|s| s.close.clone()).collect();
+    let stragglers: Vec<Control> = node.sockets.iter().map(|s| s.control.clone()).collect();
     if !stragglers.is_empty() {
         tracing::info!(
             sockets = stragglers.len(),

@@ -15,12 +15,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use actix::WeakAddr;
 use actix::prelude::*;
 use dashmap::DashMap;
 
 /// The socket's side of the sampled budget, a limiter primitive.
 pub use crate::limiter::{Sample, Sampler};
-pub use control::{CloseWith, Reconfigure};
+pub use control::{CloseWith, Control, Reconfigure};
 
 use crate::cluster::{Charged, Pending, SharedLimiterStore};
 use crate::config::{LimitName, Limits};
@@ -42,7 +43,7 @@ struct Register {
 #[rtype(result = "()")]
 struct Attach {
     conn: u64,
-    sink: Recipient<CloseWith>,
+    sink: Control,
 }
 
 #[derive(Message)]
@@ -76,7 +77,7 @@ pub struct AccountSupervisor {
     store: SharedLimiterStore,
     metrics: Arc<Metrics>,
     registry: Arc<Accounts>,
-    members: HashMap<u64, Option<Recipient<CloseWith>>>,
+    members: HashMap<u64, Option<Control>>,
     last_view: Option<BudgetView>,
     /// Set while a breach is being enforced, so one flood closes the
     /// account once rather than once per late charge.
@@ -111,7 +112,7 @@ impl AccountSupervisor {
         }
         self.closing_since = Some(now);
         for sink in self.members.values().flatten() {
-            sink.do_send(CloseWith {
+            sink.close(CloseWith {
                 code: CloseCode::PolicyViolation,
                 notice: Some(ErrorCode::AccountRateLimited),
                 reason: None,
@@ -236,7 +237,11 @@ impl std::fmt::Debug for Accounts {
 /// A socket's place in its account: a member of the supervisor and one
 /// connection counted against the cap. The drop gives both back.
 pub struct AccountSlot {
-    pub addr: Addr<AccountSupervisor>,
+    /// Weak, like [`Control`]: a strong `Addr` is a sender of its own
+    /// (two allocations per socket). The supervisor outlives its members
+    /// (it retires only with none: `stopping`), so this upgrades for as
+    /// long as the slot exists, short of the system stopping.
+    addr: WeakAddr<AccountSupervisor>,
     conn: u64,
     account: Arc<str>,
     store: SharedLimiterStore,
@@ -250,17 +255,27 @@ impl std::fmt::Debug for AccountSlot {
 
 impl AccountSlot {
     /// Registers the started socket for account-wide closes.
-    pub fn attach(&self, sink: Recipient<CloseWith>) {
-        self.addr.do_send(Attach {
-            conn: self.conn,
-            sink,
-        });
+    pub fn attach(&self, sink: Control) {
+        if let Some(addr) = self.addr.upgrade() {
+            addr.do_send(Attach {
+                conn: self.conn,
+                sink,
+            });
+        }
+    }
+
+    /// The supervisor, for a charge or a balance (`None` only once the
+    /// system is stopping).
+    pub fn supervisor(&self) -> Option<Addr<AccountSupervisor>> {
+        self.addr.upgrade()
     }
 }
 
 impl Drop for AccountSlot {
     fn drop(&mut self) {
-        self.addr.do_send(Detach { conn: self.conn });
+        if let Some(addr) = self.addr.upgrade() {
+            addr.do_send(Detach { conn: self.conn });
+        }
         self.store.release_connection(&self.account);
     }
 }
@@ -317,7 +332,7 @@ impl Accounts {
             match addr.send(Register { conn }).await {
                 Ok(()) => {
                     return AccountSlot {
-                        addr,
+                        addr: addr.downgrade(),
                         conn,
                         account: account.into(),
                         store: store.clone(),

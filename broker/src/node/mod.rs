@@ -3,7 +3,7 @@
 //! state (API keys, rules), bans, webhooks and the registries of live
 //! connections. The node composes the layers below it and is handed to
 //! every front; it knows none of them. Live connections are held as
-//! `Recipient`s of the messages [`crate::account`] defines, and the bridge
+//! [`Control`]s of the messages [`crate::account`] defines, and the bridge
 //! reports upward through [`cluster::Events`], which the node implements.
 
 pub mod dialect;
@@ -12,13 +12,12 @@ pub mod operator;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use actix::Recipient;
 use arc_swap::ArcSwap;
 use dashmap::DashMap;
 
 pub use operator::Admin;
 
-use crate::account::{Accounts, CloseWith, Reconfigure};
+use crate::account::{Accounts, Control, Reconfigure};
 use crate::auth::{Authenticator, KeyError};
 use crate::charge::{ApiKeys, Ledger};
 use crate::cluster::redis::RedisTarget;
@@ -111,10 +110,9 @@ pub enum Begun {
 /// What the node keeps of each live socket.
 #[derive(Debug, Clone)]
 pub struct SocketHandle {
-    /// How the node, the drain and operators close it.
-    pub close: Recipient<CloseWith>,
-    /// How a reload hands it new limits.
-    pub reconfigure: Recipient<Reconfigure>,
+    /// How the node, the drain and operators close it, and a reload hands
+    /// it new limits (shared with its account's supervisor).
+    pub control: Control,
     /// The connection id shown to clients (`n1-8f3a`).
     pub label: Arc<str>,
     pub account: Arc<str>,
@@ -324,7 +322,7 @@ impl Node {
         let mut kept = 0usize;
         for s in self.sockets.iter() {
             match config.limits_for(&s.account, s.plan.as_deref()) {
-                Ok(limits) => s.reconfigure.do_send(Reconfigure { limits }),
+                Ok(limits) => s.control.reconfigure(Reconfigure { limits }),
                 // The socket's plan is gone from the new file: it keeps the
                 // limits it has until it reconnects (and is refused).
                 Err(_) => kept += 1,

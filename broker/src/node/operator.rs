@@ -85,7 +85,7 @@ fn close_sockets(node: &Node, who: &Who, reason: &'static str) -> usize {
     let mut closed = 0usize;
     for s in node.sockets.iter() {
         if matches(s.value()) {
-            s.close.do_send(CloseWith {
+            s.control.close(CloseWith {
                 code: CloseCode::Operator,
                 notice: None,
                 reason: Some(reason),

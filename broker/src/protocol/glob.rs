@@ -56,9 +56,11 @@ impl Glob {
     }
 }
 
-/// A set of globs: matches if any does. Empty matches nothing.
+/// A set of globs: matches if any does. Empty matches nothing. Shared
+/// (`Arc`): connections whose tokens carry the same patterns hold one
+/// compiled set (`auth::Claims::grants`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct GlobSet(Vec<Glob>);
+pub struct GlobSet(std::sync::Arc<[Glob]>);
 
 impl GlobSet {
     pub fn new<S: AsRef<str>>(patterns: &[S]) -> GlobSet {

@@ -275,7 +275,10 @@ impl Socket {
         let Some(slot) = &self.slots.account else {
             return;
         };
-        let charge = slot.addr.send(Charge {
+        let Some(supervisor) = slot.supervisor() else {
+            return;
+        };
+        let charge = supervisor.send(Charge {
             units: sample.units,
             since: sample.since,
             limits: self.limits().clone(),
@@ -417,12 +420,12 @@ impl Socket {
     /// supervisor has it now.
     fn request_budget(&mut self, id: Option<&RawValue>, ctx: &mut Context<Self>) {
         let id: Option<Box<RawValue>> = id.map(ToOwned::to_owned);
-        match &self.slots.account {
-            Some(slot) => {
+        match self.slots.account.as_ref().and_then(|s| s.supervisor()) {
+            Some(supervisor) => {
                 self.asking_balance = true;
                 self.refresh_gate();
                 ctx.spawn(
-                    slot.addr
+                    supervisor
                         .send(Balance)
                         .into_actor(self)
                         .map(move |view, act, _| {

@@ -70,14 +70,18 @@ impl Socket {
         let limits = who.limits.clone();
         let expires = who.token.is_some();
         self.id = handshake::identity(&config, self.id.conn, self.id.ip, who);
-        if let Some(slot) = &slot {
-            slot.attach(ctx.address().recipient());
-        }
-        self.slots.account = slot;
-        if let Some(mut handle) = self.node.sockets.get_mut(&self.id.conn) {
+        // The supervisor shares the node's handle (see `Control`).
+        let control = self.node.sockets.get_mut(&self.id.conn).map(|mut handle| {
             handle.account = self.id.account.clone();
             handle.plan = self.id.plan.clone();
+            handle.control.clone()
+        });
+        if let Some(slot) = &slot {
+            slot.attach(
+                control.unwrap_or_else(|| crate::account::Control::new(ctx.address().downgrade())),
+            );
         }
+        self.slots.account = slot;
         <Self as Handler<Reconfigure>>::handle(self, Reconfigure { limits }, ctx);
         if expires {
             self.arm_expiry(ctx);

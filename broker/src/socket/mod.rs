@@ -283,11 +283,12 @@ impl Actor for Socket {
             ctx.add_stream(inbound);
         }
         let node = self.node.clone();
+        // One weak handle for the node and the account (see [`Control`]).
+        let control = crate::account::Control::new(ctx.address().downgrade());
         node.sockets.insert(
             self.id.conn,
             crate::node::SocketHandle {
-                close: ctx.address().recipient(),
-                reconfigure: ctx.address().recipient(),
+                control: control.clone(),
                 label: self.id.label.clone(),
                 account: self.id.account.clone(),
                 ip: self.id.ip,
@@ -309,7 +310,7 @@ impl Actor for Socket {
             return;
         }
         if let Some(slot) = &self.slots.account {
-            slot.attach(ctx.address().recipient());
+            slot.attach(control);
         }
         let every = Duration::from_millis(config.socket.heartbeat_interval_ms);
         ctx.run_interval(every, Self::heartbeat);

@@ -50,8 +50,7 @@ impl Outbox {
     /// Starts reading the next page of `name`'s recovery, if it has more
     /// and there is room; the page is handed back on the socket's worker.
     pub(super) fn read_page(&self, s: &mut Shared, name: &Arc<str>) {
-        if !matches!(s.subs.get(name), Some(Sub::Recovering { backlog, .. }) if backlog.wants_page())
-        {
+        if !matches!(s.subs.get(name), Some(Sub::Recovering(r)) if r.backlog.wants_page()) {
             return;
         }
         let held = s.held_bytes;
@@ -59,9 +58,7 @@ impl Outbox {
             return;
         };
         let read = match s.subs.get_mut(name) {
-            Some(Sub::Recovering { backlog, .. }) => {
-                backlog.next_page(budget).zip(backlog.source())
-            }
+            Some(Sub::Recovering(r)) => r.backlog.next_page(budget).zip(r.backlog.source()),
             _ => None,
         };
         let (Some((read, source)), Some(me)) = (read, self.me.upgrade()) else {
@@ -81,9 +78,10 @@ impl Outbox {
         let mut s = self.lock();
         self.page_done(&mut s, budget);
         let mut lost = 0;
-        if let Some(Sub::Recovering { backlog, .. }) = s.subs.get_mut(name)
-            && backlog.reads_from(source)
+        if let Some(Sub::Recovering(r)) = s.subs.get_mut(name)
+            && r.backlog.reads_from(source)
         {
+            let backlog = &mut r.backlog;
             lost = backlog.fill(page);
             let bytes = backlog.ready().1;
             self.gauge.add(bytes);

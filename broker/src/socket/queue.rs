@@ -76,7 +76,7 @@ impl OutQueue {
     /// Queues a frame of a queueing channel (or one the socket made).
     #[inline]
     pub fn push(&mut self, frame: Bytes) {
-        self.entries.push_back(Entry {
+        self.push_entry(Entry {
             frame,
             tag: Tag::Whole,
         });
@@ -88,7 +88,7 @@ impl OutQueue {
     #[inline]
     pub fn push_pair(&mut self, head: Bytes, rest: Arc<Bytes>) {
         debug_assert!(!head.is_empty(), "an empty head is a tombstone");
-        self.entries.push_back(Entry {
+        self.push_entry(Entry {
             frame: head,
             tag: Tag::Pair(rest),
         });
@@ -100,7 +100,7 @@ impl OutQueue {
     /// been taken. The parts are moved out of `parts` (left empty).
     pub fn push_parts(&mut self, parts: &mut [Bytes]) {
         for (i, part) in parts.iter_mut().enumerate() {
-            self.entries.push_back(Entry {
+            self.push_entry(Entry {
                 frame: std::mem::take(part),
                 tag: if i > 0 { Tag::Cont } else { Tag::Whole },
             });
@@ -132,7 +132,7 @@ impl OutQueue {
             }
             self.keyed_bytes += len;
             self.slots.insert(slot.clone(), self.abs_back());
-            self.entries.push_back(Entry {
+            self.push_entry(Entry {
                 frame,
                 tag: Tag::Keyed(slot),
             });
@@ -145,7 +145,7 @@ impl OutQueue {
         let new = frame.len();
         self.keyed_bytes = self.keyed_bytes - old + new;
         self.slots.insert(slot.clone(), self.abs_back());
-        self.entries.push_back(Entry {
+        self.push_entry(Entry {
             frame,
             tag: Tag::Keyed(slot),
         });
@@ -210,6 +210,19 @@ impl OutQueue {
     #[cfg(test)]
     fn entries(&self) -> usize {
         self.entries.len()
+    }
+
+    /// Appends `e`. The first entry allocates room for one, not the four
+    /// `VecDeque` starts with: most sockets are idle, and an idle socket's
+    /// queue only ever held its welcome and an ack, one at a time, yet kept
+    /// 192 bytes for them (issue 42). A busier queue grows as usual (to
+    /// four at its second entry) and keeps its room.
+    #[inline]
+    fn push_entry(&mut self, e: Entry) {
+        if self.entries.capacity() == 0 {
+            self.entries.reserve_exact(1);
+        }
+        self.entries.push_back(e);
     }
 
     fn abs_back(&self) -> u64 {

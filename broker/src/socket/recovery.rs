@@ -19,7 +19,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::delivery::{Congested, Held, Sub};
+use super::delivery::{Congested, Held, Recovering, Sub};
 use super::outbox::{Drained, Nudge, Outbox, Shared, State};
 use crate::hub::Recovery;
 use crate::node::dialect::Backlog;
@@ -130,11 +130,11 @@ impl Outbox {
         s.held_bytes += held.iter().map(Held::len).sum::<usize>();
         s.subs.insert(
             name,
-            Sub::Recovering {
+            Sub::Recovering(Box::new(Recovering {
                 backlog,
                 held,
                 last,
-            },
+            })),
         );
         self.recovering.fetch_add(1, Ordering::AcqRel);
         self.pump(s)
@@ -152,15 +152,16 @@ impl Outbox {
         let subs: Vec<Arc<str>> = s
             .subs
             .iter()
-            .filter(|(_, sub)| matches!(sub, Sub::Recovering { .. }))
+            .filter(|(_, sub)| matches!(sub, Sub::Recovering(_)))
             .map(|(name, _)| name.clone())
             .collect();
         for name in subs {
             loop {
                 let room = self.backlog_room(s);
-                let Some(Sub::Recovering { backlog, .. }) = s.subs.get_mut(&name) else {
+                let Some(Sub::Recovering(r)) = s.subs.get_mut(&name) else {
                     break;
                 };
+                let backlog = &mut r.backlog;
                 if backlog.is_done() {
                     finished.push(name);
                     break;
@@ -193,9 +194,10 @@ impl Outbox {
     /// The backlog of `name` is all queued: its held live messages follow
     /// (those above its position), and it is live from now on.
     fn go_live(&self, s: &mut Shared, name: Arc<str>) -> bool {
-        let Some(Sub::Recovering { held, mut last, .. }) = s.subs.remove(&name) else {
+        let Some(Sub::Recovering(r)) = s.subs.remove(&name) else {
             return false;
         };
+        let Recovering { held, mut last, .. } = *r;
         self.recovering.fetch_sub(1, Ordering::AcqRel);
         let mut congested = false;
         for h in held {

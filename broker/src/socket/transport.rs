@@ -194,9 +194,14 @@ impl<T: AsyncRead + AsyncWrite + Unpin, F: Feed> Transport<T, F> {
     fn write(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ()>> {
         for _ in 0..TURNS {
             if self.batch.is_empty() {
-                // An idle socket keeps no batch allocation.
+                // An idle socket keeps no large batch allocation; its first
+                // is room for one frame, not four (its welcome, then an ack:
+                // 32 bytes kept, not 128; issue 42). A busy socket grows it.
                 if self.batch.capacity() > 8 {
                     self.batch = VecDeque::new();
+                }
+                if self.batch.capacity() == 0 {
+                    self.batch.reserve_exact(1);
                 }
                 match self
                     .feed
