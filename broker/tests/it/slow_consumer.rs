@@ -124,9 +124,10 @@ async fn stalled_subscriber_is_bounded_then_closed_while_others_get_everything()
     read_until_eof(&mut stalled).await;
 }
 
-#[tokio::test]
-async fn subscriber_that_catches_up_is_told_how_many_it_lost_and_kept() {
-    let broker = Broker::start(&with_grace(60_000));
+/// A client of account `acme` over a connection with a small receive
+/// window, past its welcome: the broker's writes back up as soon as it
+/// stops reading.
+async fn slow_reader(broker: &Broker) -> Client {
     let mut req = broker.ws_url().into_client_request().unwrap();
     req.headers_mut().insert(
         "Sec-WebSocket-Protocol",
@@ -138,6 +139,13 @@ async fn subscriber_that_catches_up_is_told_how_many_it_lost_and_kept() {
     let (ws, _) = tokio_tungstenite::client_async(req, stream).await.unwrap();
     let mut slow = Client::new(ws, None);
     slow.next_json().await;
+    slow
+}
+
+#[tokio::test]
+async fn subscriber_that_catches_up_is_told_how_many_it_lost_and_kept() {
+    let broker = Broker::start(&with_grace(60_000));
+    let mut slow = slow_reader(&broker).await;
     slow.call(json!({"type":"subscribe","channel":"doc:s"}), 1)
         .await;
 
@@ -170,17 +178,7 @@ async fn subscriber_that_catches_up_is_told_how_many_it_lost_and_kept() {
 #[tokio::test]
 async fn drops_before_a_recovering_subscribe_are_reported_ahead_of_its_ack() {
     let broker = Broker::start(&format!("{}[history]\nsize = 2000\n", with_grace(60_000)));
-    let mut req = broker.ws_url().into_client_request().unwrap();
-    req.headers_mut().insert(
-        "Sec-WebSocket-Protocol",
-        format!("tidegate.v1, bearer.{}", broker.token("acme"))
-            .parse()
-            .unwrap(),
-    );
-    let stream = tokio_tungstenite::MaybeTlsStream::Plain(small_window(broker.addr).await);
-    let (ws, _) = tokio_tungstenite::client_async(req, stream).await.unwrap();
-    let mut slow = Client::new(ws, None);
-    slow.next_json().await;
+    let mut slow = slow_reader(&broker).await;
     let ack = slow
         .call(json!({"type":"subscribe","channel":"doc:s"}), 1)
         .await;
