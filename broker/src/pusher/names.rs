@@ -54,17 +54,54 @@ pub fn is_internal(channel: &str) -> bool {
 }
 
 /// A connection's `socket_id`, `^\d+\.\d+$`, unique cluster-wide: the
-/// node's number (from its id) and the connection's.
+/// node's number (from its id) and the connection's (unique on the node).
 pub fn socket_id(node_id: &str, conn: u64) -> String {
     format!("{}.{conn}", node_number(node_id))
 }
 
-/// A number for a node id (FNV-1a, 32 bits): node ids are unique in a
-/// cluster, and so, but for a hash collision, are these.
-fn node_number(node_id: &str) -> u32 {
-    node_id.bytes().fold(0x811c_9dc5u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    })
+/// The node id read as a number in bijective base 64 (each character of
+/// `node.id`'s alphabet a digit from 1 to 64), written in decimal. No two
+/// node ids get the same number, so, node ids being unique in a cluster,
+/// neither do two nodes' `socket_id`s (a 32-bit hash of the id, used
+/// before, could collide). A short id stays short: `n1` is `3202`, a
+/// six-character id at most 11 digits, the longest (32) 58.
+fn node_number(node_id: &str) -> String {
+    // Little-endian limbs of nine decimal digits each.
+    const LIMB: u64 = 1_000_000_000;
+    let mut limbs: Vec<u64> = vec![0];
+    for b in node_id.bytes() {
+        let mut carry = digit(b);
+        for limb in &mut limbs {
+            let v = *limb * 64 + carry;
+            *limb = v % LIMB;
+            carry = v / LIMB;
+        }
+        if carry > 0 {
+            limbs.push(carry);
+        }
+    }
+    let mut out = String::with_capacity(limbs.len() * 9);
+    let mut rest = limbs.iter().rev();
+    if let Some(top) = rest.next() {
+        out.push_str(&top.to_string());
+    }
+    for limb in rest {
+        out.push_str(&format!("{limb:09}"));
+    }
+    out
+}
+
+/// A node id character's digit, 1 to 64 (`node.id` is checked against
+/// `[A-Za-z0-9_-]` at load, so no other byte reaches here; one would
+/// count as `-`).
+fn digit(b: u8) -> u64 {
+    1 + match b {
+        b'0'..=b'9' => u64::from(b - b'0'),
+        b'A'..=b'Z' => 10 + u64::from(b - b'A'),
+        b'a'..=b'z' => 36 + u64::from(b - b'a'),
+        b'_' => 62,
+        _ => 63,
+    }
 }
 
 /// Whether a channel replays its last event to a new subscriber:
@@ -161,5 +198,39 @@ mod tests {
         assert!(a.bytes().all(|c| c.is_ascii_digit()) && !a.is_empty());
         assert_eq!(b, "42");
         assert_ne!(socket_id("n1", 1), socket_id("n2", 1));
+    }
+
+    #[test]
+    fn node_numbers_are_distinct_for_distinct_ids() {
+        // Bijective base 64: `0` is 1, `-` is 64, `00` is 65.
+        assert_eq!(node_number("0"), "1");
+        assert_eq!(node_number("-"), "64");
+        assert_eq!(node_number("00"), "65");
+        assert_eq!(node_number("n1"), ((36 + 13 + 1) * 64 + 2).to_string());
+        // Ids an old 32-bit hash could not tell apart all get their own
+        // number, here every id of up to two characters (4,160 of them).
+        let alphabet: Vec<char> = ('0'..='9')
+            .chain('A'..='Z')
+            .chain('a'..='z')
+            .chain(['_', '-'])
+            .collect();
+        let mut seen = std::collections::HashSet::new();
+        for a in &alphabet {
+            assert!(seen.insert(node_number(&a.to_string())));
+            for b in &alphabet {
+                assert!(seen.insert(node_number(&format!("{a}{b}"))));
+            }
+        }
+        // The longest id is 58 digits, every one a digit.
+        let longest = node_number(&"-".repeat(32));
+        assert_eq!(longest.len(), 58);
+        assert!(longest.bytes().all(|c| c.is_ascii_digit()));
+        // Across limbs, against the same number in a u128.
+        let mid = node_number("zzzzzzzzzzzzzzzzzzzz");
+        let mut v: u128 = 0;
+        for _ in 0..20 {
+            v = v * 64 + 62;
+        }
+        assert_eq!(mid, v.to_string());
     }
 }

@@ -104,8 +104,9 @@ struct Packed([u8; Packed::LEN]);
 impl Packed {
     const LEN: usize = 32;
 
-    /// `None` for an id longer than 31 bytes (`names::socket_id`'s
-    /// `u32.u64` is at most 31).
+    /// `None` for an id longer than 31 bytes (`names::socket_id` with a
+    /// node id of up to 11 characters and a connection number below 10^9
+    /// fits; a longer one is [`OwnId::Long`]).
     fn new(id: &[u8]) -> Option<Packed> {
         let len = u8::try_from(id.len())
             .ok()
@@ -120,7 +121,7 @@ impl Packed {
 /// The subscriber's own `socket_id`, held in the sink itself.
 enum OwnId {
     Packed(Packed),
-    /// An id [`Packed`] cannot hold (none this front makes).
+    /// An id [`Packed`] cannot hold (a long node id's).
     Long(Arc<str>),
 }
 

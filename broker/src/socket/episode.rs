@@ -105,7 +105,11 @@ impl Socket {
                     .encode()
             })
         });
-        self.log_dropped(dropped);
+        // Early (a recovering subscribe during an episode) with nothing
+        // dropped yet: no event; the episode's end still logs its count.
+        if end || dropped > 0 {
+            self.log_dropped(dropped);
+        }
     }
 
     fn log_dropped(&self, dropped: u64) {

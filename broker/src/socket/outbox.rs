@@ -286,8 +286,15 @@ impl Outbox {
     /// starts a drop episode and the slow-consumer grace
     /// ([`OutboundGauge::add_answer`]).
     pub fn send(&self, frame: Bytes) {
+        let s = self.lock();
+        self.send_locked(s, frame);
+    }
+
+    /// [`Outbox::send`] under a lock the caller took: counts the frame
+    /// toward the mark, queues it, releases the lock and wakes the
+    /// transport, and starts the grace if this frame began an episode.
+    fn send_locked(&self, mut s: MutexGuard<'_, Shared>, frame: Bytes) {
         let first = self.gauge.add_answer(frame.len());
-        let mut s = self.lock();
         let open = s.state == State::Open && !s.closing;
         self.push_reserved(&mut s, frame);
         Self::unlock_and_wake(s);
@@ -306,21 +313,14 @@ impl Outbox {
     /// it moved past the hole and recovered from after it (47 of 2,000
     /// lost in the SDK's browser test).
     pub(super) fn report_drops(&self, end: bool, notice: impl FnOnce(u64) -> Option<Bytes>) -> u64 {
-        let mut s = self.lock();
+        let s = self.lock();
         let dropped = if end {
             self.gauge.clear_congestion()
         } else {
             self.gauge.take_dropped()
         };
-        let Some(frame) = notice(dropped) else {
-            return dropped;
-        };
-        let first = self.gauge.add_answer(frame.len());
-        let open = s.state == State::Open && !s.closing;
-        self.push_reserved(&mut s, frame);
-        Self::unlock_and_wake(s);
-        if first && open {
-            self.control.do_send(Congested);
+        if let Some(frame) = notice(dropped) {
+            self.send_locked(s, frame);
         }
         dropped
     }
