@@ -157,7 +157,7 @@ pub fn http_body(data: &[u8]) -> usize {
     let Some((&which, body)) = data.split_first() else {
         return 0;
     };
-    crate::http::publish::check_body(body, which % 2 == 1, &Limits::default()).unwrap_or(0)
+    crate::http::body::check_body(body, which % 2 == 1, &Limits::default()).unwrap_or(0)
 }
 
 /// A `config.toml`, through what `tidegate check-config` runs. Returns

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::overview::{AccountUse, NodeStats, WebhookEndpoint};
+use super::figures::{AccountUse, WebhookEndpoint};
 use crate::node::Node;
 
 /// Refusals of one layer and reason, since the node started.
@@ -108,18 +108,14 @@ pub fn node_apps(node: &Node, accounts: &[AccountUse]) -> Vec<AppStats> {
         .collect()
 }
 
-/// Sums the nodes' apps (taking them out of the summaries): in the first
-/// node's order (the answering node's config), then any app only others
-/// have, by id. The account's use merges as `accounts` does.
-pub fn merge(first: &str, nodes: &mut [NodeStats]) -> Vec<AppStats> {
+/// Sums the nodes' app lists, in the order given (the answering node's
+/// first, in its config's order), then any app only later lists have, in
+/// the order first seen. The account's use merges as `accounts` does.
+pub fn merge(lists: impl IntoIterator<Item = Vec<AppStats>>) -> Vec<AppStats> {
     let mut order: Vec<String> = Vec::new();
     let mut by_id: HashMap<String, AppStats> = HashMap::new();
-    let mine = nodes.iter().position(|n| n.id == first);
-    let ordered = mine
-        .into_iter()
-        .chain((0..nodes.len()).filter(|i| Some(*i) != mine));
-    for i in ordered {
-        for a in std::mem::take(&mut nodes[i].apps) {
+    for list in lists {
+        for a in list {
             match by_id.get_mut(&a.id) {
                 Some(m) => add(m, a),
                 None => {
@@ -177,10 +173,10 @@ pub fn attach_webhooks(node: &Node, apps: &mut [AppStats], all: &[WebhookEndpoin
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn app(id: &str, conns: u64, remaining: u64) -> AppStats {
+    pub(in crate::admin) fn app(id: &str, conns: u64, remaining: u64) -> AppStats {
         AppStats {
             id: id.into(),
             key: format!("{id}-key"),
@@ -207,28 +203,12 @@ mod tests {
         }
     }
 
-    fn node(id: &str, apps: Vec<AppStats>) -> NodeStats {
-        NodeStats {
-            id: id.into(),
-            connections: 0,
-            messages_in_per_sec: 0.0,
-            messages_out_per_sec: 0.0,
-            bridge_up: true,
-            draining: false,
-            at: 0,
-            accounts: Vec::new(),
-            rejections: Vec::new(),
-            apps,
-        }
-    }
-
     #[test]
-    fn apps_are_summed_over_nodes_in_the_answering_nodes_order() {
-        let mut nodes = vec![
-            node("n1", vec![app("b", 2, 90), app("a", 1, 50)]),
-            node("n2", vec![app("a", 3, 40), app("c", 1, 100)]),
-        ];
-        let apps = merge("n2", &mut nodes);
+    fn apps_are_summed_over_nodes_in_the_first_lists_order() {
+        let apps = merge([
+            vec![app("a", 3, 40), app("c", 1, 100)],
+            vec![app("b", 2, 90), app("a", 1, 50)],
+        ]);
         let ids: Vec<&str> = apps.iter().map(|a| a.id.as_str()).collect();
         assert_eq!(ids, ["a", "c", "b"]);
         let a = &apps[0];
@@ -246,6 +226,5 @@ mod tests {
             "{}",
             a.limits.pressure
         );
-        assert!(nodes.iter().all(|n| n.apps.is_empty()));
     }
 }

@@ -9,6 +9,8 @@
 //! the overview; its actions are 403.
 
 mod apps;
+mod enabled;
+mod figures;
 mod overview;
 mod page;
 mod routes;

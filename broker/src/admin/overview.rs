@@ -10,6 +10,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::apps::AppStats;
+pub use super::figures::{AccountUse, WebhookEndpoint};
 use crate::bans::BanEntry;
 use crate::clock::unix_ms;
 use crate::metrics::history::{BUCKET_MS, BUCKETS, Sample};
@@ -17,42 +18,6 @@ use crate::node::Node;
 
 /// Accounts listed as nearest their limits.
 const TOP_ACCOUNTS: usize = 20;
-
-/// One account near its limits, on one node or summed over the cluster.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct AccountUse {
-    pub account: String,
-    pub connections: u32,
-    pub max_connections: u32,
-    /// The account budget as of its last charge (cluster-wide).
-    pub budget_remaining: Option<u64>,
-    pub budget_capacity: Option<u64>,
-    /// The larger of connections/cap and budget spent/capacity, 0–1.
-    pub pressure: f64,
-}
-
-impl AccountUse {
-    /// Adds another node's use of the same account: connections summed,
-    /// the budget view the lowest seen.
-    pub(super) fn add(&mut self, a: &AccountUse) {
-        self.connections += a.connections;
-        self.max_connections = self.max_connections.max(a.max_connections);
-        if a.budget_remaining < self.budget_remaining || self.budget_remaining.is_none() {
-            self.budget_remaining = a.budget_remaining.or(self.budget_remaining);
-            self.budget_capacity = a.budget_capacity.or(self.budget_capacity);
-        }
-    }
-
-    pub(super) fn score(&mut self) {
-        let conns = f64::from(self.connections) / f64::from(self.max_connections.max(1));
-        let budget = match (self.budget_remaining, self.budget_capacity) {
-            (Some(r), Some(c)) if c > 0 => 1.0 - r as f64 / c as f64,
-            _ => 0.0,
-        };
-        self.pressure = conns.max(budget).clamp(0.0, 1.0);
-    }
-}
 
 /// Rejections of one layer and reason in one bucket.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -188,15 +153,6 @@ fn keep_top(list: &mut Vec<AccountUse>) {
     list.truncate(TOP_ACCOUNTS);
 }
 
-/// Webhook endpoints and their health (§9), when the node has any.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct WebhookEndpoint {
-    pub id: String,
-    pub healthy: bool,
-    pub queued: u64,
-}
-
 /// This node's webhook endpoints, in config order, as its gauges report
 /// them (`tidegate_webhook_endpoint_healthy`, `tidegate_webhook_queue`).
 pub fn webhooks(node: &Node) -> Vec<WebhookEndpoint> {
@@ -259,7 +215,8 @@ pub fn merge(
     let node = me.id.clone();
     let mut nodes = vec![me];
     nodes.extend(others);
-    let pusher_apps = super::apps::merge(&node, &mut nodes);
+    // The answering node's apps first, in its config's order.
+    let pusher_apps = super::apps::merge(nodes.iter_mut().map(|n| std::mem::take(&mut n.apps)));
     nodes.sort_by(|a, b| a.id.cmp(&b.id));
     let mut accounts: HashMap<String, AccountUse> = HashMap::new();
     let mut rejections: HashMap<(u64, String, String), u64> = HashMap::new();
@@ -362,5 +319,19 @@ mod tests {
         assert!((acme.pressure - 0.9).abs() < 1e-9, "{}", acme.pressure);
         assert_eq!(o.rejections.len(), 1);
         assert_eq!(o.rejections[0].count, 4);
+    }
+
+    #[test]
+    fn the_answering_nodes_apps_come_first_and_leave_the_summaries() {
+        use crate::admin::apps::tests::app;
+        let mut n1 = stats("n1", "acme", 1, 100);
+        n1.apps = vec![app("b", 2, 90), app("a", 1, 50)];
+        let mut n2 = stats("n2", "acme", 1, 100);
+        n2.apps = vec![app("a", 3, 40), app("c", 1, 100)];
+        let o = merge(n2, vec![n1], true, vec![], "admin");
+        let ids: Vec<&str> = o.pusher_apps.iter().map(|a| a.id.as_str()).collect();
+        assert_eq!(ids, ["a", "c", "b"]);
+        assert_eq!(o.pusher_apps[0].connections, 4);
+        assert!(o.nodes.iter().all(|n| n.apps.is_empty()));
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use actix_web::{HttpResponse, web};
 
-use super::routes::{enabled, not_found};
+use super::enabled::{enabled, not_found};
 use crate::node::Node;
 
 const INDEX: &str = include_str!("assets/index.html");

@@ -9,6 +9,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 
+use super::enabled::enabled;
 use super::{apps, overview, page};
 use crate::bans::BanTarget;
 use crate::clock::unix_ms;
@@ -68,20 +69,6 @@ impl Role {
 /// Compares without stopping at the first differing byte.
 fn same_key(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
-}
-
-pub(super) fn not_found() -> HttpResponse {
-    refusal(
-        StatusCode::NOT_FOUND,
-        ErrorCode::NotFound,
-        "no such endpoint",
-        None,
-    )
-}
-
-/// Whether the admin routes exist on this node (an admin key is set).
-pub(super) fn enabled(node: &Node) -> bool {
-    node.config.load().admin.admin.is_some()
 }
 
 /// A refused admin request (kept small: it is built on every wrong key).

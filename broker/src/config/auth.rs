@@ -15,11 +15,11 @@ use jsonwebtoken::{Algorithm, AlgorithmFamily};
 use serde::{Deserialize, Deserializer, Serialize};
 use sha2::Sha256;
 
-use super::cluster::{ClusterSecrets, Secret};
+use super::secret::{ClusterSecrets, MIN_SECRET_BYTES, Secret};
 use super::{AuthSection, SAMPLE_JWT_SECRET};
 
 /// The shortest HS secret and fingerprint secret accepted.
-pub const MIN_JWT_SECRET_BYTES: usize = 16;
+pub const MIN_JWT_SECRET_BYTES: usize = MIN_SECRET_BYTES;
 
 /// The algorithms a key may name (`alg`), as JOSE spells them.
 pub const KEY_ALGORITHMS: [&str; 12] = [

@@ -8,45 +8,15 @@
 //! node refuses to start in cluster mode until it is given one.
 
 use super::ClusterSection;
-use super::auth::MIN_JWT_SECRET_BYTES;
 use super::report::mask_url_password;
-
-/// A secret's bytes; its `Debug` shows only the length.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(pub Vec<u8>);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Secret({} bytes)", self.0.len())
-    }
-}
-
-/// The control messages' keys: `sign` signs and verifies, each of `accept`
-/// only verifies (a rotation in progress).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ClusterSecrets {
-    pub sign: Option<Secret>,
-    pub accept: Vec<Secret>,
-}
-
-impl ClusterSecrets {
-    /// Every key a control message may be signed with.
-    pub fn verifying(&self) -> impl Iterator<Item = &[u8]> {
-        self.sign
-            .iter()
-            .chain(self.accept.iter())
-            .map(|s| s.0.as_slice())
-    }
-}
+use super::secret::{ClusterSecrets, MIN_SECRET_BYTES, Secret};
 
 /// The secrets `[cluster]` gives, with a problem for each that is missing
 /// or too short.
 pub(super) fn secrets(cluster: &ClusterSection, problems: &mut Vec<String>) -> ClusterSecrets {
     let mut check = |path: String, s: &str| {
-        if s.len() < MIN_JWT_SECRET_BYTES {
-            problems.push(format!(
-                "{path}: must be at least {MIN_JWT_SECRET_BYTES} bytes"
-            ));
+        if s.len() < MIN_SECRET_BYTES {
+            problems.push(format!("{path}: must be at least {MIN_SECRET_BYTES} bytes"));
         }
     };
     if !cluster.secret.is_empty() {

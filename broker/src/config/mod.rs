@@ -18,6 +18,7 @@ mod plans;
 mod pusher;
 mod redis_cluster;
 mod report;
+mod secret;
 mod sections;
 mod tables;
 mod validate;
@@ -34,7 +35,6 @@ use validate::{exposed, sample_secret_problems, tls_pair_problems, validate_node
 
 pub use admin::{AdminKeys, AdminSection, LogFormat, LogSection, MIN_ADMIN_KEY_BYTES};
 pub use auth::{KEY_ALGORITHMS, KeyEntry, KeySource, MIN_JWT_SECRET_BYTES, VerifyKey};
-pub use cluster::{ClusterSecrets, Secret};
 pub use env::{JWT_SECRET_ALIAS, Source, Sources, var_name};
 pub use grpc::GrpcSection;
 pub use hooks::{HOOK_EVENTS, HookConfig, HookEntry, OnError};
@@ -43,6 +43,7 @@ pub use namespaces::{
     Conflation, Delivery, DeliveryClasses, NamespaceSection, PresenceRule, presence_rule,
 };
 pub use pusher::{MIN_PUSHER_SECRET_BYTES, PUSHER_EVENT_TYPES, PusherApp, SAMPLE_PUSHER_SECRET};
+pub use secret::{ClusterSecrets, Secret};
 pub use sections::{
     ApiKey, AuthSection, ClusterMode, ClusterSection, HandshakeSection, HistorySection,
     HttpSection, NodeSection, ProxyRange, PublishSection, SAMPLE_API_KEY, SAMPLE_JWT_SECRET,

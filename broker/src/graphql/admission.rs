@@ -19,8 +19,8 @@ use async_graphql::{ErrorExtensionValues, ErrorExtensions, ServerError, Validati
 
 use super::caller::Caller;
 use super::charge::{self, Balance, Taken};
+use super::code::Code;
 use super::request::Refused;
-use super::schema::{Budget, Code};
 use crate::config::LimitName;
 use crate::exceeded::Exceeded;
 use crate::metrics::Layer;
@@ -42,7 +42,7 @@ pub struct Ticket {
     pub subscribe: parking_lot::Mutex<Option<Start>>,
     /// `budget`, read once per operation however often it is selected
     /// (aliases weigh nothing; one bucket read serves them all).
-    pub budget: tokio::sync::OnceCell<Budget>,
+    pub budget: tokio::sync::OnceCell<Balance>,
     /// `prices`' document, built once per operation, likewise.
     pub prices: tokio::sync::OnceCell<Arc<str>>,
 }

@@ -8,7 +8,7 @@
 //! and never another front; `server.rs` mounts its routes.
 //!
 //! - [`schema`]: the §12 schema (async-graphql), one resolver file per
-//!   root type.
+//!   root type; [`code`]: the `extensions.code` of its errors.
 //! - [`pricing`]: the cost function, pure: the parsed document, its
 //!   variables and the plan's cost table in, the price out; and the
 //!   actual cost after execution.
@@ -20,7 +20,7 @@
 //!   refund), over HTTP and the socket alike, run on the GraphQL runtime
 //!   ([`executor`]) off the actix workers.
 //! - [`over_http`]: `POST`/`GET /v1/graphql` after GraphQL over HTTP
-//!   (`request.rs` reads its parameters);
+//!   (`request.rs` reads its parameters and bounds the document);
 //!   [`reply`]: media types, statuses and the runtime signal.
 //! - [`sdl`]: `GET /v1/graphql/schema.graphql` with cost directives;
 //!   [`prices`]: `GET /v1/prices`.
@@ -31,6 +31,7 @@
 pub mod admission;
 pub mod caller;
 pub mod charge;
+pub mod code;
 pub mod documents;
 pub mod executor;
 mod hooked;

@@ -12,20 +12,13 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::caller::Caller;
+use super::code::Code;
 use super::operation::{Via, refused, run};
 use super::reply::Media;
-pub(crate) use super::request::text_nesting;
+pub use super::request::MAX_DOCUMENT_BYTES;
+pub(crate) use super::request::{MAX_TEXT_NESTING, text_nesting};
 use super::request::{Refused, read_get, read_post};
-use super::schema::Code;
 use crate::node::Node;
-
-/// The largest document (§12: larger is 413).
-pub const MAX_DOCUMENT_BYTES: usize = 64 * 1024;
-
-/// How far `{`, `[` and `(` may nest in a document's text before it is
-/// parsed (the depth limit refuses far less once parsed; this bounds the
-/// parser's own recursion on hostile input).
-pub(crate) const MAX_TEXT_NESTING: usize = 128;
 
 pub async fn post(
     req: HttpRequest,

@@ -10,9 +10,16 @@ use bytes::BytesMut;
 use futures_util::StreamExt;
 
 use super::caller::Caller;
-use super::over_http::MAX_DOCUMENT_BYTES;
-use super::schema::Code;
+use super::code::Code;
 use crate::node::Node;
+
+/// The largest document (§12: larger is 413).
+pub const MAX_DOCUMENT_BYTES: usize = 64 * 1024;
+
+/// How far `{`, `[` and `(` may nest in a document's text before it is
+/// parsed (the depth limit refuses far less once parsed; this bounds the
+/// parser's own recursion on hostile input).
+pub(crate) const MAX_TEXT_NESTING: usize = 128;
 
 /// The request's GraphQL parameters.
 pub(super) struct Params {

@@ -17,6 +17,7 @@
 //! - `server.rs`: the runtime thread; `incoming.rs`: the listener's
 //!   connection caps and handshake deadline; `drain.rs`: the staggered drain.
 
+mod broker;
 mod drain;
 mod idle;
 mod incoming;

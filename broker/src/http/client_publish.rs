@@ -17,9 +17,10 @@ use std::time::Instant;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 
+use super::body::{One, parse, read_body};
 use super::client_hook;
 use super::keyed::{duplicate_refund, keyed, keyed_price, publish_key, published_body};
-use super::publish::{One, Refused, parse, read_body, refuse, with_rate_headers};
+use super::refused::{Refused, refuse, with_rate_headers};
 use super::refused::{Whose, rate_limited, refuse_paid};
 use crate::charge::{Balance, Payer, Price, Reason};
 use crate::config::Limits;

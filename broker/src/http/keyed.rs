@@ -9,7 +9,8 @@ use actix_web::HttpRequest;
 use actix_web::http::StatusCode;
 use serde_json::value::RawValue;
 
-use super::publish::{One, Refused};
+use super::body::One;
+use super::refused::Refused;
 use crate::charge::{Balance, KeyState, Payer, Refusal, publish::price};
 use crate::config::Limits;
 use crate::idempotency::{Keyed, Published};

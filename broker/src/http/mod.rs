@@ -1,6 +1,7 @@
 //! The HTTP side: publish for backend services, and the operations
 //! endpoints. Refusals share one body shape (§1, §5).
 
+pub mod body;
 mod client_hook;
 pub mod client_publish;
 mod keyed;

@@ -8,10 +8,8 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 
-use super::publish::{
-    Refused, authenticate, banned, charge, key_pays, rate_limited, unauthorized, with_rate_headers,
-};
-use super::refused::refuse_paid;
+use super::publish::{authenticate, banned, charge, key_pays, rate_limited, unauthorized};
+use super::refused::{Refused, refuse_paid, with_rate_headers};
 use crate::node::Node;
 use crate::protocol::presence::PresenceReply;
 use crate::protocol::{ErrorCode, channel, frames};

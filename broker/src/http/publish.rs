@@ -5,42 +5,20 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actix_web::http::StatusCode;
-use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder, web};
-use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
-use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Serialize;
 
+use super::body::{Batch, One, parse, read_body};
 use super::keyed::{
     body_key, duplicate_refund, keyed, keyed_price, publish_key, published_body, refund,
 };
-use super::refused::{Whose, refuse_paid};
-use crate::charge::{self, Balance, KeyState, Payer, Price, Refusal, publish::price};
+use super::refused::{Refused, Whose, refuse, refuse_paid, with_rate_headers};
+use crate::charge::{self, KeyState, Payer, Price, Refusal, publish::price};
 use crate::config::Limits;
 use crate::exceeded::Exceeded;
 use crate::metrics::Layer;
 use crate::node::Node;
-use crate::protocol::{ErrorCode, Op, channel};
-use crate::refusal::{refusal_builder, retry_after_secs};
-
-#[derive(Deserialize)]
-pub(super) struct One<'a> {
-    #[serde(borrow)]
-    pub(super) channel: Cow<'a, str>,
-    #[serde(borrow)]
-    pub(super) data: &'a RawValue,
-    /// The message's idempotency key (§17; a batch's, or a single
-    /// publish's without the header): read raw so a bad one is that
-    /// message's error, not the batch's.
-    #[serde(borrow, default)]
-    pub(super) key: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct Batch<'a> {
-    #[serde(borrow)]
-    messages: Vec<One<'a>>,
-}
+use crate::protocol::{ErrorCode, Op};
 
 /// A batch message's price and idempotency key, or its refusal.
 type Checked<'a> = Result<(u32, Option<Cow<'a, str>>), Refusal>;
@@ -60,144 +38,10 @@ enum Outcome {
     },
 }
 
-/// A refusal of one message: status, code and a sentence.
-pub(super) struct Refused {
-    pub(super) status: StatusCode,
-    pub(super) code: ErrorCode,
-    pub(super) message: String,
-}
-
-impl Refused {
-    pub(super) fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Refused {
-        Refused {
-            status,
-            code,
-            message: message.into(),
-        }
-    }
-}
-
-impl From<Refusal> for Refused {
-    fn from(r: Refusal) -> Refused {
-        let status = match r.code {
-            ErrorCode::Forbidden => StatusCode::FORBIDDEN,
-            ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::CostExceedsMax => StatusCode::UNPROCESSABLE_ENTITY,
-            _ => StatusCode::BAD_REQUEST,
-        };
-        Refused::new(status, r.code, r.message)
-    }
-}
-
 /// The key named by `Authorization: Bearer <key>`.
 pub(super) fn authenticate(req: &HttpRequest, node: &Node) -> Option<Arc<KeyState>> {
     let value = req.headers().get("authorization")?.to_str().ok()?;
     node.keys.load().get(crate::admission::bearer(value)?)
-}
-
-/// Reads at most `limit` bytes of body; more is a 413 without reading on.
-pub(super) async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, Refused> {
-    let mut buf = BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| {
-            Refused::new(
-                StatusCode::BAD_REQUEST,
-                ErrorCode::BadRequest,
-                e.to_string(),
-            )
-        })?;
-        if buf.len() + chunk.len() > limit {
-            return Err(Refused::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                ErrorCode::PayloadTooLarge,
-                format!("request body is larger than {limit} bytes"),
-            ));
-        }
-        buf.extend_from_slice(&chunk);
-    }
-    Ok(buf.freeze())
-}
-
-pub(super) fn parse<'a, T: Deserialize<'a>>(body: &'a [u8], max_depth: u32) -> Result<T, Refused> {
-    if crate::protocol::json::depth_exceeds(body, max_depth) {
-        return Err(Refused::new(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::BadRequest,
-            format!("JSON nesting is deeper than {max_depth} levels"),
-        ));
-    }
-    serde_json::from_slice(body).map_err(|e| {
-        Refused::new(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::BadRequest,
-            format!("malformed request: {e}"),
-        )
-    })
-}
-
-/// The checks of a publish (or, with `batch`, a batch) body that need no
-/// node or key: parsing, nesting, each message's channel and size. How
-/// many messages it holds, or the refusal's code. For the fuzz targets.
-pub(crate) fn check_body(
-    body: &[u8],
-    batch: bool,
-    limits: &Limits,
-) -> Result<usize, (StatusCode, ErrorCode)> {
-    let one = |m: &One<'_>| -> Result<(), Refused> {
-        channel::validate(&m.channel)
-            .map_err(|why| Refused::new(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, why))?;
-        if m.data.get().len() > limits.max_payload_bytes {
-            return Err(Refused::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                ErrorCode::PayloadTooLarge,
-                "",
-            ));
-        }
-        Ok(())
-    };
-    let refused = |r: Refused| (r.status, r.code);
-    if batch {
-        let b: Batch<'_> = parse(body, limits.max_json_depth.saturating_add(2)).map_err(refused)?;
-        for m in &b.messages {
-            one(m).map_err(refused)?;
-        }
-        Ok(b.messages.len())
-    } else {
-        let m: One<'_> = parse(body, limits.max_json_depth).map_err(refused)?;
-        one(&m).map_err(refused)?;
-        Ok(1)
-    }
-}
-
-/// `X-RateLimit-*` from the key's balance, and `Tidegate-Cost`: the units
-/// this request was charged.
-pub(super) fn with_rate_headers(
-    status: StatusCode,
-    balance: Option<&Balance>,
-    cost: u32,
-) -> HttpResponseBuilder {
-    let mut b = HttpResponse::build(status);
-    b.insert_header(("Tidegate-Cost", cost.to_string()));
-    if let Some(balance) = balance {
-        b.insert_header(("X-RateLimit-Limit", balance.limit.to_string()));
-        b.insert_header(("X-RateLimit-Remaining", balance.remaining.to_string()));
-        b.insert_header((
-            "X-RateLimit-Reset",
-            retry_after_secs(balance.reset).to_string(),
-        ));
-    }
-    b
-}
-
-/// A refusal of the request before anything was charged: counted here.
-pub(super) fn refuse(node: &Node, key: Option<&KeyState>, r: Refused) -> HttpResponse {
-    Exceeded::new(
-        Layer::Http,
-        r.code.as_str(),
-        key.map_or("", |k| k.account.as_str()),
-    )
-    .emit(&node.metrics);
-    refusal_builder(HttpResponse::build(r.status), r.code, &r.message, None)
 }
 
 /// The key's bucket refused the charge (counted by the charge layer): 429

@@ -8,17 +8,16 @@
 
 use std::time::Instant;
 
-use actix_web::HttpResponse;
 use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, HttpResponseBuilder};
 
-use super::publish::{Refused, with_rate_headers};
-use crate::charge::{self, Payer, Price, Reason};
+use crate::charge::{self, Balance, KeyState, Payer, Price, Reason, Refusal};
 use crate::config::Costs;
 use crate::exceeded::Exceeded;
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::ErrorCode;
-use crate::refusal::{refusal_builder, retry_after_ms};
+use crate::refusal::{refusal_builder, retry_after_ms, retry_after_secs};
 
 /// Whose bucket a refusal is charged to, as the 429's sentence names it.
 pub(super) struct Whose<'a> {
@@ -71,4 +70,64 @@ pub(super) fn rate_limited(refused: &charge::Refused, whose: &str) -> HttpRespon
         &message,
         Some(refused.retry_after),
     )
+}
+
+/// A refusal of one message: status, code and a sentence.
+pub(super) struct Refused {
+    pub(super) status: StatusCode,
+    pub(super) code: ErrorCode,
+    pub(super) message: String,
+}
+
+impl Refused {
+    pub(super) fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Refused {
+        Refused {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<Refusal> for Refused {
+    fn from(r: Refusal) -> Refused {
+        let status = match r.code {
+            ErrorCode::Forbidden => StatusCode::FORBIDDEN,
+            ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::CostExceedsMax => StatusCode::UNPROCESSABLE_ENTITY,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        Refused::new(status, r.code, r.message)
+    }
+}
+
+/// `X-RateLimit-*` from the key's balance, and `Tidegate-Cost`: the units
+/// this request was charged.
+pub(super) fn with_rate_headers(
+    status: StatusCode,
+    balance: Option<&Balance>,
+    cost: u32,
+) -> HttpResponseBuilder {
+    let mut b = HttpResponse::build(status);
+    b.insert_header(("Tidegate-Cost", cost.to_string()));
+    if let Some(balance) = balance {
+        b.insert_header(("X-RateLimit-Limit", balance.limit.to_string()));
+        b.insert_header(("X-RateLimit-Remaining", balance.remaining.to_string()));
+        b.insert_header((
+            "X-RateLimit-Reset",
+            retry_after_secs(balance.reset).to_string(),
+        ));
+    }
+    b
+}
+
+/// A refusal of the request before anything was charged: counted here.
+pub(super) fn refuse(node: &Node, key: Option<&KeyState>, r: Refused) -> HttpResponse {
+    Exceeded::new(
+        Layer::Http,
+        r.code.as_str(),
+        key.map_or("", |k| k.account.as_str()),
+    )
+    .emit(&node.metrics);
+    refusal_builder(HttpResponse::build(r.status), r.code, &r.message, None)
 }

@@ -104,9 +104,8 @@ struct Packed([u8; Packed::LEN]);
 impl Packed {
     const LEN: usize = 32;
 
-    /// `None` for an id longer than 31 bytes (`names::socket_id` with a
-    /// node id of up to 11 characters and a connection number below 10^9
-    /// fits; a longer one is [`OwnId::Long`]).
+    /// `None` for an id longer than 31 bytes (`names::socket_id`'s fit
+    /// up to an 11-character node id and 9-digit connection number).
     fn new(id: &[u8]) -> Option<Packed> {
         let len = u8::try_from(id.len())
             .ok()

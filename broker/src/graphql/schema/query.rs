@@ -111,20 +111,20 @@ impl Query {
     /// often it is selected.
     async fn budget(&self, ctx: &Context<'_>) -> Budget {
         let t = ticket(ctx);
-        t.budget
+        let b = *t
+            .budget
             .get_or_init(|| async {
-                let b = crate::graphql::charge::charge(&t.node, &t.caller, 0)
+                crate::graphql::charge::charge(&t.node, &t.caller, 0)
                     .await
-                    .balance;
-                Budget {
-                    remaining: b.remaining as i64,
-                    capacity: b.limit as i64,
-                    refill_per_sec: b.refill_per_sec,
-                    reset_in: b.reset.as_millis().div_ceil(1000) as i64,
-                }
+                    .balance
             })
-            .await
-            .clone()
+            .await;
+        Budget {
+            remaining: b.remaining as i64,
+            capacity: b.limit as i64,
+            refill_per_sec: b.refill_per_sec,
+            reset_in: b.reset.as_millis().div_ceil(1000) as i64,
+        }
     }
 
     /// The caller's price list (weighs 0): the document `GET /v1/prices`
