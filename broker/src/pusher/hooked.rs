@@ -92,9 +92,13 @@ impl Asker<'_> {
 /// The connection's calls in flight. Bounded by the frames in flight, each
 /// charged already and answered within its hook's `timeout_ms`; pending
 /// subscribes also count toward the subscription cap (the session).
+///
+/// The order is made at the first call a hook is asked: most connections
+/// never ask one, and each holds its `PusherHooks` for its whole life
+/// (issue 40's idle memory).
 #[derive(Default)]
 pub(super) struct PusherHooks {
-    order: HookOrder<(Asked, Decision)>,
+    order: Option<Box<HookOrder<(Asked, Decision)>>>,
 }
 
 impl PusherHooks {
@@ -130,7 +134,7 @@ impl PusherHooks {
             node.hooks.shadow(&hook, ask, true);
             return Some(asked);
         }
-        let ticket = self.order.issue(channel);
+        let ticket = self.order.get_or_insert_default().issue(channel);
         let channel: Arc<str> = channel.into();
         let answer = node.hooks.ask(&hook, ask);
         link.spawn(Box::pin(async move {
@@ -149,9 +153,11 @@ impl PusherHooks {
     /// if it was a hook's; else the output back.
     pub fn done(&mut self, output: Box<dyn Any>) -> Result<Vec<Ready>, Box<dyn Any>> {
         let a = output.downcast::<Answered>()?;
-        let ready = self
-            .order
-            .complete(&a.channel, a.ticket, (a.asked, a.decision));
+        let ready = self.order.get_or_insert_default().complete(
+            &a.channel,
+            a.ticket,
+            (a.asked, a.decision),
+        );
         Ok(ready
             .into_iter()
             .map(|((asked, decision), cancelled)| Ready {
@@ -166,12 +172,14 @@ impl PusherHooks {
     /// The client unsubscribed `channel`: a subscribe asked before it does
     /// not happen.
     pub fn cancel(&mut self, channel: &str) {
-        self.order.cancel(channel);
+        if let Some(order) = &mut self.order {
+            order.cancel(channel);
+        }
     }
 
     /// Calls still waiting for their answer or their turn.
     pub fn pending(&self) -> usize {
-        self.order.pending()
+        self.order.as_ref().map_or(0, |o| o.pending())
     }
 }
 

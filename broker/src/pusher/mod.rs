@@ -39,6 +39,8 @@ mod session;
 pub mod sign;
 mod signed;
 pub mod sink;
+#[cfg(test)]
+mod sizes;
 mod subscribe;
 mod user;
 mod users_api;

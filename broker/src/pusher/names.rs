@@ -22,6 +22,15 @@ pub fn internal(app_id: &str, name: &str) -> String {
     format!("{PUSHER_PREFIX}{app_id}|{name}")
 }
 
+/// The Pusher name of an app's hub channel ([`internal`]'s `name`): what
+/// follows the app's id (which has no `|`).
+pub fn external(internal: &str) -> &str {
+    internal
+        .strip_prefix(PUSHER_PREFIX)
+        .and_then(|rest| rest.split_once('|'))
+        .map_or(internal, |(_, name)| name)
+}
+
 /// The prefix of every hub channel of an app.
 pub fn app_prefix(app_id: &str) -> String {
     format!("{PUSHER_PREFIX}{app_id}|")
@@ -159,6 +168,13 @@ mod tests {
         assert!(crate::protocol::channel::validate(&n).is_err());
         assert!(is_internal(&n));
         assert_ne!(internal("1", "a"), internal("2", "a"));
+    }
+
+    #[test]
+    fn the_pusher_name_is_read_back_from_the_hub_name() {
+        for name in ["chat", "private-a", "#server-to-user-a|b", ""] {
+            assert_eq!(external(&internal("1234", name)), name);
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! decide subscribes and client events on the channels they cover (`hooked.rs`).
 
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use actix_http::RequestHead;
@@ -48,9 +48,9 @@ pub(super) fn open(node: &Arc<Node>, head: &RequestHead) -> Box<dyn Dialect> {
     Box::new(PusherWs {
         node: node.clone(),
         app,
-        refusal,
+        refusal: refusal.map(Box::new),
         socket_id: Arc::from(""),
-        channels: HashMap::new(),
+        channels: HashSet::new(),
         clock: Clock::new(),
         notices: Notices::default(),
         tally: None,
@@ -59,16 +59,17 @@ pub(super) fn open(node: &Arc<Node>, head: &RequestHead) -> Box<dyn Dialect> {
     })
 }
 
-struct PusherWs {
+pub(super) struct PusherWs {
     node: Arc<Node>,
     /// `None`: the key named no app (closed 4001 once open).
     app: Option<Arc<PusherApp>>,
-    /// Why the connection is closed as soon as it opens.
-    refusal: Option<(u16, String)>,
+    /// Why the connection is closed as soon as it opens (boxed: rare, and
+    /// every connection holds this field).
+    refusal: Option<Box<(u16, String)>>,
     socket_id: Arc<str>,
-    /// By Pusher name. Bounded by the plan's `max_subscriptions`: a
-    /// subscribe past it is refused.
-    channels: HashMap<String, Sub>,
+    /// By Pusher name ([`Sub`]'s `Borrow<str>`). Bounded by the plan's
+    /// `max_subscriptions`: a subscribe past it is refused.
+    channels: HashSet<Sub>,
     clock: Clock,
     /// `pusher:error` 4301, at most one a second.
     notices: Notices,
@@ -154,7 +155,7 @@ impl PusherWs {
                     && let Some(ch) = msg.data.get("channel").and_then(Value::as_str)
                 {
                     self.hooks.cancel(ch);
-                    if let Some(sub) = self.channels.remove(ch) {
+                    if let Some(sub) = self.channels.take(ch) {
                         self.leave(&sub);
                     }
                 }
@@ -237,7 +238,7 @@ impl PusherWs {
 
     /// Pusher answers a repeated subscribe as a first one.
     fn repeated(&self, link: &mut dyn Link, channel: &str) -> bool {
-        let held = self.channels.contains_key(channel);
+        let held = self.channels.contains(channel);
         let ok = "pusher_internal:subscription_succeeded";
         held.then(|| link.send(&frames::event(ok, Some(channel), "{}")))
             .is_some()
@@ -267,7 +268,7 @@ impl PusherWs {
             sink: sink.clone(),
             members,
         };
-        self.channels.insert(channel.to_owned(), entry);
+        self.channels.replace(entry);
         match (hub, presence) {
             (Pending::Ready(_), None) => self.joined(link, channel.to_owned(), &sink, Ok(())),
             (Pending::Ready(_), Some(Joining::Ready(r))) => {
@@ -297,12 +298,12 @@ impl PusherWs {
         presence: Result<(), Full>,
     ) {
         // Unsubscribed (and perhaps subscribed again) meanwhile.
-        let ours = self.channels.get(&channel);
+        let ours = self.channels.get(channel.as_str());
         if !ours.is_some_and(|s| Arc::ptr_eq(&s.sink, sink)) {
             return;
         }
         if presence.is_err() {
-            if let Some(sub) = self.channels.remove(&channel) {
+            if let Some(sub) = self.channels.take(channel.as_str()) {
                 self.leave(&sub);
             }
             self.refused(link, "presence_full");
@@ -380,7 +381,7 @@ impl PusherWs {
                 &format!("client event rejected: over the rate limit, retry in {wait} ms"),
             );
         }
-        let held = self.channels.contains_key(channel);
+        let held = self.channels.contains(channel);
         if let Err(r) = client_event::check(self.app(), held, channel) {
             self.refused(link, "forbidden");
             return match r {
@@ -414,7 +415,7 @@ impl PusherWs {
 
 impl Dialect for PusherWs {
     fn opened(&mut self, link: &mut dyn Link) {
-        if let Some((code, message)) = self.refusal.take() {
+        if let Some((code, message)) = self.refusal.take().map(|r| *r) {
             return opening::refuse(&self.node, self.app.as_deref(), link, code, &message);
         }
         self.tally = self.node.metrics.pusher.app(&self.app().id);
@@ -477,7 +478,7 @@ impl Dialect for PusherWs {
         if let Some(t) = self.tally.take() {
             t.connection(false);
         }
-        for (_, sub) in std::mem::take(&mut self.channels) {
+        for sub in std::mem::take(&mut self.channels) {
             self.leave(&sub);
         }
         // Its count toward `user_max_connections` is given back.

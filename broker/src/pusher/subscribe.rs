@@ -6,6 +6,8 @@
 //! and status; the session only charges the frame first and sends the
 //! answer.
 
+use std::borrow::Borrow;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -17,14 +19,43 @@ use super::sink::PusherSink;
 use crate::config::PusherApp;
 use crate::node::Node;
 
-/// One subscribed channel.
+/// One subscribed channel. The session holds them in a set found by the
+/// Pusher name, which is the tail of the sink's hub name
+/// ([`names::external`]): no second copy of the name a subscription
+/// (issue 40's idle memory).
 pub(super) struct Sub {
     pub sink: Arc<PusherSink>,
     /// A presence channel's member (its user, its watcher).
     pub members: Option<Arc<PusherMembers>>,
 }
 
+impl Borrow<str> for Sub {
+    fn borrow(&self) -> &str {
+        self.name()
+    }
+}
+
+/// By the Pusher name, as [`Borrow`] requires: a `&str` finds its `Sub`.
+impl Hash for Sub {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.name().hash(state);
+    }
+}
+
+impl PartialEq for Sub {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for Sub {}
+
 impl Sub {
+    /// The channel's Pusher name.
+    pub fn name(&self) -> &str {
+        names::external(&self.sink.channel)
+    }
+
     /// Ends the subscription: the hub's, and the presence membership.
     pub fn leave(&self, node: &Node, socket_id: &str) {
         self.sink.end();

@@ -70,13 +70,18 @@ enum State {
     Out,
     /// A verified sign-in is being charged and counted.
     Signing,
-    In {
-        id: Arc<str>,
-        /// `None`: the app sets no cap, nothing is counted.
-        _counted: Option<Counted>,
-        /// Online, and watching its watchlist (`watchlist.rs`).
-        _online: Online,
-    },
+    /// Boxed: most connections never sign in, and every connection holds
+    /// a `State` for its whole life (issue 40's idle memory).
+    In(Box<SignedIn>),
+}
+
+/// A signed-in connection's user.
+struct SignedIn {
+    id: Arc<str>,
+    /// `None`: the app sets no cap, nothing is counted.
+    _counted: Option<Counted>,
+    /// Online, and watching its watchlist (`watchlist.rs`).
+    _online: Online,
 }
 
 /// The connection's user.
@@ -97,7 +102,7 @@ impl User {
     /// The signed-in user's id (a hook's `client.sub`).
     pub fn id(&self) -> Option<Arc<str>> {
         match &self.state {
-            State::In { id, .. } => Some(id.clone()),
+            State::In(me) => Some(me.id.clone()),
             _ => None,
         }
     }
@@ -105,7 +110,7 @@ impl User {
     /// Whether this connection may hold `#server-to-user-{id}`: only once
     /// signed in as `id`.
     pub fn holds(&self, id: &str) -> bool {
-        matches!(&self.state, State::In { id: mine, .. } if **mine == *id)
+        matches!(&self.state, State::In(me) if *me.id == *id)
     }
 
     /// `pusher:signin` (its frame charged already): verified here, then
@@ -246,11 +251,11 @@ impl User {
                 let data = json!({ "user_data": v.user_data }).to_string();
                 link.send(&frames::event("pusher:signin_success", None, &data));
                 let online = watchlist::signed_in(link, app, &v.socket_id, &v.id, &v.user_data);
-                self.state = State::In {
+                self.state = State::In(Box::new(SignedIn {
                     id: v.id,
                     _counted: counted,
                     _online: online,
-                };
+                }));
             }
             Ok(_) => link.send(&frames::error(
                 None,
@@ -266,7 +271,7 @@ impl User {
     /// (a sign-in still being charged included) is closed 4009, as Pusher
     /// and Sockudo close it.
     fn signin_due(&mut self, link: &mut dyn Link, app: &PusherApp) {
-        if !matches!(self.state, State::In { .. }) {
+        if !matches!(self.state, State::In(_)) {
             Exceeded::new(Layer::Connection, "unauthorized", &app.account)
                 .conn(link.label())
                 .emit(&link.node().metrics);
