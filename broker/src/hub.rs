@@ -30,7 +30,7 @@ use crate::config::DeliveryClasses;
 use crate::metrics::Metrics;
 use crate::protocol::wire;
 
-use channel::{Channel, ChannelState, Held, Subscribers, recover, trim};
+use channel::{Channel, ChannelState, Held, Subscribers, recover};
 pub use conflation::conflation_key;
 pub use gauge::{OutboundGauge, Reserve};
 pub use recovery::{Page, PageRead, Pages, Recovery};
@@ -258,7 +258,7 @@ impl Hub {
                 frame: frame.clone(),
                 at: now,
             });
-            trim(&mut st.history, limits, now, &self.budget);
+            self.budget.trim(&mut st.history, limits, now);
         }
         if let Some(rule) = &st.conflate {
             let key = conflation_key(rule, &frame);
@@ -315,7 +315,7 @@ impl Hub {
         let now = Instant::now();
         let limits = *self.history.read();
         self.with_channel(channel, |ch, st| {
-            trim(&mut st.history, limits, now, &self.budget);
+            self.budget.trim(&mut st.history, limits, now);
             let was_empty = st.subscribers.is_empty();
             st.subscribers.insert(sub.clone());
             if was_empty {
@@ -354,12 +354,8 @@ impl Hub {
             return (false, Vec::new());
         };
         let mut st = ch.state.lock();
-        trim(
-            &mut st.history,
-            *self.history.read(),
-            Instant::now(),
-            &self.budget,
-        );
+        self.budget
+            .trim(&mut st.history, *self.history.read(), Instant::now());
         let mut out = Vec::new();
         let complete = recover(&mut st, since, &mut out);
         (complete, out)
@@ -389,7 +385,7 @@ impl Hub {
         let limits = *self.history.read();
         self.channels.retain(|_, ch| {
             let mut st = ch.state.lock();
-            trim(&mut st.history, limits, now, &self.budget);
+            self.budget.trim(&mut st.history, limits, now);
             if st.subscribers.is_empty() && st.history.is_empty() {
                 st.dead = true;
                 false

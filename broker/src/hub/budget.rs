@@ -20,10 +20,12 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 use dashmap::DashMap;
 use parking_lot::Mutex;
 
+use super::HistoryLimits;
 use super::channel::{Channel, Held};
 
 /// Compaction waits for at least this many stale entries.
@@ -52,6 +54,20 @@ impl Budget {
     pub(super) fn removed(&self, h: &Held) {
         self.bytes.fetch_sub(h.frame.len(), Ordering::Relaxed);
         self.held.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Drops what is past a channel's size or age from its `history`
+    /// (under the channel's lock), counting it out of the budget.
+    pub(super) fn trim(&self, history: &mut VecDeque<Held>, limits: HistoryLimits, now: Instant) {
+        while history.len() > limits.size
+            || history
+                .front()
+                .is_some_and(|h| now.saturating_duration_since(h.at) > limits.ttl)
+        {
+            if let Some(h) = history.pop_front() {
+                self.removed(&h);
+            }
+        }
     }
 
     pub(super) fn bytes(&self) -> usize {

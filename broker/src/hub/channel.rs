@@ -8,8 +8,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use super::budget::Budget;
-use super::{HistoryLimits, Subscriber};
+use super::Subscriber;
 use crate::config::Conflation;
 
 /// A channel's subscribers: a list to fan out over, and, once there are
@@ -127,25 +126,6 @@ pub(super) struct ChannelState {
 pub(super) struct Channel {
     pub(super) name: Arc<str>,
     pub(super) state: Mutex<ChannelState>,
-}
-
-/// Drops what is past the channel's size or age, counting it out of the
-/// node's history budget.
-pub(super) fn trim(
-    history: &mut VecDeque<Held>,
-    limits: HistoryLimits,
-    now: Instant,
-    budget: &Budget,
-) {
-    while history.len() > limits.size
-        || history
-            .front()
-            .is_some_and(|h| now.saturating_duration_since(h.at) > limits.ttl)
-    {
-        if let Some(h) = history.pop_front() {
-            budget.removed(&h);
-        }
-    }
 }
 
 /// Appends the held messages after `since` to `out` and says whether they

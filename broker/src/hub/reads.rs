@@ -7,7 +7,6 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::Hub;
-use super::channel::trim;
 
 impl Hub {
     /// The channel's last `seq` on this node and every message it holds,
@@ -17,12 +16,8 @@ impl Hub {
             return (0, Vec::new());
         };
         let mut st = ch.state.lock();
-        trim(
-            &mut st.history,
-            *self.history.read(),
-            Instant::now(),
-            &self.budget,
-        );
+        self.budget
+            .trim(&mut st.history, *self.history.read(), Instant::now());
         let held = st
             .history
             .iter()
