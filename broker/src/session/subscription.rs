@@ -23,6 +23,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+#[cfg(doc)]
+use super::Subscription;
 use crate::hub::{Joined, Page, PageRead, Pages, Recovery};
 
 /// A live message held while its subscription joins or recovers: its
@@ -151,11 +153,13 @@ enum State {
     Ended,
 }
 
-/// One subscription's position and what it holds. Bounded: what it holds
-/// is counted in the subscriber's gauge, whose mark the hub drops at (held
-/// live messages), or is one page of history of at most the budget the
-/// front chose (or one message).
-pub struct Subscription {
+/// One subscription's position and what it holds, in full: what
+/// [`Subscription`] boxes while it joins, recovers, hands held messages
+/// over, or after a loss. Bounded: what it holds is counted in the
+/// subscriber's gauge, whose mark the hub drops at (held live messages),
+/// or is one page of history of at most the budget the front chose (or
+/// one message).
+pub(super) struct Machine {
     state: State,
     on_loss: OnLoss,
     /// Held messages being handed over as the subscription goes live,
@@ -172,10 +176,10 @@ pub struct Subscription {
     dropped: u64,
 }
 
-impl Subscription {
+impl Machine {
     /// A subscription joining.
-    pub fn new(on_loss: OnLoss) -> Subscription {
-        Subscription {
+    pub(super) fn new(on_loss: OnLoss) -> Machine {
+        Machine {
             state: State::Joining(Vec::new()),
             on_loss,
             flush: VecDeque::new(),
@@ -459,6 +463,26 @@ impl Subscription {
             }
         }
         filled
+    }
+
+    /// Live with nothing held, lost or waiting: its position and the last
+    /// `seq` queued, all that [`Subscription`] keeps unboxed.
+    pub(super) fn settled(&self) -> Option<(OnLoss, u64, u64)> {
+        let State::Live(last) = self.state else {
+            return None;
+        };
+        let quiet = self.flush.is_empty() && self.lost_at.is_none() && self.dropped == 0;
+        (quiet && self.held_bytes + self.page_bytes == 0).then_some((self.on_loss, last, self.sent))
+    }
+
+    /// [`Machine::settled`]'s inverse: a live one boxed again.
+    pub(super) fn live(on_loss: OnLoss, last: u64, sent: u64) -> Machine {
+        let state = State::Live(last);
+        Machine {
+            state,
+            sent,
+            ..Machine::new(on_loss)
+        }
     }
 
     /// Ends it: nothing more goes out. Returns where it stood and the

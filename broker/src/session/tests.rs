@@ -317,3 +317,52 @@ fn a_loss_while_held_messages_are_handed_over_keeps_those_before_it() {
         }
     );
 }
+
+/// A socket keeps one subscription per channel in its map, whose every
+/// entry is as large as the type: a live one is its position and its last
+/// `seq` queued, and its machine is boxed only while it has something
+/// rare to keep (issue 42: idle memory per subscribed socket).
+#[test]
+fn a_live_subscription_is_small_and_boxes_only_what_is_rare() {
+    assert!(std::mem::size_of::<Subscription>() <= 24);
+    let mut sub = Subscription::new(OnLoss::Continue);
+    assert!(sub.is_boxed(), "joining");
+    assert_eq!(sub.offer(11, &frame(11), None), Offer::Held);
+    let backlog: Recovery = vec![(10, frame(10))].into();
+    assert_eq!(sub.joined(joined(backlog, 10)), Joining::Recovering);
+    assert_eq!(sub.live_at(), None, "recovering");
+    assert_eq!(pump_all(&mut sub), [('r', 10), ('l', 11)]);
+    assert!(!sub.is_boxed(), "live with nothing held");
+    assert_eq!(sub.live_at(), Some(11));
+    assert_eq!(sub.offer(11, &frame(11), None), Offer::Release);
+    assert_eq!(sub.offer(12, &frame(12), None), Offer::Deliver);
+    sub.queued(12);
+    sub.lost(13);
+    assert!(!sub.is_boxed(), "a loss that goes on keeps nothing");
+    assert_eq!(
+        sub.report(),
+        Report {
+            dropped: 0,
+            last_seq: 12
+        }
+    );
+
+    // One that breaks is boxed again at its loss, and reports it.
+    let mut breaks = Subscription::new(OnLoss::Break);
+    breaks.joined(joined(Recovery::default(), 10));
+    assert!(!breaks.is_boxed());
+    breaks.lost(10);
+    assert!(!breaks.is_boxed(), "handled already: no loss");
+    breaks.lost(11);
+    assert!(breaks.is_boxed());
+    assert_eq!(breaks.phase(), Phase::Broken);
+    assert_eq!(
+        breaks.report(),
+        Report {
+            dropped: 1,
+            last_seq: 10
+        }
+    );
+    assert_eq!(breaks.end().was, Phase::Broken);
+    assert_eq!(breaks.offer(12, &frame(12), None), Offer::Release);
+}

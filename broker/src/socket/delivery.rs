@@ -2,12 +2,16 @@
 //!
 //! The hub writes live messages straight into the socket's [`Outbox`]
 //! ([`DirectSink`]), from whichever thread publishes, under the channel's
-//! lock. Whether a message is queued depends on its subscription:
-//! `Joining` (a cluster subscribe still waiting for the bridge) holds it
-//! until the ack is queued; `Live` queues it unless its `seq` was already
-//! sent (as recovered history, or by an earlier subscription). So the
-//! positions live beside the queue, under the same lock, where the hub's
-//! delivery and the actor's join completion cannot interleave.
+//! lock. Whether a message is queued is its subscription's answer, the
+//! session layer's [`Subscription`] (the same machine gRPC and graphql-ws
+//! keep), with [`OnLoss::Continue`]: a socket reports a drop episode and
+//! goes on. Joining (a cluster subscribe still waiting for the bridge), it
+//! holds the message until the ack is queued; live, it queues it unless
+//! its `seq` was already sent (as recovered history, or by an earlier
+//! subscription). So the subscriptions live beside the queue, under the
+//! same lock, where the hub's delivery and the actor's join completion
+//! cannot interleave. This file and `socket/recovery.rs` only render and
+//! queue what the subscription says.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,8 +21,9 @@ use bytes::Bytes;
 
 use super::outbox::{Outbox, Shared};
 use super::queue::Keyed;
-use crate::hub::{DirectSink, Joined, Recovery, Renders, Reserve};
+use crate::hub::{DirectSink, Joined, Renders, Reserve};
 use crate::metrics::Layer;
+use crate::session::{Joining, Next, Offer, OnLoss, Phase, Subscription};
 
 /// A drop episode began (the hub dropped a message at the mark, or a
 /// conflating queue refused a new key): the actor starts the grace timer.
@@ -29,47 +34,25 @@ pub struct Congested;
 /// A socket's subscriptions, by channel.
 pub(super) type Subs = HashMap<Arc<str>, Sub, foldhash::fast::RandomState>;
 
-/// A subscription as the socket holds it.
-#[derive(Debug)]
-pub(super) enum Sub {
-    /// Waiting for the bridge; live messages are held in `held`.
-    Joining { join: u64, held: Vec<Held> },
-    /// Acked; the recovered history not yet queued waits in `backlog`
-    /// (queued in slices under the mark, `socket/recovery.rs`; from a
-    /// cluster's history read a page at a time, `socket/pages.rs`) and live
-    /// messages above the position `last` are held behind it.
-    /// Boxed: a subscription recovers briefly and is live for the rest of
-    /// its life, yet every entry of the socket's map was as large as this
-    /// state (about 130 bytes, four entries allocated for one
-    /// subscription); a `Sub` is 32 bytes now (issue 42).
-    Recovering(Box<Recovering>),
-    /// Delivering; the last `seq` sent.
-    Live(u64),
+/// A subscription as the socket holds it. 32 bytes: a live
+/// [`Subscription`] is its position and keeps its machine boxed only
+/// while it joins, recovers or holds messages, so every entry of the
+/// socket's map stays small (issue 42: idle memory per subscribed socket).
+pub(super) struct Sub {
+    /// The number of its join: the bridge's answer to a join superseded
+    /// meanwhile (unsubscribed, or subscribed again) changes nothing.
+    join: u64,
+    pub(super) sub: Subscription,
 }
 
-/// [`Sub::Recovering`]'s state.
-#[derive(Debug)]
-pub(super) struct Recovering {
-    pub(super) backlog: Recovery,
-    pub(super) held: Vec<Held>,
-    pub(super) last: u64,
-}
-
-/// A live message that arrived while its subscription was joining.
-#[derive(Debug)]
-pub(super) struct Held {
-    seq: u64,
-    frame: Bytes,
-    key: Option<Arc<str>>,
-}
-
-impl Held {
-    pub(super) fn len(&self) -> usize {
-        self.frame.len()
-    }
-
-    pub(super) fn into_parts(self) -> (u64, Bytes, Option<Arc<str>>) {
-        (self.seq, self.frame, self.key)
+impl Sub {
+    /// Joining as join number `join`: live messages are held until
+    /// [`Outbox::joined`].
+    pub(super) fn joining(join: u64) -> Sub {
+        Sub {
+            join,
+            sub: Subscription::new(OnLoss::Continue),
+        }
     }
 }
 
@@ -89,35 +72,32 @@ impl DirectSink for Outbox {
             held_bytes,
             ..
         } = &mut *s;
-        match subs.get_mut(channel) {
-            // Deduplicate by seq: a message already sent as recovered
+        let offer = match subs.get_mut(channel) {
+            Some(sub) if !*closing => match sub.sub.offer(seq, frame, key) {
+                // Behind the backlog still to be queued; counted in the
+                // gauge (the hub reserved it), so the hub drops at the
+                // mark, and left out of the backlog's room.
+                Offer::Held if sub.sub.phase() == Phase::Recovering => {
+                    *held_bytes += frame.len();
+                    return;
+                }
+                offer => offer,
+            },
+            _ => Offer::Release,
+        };
+        match offer {
+            // Deduplicated by seq: a message already sent as recovered
             // history, or from an earlier subscription, is not resent.
-            Some(Sub::Live(last)) if seq > *last && !*closing => {
-                *last = seq;
+            Offer::Deliver => {
                 let congested = self.queue_live(&mut s, channel, frame.clone(), key.cloned());
                 Outbox::unlock_and_wake(s);
                 if congested {
                     self.control.do_send(Congested);
                 }
             }
-            Some(Sub::Joining { held, .. }) if !*closing => {
-                held.push(Held {
-                    seq,
-                    frame: frame.clone(),
-                    key: key.cloned(),
-                });
-            }
-            // Behind the backlog still to be queued; counted in the gauge
-            // (the hub reserved it), so the hub drops at the mark.
-            Some(Sub::Recovering(r)) if seq > r.last && !*closing => {
-                *held_bytes += frame.len();
-                r.held.push(Held {
-                    seq,
-                    frame: frame.clone(),
-                    key: key.cloned(),
-                });
-            }
-            _ => {
+            // Held while joining (its bytes stay reserved).
+            Offer::Held => {}
+            Offer::Release => {
                 drop(s);
                 self.gauge.release(frame.len());
             }
@@ -170,18 +150,9 @@ impl Outbox {
     /// messages are held until [`Outbox::joined`].
     pub(super) fn joining(&self, channel: &str, join: u64) {
         let mut s = self.lock();
-        let old = s.subs.insert(
-            channel.into(),
-            Sub::Joining {
-                join,
-                held: Vec::new(),
-            },
-        );
-        if let Some(old) = &old {
-            self.release_recovering(&mut s, old);
+        if let Some(mut old) = s.subs.insert(channel.into(), Sub::joining(join)) {
+            self.release(&mut s, &mut old);
         }
-        drop(s);
-        self.release_held(old);
     }
 
     /// Completes join number `join` of `channel`: the ack (if any) first,
@@ -191,51 +162,63 @@ impl Outbox {
     /// again) changes nothing: the later operation has the last word.
     pub(super) fn joined(&self, channel: &str, join: u64, ack: Option<Bytes>, joined: Joined) {
         let mut s = self.lock();
-        let Some((name, Sub::Joining { join: j, .. })) = s.subs.get_key_value(channel) else {
-            return;
-        };
-        if *j != join {
-            return;
-        }
-        let name = name.clone();
-        let held = match s.subs.get_mut(channel) {
-            Some(Sub::Joining { held, .. }) => std::mem::take(held),
-            _ => Vec::new(),
+        let name = match s.subs.get_key_value(channel) {
+            Some((name, sub)) if sub.join == join && sub.sub.phase() == Phase::Joining => {
+                name.clone()
+            }
+            _ => return,
         };
         if s.closing {
-            drop(s);
-            self.release_held(Some(Sub::Joining { join, held }));
+            if let Some(sub) = s.subs.get_mut(channel) {
+                let left = sub.sub.end();
+                self.gauge.release(left.held);
+            }
             return;
         }
         // The ack says where the subscription stands (§11); the backlog is
         // everything after `since`, in order, queued in slices under the
         // mark (`socket/recovery.rs`); live messages then continue above
         // both it and the position the subscription went live at.
-        let mut last = joined.position();
         let mut congested = false;
         if let Some(ack) = ack {
             congested |= self.gauge.add_answer(ack.len());
             self.push_reserved(&mut s, ack);
         }
-        if !joined.backlog.is_done() {
-            let pumped = self.recover(&mut s, name, joined.backlog, held, last);
-            Outbox::unlock_and_wake(s);
-            self.signal(pumped, None);
-            if congested {
-                self.control.do_send(Congested);
+        let (joining, waiting) = match s.subs.get_mut(channel) {
+            Some(sub) => (sub.sub.joined(joined), sub.sub.waiting()),
+            None => (Joining::Ignored, 0),
+        };
+        let mut pumped = None;
+        match joining {
+            Joining::Recovering => {
+                // Its held messages now wait behind its backlog.
+                s.held_bytes += waiting;
+                pumped = Some(self.recover(&mut s));
             }
-            return;
-        }
-        for h in held {
-            if h.seq > last {
-                last = h.seq;
-                congested |= self.queue_live(&mut s, &name, h.frame, h.key);
-            } else {
-                self.gauge.release(h.frame.len());
+            Joining::Live => {
+                // What arrived while joining, above the position, in order.
+                let flush = |s: &mut Shared| {
+                    let sub = s.subs.get_mut(&name)?;
+                    Some(sub.sub.pump(&mut |_| false))
+                };
+                while let Some(next) = flush(&mut s) {
+                    match next {
+                        Next::Live(h) => {
+                            congested |= self.queue_live(&mut s, &name, h.frame, h.key);
+                        }
+                        Next::Release(h) => {
+                            self.gauge.release(h.frame.len());
+                        }
+                        _ => break,
+                    }
+                }
             }
+            Joining::Ignored => {}
         }
-        s.subs.insert(name, Sub::Live(last));
         Outbox::unlock_and_wake(s);
+        if let Some(pumped) = pumped {
+            self.signal(pumped, None);
+        }
         if congested {
             self.control.do_send(Congested);
         }
@@ -244,10 +227,8 @@ impl Outbox {
     /// Leaves `channel`; returns its name if the socket was subscribed.
     pub(super) fn leave(&self, channel: &str) -> Option<Arc<str>> {
         let mut s = self.lock();
-        let (name, sub) = s.subs.remove_entry(channel)?;
-        self.release_recovering(&mut s, &sub);
-        drop(s);
-        self.release_held(Some(sub));
+        let (name, mut sub) = s.subs.remove_entry(channel)?;
+        self.release(&mut s, &mut sub);
         Some(name)
     }
 
@@ -268,35 +249,22 @@ impl Outbox {
     /// Leaves every channel; returns their names.
     pub(super) fn leave_all(&self) -> Vec<Arc<str>> {
         let mut s = self.lock();
-        let subs = std::mem::take(&mut s.subs);
-        for sub in subs.values() {
-            self.release_recovering(&mut s, sub);
+        let mut subs = std::mem::take(&mut s.subs);
+        for sub in subs.values_mut() {
+            self.release(&mut s, sub);
         }
         drop(s);
-        subs.into_iter()
-            .map(|(name, sub)| {
-                self.release_held(Some(sub));
-                name
-            })
-            .collect()
+        subs.into_keys().collect()
     }
 
-    /// A recovering subscription left: see [`Outbox::forget_recovery`].
-    fn release_recovering(&self, s: &mut Shared, sub: &Sub) {
-        if let Sub::Recovering(r) = sub {
-            let paged = if r.backlog.source().is_some() {
-                r.backlog.ready().1
-            } else {
-                0
-            };
-            self.forget_recovery(s, &r.held, paged);
-        }
-    }
-
-    /// Gives back the gauge bytes of messages a joining subscription held.
-    fn release_held(&self, sub: Option<Sub>) {
-        if let Some(Sub::Joining { held, .. }) = sub {
-            self.gauge.release(held.iter().map(|h| h.frame.len()).sum());
+    /// Ends a subscription that left: what it held leaves the gauge (a
+    /// recovering one's, see [`Outbox::forget_recovery`]).
+    fn release(&self, s: &mut Shared, sub: &mut Sub) {
+        let left = sub.sub.end();
+        if left.was == Phase::Recovering {
+            self.forget_recovery(s, left.held, left.paged);
+        } else {
+            self.gauge.release(left.held + left.paged);
         }
     }
 }

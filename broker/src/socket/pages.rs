@@ -18,7 +18,7 @@
 
 use std::sync::Arc;
 
-use super::delivery::{Congested, Sub};
+use super::delivery::Congested;
 use super::outbox::{Outbox, Shared};
 use crate::hub::{Page, Pages, Reserve};
 use crate::metrics::Layer;
@@ -50,17 +50,17 @@ impl Outbox {
     /// Starts reading the next page of `name`'s recovery, if it has more
     /// and there is room; the page is handed back on the socket's worker.
     pub(super) fn read_page(&self, s: &mut Shared, name: &Arc<str>) {
-        if !matches!(s.subs.get(name), Some(Sub::Recovering(r)) if r.backlog.wants_page()) {
+        if !matches!(s.subs.get(name), Some(sub) if sub.sub.wants_page()) {
             return;
         }
         let held = s.held_bytes;
         let Some(budget) = self.page_room(s, held) else {
             return;
         };
-        let read = match s.subs.get_mut(name) {
-            Some(Sub::Recovering(r)) => r.backlog.next_page(budget).zip(r.backlog.source()),
-            _ => None,
-        };
+        let read = s
+            .subs
+            .get_mut(name)
+            .and_then(|sub| sub.sub.next_page(budget).zip(sub.sub.source()));
         let (Some((read, source)), Some(me)) = (read, self.me.upgrade()) else {
             self.page_done(s, budget);
             return;
@@ -78,14 +78,13 @@ impl Outbox {
         let mut s = self.lock();
         self.page_done(&mut s, budget);
         let mut lost = 0;
-        if let Some(Sub::Recovering(r)) = s.subs.get_mut(name)
-            && r.backlog.reads_from(source)
-        {
-            let backlog = &mut r.backlog;
-            lost = backlog.fill(page);
-            let bytes = backlog.ready().1;
-            self.gauge.add(bytes);
-            s.paged_bytes += bytes;
+        // Nothing for a subscription that left, or subscribed again (its
+        // pages read from another source).
+        if let Some(sub) = s.subs.get_mut(name) {
+            let filled = sub.sub.filled(source, page);
+            lost = filled.lost;
+            self.gauge.add(filled.bytes);
+            s.paged_bytes += filled.bytes;
             if lost > 0 && !s.lost.contains(name) {
                 s.lost.push(name.clone());
             }

@@ -4,8 +4,9 @@
 //! outbox at once, whatever the mark: a client that subscribed with `since`
 //! to channels with long histories and never read made the broker hold all
 //! of it, and with no live traffic nothing was dropped, so 4008 never came.
-//! Now the backlog waits in its subscription (`Sub::Recovering`, frames the
-//! hub's history already holds, not copies of them in memory mode) and is
+//! Now the backlog waits in its subscription (a recovering
+//! [`Subscription`], frames the hub's history already holds, not copies of
+//! them in memory mode) and is
 //! queued only while the socket's unsent bytes are under half its mark;
 //! the transport queues the next slice as the kernel takes bytes. Live
 //! messages of that channel are held behind it (counted in the gauge, so
@@ -19,10 +20,12 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::delivery::{Congested, Held, Recovering, Sub};
+use super::delivery::Congested;
 use super::outbox::{Drained, Nudge, Outbox, Shared, State};
-use crate::hub::Recovery;
 use crate::node::dialect::Backlog;
+#[cfg(doc)]
+use crate::session::Subscription;
+use crate::session::{Next, Phase};
 
 /// What one [`Outbox::pump`] did.
 #[derive(Debug, Clone, Copy, Default)]
@@ -108,110 +111,78 @@ impl Outbox {
         if let Some(i) = at {
             s.feeds.swap_remove(i);
             if ended {
-                self.forget_recovery(&mut s, &[], 0);
+                self.forget_recovery(&mut s, 0, 0);
             } else {
                 self.recovering.fetch_sub(1, Ordering::AcqRel);
             }
         }
     }
 
-    /// Starts delivering `backlog` for `name` after its ack: what fits now
-    /// is queued, the rest waits in the subscription. `held` are the live
-    /// messages that arrived while joining; `last` is the subscription's
-    /// position (nothing at or below it is delivered live).
-    pub(super) fn recover(
-        &self,
-        s: &mut Shared,
-        name: Arc<str>,
-        backlog: Recovery,
-        held: Vec<Held>,
-        last: u64,
-    ) -> Pumped {
-        s.held_bytes += held.iter().map(Held::len).sum::<usize>();
-        s.subs.insert(
-            name,
-            Sub::Recovering(Box::new(Recovering {
-                backlog,
-                held,
-                last,
-            })),
-        );
+    /// A subscription acked with a backlog: recovering from now on, and
+    /// what fits now is queued (the rest waits in the subscription).
+    pub(super) fn recover(&self, s: &mut Shared) -> Pumped {
         self.recovering.fetch_add(1, Ordering::AcqRel);
         self.pump(s)
     }
 
-    /// Queues backlog frames while there is room; a subscription whose
-    /// backlog is all queued goes live (its held messages after it). One
-    /// whose page is used up reads its next (`socket/pages.rs`).
+    /// Queues what the recovering subscriptions hand over while there is
+    /// room ([`Subscription::pump`]): their backlogs, then, as each goes
+    /// live, its held live messages. One whose page is used up reads its
+    /// next (`socket/pages.rs`).
     pub(super) fn pump(&self, s: &mut Shared) -> Pumped {
         let mut done = Pumped::default();
         if s.closing || s.state != State::Open {
             return done;
         }
-        let mut finished = Vec::new();
         let subs: Vec<Arc<str>> = s
             .subs
             .iter()
-            .filter(|(_, sub)| matches!(sub, Sub::Recovering(_)))
+            .filter(|(_, sub)| sub.sub.phase() == Phase::Recovering)
             .map(|(name, _)| name.clone())
             .collect();
         for name in subs {
             loop {
                 let room = self.backlog_room(s);
-                let Some(Sub::Recovering(r)) = s.subs.get_mut(&name) else {
+                let Some(sub) = s.subs.get_mut(&name) else {
                     break;
                 };
-                let backlog = &mut r.backlog;
-                if backlog.is_done() {
-                    finished.push(name);
-                    break;
+                match sub.sub.pump(&mut |_| room) {
+                    Next::Recovered { frame, paged, .. } => {
+                        if paged {
+                            // Counted in the gauge since it was read.
+                            s.paged_bytes -= frame.len();
+                        } else {
+                            self.gauge.add(frame.len());
+                        }
+                        s.queue.push(frame);
+                        done.moved = true;
+                    }
+                    // Held behind the backlog, which is all queued.
+                    Next::Live(h) => {
+                        s.held_bytes -= h.frame.len();
+                        done.congested |= self.queue_live(s, &name, h.frame, h.key);
+                    }
+                    Next::Release(h) => {
+                        s.held_bytes -= h.frame.len();
+                        self.gauge.release(h.frame.len());
+                    }
+                    Next::Stalled => {
+                        done.stalled = true;
+                        break;
+                    }
+                    Next::Page => {
+                        self.read_page(s, &name);
+                        break;
+                    }
+                    // Live from now on.
+                    Next::Done => {
+                        self.recovering.fetch_sub(1, Ordering::AcqRel);
+                        break;
+                    }
                 }
-                if !room {
-                    done.stalled = true;
-                    break;
-                }
-                let paged = backlog.source().is_some();
-                let Some((_, frame)) = backlog.pop() else {
-                    self.read_page(s, &name);
-                    break;
-                };
-                if paged {
-                    // Counted in the gauge since it was read.
-                    s.paged_bytes -= frame.len();
-                } else {
-                    self.gauge.add(frame.len());
-                }
-                s.queue.push(frame);
-                done.moved = true;
             }
-        }
-        for name in finished {
-            done.congested |= self.go_live(s, name);
         }
         done
-    }
-
-    /// The backlog of `name` is all queued: its held live messages follow
-    /// (those above its position), and it is live from now on.
-    fn go_live(&self, s: &mut Shared, name: Arc<str>) -> bool {
-        let Some(Sub::Recovering(r)) = s.subs.remove(&name) else {
-            return false;
-        };
-        let Recovering { held, mut last, .. } = *r;
-        self.recovering.fetch_sub(1, Ordering::AcqRel);
-        let mut congested = false;
-        for h in held {
-            s.held_bytes -= h.len();
-            let (seq, frame, key) = h.into_parts();
-            if seq > last {
-                last = seq;
-                congested |= self.queue_live(s, &name, frame, key);
-            } else {
-                self.gauge.release(frame.len());
-            }
-        }
-        s.subs.insert(name, Sub::Live(last));
-        congested
     }
 
     /// Tells the socket what a pump changed: a backlog that moved again
@@ -234,11 +205,10 @@ impl Outbox {
     /// the only one waiting no longer keeps the grace running: the socket
     /// hears so, as when a backlog moves again, or its grace would stay
     /// started and a later stall would start none.
-    pub(super) fn forget_recovery(&self, s: &mut Shared, held: &[Held], paged: usize) {
-        let bytes: usize = held.iter().map(Held::len).sum();
-        s.held_bytes -= bytes;
+    pub(super) fn forget_recovery(&self, s: &mut Shared, held: usize, paged: usize) {
+        s.held_bytes -= held;
         s.paged_bytes -= paged;
-        self.gauge.release(bytes + paged);
+        self.gauge.release(held + paged);
         let over = self.gauge.is_congested() && self.gauge.pending() >= self.gauge.high_water();
         if self.recovering.fetch_sub(1, Ordering::AcqRel) == 1
             && self.stalled.swap(false, Ordering::AcqRel)

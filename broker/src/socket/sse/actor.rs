@@ -105,12 +105,9 @@ impl Outbox {
         let mut s = self.lock();
         let mut out = Vec::with_capacity(s.subs.len());
         for (name, sub) in s.subs.iter_mut() {
-            if let Sub::Live(last) = *sub {
+            if let Some(last) = sub.sub.live_at() {
                 *next_join += 1;
-                *sub = Sub::Joining {
-                    join: *next_join,
-                    held: Vec::new(),
-                };
+                *sub = Sub::joining(*next_join);
                 out.push((name.clone(), last, *next_join));
             }
         }
