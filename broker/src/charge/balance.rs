@@ -26,6 +26,20 @@ impl From<&KeyCharge> for Balance {
 }
 
 impl Balance {
+    /// The `X-RateLimit-Limit`, `-Remaining` and `-Reset` (seconds, rounded
+    /// up) headers an HTTP answer shows this balance with, the same on
+    /// every front that answers over HTTP.
+    pub fn rate_limit_headers(&self) -> [(&'static str, String); 3] {
+        [
+            ("X-RateLimit-Limit", self.limit.to_string()),
+            ("X-RateLimit-Remaining", self.remaining.to_string()),
+            (
+                "X-RateLimit-Reset",
+                crate::refusal::retry_after_secs(self.reset).to_string(),
+            ),
+        ]
+    }
+
     /// An account budget's balance, from the bridge's view of it.
     pub(super) fn of_account(v: &BudgetView) -> Balance {
         Balance {

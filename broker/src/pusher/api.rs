@@ -24,7 +24,7 @@ use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::ErrorCode;
 use crate::protocol::glob::GlobSet;
-use crate::refusal::{refusal_builder, retry_after_ms, retry_after_secs};
+use crate::refusal::{refusal_builder, retry_after_ms};
 
 /// Pusher's own caps: channels of one event, events of one batch.
 const MAX_CHANNELS: usize = 100;
@@ -79,12 +79,9 @@ fn key_of(app: &PusherApp) -> KeyState {
 fn with_rate(status: StatusCode, balance: Option<&Balance>) -> HttpResponseBuilder {
     let mut b = HttpResponse::build(status);
     if let Some(balance) = balance {
-        b.insert_header(("X-RateLimit-Limit", balance.limit.to_string()));
-        b.insert_header(("X-RateLimit-Remaining", balance.remaining.to_string()));
-        b.insert_header((
-            "X-RateLimit-Reset",
-            retry_after_secs(balance.reset).to_string(),
-        ));
+        for header in balance.rate_limit_headers() {
+            b.insert_header(header);
+        }
     }
     b
 }

@@ -20,7 +20,7 @@ use crate::exceeded::Exceeded;
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::ErrorCode;
-use crate::refusal::{refusal_builder, retry_after_ms, retry_after_secs};
+use crate::refusal::{refusal_builder, retry_after_ms};
 
 /// One refusal of a stream request: what the client is told.
 pub(super) struct Refusal {
@@ -81,12 +81,9 @@ fn rate_headers(status: StatusCode, balance: Option<&Balance>, cost: u32) -> Htt
     let mut b = HttpResponse::build(status);
     b.insert_header(("Tidegate-Cost", cost.to_string()));
     if let Some(balance) = balance {
-        b.insert_header(("X-RateLimit-Limit", balance.limit.to_string()));
-        b.insert_header(("X-RateLimit-Remaining", balance.remaining.to_string()));
-        b.insert_header((
-            "X-RateLimit-Reset",
-            retry_after_secs(balance.reset).to_string(),
-        ));
+        for header in balance.rate_limit_headers() {
+            b.insert_header(header);
+        }
     }
     b
 }
