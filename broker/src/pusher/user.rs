@@ -81,8 +81,15 @@ struct SignedIn {
     /// `None`: the app sets no cap, nothing is counted.
     _counted: Option<Counted>,
     /// Online, and watching its watchlist (`watchlist.rs`).
-    _online: Online,
+    online: Online,
+    /// The verified `user_data` while its online status is registered
+    /// (`pusher:signin_success` not sent yet); bounded by the sign-in
+    /// frame it came in, which the connection paid for.
+    welcome: Option<String>,
 }
+
+/// A sign-in's online status is registered cluster-wide: it is answered.
+struct Registered;
 
 /// The connection's user.
 #[derive(Default)]
@@ -184,11 +191,11 @@ impl User {
         watchlist::arm_signin_timeout(link, app);
     }
 
-    /// A [`Verdict`] arrived: signed in (`pusher:signin_success`, the
-    /// socket's handle names the user, it comes online and watches its
-    /// watchlist), or refused; `user_authentication_timeout_s` rang: a
-    /// connection not signed in is closed 4009; other work is handed
-    /// back.
+    /// A [`Verdict`] arrived: signed in (the socket's handle names the
+    /// user and it comes online; once that is registered, in a cluster
+    /// when Redis answered, `pusher:signin_success` and its watchlist), or
+    /// refused; `user_authentication_timeout_s` rang: a connection not
+    /// signed in is closed 4009; other work is handed back.
     pub fn done(
         &mut self,
         link: &mut dyn Link,
@@ -198,6 +205,13 @@ impl User {
         let output = match output.downcast::<SigninDue>() {
             Ok(_) => {
                 self.signin_due(link, app);
+                return Ok(());
+            }
+            Err(other) => other,
+        };
+        let output = match output.downcast::<Registered>() {
+            Ok(_) => {
+                self.welcome(link, app);
                 return Ok(());
             }
             Err(other) => other,
@@ -248,14 +262,20 @@ impl User {
                 if let Some(mut handle) = node.sockets.get_mut(&link.conn()) {
                     handle.user = Some(key);
                 }
-                let data = json!({ "user_data": v.user_data }).to_string();
-                link.send(&frames::event("pusher:signin_success", None, &data));
-                let online = watchlist::signed_in(link, app, &v.socket_id, &v.id, &v.user_data);
+                let (online, registering) = watchlist::signed_in(link, app, &v.socket_id, &v.id);
                 self.state = State::In(Box::new(SignedIn {
                     id: v.id,
                     _counted: counted,
-                    _online: online,
+                    online,
+                    welcome: Some(v.user_data),
                 }));
+                match registering {
+                    None => self.welcome(link, app),
+                    Some(f) => link.spawn(Box::pin(async move {
+                        f.await;
+                        Box::new(Registered) as Box<dyn Any>
+                    })),
+                }
             }
             Ok(_) => link.send(&frames::error(
                 None,
@@ -267,6 +287,20 @@ impl User {
 }
 
 impl User {
+    /// The sign-in's online status is registered: `pusher:signin_success`,
+    /// then its watchlist is watched.
+    fn welcome(&mut self, link: &mut dyn Link, app: &PusherApp) {
+        let State::In(me) = &mut self.state else {
+            return;
+        };
+        let Some(user_data) = me.welcome.take() else {
+            return;
+        };
+        let data = json!({ "user_data": user_data }).to_string();
+        link.send(&frames::event("pusher:signin_success", None, &data));
+        watchlist::watch(link, app, &mut me.online, &user_data);
+    }
+
     /// `user_authentication_timeout_s` rang: a connection not signed in
     /// (a sign-in still being charged included) is closed 4009, as Pusher
     /// and Sockudo close it.

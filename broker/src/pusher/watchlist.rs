@@ -157,28 +157,51 @@ impl Drop for Online {
     }
 }
 
-/// The connection signed in as `user` (`pusher:signin_success` sent): it
-/// comes online, and its watchlist (from `user_data`) is watched; a
-/// watchlist past [`MAX_WATCHLIST`] or with entries that are no user id
-/// is watched in part and the connection told so.
+/// The registration of a sign-in's online status still under way (in a
+/// cluster, Redis's answer).
+pub(super) type Registering = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// The connection signed in as `user`: it comes online (a member of the
+/// app's status channel). In a cluster the join goes on by itself (and
+/// undoes itself if the connection left first); its registration is
+/// returned, so `pusher:signin_success` waits for it: once a client is told
+/// it is signed in, every node counts it online, and a second connection of
+/// the same user closing elsewhere is no news (it was "offline, online"
+/// when that close reached Redis first).
 pub(super) fn signed_in(
     link: &mut dyn Link,
     app: &PusherApp,
     socket_id: &Arc<str>,
     user: &Arc<str>,
-    user_data: &str,
-) -> Online {
+) -> (Online, Option<Registering>) {
     let presence = link.node().presence.clone();
     let channel: Arc<str> = status_channel(&app.id).into();
-    let rule = rule(app);
     let me = Member {
         user: user.clone(),
         conn_id: socket_id.clone(),
         info: None,
     };
-    // Answered at once on one node; in a cluster the join goes on by
-    // itself and undoes itself if the connection left first.
-    drop(presence.join(&channel, rule, me, Arc::new(NotWatching)));
+    let registering = match presence.join(&channel, rule(app), me, Arc::new(NotWatching)) {
+        Pending::Ready(_) => None,
+        Pending::Later(f) => Some(Box::pin(async move {
+            let _ = f.await;
+        }) as Registering),
+    };
+    let online = Online {
+        presence,
+        channel,
+        user: user.clone(),
+        socket_id: socket_id.clone(),
+        watching: None,
+    };
+    (online, registering)
+}
+
+/// `pusher:signin_success` was sent: the watchlist of `user_data` is
+/// watched (its state as it is comes first); one past [`MAX_WATCHLIST`]
+/// or with entries that are no user id is watched in part and the
+/// connection told so.
+pub(super) fn watch(link: &mut dyn Link, app: &PusherApp, online: &mut Online, user_data: &str) {
     let (ids, left_out) = parse(user_data);
     if left_out > 0 {
         link.send(&frames::error(
@@ -188,24 +211,22 @@ pub(super) fn signed_in(
             ),
         ));
     }
-    let mut online = Online {
-        presence: presence.clone(),
-        channel: channel.clone(),
-        user: user.clone(),
-        socket_id: socket_id.clone(),
-        watching: None,
-    };
-    if ids.is_empty() {
-        return online;
+    if ids.is_empty() || online.watching.is_some() {
+        return;
     }
     let users: Arc<[Arc<str>]> = ids.into();
     let watcher = Arc::new(Watcher {
         outlet: link.outlet(),
         ended: AtomicBool::new(false),
     });
+    let (presence, channel, socket_id) = (
+        online.presence.clone(),
+        online.channel.clone(),
+        online.socket_id.clone(),
+    );
     let pending = presence.watch_status(
         &channel,
-        rule,
+        rule(app),
         socket_id.clone(),
         users.to_vec(),
         watcher.clone(),
@@ -213,7 +234,7 @@ pub(super) fn signed_in(
     if let Pending::Later(f) = pending {
         // Registered after Redis answered: if the connection closed
         // meanwhile, its `Online` found nothing to forget, so this does.
-        let (w, users, key) = (watcher.clone(), users.clone(), socket_id.clone());
+        let (w, users, key) = (watcher.clone(), users.clone(), socket_id);
         actix_rt::spawn(async move {
             f.await;
             if w.ended.load(Ordering::Acquire) {
@@ -222,7 +243,6 @@ pub(super) fn signed_in(
         });
     }
     online.watching = Some((watcher, users));
-    online
 }
 
 /// `user_authentication_timeout_s` rang.
