@@ -56,6 +56,17 @@ impl Socket {
             return;
         };
         self.with_dialect(ctx, |d, link| d.text(link, text));
+        // A `tidegate.v1` frame is answered (a publish's ack), and queueing
+        // the answer wakes the transport from this worker, behind the
+        // subscribers' transports the frame's fan-out woke. A dialect's
+        // frame often has no answer (a Pusher client event): its transport
+        // then ran on the kernel's readiness alone, and at 1,000 subscribers
+        // it read about half as many of a publisher's frames between two
+        // writes of each subscriber, which wrote the same frames in twice
+        // as many `writev`s (22 frames a write against 44 on `/v1/ws`,
+        // bench/README.md stop 51, issue 40). The answer's wake, with
+        // nothing queued, puts the next read back behind those writes.
+        self.outbox.wake_transport();
     }
 
     /// The credential was admitted: the socket is now its (limits, account

@@ -199,6 +199,13 @@ impl Outbox {
         }
     }
 
+    /// Wakes the transport as a queued frame would, with nothing queued:
+    /// its next read then waits behind what the socket's worker already
+    /// has to run (see `Socket::on_dialect_text`).
+    pub(super) fn wake_transport(&self) {
+        Outbox::unlock_and_wake(self.lock());
+    }
+
     /// Where the socket is, for a transport the kernel takes no bytes
     /// from: it is woken when that changes (the socket finishing or
     /// aborted), which a queued frame would not tell it.
