@@ -31,6 +31,7 @@ use crate::config::{LimitName, PusherApp};
 use crate::exceeded::Exceeded;
 use crate::metrics::Layer;
 use crate::node::dialect::Link;
+use crate::presence::Pending;
 use crate::protocol::ErrorCode;
 
 /// One connection counted toward its user's `user_max_connections`: given
@@ -270,9 +271,9 @@ impl User {
                     welcome: Some(v.user_data),
                 }));
                 match registering {
-                    None => self.welcome(link, app),
-                    Some(f) => link.spawn(Box::pin(async move {
-                        f.await;
+                    Pending::Ready(_) => self.welcome(link, app),
+                    Pending::Later(f) => link.spawn(Box::pin(async move {
+                        let _ = f.await;
                         Box::new(Registered) as Box<dyn Any>
                     })),
                 }

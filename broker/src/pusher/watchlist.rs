@@ -25,7 +25,7 @@ use super::frames::{self, code};
 use super::presence::MAX_USER_ID;
 use crate::config::{PresenceRule, PusherApp};
 use crate::node::dialect::{Link, Outlet};
-use crate::presence::{Pending, Presence, PresenceSink, STATUS_PREFIX, StatusSink, Update};
+use crate::presence::{Full, Pending, Presence, PresenceSink, STATUS_PREFIX, StatusSink, Update};
 use crate::protocol::presence::Member;
 use crate::protocol::wire;
 
@@ -157,10 +157,6 @@ impl Drop for Online {
     }
 }
 
-/// The registration of a sign-in's online status still under way (in a
-/// cluster, Redis's answer).
-pub(super) type Registering = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
 /// The connection signed in as `user`: it comes online (a member of the
 /// app's status channel). In a cluster the join goes on by itself (and
 /// undoes itself if the connection left first); its registration is
@@ -173,7 +169,7 @@ pub(super) fn signed_in(
     app: &PusherApp,
     socket_id: &Arc<str>,
     user: &Arc<str>,
-) -> (Online, Option<Registering>) {
+) -> (Online, Pending<Result<(), Full>>) {
     let presence = link.node().presence.clone();
     let channel: Arc<str> = status_channel(&app.id).into();
     let me = Member {
@@ -181,12 +177,7 @@ pub(super) fn signed_in(
         conn_id: socket_id.clone(),
         info: None,
     };
-    let registering = match presence.join(&channel, rule(app), me, Arc::new(NotWatching)) {
-        Pending::Ready(_) => None,
-        Pending::Later(f) => Some(Box::pin(async move {
-            let _ = f.await;
-        }) as Registering),
-    };
+    let registering = presence.join(&channel, rule(app), me, Arc::new(NotWatching));
     let online = Online {
         presence,
         channel,
@@ -211,7 +202,7 @@ pub(super) fn watch(link: &mut dyn Link, app: &PusherApp, online: &mut Online, u
             ),
         ));
     }
-    if ids.is_empty() || online.watching.is_some() {
+    if ids.is_empty() {
         return;
     }
     let users: Arc<[Arc<str>]> = ids.into();
