@@ -1,10 +1,10 @@
-//! What the hub hands a socket, and where each subscription stands.
+//! What the hub hands a socket, and how each subscription takes it.
 //!
 //! The hub writes live messages straight into the socket's [`Outbox`]
 //! ([`DirectSink`]), from whichever thread publishes, under the channel's
 //! lock. Whether a message is queued is its subscription's answer, the
-//! session layer's [`Subscription`] (the same machine gRPC and graphql-ws
-//! keep), with [`OnLoss::Continue`]: a socket reports a drop episode and
+//! session layer's `Subscription` (the same machine gRPC and graphql-ws
+//! keep), with `OnLoss::Continue`: a socket reports a drop episode and
 //! goes on. Joining (a cluster subscribe still waiting for the bridge), it
 //! holds the message until the ack is queued; live, it queues it unless
 //! its `seq` was already sent (as recovered history, or by an earlier
@@ -13,48 +13,16 @@
 //! cannot interleave. This file and `socket/recovery.rs` only render and
 //! queue what the subscription says.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use actix::Message;
 use bytes::Bytes;
 
-use super::outbox::{Outbox, Shared};
+use super::outbox::{Congested, Outbox, Shared};
 use super::queue::Keyed;
+use super::subs::Sub;
 use crate::hub::{DirectSink, Joined, Renders, Reserve};
 use crate::metrics::Layer;
-use crate::session::{Joining, Next, Offer, OnLoss, Phase, Subscription};
-
-/// A drop episode began (the hub dropped a message at the mark, or a
-/// conflating queue refused a new key): the actor starts the grace timer.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct Congested;
-
-/// A socket's subscriptions, by channel.
-pub(super) type Subs = HashMap<Arc<str>, Sub, foldhash::fast::RandomState>;
-
-/// A subscription as the socket holds it. 32 bytes: a live
-/// [`Subscription`] is its position and keeps its machine boxed only
-/// while it joins, recovers or holds messages, so every entry of the
-/// socket's map stays small (issue 42: idle memory per subscribed socket).
-pub(super) struct Sub {
-    /// The number of its join: the bridge's answer to a join superseded
-    /// meanwhile (unsubscribed, or subscribed again) changes nothing.
-    join: u64,
-    pub(super) sub: Subscription,
-}
-
-impl Sub {
-    /// Joining as join number `join`: live messages are held until
-    /// [`Outbox::joined`].
-    pub(super) fn joining(join: u64) -> Sub {
-        Sub {
-            join,
-            sub: Subscription::new(OnLoss::Continue),
-        }
-    }
-}
+use crate::session::{Joining, Next, Offer, Phase};
 
 impl DirectSink for Outbox {
     fn message(

@@ -22,6 +22,7 @@ mod recovery;
 mod refresh;
 pub mod sse;
 mod start;
+mod subs;
 mod transport;
 
 use std::rc::Rc;
@@ -32,8 +33,7 @@ use actix::prelude::*;
 use bytes::Bytes;
 
 pub use crate::charge::{Admission, Shadow, Verdict};
-pub use delivery::Congested;
-pub use outbox::{Drained, Nudge};
+pub use outbox::{Congested, Drained, Nudge};
 pub use transport::Transport;
 
 use crate::account::AccountSlot;
@@ -151,7 +151,7 @@ pub struct Socket {
     /// An SSE stream's state (`None`: a WebSocket): the same actor, only
     /// the writer differs (`socket/sse/`). Boxed: a WebSocket, most
     /// sockets, holds a pointer, not the stream's fields (issue 42).
-    sse: Option<Box<sse::Stream>>,
+    sse: Option<Box<sse::actor::Stream>>,
 }
 
 impl Socket {

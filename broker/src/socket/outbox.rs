@@ -28,8 +28,8 @@ use bytes::Bytes;
 use futures_util::task::AtomicWaker;
 use parking_lot::{Mutex, MutexGuard};
 
-use super::delivery::{Congested, Subs};
 use super::queue::OutQueue;
+use super::subs::Subs;
 use crate::hub::OutboundGauge;
 use crate::metrics::Metrics;
 use crate::node::dialect::Backlog;
@@ -73,6 +73,12 @@ where
         Nudge(self.0.clone())
     }
 }
+
+/// A drop episode began (the hub dropped a message at the mark, or a
+/// conflating queue refused a new key): the actor starts the grace timer.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct Congested;
 
 /// Sent to the socket when a congested outbox drains below its mark.
 #[derive(Message, Debug)]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::delivery::Congested;
+use super::outbox::Congested;
 use super::outbox::Outbox;
 use super::queue::Keyed;
 use crate::hub::{OutboundGauge, Reserve};

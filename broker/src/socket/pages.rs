@@ -18,7 +18,7 @@
 
 use std::sync::Arc;
 
-use super::delivery::Congested;
+use super::outbox::Congested;
 use super::outbox::{Outbox, Shared};
 use crate::hub::{Page, Pages, Reserve};
 use crate::metrics::Layer;

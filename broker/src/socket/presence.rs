@@ -22,7 +22,7 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 
 use super::Socket;
-use super::delivery::Congested;
+use super::outbox::Congested;
 use super::outbox::Outbox;
 use crate::config::PresenceRule;
 use crate::hooks::{Decision, Event};

@@ -20,7 +20,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::delivery::Congested;
+use super::outbox::Congested;
 use super::outbox::{Drained, Nudge, Outbox, Shared, State};
 use crate::node::dialect::Backlog;
 #[cfg(doc)]

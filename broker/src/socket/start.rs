@@ -57,7 +57,7 @@ impl Socket {
         slots: Slots,
         node: Arc<Node>,
         dialect: Option<Box<dyn Dialect>>,
-        sse: Option<super::sse::Stream>,
+        sse: Option<super::sse::actor::Stream>,
     ) -> Started {
         let pipe = Rc::new(inbound::Pipe::default());
         let now = Instant::now();
@@ -156,13 +156,13 @@ mod tests {
                 "HookOrder",
                 size_of::<crate::hooks::order::HookOrder<super::super::hooked::Hooked>>(),
             ),
-            ("sse::Stream", size_of::<super::super::sse::Stream>()),
+            ("sse::Stream", size_of::<super::super::sse::actor::Stream>()),
             (
                 "Transport<TcpStream>",
                 size_of::<Transport<tokio::net::TcpStream>>(),
             ),
             ("Inbound", size_of::<Inbound>()),
-            ("delivery::Sub", size_of::<super::super::delivery::Sub>()),
+            ("subs::Sub", size_of::<super::super::subs::Sub>()),
             ("node::SocketHandle", size_of::<crate::node::SocketHandle>()),
             ("AccountSlot", size_of::<crate::account::AccountSlot>()),
         ];

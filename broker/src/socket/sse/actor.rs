@@ -2,21 +2,61 @@
 //! the stream's channels after the welcome (each from its position, with
 //! §2's `since`), and where a WebSocket would say `slow_consumer` after a
 //! drop episode, it continues every channel from history instead, so the
-//! stream never skips a message (§14).
+//! stream never skips a message (§14). [`Stream`] is what the actor
+//! keeps of the request until then.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use actix::prelude::*;
 use serde_json::value::RawValue;
 
+use super::body::Ender;
 use crate::cluster::Pending;
 use crate::exceeded::Exceeded;
 use crate::hub::{Joined, Sink, Subscriber};
 use crate::metrics::Layer;
 use crate::protocol::wire;
 use crate::socket::Socket;
-use crate::socket::delivery::Sub;
 use crate::socket::outbox::Outbox;
+use crate::socket::subs::Sub;
+
+/// An SSE stream's state in the socket's actor.
+pub(in crate::socket) struct Stream {
+    /// The channels to join once open, each with its `since` (taken when
+    /// the actor starts; at most the plan's `max_subscriptions`).
+    start: Vec<(String, Option<u64>)>,
+    /// The channels of `start` a hook allowed at the request (`hooked.rs`):
+    /// joined without asking again. At most `start`'s size.
+    decided: HashSet<String>,
+    /// What the channels cost (`super::price`), charged once the actor runs.
+    price: u32,
+    ender: Ender,
+}
+
+impl Stream {
+    /// The stream's channels (each with its `since`), those a hook allowed
+    /// already, and what they cost, for the actor to join once open.
+    pub(super) fn new(
+        start: Vec<(String, Option<u64>)>,
+        decided: HashSet<String>,
+        price: u32,
+        ender: Ender,
+    ) -> Stream {
+        Stream {
+            start,
+            decided,
+            price,
+            ender,
+        }
+    }
+
+    /// Ends the response's connection (a close the reader did not take
+    /// within `close_timeout_ms`).
+    pub(in crate::socket) fn end_connection(&self) {
+        self.ender.end();
+    }
+}
 
 /// A stream's subscription ack names its channel as its `id`
 /// (`render.rs` reads it back).

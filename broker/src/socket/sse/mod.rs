@@ -15,7 +15,7 @@
 //! body (`body.rs`). The query string carries the token, so nothing here
 //! logs it (nor the request's URI).
 
-mod actor;
+pub(in crate::socket) mod actor;
 mod body;
 mod feed;
 mod hooked;
@@ -42,6 +42,7 @@ use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::position::{self, Position};
 use crate::protocol::{ErrorCode, channel};
+use actor::Stream;
 use body::Body;
 pub(super) use body::Ender;
 use refused::{Refusal, refuse_paid};
@@ -54,27 +55,6 @@ pub const PATH: &str = "/v1/sse";
 /// The `retry:` range (§14): jittered per stream, so that the reconnects
 /// after a drain do not land together.
 const RETRY_MS: std::ops::RangeInclusive<u64> = 1_000..=5_000;
-
-/// An SSE stream's state in the socket's actor.
-pub(super) struct Stream {
-    /// The channels to join once open, each with its `since` (taken when
-    /// the actor starts; at most the plan's `max_subscriptions`).
-    start: Vec<(String, Option<u64>)>,
-    /// The channels of `start` a hook allowed at the request (`hooked.rs`):
-    /// joined without asking again. At most `start`'s size.
-    decided: HashSet<String>,
-    /// What the channels cost ([`price`]), charged once the actor runs.
-    price: u32,
-    ender: Ender,
-}
-
-impl Stream {
-    /// Ends the response's connection (a close the reader did not take
-    /// within `close_timeout_ms`).
-    pub(super) fn end_connection(&self) {
-        self.ender.end();
-    }
-}
 
 /// What the request asks for, read once the request is admitted.
 struct Ask {
@@ -330,12 +310,7 @@ async fn open(
     };
     node.metrics.handshake_done("accepted", started);
     let ender = Ender::new(fd);
-    let stream = Stream {
-        start,
-        decided,
-        price,
-        ender: ender.clone(),
-    };
+    let stream = Stream::new(start, decided, price, ender.clone());
     let started = Socket::spawn(identity, limits, slots, node, None, Some(stream));
     let retry = rand::random_range(RETRY_MS);
     let mut response = HttpResponse::Ok();
