@@ -37,13 +37,19 @@ impl<'a> Keyed<'a> {
         s
     }
 
+    /// At most how many bytes [`Keyed::write_scope`] appends: two
+    /// lengths of up to 20 digits, two `:`, and the three parts.
+    pub fn scope_len(&self, channel: &str) -> usize {
+        42 + self.publisher.len() + channel.len() + self.key.len()
+    }
+
     /// [`Keyed::scope`], appended to `out`.
     pub fn write_scope(&self, channel: &str, out: &mut String) {
         // `itoa`, not `write!`: the formatting machinery (twice a publish)
         // was about half of the instructions a key added to a socket
         // publish (bench/README.md, idempotency).
         let mut n = itoa::Buffer::new();
-        out.reserve(24 + self.publisher.len() + channel.len() + self.key.len());
+        out.reserve(self.scope_len(channel));
         out.push_str(n.format(self.publisher.len()));
         out.push(':');
         out.push_str(n.format(channel.len()));

@@ -42,7 +42,10 @@ impl RedisBridge {
             }
             return;
         }
-        let Some(channel) = topic.strip_prefix(&format!("{}ch:", self.prefix)) else {
+        let channel = topic
+            .strip_prefix(self.prefix.as_str())
+            .and_then(|t| t.strip_prefix("ch:"));
+        let Some(channel) = channel else {
             return;
         };
         match parse_seq(channel, payload) {
@@ -213,8 +216,9 @@ impl RedisBridge {
     /// (its hash tag on Redis Cluster), lengths first so no two scopes
     /// share a name.
     pub(super) fn idem_key(&self, channel: &str, keyed: &Keyed<'_>) -> String {
-        // Built in one string (it was two `format!`s and a third string).
-        let mut name = self.key("idem", channel);
+        // Built in one string of the right size (it was two `format!`s and
+        // a third string).
+        let mut name = self.key_with("idem", channel, 1 + keyed.scope_len(channel));
         name.push(':');
         keyed.write_scope(channel, &mut name);
         name

@@ -18,10 +18,13 @@ use redis::Script;
 /// `SET NX` does both for a first publish (a `GET` then a `SET` was a
 /// sixth of Redis's work for a keyed publish); it is the script's first
 /// write, so a Redis out of memory refuses the script before anything is
-/// written.
+/// written. The window stays the string it came as: a Lua number handed
+/// to `redis.call` is printed back through `snprintf("%.17g")`, which was
+/// about a seventh of what a key added to Redis's work a publish
+/// (bench/README.md, stop 52).
 ///
 /// KEYS: seq counter, history list (on Redis Cluster the owner key), and
-/// last the idempotency key when ARGV[9] > 0. ARGV: topic, channel, data,
+/// last the idempotency key when ARGV[9] is not `0`. ARGV: topic, channel, data,
 /// history size, history TTL ms, node floor, clock floor, counter TTL ms,
 /// idempotency window ms (0: no key).
 /// Returns {seq, the message's length, `len:seq` of each message the
@@ -33,13 +36,13 @@ pub static PUBLISH: LazyLock<Script> = LazyLock::new(|| Script::new(PUBLISH_SOUR
 /// The source of [`PUBLISH`] (the Redis Cluster variant, in `fence.rs`,
 /// swaps its `PUBLISH` for `SPUBLISH` and fences the counter first).
 pub const PUBLISH_SOURCE: &str = r#"
-local window = tonumber(ARGV[9] or '0')
+local window = ARGV[9]
 local cur = redis.call('GET', KEYS[1])
 local floor = tonumber(ARGV[6])
 if cur then cur = tonumber(cur) else cur = math.max(floor, tonumber(ARGV[7])) end
 if cur < floor then cur = floor end
 local seq = string.format('%d', cur + 1)
-if window > 0 then
+if window and window ~= '0' then
   local idem = KEYS[#KEYS]
   if not redis.call('SET', idem, seq, 'NX', 'PX', window) then
     return { redis.call('GET', idem), 0, {}, 1 }
