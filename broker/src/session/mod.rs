@@ -14,15 +14,16 @@
 //! It knows the hub's delivery types (`Joined`, `Recovery`, the gauge) and
 //! no front: the fronts sit above it and never import each other.
 
+mod answers;
 mod compact;
 mod episode;
 mod render;
 mod subscription;
 
+pub use answers::{Filled, Held, Joining, Left, Next, Offer, OnLoss, Phase, Report};
 pub use compact::Subscription;
 pub use episode::Episode;
 pub use render::Render;
-pub use subscription::{Filled, Held, Joining, Left, Next, Offer, OnLoss, Phase, Report};
 
 #[cfg(test)]
 mod tests;
