@@ -85,6 +85,10 @@ pub enum Next {
     Recovered { seq: u64, frame: Bytes, paged: bool },
     /// A held live message to render and queue (its bytes are reserved).
     Live(Held),
+    /// A held frame of the front's own ([`Subscription::hold_own`]) to
+    /// queue as it is (its bytes are counted: the front counted them).
+    /// Only a front that holds its own frames is handed one.
+    Own(Bytes),
     /// A held message not to queue (handed over already, or lost past a
     /// break): release its bytes.
     Release(Held),
@@ -115,7 +119,8 @@ pub struct Filled {
 pub struct Left {
     /// Where it stood.
     pub was: Phase,
-    /// Bytes of held live messages (reserved in the gauge by the hub).
+    /// Bytes of held live messages (reserved in the gauge by the hub) and
+    /// of held frames of the front's own (counted by the front).
     pub held: usize,
     /// Bytes of a page of history waiting.
     pub paged: usize,
