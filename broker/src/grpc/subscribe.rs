@@ -217,6 +217,7 @@ impl Events {
                 Next::Release(h) => {
                     self.gauge.release(h.frame.len());
                 }
+                Next::Own(_) => unreachable!("a stream holds no frames of its own"),
                 Next::Page | Next::Stalled => {
                     let source = sub.source();
                     let read = sub.next_page(self.gauge.high_water() / 2);

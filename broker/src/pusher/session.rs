@@ -32,7 +32,7 @@ use crate::cluster::{ChannelRead, Pending};
 use crate::config::PusherApp;
 use crate::exceeded::Exceeded;
 use crate::hooks::Decision;
-use crate::hub::{Sink, Subscriber};
+use crate::hub::{self, Sink, Subscriber};
 use crate::metrics::Layer;
 use crate::metrics::pusher::AppTally;
 use crate::node::Node;
@@ -82,11 +82,12 @@ pub(super) struct PusherWs {
     hooks: PusherHooks,
 }
 
-/// A cache channel's last event was read.
-struct Cached(String, Arc<PusherSink>, ChannelRead);
+/// A cache channel's last event was read (the hub's answer to the join
+/// waits with it for the sink).
+struct Cached(String, Arc<PusherSink>, hub::Joined, ChannelRead);
 /// A subscription's join was answered (and its presence join, refused
 /// when the channel is full).
-struct Joined(String, Arc<PusherSink>, Result<(), Full>);
+struct Joined(String, Arc<PusherSink>, hub::Joined, Result<(), Full>);
 
 impl PusherWs {
     fn app(&self) -> &PusherApp {
@@ -269,37 +270,31 @@ impl PusherWs {
             members,
         };
         self.channels.replace(entry);
+        // The hub's answer goes on to the sink, which holds what arrives
+        // until `subscription_succeeded` is queued (`succeed`).
         match (hub, presence) {
-            (Pending::Ready(_), None) => self.joined(link, channel.to_owned(), &sink, Ok(())),
-            (Pending::Ready(_), Some(Joining::Ready(r))) => {
-                self.joined(link, channel.to_owned(), &sink, r)
+            (Pending::Ready(j), None) => self.joined(link, Joined(channel.into(), sink, j, Ok(()))),
+            (Pending::Ready(j), Some(Joining::Ready(r))) => {
+                self.joined(link, Joined(channel.into(), sink, j, r))
             }
             (hub, presence) => {
                 let channel = channel.to_owned();
                 link.spawn(Box::pin(async move {
-                    if let Pending::Later(f) = hub {
-                        f.await;
-                    }
+                    let joined = hub.wait().await;
                     let r = match presence {
                         Some(p) => p.wait().await,
                         None => Ok(()),
                     };
-                    Box::new(Joined(channel, sink, r)) as Box<dyn Any>
+                    Box::new(Joined(channel, sink, joined, r)) as Box<dyn Any>
                 }))
             }
         }
     }
 
-    fn joined(
-        &mut self,
-        link: &mut dyn Link,
-        channel: String,
-        sink: &Arc<PusherSink>,
-        presence: Result<(), Full>,
-    ) {
+    fn joined(&mut self, link: &mut dyn Link, Joined(channel, sink, joined, presence): Joined) {
         // Unsubscribed (and perhaps subscribed again) meanwhile.
         let ours = self.channels.get(channel.as_str());
-        if !ours.is_some_and(|s| Arc::ptr_eq(&s.sink, sink)) {
+        if !ours.is_some_and(|s| Arc::ptr_eq(&s.sink, &sink)) {
             return;
         }
         if presence.is_err() {
@@ -310,29 +305,28 @@ impl PusherWs {
             return self.refuse_sub(link, &channel, "LimitReached", "presence_full", 403);
         }
         if !names::is_cache(&channel) {
-            return self.succeed(link, &channel, sink, None);
+            return self.succeed(link, &channel, &sink, joined, None);
         }
         // The last event, read once the subscription is live: what is
         // published from here on waits in the sink behind it.
         match self.node.broker.read_channel(&sink.channel, 1, 0) {
-            Pending::Ready(read) => self.succeed(link, &channel, sink, Some(read)),
-            Pending::Later(read) => {
-                let sink = sink.clone();
-                link.spawn(Box::pin(async move {
-                    Box::new(Cached(channel, sink, read.await)) as Box<dyn Any>
-                }))
-            }
+            Pending::Ready(read) => self.succeed(link, &channel, &sink, joined, Some(read)),
+            Pending::Later(read) => link.spawn(Box::pin(async move {
+                Box::new(Cached(channel, sink, joined, read.await)) as Box<dyn Any>
+            })),
         }
     }
 
     /// `subscription_succeeded`, then on a cache channel its last event or
     /// `pusher:cache_miss` (and the app's `cache_miss` webhook), then what
-    /// the channel published meanwhile.
+    /// the channel published meanwhile (the sink goes live with `joined`,
+    /// the hub's answer to the join).
     fn succeed(
         &mut self,
         link: &mut dyn Link,
         channel: &str,
         sink: &Arc<PusherSink>,
+        joined: hub::Joined,
         cached: Option<ChannelRead>,
     ) {
         // Unsubscribed (and perhaps subscribed again) meanwhile.
@@ -350,9 +344,9 @@ impl PusherWs {
             data.as_deref().unwrap_or("{}"),
         ));
         let Some(mut read) = cached else {
-            return sink.go_live();
+            return sink.go_live(joined);
         };
-        if sink.go_live_cached(read.held.pop()) == Replay::Miss {
+        if sink.go_live_cached(joined, read.held.pop()) == Replay::Miss {
             link.send(&frames::event("pusher:cache_miss", Some(channel), "{}"));
             let id = &*self.socket_id;
             self.node.webhooks.pusher_event(
@@ -447,11 +441,11 @@ impl Dialect for PusherWs {
 
     fn done(&mut self, link: &mut dyn Link, output: Box<dyn Any>) {
         let output = match output.downcast::<Joined>() {
-            Ok(j) => return self.joined(link, j.0, &j.1, j.2),
+            Ok(j) => return self.joined(link, *j),
             Err(other) => other,
         };
         let output = match output.downcast::<Cached>() {
-            Ok(c) => return self.succeed(link, &c.0, &c.1, Some(c.2)),
+            Ok(c) => return self.succeed(link, &c.0, &c.1, c.2, Some(c.3)),
             Err(other) => other,
         };
         let output = match self.hooks.done(output) {

@@ -14,10 +14,16 @@
 //! once, rather than the hub reserving the hub's (larger) frame and the
 //! sink recounting it per delivery; the socket left out reserves nothing.
 //!
-//! Messages that arrive while the join is answered (in a cluster, while
-//! delivery from every node goes live) wait, rendered and counted in the
-//! gauge, until `subscription_succeeded` is queued: nothing of a channel
-//! reaches pusher-js before it knows it is subscribed.
+//! Where the subscription stands is the session layer's machine, the one
+//! every front keeps ([`Subscription`], [`OnLoss::Continue`]): messages
+//! that arrive while the join is answered (in a cluster, while delivery
+//! from every node goes live) and the presence member events of the
+//! meantime ([`PusherSink::push_own`]) wait in it, rendered and counted in
+//! the gauge, in the order they came, until `subscription_succeeded` is
+//! queued: nothing of a channel reaches pusher-js before it knows it is
+//! subscribed. The machine holds the rendered frame (the bytes the gauge
+//! counts), not the hub's. No recovery on this front: it joins without
+//! `since`, so the machine goes straight from joining to live.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
@@ -25,9 +31,10 @@ use std::sync::{Arc, LazyLock};
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use crate::hub::{OutboundGauge, RenderSink, Renders, Reserve};
+use crate::hub::{Joined, OutboundGauge, RenderSink, Renders, Reserve};
 use crate::node::dialect::{Link, Outlet};
 use crate::protocol::wire;
+use crate::session::{Joining, Next, Offer, OnLoss, Phase, Subscription};
 
 /// The keys this front's rendering, and the socket it leaves out, are
 /// shared under in a fan-out.
@@ -55,23 +62,6 @@ pub fn split(data: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((exclude, frame))
 }
 
-/// What waits for `subscription_succeeded`: rendered frames, counted in
-/// the gauge.
-enum Held {
-    /// A hub message: `(seq, frame)`.
-    Hub(u64, Bytes),
-    /// A frame of this front's own (a presence member event).
-    Own(Bytes),
-}
-
-impl Held {
-    fn frame(&self) -> &Bytes {
-        match self {
-            Held::Hub(_, f) | Held::Own(f) => f,
-        }
-    }
-}
-
 /// What a new subscriber of a cache channel was given first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Replay {
@@ -83,14 +73,6 @@ pub enum Replay {
     Superseded,
     /// The subscription ended meanwhile.
     Gone,
-}
-
-enum Pos {
-    /// Waiting for the bridge. Bounded by the socket's gauge: what waits
-    /// is counted in it, and the hub's messages are dropped at its mark.
-    Joining(Vec<Held>),
-    Live,
-    Ended,
 }
 
 /// A socket id as one fixed-size value: its bytes, zeros, its length last.
@@ -165,13 +147,29 @@ pub struct PusherSink {
     /// The socket's gauge (the outlet's), held here so a delivery reaches
     /// it without a call through the outlet.
     gauge: Arc<OutboundGauge>,
-    pos: Mutex<Pos>,
-    /// `pos` is `Live`: a delivery then queues without taking `pos`'s
-    /// lock (a lock and an unlock a delivery, which a `/v1/ws`
-    /// subscriber's path does not pay).
-    /// Set under the lock once what waited is queued, cleared under it
-    /// before the subscription ends, so a delivery never overtakes what
-    /// waited for `subscription_succeeded`.
+    /// The session machine. While it joins, what waits is bounded by the
+    /// socket's gauge: it is counted in it, and the hub's messages are
+    /// dropped at its mark.
+    sub: Mutex<Subscription>,
+    /// `sub` is live with nothing to hand over: a delivery then queues
+    /// without taking `sub`'s lock (a lock and an unlock a delivery, which
+    /// a `/v1/ws` subscriber's path does not pay; a profile showed it at
+    /// 5,000 subscribers).
+    ///
+    /// Why skipping the machine is sound: live and settled, it answers
+    /// every message above its position [`Offer::Deliver`] and asks
+    /// nothing of the front but to queue it. Above the position is every
+    /// message from here on: the hub hands a subscriber each `seq` once,
+    /// in order, under the channel's lock, and with no recovery on this
+    /// front nothing else is queued by `seq`. A loss changes nothing in a
+    /// [`OnLoss::Continue`] machine (the gauge counts the episode). So the
+    /// fast path is the machine's own answer, left unrecorded: its
+    /// position lags, and nothing reads it while the flag is set (frames
+    /// of its own go out at once from a settled machine, whatever its
+    /// position). The flag is set under the lock once what waited is
+    /// queued, so a delivery never overtakes what waited for
+    /// `subscription_succeeded`; and cleared under it before the machine
+    /// ends, so a delivery after the end sees it ended.
     live: AtomicBool,
 }
 
@@ -194,47 +192,42 @@ impl PusherSink {
             socket_id: OwnId::new(socket_id),
             outlet,
             gauge,
-            pos: Mutex::new(Pos::Joining(Vec::new())),
+            sub: Mutex::new(Subscription::new(OnLoss::Continue)),
             live: AtomicBool::new(false),
         })
     }
 
-    /// The join is answered and `subscription_succeeded` queued: what
-    /// waited is queued after it, then every message as it comes.
-    pub fn go_live(&self) {
-        let mut pos = self.pos.lock();
-        if let Pos::Joining(held) = std::mem::replace(&mut *pos, Pos::Live) {
-            for h in held {
-                match h {
-                    Held::Hub(_, frame) | Held::Own(frame) => self.outlet.push_frame(frame),
-                }
-            }
-            self.live.store(true, Ordering::Release);
-        } else {
-            *pos = Pos::Ended;
+    /// The join is answered (`joined`, the hub's answer) and
+    /// `subscription_succeeded` queued: what waited is queued after it, in
+    /// the order it came, then every message as it comes.
+    pub fn go_live(&self, joined: Joined) {
+        let mut sub = self.sub.lock();
+        if self.joined(&mut sub, joined) {
+            self.pump(&mut sub, &mut |_, frame| self.outlet.push_frame(frame));
+            self.open(&sub);
         }
     }
 
     /// [`PusherSink::go_live`] for a cache channel: `cached` (its newest
     /// held message, read once the subscription was live) is queued
-    /// first, unless a message at least as new already waits (that one
-    /// comes next anyway, and the newest is what a cache channel
-    /// promises). Says what the subscriber was given.
-    pub fn go_live_cached(&self, cached: Option<(u64, Bytes)>) -> Replay {
-        let pos = self.pos.lock();
-        let Pos::Joining(held) = &*pos else {
-            drop(pos);
-            self.go_live();
+    /// first, unless a message at least as new comes next anyway among
+    /// what waited (the newest is what a cache channel promises). Says
+    /// what the subscriber was given.
+    ///
+    /// What waited is pumped out of the machine first, so the decision
+    /// is on what it hands over (a held message at or below the position
+    /// the join answered is not handed over, so it supersedes nothing).
+    pub fn go_live_cached(&self, joined: Joined, cached: Option<(u64, Bytes)>) -> Replay {
+        let mut sub = self.sub.lock();
+        if !self.joined(&mut sub, joined) {
             return Replay::Gone;
-        };
-        let newest_held = held
-            .iter()
-            .filter_map(|h| match h {
-                Held::Hub(seq, _) => Some(*seq),
-                Held::Own(_) => None,
-            })
-            .max();
-        let replay = match (cached, newest_held) {
+        }
+        let (mut waited, mut newest) = (Vec::new(), None);
+        self.pump(&mut sub, &mut |seq, frame| {
+            newest = seq.or(newest);
+            waited.push(frame);
+        });
+        let replay = match (cached, newest) {
             (Some((seq, frame)), n) if n.is_none_or(|n| n < seq) => {
                 // Not offered by the hub: counted here, past the mark
                 // like an answer (one frame), unless it leaves this
@@ -248,38 +241,85 @@ impl PusherSink {
             (None, None) => Replay::Miss,
             _ => Replay::Superseded,
         };
-        drop(pos);
-        self.go_live();
+        waited.into_iter().for_each(|f| self.outlet.push_frame(f));
+        self.open(&sub);
         replay
+    }
+
+    /// Hands the machine the join's answer: `false` if it ended meanwhile.
+    fn joined(&self, sub: &mut Subscription, joined: Joined) -> bool {
+        match sub.joined(joined) {
+            Joining::Live => true,
+            Joining::Ignored => false,
+            // Not on this front: it joins without `since`.
+            Joining::Recovering => {
+                debug_assert!(false, "a Pusher subscription recovers nothing");
+                true
+            }
+        }
+    }
+
+    /// Hands `queue` what waited, in the order it came (a hub message
+    /// with its `seq`, a frame of this front's own with none), and
+    /// releases what the machine does not hand over (at or below the
+    /// position the join answered).
+    fn pump(&self, sub: &mut Subscription, queue: &mut dyn FnMut(Option<u64>, Bytes)) {
+        loop {
+            match sub.pump(&mut |_| true) {
+                Next::Live(h) => {
+                    sub.queued(h.seq);
+                    queue(Some(h.seq), h.frame);
+                }
+                Next::Own(frame) => queue(None, frame),
+                Next::Release(h) => {
+                    self.gauge.release(h.frame.len());
+                }
+                Next::Done => return,
+                next @ (Next::Recovered { .. } | Next::Stalled | Next::Page) => {
+                    debug_assert!(false, "a Pusher subscription recovers nothing: {next:?}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// What waited is queued: deliveries take the fast path from here on
+    /// (see the `live` field), if the machine has nothing to hand over.
+    fn open(&self, sub: &Subscription) {
+        if sub.live_at().is_some() {
+            self.live.store(true, Ordering::Release);
+        }
     }
 
     /// Nothing more is queued; what waited is given back to the gauge.
     pub fn end(&self) {
-        let mut pos = self.pos.lock();
+        let mut sub = self.sub.lock();
         self.live.store(false, Ordering::Release);
-        if let Pos::Joining(held) = std::mem::replace(&mut *pos, Pos::Ended) {
-            self.gauge
-                .release(held.iter().map(|h| h.frame().len()).sum());
-        }
+        let left = sub.end();
+        self.gauge.release(left.held + left.paged);
     }
 
     /// Queues a frame of this front's own on the channel (a presence
-    /// member event), after `subscription_succeeded` like every message
-    /// of the channel. It is never dropped (pusher-js's member list must
-    /// stay exact): one that takes the socket past its mark starts the
-    /// slow-consumer grace instead, which closes a reader that stopped.
+    /// member event), after `subscription_succeeded` and in order with
+    /// the channel's messages ([`Subscription::hold_own`]). It is never
+    /// dropped (pusher-js's member list must stay exact): one that takes
+    /// the socket past its mark starts the slow-consumer grace instead,
+    /// which closes a reader that stopped.
     pub fn push_own(&self, frame: &str) {
-        let mut pos = self.pos.lock();
-        if matches!(*pos, Pos::Ended) {
+        let mut sub = self.sub.lock();
+        if sub.phase() == Phase::Ended {
             return;
         }
         let rendered = wire::text(frame.as_bytes());
         if self.gauge.add_answer(rendered.len()) {
             self.outlet.congested();
         }
-        match &mut *pos {
-            Pos::Joining(held) => held.push(Held::Own(rendered)),
-            _ => self.outlet.push_frame(rendered),
+        match sub.hold_own(&rendered) {
+            Offer::Deliver => self.outlet.push_frame(rendered),
+            Offer::Held => {}
+            Offer::Release => {
+                self.gauge.release(rendered.len());
+            }
         }
     }
 
@@ -326,16 +366,22 @@ impl RenderSink for PusherSink {
             }
             return Some(reserved);
         }
-        let mut pos = self.pos.lock();
-        let rendered = match &*pos {
-            Pos::Ended => return None,
-            _ => self.render(seq, frame, renders)?,
-        };
+        let mut sub = self.sub.lock();
+        if sub.phase() == Phase::Ended {
+            return None;
+        }
+        let rendered = self.render(seq, frame, renders)?;
         let reserved = self.gauge.try_reserve(rendered.len());
         if reserved == Reserve::Queued {
-            match &mut *pos {
-                Pos::Joining(held) => held.push(Held::Hub(seq, rendered)),
-                _ => self.outlet.push_frame(rendered),
+            match sub.offer(seq, &rendered, None) {
+                Offer::Deliver => {
+                    sub.queued(seq);
+                    self.outlet.push_frame(rendered);
+                }
+                Offer::Held => {}
+                Offer::Release => {
+                    self.gauge.release(rendered.len());
+                }
             }
         }
         Some(reserved)
@@ -347,154 +393,4 @@ impl RenderSink for PusherSink {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-    use crate::hub::{HistoryLimits, Hub, Sink, Subscriber};
-    use crate::metrics::Metrics;
-    use crate::node::dialect::Backlog;
-
-    /// A socket's outbox as far as this sink uses it: what was queued.
-    struct Queued(Mutex<Vec<Bytes>>, Arc<OutboundGauge>);
-
-    impl Outlet for Queued {
-        fn push(&self, parts: &mut [Bytes]) {
-            let mut q = self.0.lock();
-            q.extend(parts.iter_mut().map(std::mem::take));
-        }
-        fn push_frame(&self, frame: Bytes) {
-            self.0.lock().push(frame);
-        }
-        fn push_keyed(&self, _: &Arc<str>, _: Arc<str>, frame: Bytes) -> bool {
-            self.push_frame(frame);
-            true
-        }
-        fn gauge(&self) -> &OutboundGauge {
-            &self.1
-        }
-        fn congested(&self) {}
-        fn recover(&self, _: Arc<dyn Backlog>) {}
-        fn forget(&self, _: &Arc<dyn Backlog>) {}
-        fn page_room(&self, _: usize) -> Option<usize> {
-            None
-        }
-        fn page_done(&self, _: usize) {}
-        fn pump_backlogs(&self) {}
-    }
-
-    const CH: &str = "|1|private-x";
-
-    /// A subscriber of [`CH`] on `hub` as socket `id`, with its queue.
-    fn subscriber(hub: &Hub, conn: u64, id: &str, mark: usize) -> (Arc<PusherSink>, Arc<Queued>) {
-        let gauge = Arc::new(OutboundGauge::new(mark));
-        let queued = Arc::new(Queued(Mutex::default(), gauge.clone()));
-        let sink = PusherSink::with(conn, CH.into(), id.into(), queued.clone(), gauge.clone());
-        let sub = Subscriber {
-            conn,
-            sink: Sink::Render(sink.clone()),
-            gauge,
-        };
-        hub.subscribe(CH, sub, None);
-        (sink, queued)
-    }
-
-    fn frames(q: &Queued) -> Vec<Bytes> {
-        q.0.lock().clone()
-    }
-
-    /// What the gauge counts: exactly the bytes queued (the rendered
-    /// frames), never the hub's frames, with nothing left over.
-    fn counted(q: &Queued) -> usize {
-        frames(q).iter().map(Bytes::len).sum()
-    }
-
-    #[test]
-    fn the_gauge_counts_the_rendered_frames_queued_and_the_sender_reserves_nothing() {
-        let hub = Hub::new(
-            HistoryLimits {
-                size: 0,
-                ttl: Duration::from_secs(60),
-                max_bytes: usize::MAX,
-            },
-            Arc::new(Metrics::new()),
-        );
-        let (a, qa) = subscriber(&hub, 1, "1.1", 1 << 20);
-        let (b, qb) = subscriber(&hub, 2, "2.2", 1 << 20);
-        let one = r#"{"event":"client-m","channel":"private-x","data":"1"}"#;
-        let two = r#"{"event":"client-m","channel":"private-x","data":"2"}"#;
-        // While joining: held, rendered and counted; the sender's not.
-        hub.publish(CH, &publish_data("2.2", one));
-        assert!(frames(&qa).is_empty() && frames(&qb).is_empty());
-        assert_eq!(a.gauge.pending(), wire::text(one.as_bytes()).len());
-        assert_eq!(b.gauge.pending(), 0, "the sender reserved nothing");
-        a.go_live();
-        b.go_live();
-        hub.publish(CH, &publish_data("", two));
-        let (r1, r2) = (wire::text(one.as_bytes()), wire::text(two.as_bytes()));
-        assert_eq!(frames(&qa), vec![r1, r2.clone()]);
-        assert_eq!(frames(&qb), vec![r2]);
-        assert_eq!(a.gauge.pending(), counted(&qa));
-        assert_eq!(b.gauge.pending(), counted(&qb));
-        // Ended: nothing more queued or counted.
-        a.end();
-        hub.publish(CH, &publish_data("", two));
-        assert_eq!(frames(&qa).len(), 2);
-        assert_eq!(a.gauge.pending(), counted(&qa));
-        assert_eq!(b.gauge.pending(), counted(&qb));
-    }
-
-    #[test]
-    fn at_the_mark_messages_are_dropped_and_what_waited_is_released_at_the_end() {
-        let hub = Hub::new(
-            HistoryLimits {
-                size: 0,
-                ttl: Duration::from_secs(60),
-                max_bytes: usize::MAX,
-            },
-            Arc::new(Metrics::new()),
-        );
-        let (live, ql) = subscriber(&hub, 1, "1.1", 1);
-        let (joining, qj) = subscriber(&hub, 2, "2.2", 1 << 20);
-        live.go_live();
-        let event = r#"{"event":"client-m","channel":"private-x","data":"1"}"#;
-        hub.publish(CH, &publish_data("", event));
-        hub.publish(CH, &publish_data("", event));
-        assert_eq!(frames(&ql).len(), 1, "the second is past the mark");
-        assert_eq!(live.gauge.pending(), counted(&ql));
-        assert!(live.gauge.is_congested());
-        assert!(joining.gauge.pending() > 0);
-        joining.end();
-        assert_eq!(joining.gauge.pending(), 0);
-        assert!(frames(&qj).is_empty());
-    }
-
-    #[test]
-    fn a_socket_is_left_out_by_its_own_id_only() {
-        let longest = format!("{}.{}", u32::MAX, u64::MAX);
-        let long = "9".repeat(40);
-        let ids = ["", "1.2", "1.20", "12.0", &longest, &long[..32], &long];
-        for me in ids {
-            let own = OwnId::new(me.into());
-            for ex in ids {
-                assert_eq!(own.is(&kept_exclude(ex.as_bytes())), me == ex, "{me} {ex}");
-            }
-        }
-        assert!(matches!(
-            OwnId::new(longest.as_str().into()),
-            OwnId::Packed(_)
-        ));
-        assert!(matches!(OwnId::new(long[..32].into()), OwnId::Long(_)));
-    }
-
-    #[test]
-    fn split_reads_what_publish_data_wrote() {
-        let d = publish_data("1.2", r#"{"event":"e","channel":"c","data":"\"x\""}"#);
-        let (ex, frame) = split(d.as_bytes()).unwrap();
-        assert_eq!(ex, b"1.2");
-        assert_eq!(frame, br#"{"event":"e","channel":"c","data":"\"x\""}"#);
-        let d = publish_data("", "{}");
-        assert_eq!(split(d.as_bytes()), Some((&b""[..], &b"{}"[..])));
-        assert_eq!(split(b"{\"type\":1}"), None);
-    }
-}
+mod tests;

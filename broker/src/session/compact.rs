@@ -129,6 +129,15 @@ impl Subscription {
         }
     }
 
+    /// A frame of the front's own: see `Machine::hold_own`. Live with
+    /// nothing waiting, it goes out now.
+    pub fn hold_own(&mut self, frame: &Bytes) -> Offer {
+        match &mut self.0 {
+            Repr::Live { .. } => Offer::Deliver,
+            Repr::Boxed(m) => m.hold_own(frame),
+        }
+    }
+
     /// The front queued `seq` for its client.
     #[inline]
     pub fn queued(&mut self, seq: u64) {

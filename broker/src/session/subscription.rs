@@ -8,6 +8,9 @@
 //!   page at a time from a cluster's history; live messages above the
 //!   position wait behind it.
 //! - **Live**: each `seq` above the last handled goes out once, in order.
+//!   Frames of the front's own that must keep their place among the live
+//!   messages (a Pusher presence member event) wait with them while they
+//!   wait ([`Subscription::hold_own`]).
 //! - **Broken** (a front that breaks at a loss, [`OnLoss::Break`]): a
 //!   message was lost; nothing newer goes out, and the front ends the
 //!   subscription with its [`Report`].
@@ -25,125 +28,32 @@ use bytes::Bytes;
 
 #[cfg(doc)]
 use super::Subscription;
+use super::{Filled, Held, Joining, Left, Next, Offer, OnLoss, Phase, Report};
 use crate::hub::{Joined, Page, PageRead, Pages, Recovery};
 
-/// A live message held while its subscription joins or recovers: its
-/// bytes stay counted in the subscriber's gauge (the hub reserved them).
-#[derive(Debug)]
-pub struct Held {
-    pub seq: u64,
-    pub frame: Bytes,
-    /// The conflation key on a conflating channel (§11).
-    pub key: Option<Arc<str>>,
+/// What waits for its turn while the subscription joins, recovers or
+/// hands held messages over: a live message of the hub's, or a frame of
+/// the front's own ([`Subscription::hold_own`]), which has no `seq` and is
+/// said so by its variant, not by a reserved number.
+enum Waiting {
+    Hub(Held),
+    Own(Bytes),
 }
 
-/// What a loss does to a subscription.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnLoss {
-    /// It goes on: the subscriber's gauge counts the drop episode and the
-    /// front reports it once (a `/v1/ws` socket, SSE, a gRPC stream).
-    Continue,
-    /// It breaks at the first loss: nothing newer goes out, and the front
-    /// ends it with how many were lost and the last `seq` it sent (a
-    /// GraphQL subscription's `SLOW_CONSUMER`), so a resume with `since`
-    /// loses nothing and sees nothing twice.
-    Break,
-}
-
-/// Where a subscription stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    Joining,
-    Recovering,
-    Live,
-    Broken,
-    Ended,
-}
-
-/// What a broken or ended subscription reports.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Report {
-    /// Messages lost (0: none).
-    pub dropped: u64,
-    /// The last `seq` the front queued ([`Subscription::queued`]), or
-    /// what its client held before anything was queued.
-    pub last_seq: u64,
-}
-
-/// What to do with a live message the hub handed over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Offer {
-    /// Render and queue it now; then say [`Subscription::queued`], or
-    /// [`Subscription::refused`] if the queue would not take it.
-    Deliver,
-    /// Held behind the join or the backlog; its bytes stay reserved.
-    Held,
-    /// Not for the client (handed over already, past a break, or ended):
-    /// release what was reserved for it.
-    Release,
-}
-
-/// How a join completed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Joining {
-    /// Not joining any more (ended, or joined already): nothing changed.
-    Ignored,
-    /// No backlog: live, once the held messages are pumped.
-    Live,
-    /// A backlog to pump as room allows.
-    Recovering,
-}
-
-/// What one [`Subscription::pump`] hands the front.
-#[derive(Debug)]
-pub enum Next {
-    /// A recovered message to render and queue. `paged`: it came from a
-    /// page of a cluster's history (its bytes waited in the page since it
-    /// was read; in memory mode the hub's history holds them).
-    Recovered { seq: u64, frame: Bytes, paged: bool },
-    /// A held live message to render and queue (its bytes are reserved).
-    Live(Held),
-    /// A held message not to queue (handed over already, or lost past a
-    /// break): release its bytes.
-    Release(Held),
-    /// No room: the backlog waits (the front's slow-consumer grace runs
-    /// while it cannot move).
-    Stalled,
-    /// The ready history is used up and more is to be read: the front
-    /// starts [`Subscription::next_page`] (or one is being read).
-    Page,
-    /// Nothing more to pump: live, broken or ended.
-    Done,
-}
-
-/// A page of history arrived ([`Subscription::filled`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Filled {
-    /// Messages that left the history before their page was read.
-    pub lost: u64,
-    /// The page's bytes, now waiting in the subscription.
-    pub bytes: usize,
-    /// Bytes that no longer wait (a broken subscription gives up the rest
-    /// of its backlog): the front releases them where it counted them.
-    pub released: usize,
-}
-
-/// What an ended subscription held ([`Subscription::end`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Left {
-    /// Where it stood.
-    pub was: Phase,
-    /// Bytes of held live messages (reserved in the gauge by the hub).
-    pub held: usize,
-    /// Bytes of a page of history waiting.
-    pub paged: usize,
+impl Waiting {
+    fn len(&self) -> usize {
+        match self {
+            Waiting::Hub(h) => h.frame.len(),
+            Waiting::Own(frame) => frame.len(),
+        }
+    }
 }
 
 enum State {
-    Joining(Vec<Held>),
+    Joining(Vec<Waiting>),
     Recovering {
         backlog: Recovery,
-        held: Vec<Held>,
+        held: Vec<Waiting>,
         /// The position: live messages are those above it.
         last: u64,
     },
@@ -162,10 +72,10 @@ enum State {
 pub(super) struct Machine {
     state: State,
     on_loss: OnLoss,
-    /// Held messages being handed over as the subscription goes live,
-    /// before any newer one.
-    flush: VecDeque<Held>,
-    /// Bytes of held messages (in `state` and `flush`).
+    /// Held messages (and frames of the front's own) being handed over as
+    /// the subscription goes live, before any newer one.
+    flush: VecDeque<Waiting>,
+    /// Bytes of held messages and own frames (in `state` and `flush`).
     held_bytes: usize,
     /// Bytes of the page of history waiting.
     page_bytes: usize,
@@ -223,10 +133,12 @@ impl Machine {
 
     /// A live message `seq` the hub handed over (its bytes reserved).
     pub fn offer(&mut self, seq: u64, frame: &Bytes, key: Option<&Arc<str>>) -> Offer {
-        let held = |frame: &Bytes| Held {
-            seq,
-            frame: frame.clone(),
-            key: key.cloned(),
+        let held = |frame: &Bytes| {
+            Waiting::Hub(Held {
+                seq,
+                frame: frame.clone(),
+                key: key.cloned(),
+            })
         };
         match &mut self.state {
             State::Live(last) if seq > *last && !self.flush.is_empty() => {
@@ -259,6 +171,33 @@ impl Machine {
             }
             _ => Offer::Release,
         }
+    }
+
+    /// A frame of the front's own for this subscription's client (no hub
+    /// message, so no `seq`: a Pusher presence member event), which must
+    /// keep its place among the live messages: `Deliver` when nothing
+    /// waits (queue it now), `Held` behind what waits (a join, a backlog,
+    /// held messages being handed over), handed over by
+    /// [`Subscription::pump`] as [`Next::Own`] in arrival order with
+    /// them. The front counts its bytes in its gauge before it asks (the
+    /// hub reserved nothing for it); held, they are in
+    /// [`Subscription::waiting`] and an end's [`Left::held`] like the
+    /// hub's. Never deduplicated and never dropped (the hub's mark does
+    /// not see it); `Release` once ended, and on a front that breaks at a
+    /// loss after the first loss (nothing newer goes out).
+    pub fn hold_own(&mut self, frame: &Bytes) -> Offer {
+        if self.lost_at.is_some() {
+            return Offer::Release;
+        }
+        let own = Waiting::Own(frame.clone());
+        match &mut self.state {
+            State::Live(_) if self.flush.is_empty() => return Offer::Deliver,
+            State::Live(_) => self.flush.push_back(own),
+            State::Joining(waiting) | State::Recovering { held: waiting, .. } => waiting.push(own),
+            State::Broken(_) | State::Ended => return Offer::Release,
+        }
+        self.held_bytes += frame.len();
+        Offer::Held
     }
 
     /// The front queued `seq` for its client.
@@ -335,7 +274,7 @@ impl Machine {
 
     /// The backlog is all handed over (or given up): the held messages
     /// follow through [`Subscription::pump`], then it is live, or broken.
-    fn go_live(&mut self, held: Vec<Held>, last: u64) {
+    fn go_live(&mut self, held: Vec<Waiting>, last: u64) {
         self.flush.extend(held);
         self.state = State::Live(last);
         self.settle();
@@ -387,9 +326,16 @@ impl Machine {
     }
 
     /// A held message leaves the flush: handed over unless it is not
-    /// above the position, or it comes at or after a loss.
-    fn flushed(&mut self, h: Held) -> Next {
-        self.held_bytes -= h.frame.len();
+    /// above the position, or it comes at or after a loss. A frame of the
+    /// front's own always is: it was held before any loss
+    /// ([`Subscription::hold_own`] releases the later ones, and a refusal
+    /// comes only with nothing held).
+    fn flushed(&mut self, w: Waiting) -> Next {
+        self.held_bytes -= w.len();
+        let h = match w {
+            Waiting::Own(frame) => return Next::Own(frame),
+            Waiting::Hub(h) => h,
+        };
         let before_loss = self.lost_at.is_none_or(|b| h.seq < b);
         match &mut self.state {
             State::Live(last) if h.seq > *last => {

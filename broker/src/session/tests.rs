@@ -14,6 +14,11 @@ fn frame(seq: u64) -> Bytes {
     Bytes::from(format!("m{seq}"))
 }
 
+/// Frame `n` of the front's own (no `seq`).
+fn own(n: u64) -> Bytes {
+    Bytes::from(format!("own{n}"))
+}
+
 fn joined(backlog: Recovery, last_seq: u64) -> Joined {
     Joined {
         recovered: Some(true),
@@ -36,6 +41,7 @@ fn pump_all(sub: &mut Subscription) -> Vec<(char, u64)> {
                 out.push(('l', h.seq));
             }
             Next::Release(h) => out.push(('x', h.seq)),
+            Next::Own(f) => out.push(('o', std::str::from_utf8(&f[3..]).unwrap().parse().unwrap())),
             Next::Stalled | Next::Page => panic!("room is unlimited and nothing is paged"),
             Next::Done => return out,
         }
@@ -103,6 +109,66 @@ fn no_backlog_goes_live_at_once_after_the_held_messages() {
     assert_eq!(pump_all(&mut sub), [('x', 9), ('l', 11), ('l', 12)]);
     assert_eq!(sub.offer(13, &frame(13), None), Offer::Deliver);
     assert_eq!(sub.report().last_seq, 12);
+}
+
+/// A Pusher presence member event: the client must get it after the
+/// join's answer and in order with the channel's messages.
+#[test]
+fn own_frames_keep_their_place_among_the_held_messages() {
+    let mut sub = Subscription::new(OnLoss::Continue);
+    assert_eq!(sub.offer(11, &frame(11), None), Offer::Held);
+    assert_eq!(sub.hold_own(&own(1)), Offer::Held);
+    assert_eq!(sub.offer(12, &frame(12), None), Offer::Held);
+    assert_eq!(sub.waiting(), 3 + 4 + 3, "own frames count as held");
+    assert_eq!(sub.joined(joined(Recovery::default(), 11)), Joining::Live);
+    // Not pumped yet: one more waits behind what is being handed over.
+    assert_eq!(sub.hold_own(&own(2)), Offer::Held);
+    assert_eq!(
+        pump_all(&mut sub),
+        [('x', 11), ('o', 1), ('l', 12), ('o', 2)],
+        "never deduplicated by the position, in arrival order"
+    );
+    assert_eq!(sub.waiting(), 0);
+    assert!(!sub.is_boxed(), "live with nothing held");
+    assert_eq!(sub.hold_own(&own(3)), Offer::Deliver);
+    assert!(!sub.is_boxed(), "an own frame boxes nothing");
+    assert_eq!(sub.offer(13, &frame(13), None), Offer::Deliver);
+}
+
+#[test]
+fn own_frames_wait_behind_a_backlog_and_an_end_hands_them_back() {
+    let mut sub = Subscription::new(OnLoss::Continue);
+    assert_eq!(sub.offer(11, &frame(11), None), Offer::Held);
+    assert_eq!(sub.hold_own(&own(1)), Offer::Held);
+    let backlog: Recovery = vec![(10, frame(10))].into();
+    assert_eq!(sub.joined(joined(backlog, 10)), Joining::Recovering);
+    assert_eq!(sub.hold_own(&own(2)), Offer::Held);
+    assert_eq!(
+        pump_all(&mut sub),
+        [('r', 10), ('l', 11), ('o', 1), ('o', 2)]
+    );
+
+    let mut ends = Subscription::new(OnLoss::Continue);
+    ends.offer(11, &frame(11), None);
+    ends.hold_own(&own(1));
+    let left = ends.end();
+    assert_eq!((left.was, left.held), (Phase::Joining, 3 + 4));
+    assert_eq!(ends.hold_own(&own(2)), Offer::Release);
+    assert_eq!(ends.waiting(), 0);
+}
+
+#[test]
+fn a_breaking_front_holds_no_own_frame_past_its_loss() {
+    let mut sub = Subscription::new(OnLoss::Break);
+    sub.offer(11, &frame(11), None);
+    assert_eq!(sub.hold_own(&own(1)), Offer::Held);
+    sub.lost(12);
+    assert_eq!(sub.hold_own(&own(2)), Offer::Release, "after the loss");
+    sub.joined(joined(Recovery::default(), 10));
+    assert_eq!(pump_all(&mut sub), [('l', 11), ('o', 1)]);
+    assert_eq!(sub.phase(), Phase::Broken);
+    assert_eq!(sub.hold_own(&own(3)), Offer::Release);
+    assert_eq!(sub.waiting(), 0);
 }
 
 #[test]

@@ -166,6 +166,7 @@ impl Outbox {
                         s.held_bytes -= h.frame.len();
                         self.gauge.release(h.frame.len());
                     }
+                    Next::Own(_) => unreachable!("a socket holds no frames of its own"),
                     Next::Stalled => {
                         done.stalled = true;
                         break;

@@ -279,6 +279,7 @@ impl Backlog for OpSink {
                 Next::Release(h) => {
                     self.outlet.gauge().release(h.frame.len());
                 }
+                Next::Own(_) => unreachable!("an operation holds no frames of its own"),
                 Next::Stalled => {
                     step.stalled = true;
                     return step;
