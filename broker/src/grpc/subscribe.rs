@@ -41,7 +41,7 @@ use crate::hub::{OutboundGauge, PageRead, Pages, Sink, Subscriber};
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::{ErrorCode, channel};
-use crate::session::{Episode, Next, OnLoss, Render, Subscription};
+use crate::session::{Episode, Held, Next, OnLoss, Render, Subscription};
 
 /// The stream's place in the hub, left exactly once (when the stream is
 /// dropped, or by the guard past the grace).
@@ -214,10 +214,11 @@ impl Events {
                         frame: h.frame,
                     });
                 }
-                Next::Release(h) => {
-                    self.gauge.release(h.frame.len());
+                // A stream holds no frames of its own: were one handed
+                // over, it would be released like a held message.
+                Next::Release(Held { frame, .. }) | Next::Own(frame) => {
+                    self.gauge.release(frame.len());
                 }
-                Next::Own(_) => unreachable!("a stream holds no frames of its own"),
                 Next::Page | Next::Stalled => {
                     let source = sub.source();
                     let read = sub.next_page(self.gauge.high_water() / 2);

@@ -9,9 +9,10 @@
 //! first loss: [`Subscription`], a plain type a front keeps under its own
 //! lock beside its queue. A front's own frames that must keep their place
 //! among the messages (Pusher's presence member events, which pusher-js
-//! must get after `subscription_succeeded`) wait in it with them. How a front says a message in its own words is
-//! [`Render`]; the one report of a drop episode (when it begins, when it
-//! ends, how many were lost) is [`Episode`].
+//! must get after `subscription_succeeded`) wait in it with them. How a
+//! front says a message in its own words is [`Render`]; the one report of
+//! a drop episode (when it begins, when it ends, how many were lost) is
+//! [`Episode`].
 //!
 //! It knows the hub's delivery types (`Joined`, `Recovery`, the gauge) and
 //! no front: the fronts sit above it and never import each other.

@@ -166,7 +166,11 @@ impl Outbox {
                         s.held_bytes -= h.frame.len();
                         self.gauge.release(h.frame.len());
                     }
-                    Next::Own(_) => unreachable!("a socket holds no frames of its own"),
+                    // A socket holds no frames of its own: were one handed
+                    // over, its bytes would leave the gauge.
+                    Next::Own(frame) => {
+                        self.gauge.release(frame.len());
+                    }
                     Next::Stalled => {
                         done.stalled = true;
                         break;

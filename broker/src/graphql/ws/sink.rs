@@ -28,7 +28,7 @@ use super::shape::Shape;
 use crate::hub::{DirectSink, Joined, OutboundGauge, Page, Pages, Renders};
 use crate::node::dialect::{Backlog, Outlet, Step};
 use crate::protocol::wire;
-use crate::session::{Episode, Joining, Next, Offer, OnLoss, Phase, Report, Subscription};
+use crate::session::{Episode, Held, Joining, Next, Offer, OnLoss, Phase, Report, Subscription};
 
 /// Messages whose `data` is at most this many bytes are queued as one
 /// entry per subscription: its own head (kept while the length stays the
@@ -276,10 +276,11 @@ impl Backlog for OpSink {
                     let held = (h.seq, &h.frame);
                     self.queue(&mut st, held, h.key, reserved, &mut Renders::default());
                 }
-                Next::Release(h) => {
-                    self.outlet.gauge().release(h.frame.len());
+                // An operation holds no frames of its own: were one handed
+                // over, it would be released like a held message.
+                Next::Release(Held { frame, .. }) | Next::Own(frame) => {
+                    self.outlet.gauge().release(frame.len());
                 }
-                Next::Own(_) => unreachable!("an operation holds no frames of its own"),
                 Next::Stalled => {
                     step.stalled = true;
                     return step;
