@@ -4,6 +4,11 @@
 //! for the publisher's own account (subscribers stay on `free`); and,
 //! because every client comes from one loopback address, per-IP handshake
 //! limits raised (and the node accept budget, except in `storm`).
+//!
+//! `TIDEGATE_BENCH_SHIPPED_CONFIG` names another file to start from in
+//! place of the shipped one: an older binary's own `config.toml`, for a
+//! before/after run (an older binary refuses keys added since); empty is
+//! unset.
 
 use anyhow::{Context, Result, anyhow};
 use tidegate::config::{Config, DEFAULT_TOML};
@@ -38,6 +43,10 @@ pub const RAISED_ACCEPT_BUDGET: &str = r#"
 node_accepts_per_sec = 1000000.0
 "#;
 
+/// The environment variable naming a config file to use in place of the
+/// shipped one (see the module's doc).
+pub const SHIPPED_CONFIG_ENV: &str = "TIDEGATE_BENCH_SHIPPED_CONFIG";
+
 /// The plan publishers' tokens name.
 pub const PUBLISHER_PLAN: &str = "bench_publisher";
 
@@ -55,7 +64,12 @@ fn merge(base: &mut toml::Table, over: toml::Table) {
 /// The shipped config with `layers` merged over it in order; returns the
 /// TOML text and the config it validates to.
 pub fn tidegate_config(layers: &[&str]) -> Result<(String, Config)> {
-    let mut root: toml::Table = DEFAULT_TOML.parse().context("shipped config.toml")?;
+    let shipped = match std::env::var_os(SHIPPED_CONFIG_ENV).filter(|p| !p.is_empty()) {
+        Some(path) => std::fs::read_to_string(&path)
+            .with_context(|| format!("{SHIPPED_CONFIG_ENV}: reading {}", path.display()))?,
+        None => DEFAULT_TOML.to_owned(),
+    };
+    let mut root: toml::Table = shipped.parse().context("shipped config.toml")?;
     for layer in layers {
         merge(&mut root, layer.parse().context("bench config layer")?);
     }
