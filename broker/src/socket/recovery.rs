@@ -22,7 +22,7 @@ use std::sync::atomic::Ordering;
 
 use super::outbox::Congested;
 use super::outbox::{Drained, Nudge, Outbox, Shared, State};
-use crate::node::dialect::Backlog;
+use crate::dialect::Backlog;
 #[cfg(doc)]
 use crate::session::Subscription;
 use crate::session::{Next, Phase};
@@ -64,7 +64,7 @@ impl Outbox {
         self.gauge.pending().saturating_sub(held) < self.gauge.high_water() / 2
     }
 
-    /// A dialect subscription's backlog ([`crate::node::dialect::Outlet::recover`]):
+    /// A dialect subscription's backlog ([`crate::dialect::Outlet::recover`]):
     /// recovering from now on, like a socket subscription, and pumped at
     /// once.
     pub(super) fn recover_feed(&self, feed: Arc<dyn Backlog>) {

@@ -25,8 +25,8 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 
 use super::shape::Shape;
+use crate::dialect::{Backlog, Outlet, Step};
 use crate::hub::{DirectSink, Joined, OutboundGauge, Page, Pages, Renders};
-use crate::node::dialect::{Backlog, Outlet, Step};
 use crate::protocol::wire;
 use crate::session::{Episode, Held, Joining, Next, Offer, OnLoss, Phase, Report, Subscription};
 
