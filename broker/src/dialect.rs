@@ -38,6 +38,7 @@ use crate::config::Limits;
 use crate::hub::OutboundGauge;
 use crate::node::Node;
 use crate::protocol::{CloseCode, ErrorCode};
+use crate::session::Pumped;
 
 /// Work a dialect runs on its connection's worker; what it resolves to
 /// comes back through [`Dialect::done`].
@@ -202,17 +203,6 @@ pub trait Outlet: Send + Sync {
     fn pump_backlogs(&self);
 }
 
-/// What one [`Backlog::pump`] did.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Step {
-    /// Some backlog was queued.
-    pub moved: bool,
-    /// Some is still waiting for room.
-    pub stalled: bool,
-    /// Nothing is left (all queued, or the subscription ended).
-    pub done: bool,
-}
-
 /// A dialect subscription's recovered history, waiting to be queued
 /// ([`Outlet::recover`]). The socket pumps it without holding its outbox's
 /// lock: the subscription takes its own lock, then queues through its
@@ -220,8 +210,11 @@ pub struct Step {
 pub trait Backlog: Send + Sync {
     /// Queues backlog while `room(held)` says so, `held` being the bytes of
     /// live messages the subscription holds behind its backlog (counted in
-    /// the gauge already, so left out of the room).
-    fn pump(&self, room: &dyn Fn(usize) -> bool) -> Step;
+    /// the gauge already, so left out of the room). Says what it did: the
+    /// session layer's [`Pumped`], `done` once nothing is left (all
+    /// queued, or the subscription ended); `congested` stays `false`, the
+    /// [`Outlet`] says a drop episode began itself.
+    fn pump(&self, room: &dyn Fn(usize) -> bool) -> Pumped;
 }
 
 /// A §1 layer's refusal.
