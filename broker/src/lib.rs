@@ -8,7 +8,7 @@
 //!
 //! # Layout
 //!
-//! Seven layers; a module imports only from layers below its own (and from
+//! Eight layers; a module imports only from layers below its own (and from
 //! earlier siblings where docs/architecture.md's table says so, which
 //! `tests/layers.rs` enforces). Lowest first:
 //!
@@ -36,8 +36,8 @@
 //!    for one node, Redis for many; it reports upward through
 //!    [`cluster::Events`] and does not know the node).
 //! 2. **Services**: [`admission`] (the one-place rules of every front's
-//!    admission: the `Authorization` parser, the `max_single` comparison,
-//!    what a refusal costs), [`account`] (the supervisor actor: sampled account
+//!    admission: the `Authorization` parser and whom a verified credential
+//!    names, the `max_single` comparison, what a refusal costs), [`account`] (the supervisor actor: sampled account
 //!    budget, connection cap, 1008 on breach; the `CloseWith` and
 //!    `Reconfigure` messages every connection takes), [`charge`] (the one
 //!    charge primitive every front calls: payer, price, admitted or a
@@ -55,7 +55,11 @@
 //!    front keeps beside its queue: joining, recovering under half the
 //!    mark, live, broken; the one drop-episode report; the small trait a
 //!    front renders a message through).
-//! 5. **Fronts**, which never import each other: [`socket`] (one actix
+//! 5. **Dialect**: [`dialect`] (the socket machinery's plug-in interface:
+//!    what `socket` offers a protocol it carries other than `tidegate.v1`,
+//!    implemented by `socket`, used by `graphql` and `pusher`; it speaks
+//!    the WebSocket machinery's words, no front's protocol).
+//! 6. **Fronts**, which never import each other: [`socket`] (one actix
 //!    actor per WebSocket owning its buckets, subscriptions and outbound
 //!    queue; the handshake in `socket/handshake.rs`), [`http`] (publish
 //!    and batch, `/healthz`, `/readyz`, `/metrics`), [`grpc`]
@@ -66,7 +70,7 @@
 //!    [`pusher`] (the Pusher Channels protocol, §16: `/app/{key}` as a
 //!    dialect of the socket machinery, the app's channels under names no
 //!    Tidegate client can give).
-//! 6. **Top**: [`drain`] (the staggered SIGTERM drain), [`reload`] (SIGHUP
+//! 7. **Top**: [`drain`] (the staggered SIGTERM drain), [`reload`] (SIGHUP
 //!    and file-change reloads), [`server`] (routes, listeners and
 //!    `run(listener, config, shutdown)`, the entry point of the binary and
 //!    of every integration test), [`fuzzing`] (the parsers' entry points
@@ -83,6 +87,7 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod cors;
+pub mod dialect;
 pub mod drain;
 pub mod exceeded;
 pub mod fuzzing;

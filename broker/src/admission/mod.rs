@@ -5,7 +5,8 @@
 //! its own copy, and the copies had drifted apart).
 //!
 //! - [`credential`]: the one `Authorization` parser ([`bearer`]); the
-//!   scheme is case-insensitive (RFC 7235).
+//!   scheme is case-insensitive (RFC 7235); and whom a verified credential
+//!   names ([`Who`]), what the §1 layers after the credential take.
 //! - [`single`]: the one comparison of a price with the plan's
 //!   `max_single`, the largest single charge (§0); over it is
 //!   `cost_exceeds_max` before any bucket is touched, on every front.
@@ -27,6 +28,6 @@ pub mod refusal;
 pub mod single;
 
 pub use cap::{Cap, subscription_cap};
-pub use credential::bearer;
+pub use credential::{TokenTimes, Who, bearer};
 pub use refusal::refusal_units;
 pub use single::{CostExceedsMax, check_single};

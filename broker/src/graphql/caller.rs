@@ -5,11 +5,11 @@
 
 use std::sync::Arc;
 
+use crate::admission::{TokenTimes, Who};
 use crate::auth::Grants;
 use crate::charge::KeyState;
 use crate::config::Limits;
 use crate::node::Node;
-use crate::node::dialect::{TokenTimes, Who};
 use crate::protocol::glob::GlobSet;
 
 /// Whose bucket pays.
@@ -114,7 +114,7 @@ impl Caller {
     }
 
     /// Whom a WebSocket of this caller belongs to, for the §1 layers after
-    /// the credential (`node::dialect`).
+    /// the credential (`admission::Who`, which `dialect::Link::admit` takes).
     pub fn who(&self) -> Who {
         let grants = match (&self.payer, &self.grants) {
             (_, Some(g)) => g.clone(),

@@ -6,7 +6,6 @@
 //! [`Control`]s of the messages [`crate::account`] defines, and the bridge
 //! reports upward through [`cluster::Events`], which the node implements.
 
-pub mod dialect;
 pub mod operator;
 
 use std::sync::Arc;

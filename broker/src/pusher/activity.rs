@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use super::frames::{self, code};
 use crate::config::PusherApp;
+use crate::dialect::Link;
 use crate::exceeded::Exceeded;
 use crate::metrics::Layer;
 use crate::node::Node;
-use crate::node::dialect::Link;
 
 /// The activity clock rang.
 pub(super) struct Activity;

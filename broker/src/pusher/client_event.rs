@@ -15,10 +15,10 @@ use super::sink::publish_data;
 use super::subscribe::Sub;
 use crate::cluster::Pending;
 use crate::config::PusherApp;
+use crate::dialect::Link;
 use crate::idempotency::Published;
 use crate::metrics::pusher::AppTally;
 use crate::node::Node;
-use crate::node::dialect::Link;
 use crate::webhook::event::CLIENT_EVENT;
 
 /// One admitted client event.

@@ -35,12 +35,12 @@ use super::frames::{self, code};
 use super::names;
 use super::presence::ChannelData;
 use crate::config::PusherApp;
+use crate::dialect::Link;
 use crate::exceeded::Exceeded;
 use crate::hooks::order::HookOrder;
 use crate::hooks::{Ask, ChannelHook, Client, Decision, Event};
 use crate::metrics::Layer;
 use crate::metrics::hooks::hook_reason;
-use crate::node::dialect::Link;
 
 /// What waits for a hook's answer.
 pub(super) enum Asked {

@@ -1,13 +1,13 @@
 //! The Pusher Channels front (§16): pusher-js, Laravel Echo and the Pusher
 //! server libraries, on the broker's shared layers.
 //!
-//! - `/app/{key}` is a [`Dialect`](crate::node::dialect::Dialect) of the
+//! - `/app/{key}` is a [`Dialect`](crate::dialect::Dialect) of the
 //!   socket machinery (`session.rs`), so the §1 handshake layers, the
 //!   connection's buckets, the outbound queue and its mark, the drain and
 //!   an operator's closes are the socket's own; the app's key is the
 //!   route's credential, admitted at the upgrade (the account's connection
 //!   cap is a 429 before it). The socket's closes are said in Pusher's
-//!   codes ([`Dialect::close_code`](crate::node::dialect::Dialect::close_code)).
+//!   codes ([`Dialect::close_code`](crate::dialect::Dialect::close_code)).
 //! - Channels are the hub's, under a name no Tidegate client can give
 //!   ([`names::internal`]): the app's id between `|`s, outside §2's
 //!   alphabet, so two apps never share a channel and `/v1/ws` cannot reach
@@ -50,9 +50,10 @@ use std::sync::Arc;
 
 use actix_http::RequestHead;
 
+use crate::admission::{TokenTimes, Who};
 use crate::config::PusherApp;
+use crate::dialect::Route;
 use crate::node::Node;
-use crate::node::dialect::{Route, TokenTimes, Who};
 
 /// WebSockets are served on `/app/{key}`.
 pub const WS_PREFIX: &str = "/app/";

@@ -5,10 +5,10 @@
 
 use super::frames::{self, code};
 use crate::config::PusherApp;
+use crate::dialect::Link;
 use crate::exceeded::Exceeded;
 use crate::metrics::Layer;
 use crate::node::Node;
-use crate::node::dialect::Link;
 
 /// Protocol versions spoken (pusher-js 8 speaks 7).
 pub const PROTOCOLS: std::ops::RangeInclusive<u32> = 5..=7;

@@ -1,5 +1,5 @@
 //! One `/app/{key}` connection: Pusher's protocol as a dialect of the
-//! socket machinery (`node/dialect.rs`).
+//! socket machinery (`dialect.rs`).
 //!
 //! Every client frame is charged to the connection's frame bucket before it
 //! is read further (`pusher:ping` to its ping bucket, like a WebSocket
@@ -30,13 +30,13 @@ use super::user::User;
 use crate::admission::{Cap, subscription_cap};
 use crate::cluster::{ChannelRead, Pending};
 use crate::config::PusherApp;
+use crate::dialect::{Dialect, Link, Refusal};
 use crate::exceeded::Exceeded;
 use crate::hooks::Decision;
 use crate::hub::{self, Sink, Subscriber};
 use crate::metrics::Layer;
 use crate::metrics::pusher::AppTally;
 use crate::node::Node;
-use crate::node::dialect::{Dialect, Link, Refusal};
 use crate::presence::{Full, Pending as Joining};
 use crate::protocol::CloseCode;
 use crate::webhook::event::CACHE_MISS;

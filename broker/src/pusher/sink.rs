@@ -31,8 +31,8 @@ use std::sync::{Arc, LazyLock};
 use bytes::Bytes;
 use parking_lot::Mutex;
 
+use crate::dialect::{Link, Outlet};
 use crate::hub::{Joined, OutboundGauge, RenderSink, Renders, Reserve};
-use crate::node::dialect::{Link, Outlet};
 use crate::protocol::wire;
 use crate::session::{Joining, Next, Offer, OnLoss, Phase, Subscription};
 

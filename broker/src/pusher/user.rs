@@ -28,9 +28,9 @@ use super::sign;
 use super::watchlist::{self, Online, SigninDue};
 use crate::cluster::{CapReached, SharedLimiterStore, scale_cap};
 use crate::config::{LimitName, PusherApp};
+use crate::dialect::Link;
 use crate::exceeded::Exceeded;
 use crate::metrics::Layer;
-use crate::node::dialect::Link;
 use crate::presence::Pending;
 use crate::protocol::ErrorCode;
 

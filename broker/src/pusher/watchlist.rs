@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use super::frames::{self, code};
 use super::presence::MAX_USER_ID;
 use crate::config::{PresenceRule, PusherApp};
-use crate::node::dialect::{Link, Outlet};
+use crate::dialect::{Link, Outlet};
 use crate::presence::{Full, Pending, Presence, PresenceSink, STATUS_PREFIX, StatusSink, Update};
 use crate::protocol::presence::Member;
 use crate::protocol::wire;

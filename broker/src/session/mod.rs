@@ -12,7 +12,8 @@
 //! must get after `subscription_succeeded`) wait in it with them. How a
 //! front says a message in its own words is [`Render`]; the one report of
 //! a drop episode (when it begins, when it ends, how many were lost) is
-//! [`Episode`].
+//! [`Episode`]; what paging a recovery did, for the front's slow-consumer
+//! grace, is [`Pumped`].
 //!
 //! It knows the hub's delivery types (`Joined`, `Recovery`, the gauge) and
 //! no front: the fronts sit above it and never import each other.
@@ -20,12 +21,14 @@
 mod answers;
 mod compact;
 mod episode;
+mod pumped;
 mod render;
 mod subscription;
 
 pub use answers::{Filled, Held, Joining, Left, Next, Offer, OnLoss, Phase, Report};
 pub use compact::Subscription;
 pub use episode::Episode;
+pub use pumped::Pumped;
 pub use render::Render;
 
 #[cfg(test)]

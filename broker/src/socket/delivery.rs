@@ -331,7 +331,7 @@ mod tests {
 
     #[actix_rt::test]
     async fn a_pair_is_one_frame_in_two_slices_and_the_gauge_stays_exact() {
-        use crate::node::dialect::Outlet;
+        use crate::dialect::Outlet;
         let mailbox = Mailbox.start();
         let gauge = Arc::new(OutboundGauge::new(1 << 20));
         let outbox = Outbox::new(

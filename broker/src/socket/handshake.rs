@@ -27,12 +27,13 @@ mod who;
 pub use hooked::origin_allowed;
 
 use super::{Identity, Slots, Socket};
+use crate::admission::{TokenTimes, Who};
 use crate::config::{Config, Limits};
+use crate::dialect::Route;
 use crate::exceeded::Exceeded;
 use crate::gate::IpSlot;
 use crate::metrics::Layer;
 use crate::node::Node;
-use crate::node::dialect::{Route, TokenTimes, Who};
 use crate::protocol::ErrorCode;
 use crate::refusal::refusal;
 use dialect::admit_dialect;
@@ -283,8 +284,8 @@ type RefusalBody = fn(StatusCode, ErrorCode, &str, Option<Duration>) -> HttpResp
 /// An upgrade request, with its connection: the handshake, then, once
 /// accepted, the socket, started on this worker with the connection.
 /// `/v1/ws` speaks `tidegate.v1`; each of `routes` its own
-/// [`Dialect`](crate::node::dialect::Dialect), whose credential the socket
-/// checks later ([`Link::admit`](crate::node::dialect::Link::admit)).
+/// [`Dialect`](crate::dialect::Dialect), whose credential the socket
+/// checks later ([`Link::admit`](crate::dialect::Link::admit)).
 pub async fn upgrade<T>(
     node: Arc<Node>,
     req: Request,

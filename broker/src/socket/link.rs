@@ -1,4 +1,4 @@
-//! How the socket drives a [`Dialect`] (`node/dialect.rs`): it hands the
+//! How the socket drives a [`Dialect`] (`dialect.rs`): it hands the
 //! dialect each text message, its spawned work's results, the outcome of
 //! the credential's layers and the end of a drop episode, and serves the
 //! dialect's requests through [`Link`] with its own machinery (frame and
@@ -11,12 +11,13 @@ use actix::fut::{ActorFutureExt, wrap_future};
 use actix::prelude::*;
 
 use super::{Reconfigure, Socket, handshake};
+use crate::admission::Who;
 use crate::charge::{self, Connection, Payer, Price, Reason, Refused};
 use crate::config::Limits;
+use crate::dialect::{Dialect, Link, Outlet, Refusal, Work};
 use crate::hub::OutboundGauge;
 use crate::metrics::Layer;
 use crate::node::Node;
-use crate::node::dialect::{Dialect, Link, Outlet, Refusal, Who, Work};
 use crate::protocol::wire;
 
 /// The socket's services for its dialect during one call.

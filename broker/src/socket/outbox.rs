@@ -30,9 +30,9 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::queue::OutQueue;
 use super::subs::Subs;
+use crate::dialect::Backlog;
 use crate::hub::OutboundGauge;
 use crate::metrics::Metrics;
-use crate::node::dialect::Backlog;
 
 /// The socket actor's mailbox as its outbox and transport hold it: weak,
 /// upgraded only to send one of the rare control messages (a drop

@@ -10,9 +10,9 @@ use bytes::Bytes;
 use super::outbox::Congested;
 use super::outbox::Outbox;
 use super::queue::Keyed;
+use crate::dialect::{Backlog, Outlet};
 use crate::hub::{OutboundGauge, Reserve};
 use crate::metrics::Layer;
-use crate::node::dialect::{Backlog, Outlet};
 
 impl Outlet for Outbox {
     fn push(&self, parts: &mut [Bytes]) {

@@ -22,33 +22,10 @@ use std::sync::atomic::Ordering;
 
 use super::outbox::Congested;
 use super::outbox::{Drained, Nudge, Outbox, Shared, State};
-use crate::node::dialect::Backlog;
+use crate::dialect::Backlog;
 #[cfg(doc)]
 use crate::session::Subscription;
-use crate::session::{Next, Phase};
-
-/// What one [`Outbox::pump`] did.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Pumped {
-    /// Some backlog was queued.
-    pub(super) moved: bool,
-    /// Some backlog is still waiting for room.
-    pub(super) stalled: bool,
-    /// A held live message started a drop episode (a conflating key
-    /// refused at the mark) while its channel went live.
-    pub(super) congested: bool,
-}
-
-impl Pumped {
-    /// What two pumps did together.
-    pub(super) fn and(self, other: Pumped) -> Pumped {
-        Pumped {
-            moved: self.moved || other.moved,
-            stalled: self.stalled || other.stalled,
-            congested: self.congested || other.congested,
-        }
-    }
-}
+use crate::session::{Next, Phase, Pumped};
 
 impl Outbox {
     /// The room a backlog may fill: half the mark, so live messages of
@@ -64,7 +41,7 @@ impl Outbox {
         self.gauge.pending().saturating_sub(held) < self.gauge.high_water() / 2
     }
 
-    /// A dialect subscription's backlog ([`crate::node::dialect::Outlet::recover`]):
+    /// A dialect subscription's backlog ([`crate::dialect::Outlet::recover`]):
     /// recovering from now on, like a socket subscription, and pumped at
     /// once.
     pub(super) fn recover_feed(&self, feed: Arc<dyn Backlog>) {
@@ -87,16 +64,15 @@ impl Outbox {
             }
             s.feeds.clone()
         };
-        let mut done = Pumped::default();
+        let mut pumped = Pumped::default();
         for feed in feeds {
             let step = feed.pump(&|held| self.room_beside(held));
-            done.moved |= step.moved;
-            done.stalled |= step.stalled;
             if step.done {
                 self.forget_feed(&feed, false);
             }
+            pumped = pumped.and(step);
         }
-        done
+        pumped
     }
 
     /// A dialect backlog is all queued, or `ended` before (then see

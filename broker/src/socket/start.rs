@@ -12,10 +12,10 @@ use super::outbox::{Drained, Nudge, Outbox};
 use super::{Identity, NOTICE_INTERVAL, Slots, Socket, Transport};
 use crate::charge::Admission;
 use crate::config::Limits;
+use crate::dialect::Dialect;
 use crate::hub::OutboundGauge;
 use crate::limiter::{DropNotice, Sampler};
 use crate::node::Node;
-use crate::node::dialect::Dialect;
 use crate::rules::ConnRules;
 
 /// A started actor's ends, for its writer.

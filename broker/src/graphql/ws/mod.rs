@@ -1,5 +1,5 @@
 //! `graphql-transport-ws` on `/v1/graphql` (§12): the socket machinery
-//! (`socket`, through `node::dialect`) with this protocol on top. The
+//! (`socket`, through `dialect`) with this protocol on top. The
 //! protocol's rules are the state machine in `graphql/transport_ws.rs`;
 //! this file drives it: the credential from `connection_init` (or the
 //! upgrade's `Authorization`), then the §1 layers after it
@@ -39,11 +39,11 @@ use super::request::Params;
 use super::transport_ws::{Action, INIT_TIMEOUT, SUBPROTOCOL, Session, SubscribePayload, message};
 use crate::admission::{Cap, refusal_units, subscription_cap};
 use crate::cluster::Pending;
+use crate::dialect::{Dialect, Link, Refusal, Route};
 use crate::exceeded::Exceeded;
 use crate::hub::{Joined, Sink, Subscriber};
 use crate::metrics::Layer;
 use crate::node::Node;
-use crate::node::dialect::{Dialect, Link, Refusal, Route};
 use crate::protocol::{CloseCode, ErrorCode};
 use refuse::{close_reason, error_payload, refusal};
 use sink::OpSink;
@@ -59,7 +59,7 @@ pub const ROUTE: Route = Route {
 };
 
 fn open(node: &Arc<Node>, head: &actix_http::RequestHead) -> Box<dyn Dialect> {
-    let authorization = crate::node::dialect::authorization(head);
+    let authorization = crate::dialect::authorization(head);
     Box::new(GraphqlWs {
         node: node.clone(),
         session: Session::new(Instant::now()),

@@ -31,9 +31,9 @@ use parking_lot::Mutex;
 use super::shape::PresenceShape;
 use super::{GraphqlWs, Op};
 use crate::config::PresenceRule;
+use crate::dialect::{Link, Outlet};
 use crate::graphql::operation::Ran;
 use crate::hub::Reserve;
-use crate::node::dialect::{Link, Outlet};
 use crate::presence::{Pending, PresenceSink, Update};
 use crate::protocol::wire;
 
@@ -197,10 +197,10 @@ mod tests {
         fn congested(&self) {
             *self.congested.lock() += 1;
         }
-        fn recover(&self, backlog: Arc<dyn crate::node::dialect::Backlog>) {
+        fn recover(&self, backlog: Arc<dyn crate::dialect::Backlog>) {
             backlog.pump(&|_| true);
         }
-        fn forget(&self, _: &Arc<dyn crate::node::dialect::Backlog>) {}
+        fn forget(&self, _: &Arc<dyn crate::dialect::Backlog>) {}
         fn page_room(&self, _: usize) -> Option<usize> {
             None
         }

@@ -12,8 +12,8 @@
 use std::any::Any;
 
 use super::{GraphqlWs, Op};
+use crate::dialect::Link;
 use crate::hub::Joined;
-use crate::node::dialect::Link;
 
 /// A subscription's recovered history was charged.
 pub(super) struct Paid {

@@ -25,10 +25,12 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 
 use super::shape::Shape;
+use crate::dialect::{Backlog, Outlet};
 use crate::hub::{DirectSink, Joined, OutboundGauge, Page, Pages, Renders};
-use crate::node::dialect::{Backlog, Outlet, Step};
 use crate::protocol::wire;
-use crate::session::{Episode, Held, Joining, Next, Offer, OnLoss, Phase, Report, Subscription};
+use crate::session::{
+    Episode, Held, Joining, Next, Offer, OnLoss, Phase, Pumped, Report, Subscription,
+};
 
 /// Messages whose `data` is at most this many bytes are queued as one
 /// entry per subscription: its own head (kept while the length stays the
@@ -258,8 +260,8 @@ impl DirectSink for OpSink {
 }
 
 impl Backlog for OpSink {
-    fn pump(&self, room: &dyn Fn(usize) -> bool) -> Step {
-        let mut step = Step::default();
+    fn pump(&self, room: &dyn Fn(usize) -> bool) -> Pumped {
+        let mut step = Pumped::default();
         let mut st = self.state.lock();
         loop {
             match st.sub.pump(&mut |waiting| room(waiting)) {

@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use super::*;
+use crate::dialect::Backlog;
 use crate::hub::{HistoryLimits, Hub, Sink, Subscriber};
 use crate::metrics::Metrics;
-use crate::node::dialect::Backlog;
 
 /// A socket's outbox as far as this sink uses it: what was queued.
 struct Queued(Mutex<Vec<Bytes>>, Arc<OutboundGauge>);

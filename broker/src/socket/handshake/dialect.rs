@@ -1,4 +1,4 @@
-//! A dialect's upgrade (`node/dialect.rs`): its subprotocol, the §1
+//! A dialect's upgrade (`dialect.rs`): its subprotocol, the §1
 //! layers before the credential, and the credential the request itself
 //! names (a Pusher app's key); and a dialect's later credential.
 
@@ -10,12 +10,13 @@ use actix_web::http::StatusCode;
 
 use super::{Admitted, Peer, Refused, admit_peer, admit_who, identity, offered, refused};
 use crate::account::AccountSlot;
+use crate::admission::Who;
 use crate::auth::Grants;
 use crate::config::{Config, Limits};
+use crate::dialect::{Refusal, Route};
 use crate::exceeded::Exceeded;
 use crate::metrics::Layer;
 use crate::node::Node;
-use crate::node::dialect::{Refusal, Route, Who};
 use crate::protocol::ErrorCode;
 use crate::protocol::glob::GlobSet;
 use crate::socket::Slots;

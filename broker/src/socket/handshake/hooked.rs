@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 
 use super::who::admit_who;
 use super::{Admitted, Refused, Slots, identity, refused};
+use crate::admission::{TokenTimes, Who};
 use crate::auth::{AuthError, Grants};
 use crate::config::Config;
 use crate::exceeded::Exceeded;
@@ -20,7 +21,6 @@ use crate::gate::IpSlot;
 use crate::hooks::{Ask, Client, Decision, Event};
 use crate::metrics::Layer;
 use crate::node::Node;
-use crate::node::dialect::{TokenTimes, Who};
 use crate::protocol::ErrorCode;
 use crate::protocol::glob::GlobSet;
 

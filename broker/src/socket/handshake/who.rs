@@ -10,12 +10,12 @@ use actix_web::http::StatusCode;
 
 use super::{Refused, refused};
 use crate::account::AccountSlot;
+use crate::admission::Who;
 use crate::cluster::scale_cap;
 use crate::config::{Config, LimitName};
 use crate::exceeded::Exceeded;
 use crate::metrics::Layer;
 use crate::node::Node;
-use crate::node::dialect::Who;
 use crate::protocol::ErrorCode;
 
 /// The §1 layers after the credential, in order: the identity's handshake

@@ -30,10 +30,10 @@ impl Outlet for Recorder {
         &self.gauge
     }
     fn congested(&self) {}
-    fn recover(&self, backlog: Arc<dyn crate::node::dialect::Backlog>) {
+    fn recover(&self, backlog: Arc<dyn crate::dialect::Backlog>) {
         backlog.pump(&|_| true);
     }
-    fn forget(&self, _: &Arc<dyn crate::node::dialect::Backlog>) {}
+    fn forget(&self, _: &Arc<dyn crate::dialect::Backlog>) {}
     fn page_room(&self, _: usize) -> Option<usize> {
         None
     }

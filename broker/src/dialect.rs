@@ -1,11 +1,19 @@
-//! The boundary between the socket machinery (the `socket` front's actor:
-//! the handshake layers, the transport, the outbox and its high-water
-//! mark, heartbeats, drain, operator closes, token expiry) and a protocol
-//! spoken over it other than `tidegate.v1`, such as GraphQL's
-//! `graphql-transport-ws` (the `graphql` front). Fronts never import each
+//! The socket machinery's plug-in interface: the boundary between the
+//! socket machinery (the `socket` front's actor: the handshake layers, the
+//! transport, the outbox and its high-water mark, heartbeats, drain,
+//! operator closes, token expiry) and a protocol spoken over it other than
+//! `tidegate.v1`, such as GraphQL's `graphql-transport-ws` (the `graphql`
+//! front) or Pusher Channels (the `pusher` front). Fronts never import each
 //! other, so the socket drives a [`Dialect`] it does not know, through
 //! these traits, and the dialect reaches the socket's services through a
 //! [`Link`]; `server` hands the socket the [`Route`]s to serve.
+//!
+//! A layer of its own, between `session` and the fronts: it is what
+//! `socket` offers, implemented by `socket` and used by `graphql` and
+//! `pusher`. It speaks the WebSocket machinery's words (actix's
+//! `RequestHead` and `HttpResponse`, close codes), which `session` must not
+//! know, and it knows no front's protocol beyond them; the node, which
+//! composes the services every front is handed, does not know it.
 //!
 //! What stays the socket's, whatever the dialect: the §1 layers in their
 //! order (the peer's at the upgrade; the credential's when the dialect
@@ -25,11 +33,12 @@ use actix_web::HttpResponse;
 use actix_web::http::StatusCode;
 use bytes::Bytes;
 
-use super::Node;
-use crate::auth::Grants;
+use crate::admission::Who;
 use crate::config::Limits;
 use crate::hub::OutboundGauge;
+use crate::node::Node;
 use crate::protocol::{CloseCode, ErrorCode};
+use crate::session::Pumped;
 
 /// Work a dialect runs on its connection's worker; what it resolves to
 /// comes back through [`Dialect::done`].
@@ -194,17 +203,6 @@ pub trait Outlet: Send + Sync {
     fn pump_backlogs(&self);
 }
 
-/// What one [`Backlog::pump`] did.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Step {
-    /// Some backlog was queued.
-    pub moved: bool,
-    /// Some is still waiting for room.
-    pub stalled: bool,
-    /// Nothing is left (all queued, or the subscription ended).
-    pub done: bool,
-}
-
 /// A dialect subscription's recovered history, waiting to be queued
 /// ([`Outlet::recover`]). The socket pumps it without holding its outbox's
 /// lock: the subscription takes its own lock, then queues through its
@@ -212,34 +210,11 @@ pub struct Step {
 pub trait Backlog: Send + Sync {
     /// Queues backlog while `room(held)` says so, `held` being the bytes of
     /// live messages the subscription holds behind its backlog (counted in
-    /// the gauge already, so left out of the room).
-    fn pump(&self, room: &dyn Fn(usize) -> bool) -> Step;
-}
-
-/// Whom a dialect's credential names, once verified (a token's signature
-/// and plan, or an API key).
-#[derive(Debug, Clone)]
-pub struct Who {
-    pub account: String,
-    /// The plan claim (`None`: the account's plan).
-    pub plan: Option<String>,
-    pub role: Option<String>,
-    pub limits: Arc<Limits>,
-    pub grants: Grants,
-    /// A token's times; `None` for an API key, whose connection neither
-    /// counts toward the account's connection cap nor takes part in its
-    /// message budget (its operations are charged to the key's bucket).
-    pub token: Option<TokenTimes>,
-    /// The token's `info` claim as compact JSON, what presence shows (§13).
-    pub info: Option<Arc<str>>,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub struct TokenTimes {
-    /// `exp`, unix ms.
-    pub expires_at_ms: u64,
-    /// When the socket closes with 4001 unless refreshed: unix seconds.
-    pub deadline: u64,
+    /// the gauge already, so left out of the room). Says what it did: the
+    /// session layer's [`Pumped`], `done` once nothing is left (all
+    /// queued, or the subscription ended); `congested` stays `false`, the
+    /// [`Outlet`] says a drop episode began itself.
+    fn pump(&self, room: &dyn Fn(usize) -> bool) -> Pumped;
 }
 
 /// A §1 layer's refusal.
