@@ -184,7 +184,7 @@ pub trait Outlet: Send + Sync {
     /// Delivers `backlog` (a subscription's recovered history) in slices
     /// while the socket is under half its mark, pumping it now and as the
     /// transport drains, exactly as the socket's own subscriptions recover
-    /// (`socket/recovery.rs`): a backlog that cannot move runs the
+    /// (`socket/outbox/recovery.rs`): a backlog that cannot move runs the
     /// slow-consumer grace (then 4008), one that moves again ends it.
     fn recover(&self, backlog: Arc<dyn Backlog>);
     /// `backlog` ended before it was all queued: it no longer keeps the
@@ -194,7 +194,7 @@ pub trait Outlet: Send + Sync {
     /// cluster's history, inside the room under half the mark beside
     /// `held` bytes (already in the gauge) while no other page of the
     /// socket is being read, as the socket's own subscriptions do
-    /// (`socket/pages.rs`); `None`: not now (a later pump asks again).
+    /// (`socket/outbox/pages.rs`); `None`: not now (a later pump asks again).
     fn page_room(&self, held: usize) -> Option<usize>;
     /// The page read with `budget` is done: the reservation is given back.
     fn page_done(&self, budget: usize);

@@ -18,7 +18,7 @@ use super::{OutboundGauge, Reserve};
 /// largest cost per delivery. The actor's mailbox stays for control (a
 /// drop episode's start, subscribe, limits, close).
 ///
-/// A socket (`socket/outlet.rs`) is the implementation; the hub does not
+/// A socket (`socket/outbox/outlet.rs`) is the implementation; the hub does not
 /// depend on it.
 pub trait DirectSink: Send + Sync {
     /// A message of `channel` whose bytes the hub already reserved in the
@@ -67,7 +67,7 @@ pub trait DirectSink: Send + Sync {
 /// nothing for it.
 ///
 /// A rendering is kept as an `Arc<Bytes>`: a sink that queues it whole in
-/// an entry of its own (a socket queue's pair, `socket/queue.rs`) holds
+/// an entry of its own (a socket queue's pair, `socket/outbox/queue.rs`) holds
 /// one pointer per delivery instead of a 32-byte `Bytes`.
 #[derive(Debug, Default)]
 pub struct Renders {

@@ -144,7 +144,7 @@ impl Link for SocketLink<'_> {
     }
 
     fn outlet(&self) -> Arc<dyn Outlet> {
-        super::outlet::of(&self.socket.outbox)
+        super::outbox::outlet(&self.socket.outbox)
     }
 
     fn gauge(&self) -> Arc<OutboundGauge> {

@@ -4,7 +4,6 @@
 //! actor's lifecycle is the connection's, so nothing it holds can leak.
 
 mod channels;
-mod delivery;
 mod episode;
 mod handle;
 pub mod handshake;
@@ -12,17 +11,13 @@ mod hook_session;
 mod hooked;
 pub(crate) mod inbound;
 mod link;
+mod nudge;
 mod outbox;
-mod outlet;
-mod pages;
 mod presence;
 mod publish;
-mod queue;
-mod recovery;
 mod refresh;
 pub mod sse;
 mod start;
-mod subs;
 mod transport;
 
 use std::rc::Rc;
@@ -33,7 +28,8 @@ use actix::prelude::*;
 use bytes::Bytes;
 
 pub use crate::charge::{Admission, Shadow, Verdict};
-pub use outbox::{Congested, Drained, Nudge};
+pub use nudge::Nudge;
+pub use outbox::{Congested, Drained};
 pub use transport::Transport;
 
 use crate::account::AccountSlot;
@@ -125,7 +121,7 @@ pub struct Socket {
     /// (`socket/presence.rs`): what every end of a subscription leaves.
     presence: presence::Memberships,
     /// The outbound queue and the subscriptions' positions, which the hub
-    /// writes into directly (`socket/delivery.rs`).
+    /// writes into directly (`socket/outbox/delivery.rs`).
     outbox: Arc<Outbox>,
     gauge: Arc<OutboundGauge>,
     gate: Rc<Gate>,

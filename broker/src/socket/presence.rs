@@ -18,35 +18,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use bytes::Bytes;
 use serde_json::value::RawValue;
 
 use super::Socket;
-use super::outbox::Congested;
-use super::outbox::Outbox;
 use crate::config::PresenceRule;
-use crate::dialect::Outlet;
 use crate::hooks::{Decision, Event};
-use crate::hub::Reserve;
 use crate::metrics::Layer;
-use crate::presence::{Pending, PresenceSink, Read, Update};
+use crate::presence::{Pending, PresenceSink, Read};
 use crate::protocol::ErrorCode;
 use crate::protocol::presence::{self as frames, Member, PresenceReply};
 use crate::protocol::wire::ErrorFrame;
-
-/// Presence frames obey the socket's high-water mark like messages: past
-/// it they are dropped and counted, the socket hears `slow_consumer`, and
-/// a client that keeps a member set reads it again when it recovers (the
-/// SDK does on its resubscribe).
-impl PresenceSink for Outbox {
-    fn send(&self, frame: &Bytes, _update: &Update<'_>) {
-        match self.gauge.try_reserve(frame.len()) {
-            Reserve::Queued => Outlet::push_frame(self, frame.clone()),
-            Reserve::FirstDrop => self.control.do_send(Congested),
-            Reserve::Dropped => {}
-        }
-    }
-}
 
 /// A presence channel this connection is in, or joining.
 pub(super) enum Membership {

@@ -38,8 +38,9 @@ use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::Drained;
+use super::Nudge;
 use super::inbound::Pipe;
-use super::outbox::{Ending, Next, Nudge, Outbox};
+use super::outbox::{Ending, Next, Outbox};
 
 /// What a transport writes, and what client bytes are to it.
 pub trait Feed: Unpin {
@@ -95,7 +96,7 @@ const TURNS: usize = 16;
 pub(super) const BATCH_FRAMES: usize = 64;
 pub(super) const BATCH_BYTES: usize = 64 * 1024;
 /// The most slices one vectored write takes: a frame queued as a pair
-/// (its own head and a shared body, `socket/queue.rs`) is two.
+/// (its own head and a shared body, `socket/outbox/queue.rs`) is two.
 const BATCH_SLICES: usize = 2 * BATCH_FRAMES;
 
 enum Phase {

@@ -44,7 +44,7 @@ struct State {
     /// held while it joins or recovers and at most one page of a
     /// cluster's history, all counted in the socket's gauge (whose mark
     /// the hub drops at; a page's budget is reserved under half the mark,
-    /// `socket/pages.rs`).
+    /// `socket/outbox/pages.rs`).
     sub: Subscription,
     /// `extensions` for the first `next` (the charge, the recovery).
     first: Option<String>,
@@ -303,7 +303,7 @@ impl Backlog for OpSink {
 impl OpSink {
     /// Starts reading the next page of the recovery, inside the room the
     /// socket grants beside what the subscription holds
-    /// (`socket/pages.rs`).
+    /// (`socket/outbox/pages.rs`).
     fn read_page(&self, st: &mut State) {
         if !st.sub.wants_page() {
             return;

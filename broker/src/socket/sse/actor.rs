@@ -6,7 +6,6 @@
 //! keeps of the request until then.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use actix::prelude::*;
 use serde_json::value::RawValue;
@@ -18,8 +17,6 @@ use crate::hub::{Joined, Sink, Subscriber};
 use crate::metrics::Layer;
 use crate::protocol::wire;
 use crate::socket::Socket;
-use crate::socket::outbox::Outbox;
-use crate::socket::subs::Sub;
 
 /// An SSE stream's state in the socket's actor.
 pub(in crate::socket) struct Stream {
@@ -134,23 +131,5 @@ impl Socket {
         let lost = joined.recovered == Some(false);
         let ack = wire::ack(&ack_id(channel), None, lost.then_some(false));
         self.outbox.joined(channel, join, Some(ack), joined);
-    }
-}
-
-impl Outbox {
-    /// Turns every live subscription into a joining one (live messages
-    /// are held from now on); returns each channel with the last `seq`
-    /// queued and its join number.
-    fn rejoin_live(&self, next_join: &mut u64) -> Vec<(Arc<str>, u64, u64)> {
-        let mut s = self.lock();
-        let mut out = Vec::with_capacity(s.subs.len());
-        for (name, sub) in s.subs.iter_mut() {
-            if let Some(last) = sub.sub.live_at() {
-                *next_join += 1;
-                *sub = Sub::joining(*next_join);
-                out.push((name.clone(), last, *next_join));
-            }
-        }
-        out
     }
 }

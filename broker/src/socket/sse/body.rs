@@ -28,8 +28,9 @@ use bytes::{Bytes, BytesMut};
 use futures_util::Stream;
 
 use super::render::Render;
+use crate::socket::Nudge;
 use crate::socket::inbound::Pipe;
-use crate::socket::outbox::{Drained, Next, Nudge, Outbox};
+use crate::socket::outbox::{Drained, Next, Outbox};
 
 /// The most frames, and about the most bytes, one chunk takes.
 const BATCH_FRAMES: usize = 64;

@@ -26,8 +26,9 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use super::Ender;
 use super::render::{Out, Render};
+use crate::socket::Nudge;
 use crate::socket::inbound::Pipe;
-use crate::socket::outbox::{Drained, Next, Nudge, Outbox};
+use crate::socket::outbox::{Drained, Next, Outbox};
 use crate::socket::transport::{BATCH_BYTES, Feed};
 
 /// The most frames one batch takes (and about [`BATCH_BYTES`] of them): a

@@ -6,7 +6,7 @@
 //! `VecDeque` inside the context; a 32-slot channel that makes the sender
 //! wait), so the actor cannot see how many bytes are unsent. Here the
 //! actor, and the hub straight from whichever thread publishes
-//! (`socket/delivery.rs`), push already-encoded WebSocket frames into this
+//! (`socket/outbox/delivery.rs`), push already-encoded WebSocket frames into this
 //! queue; the transport takes them only when the kernel accepts writes,
 //! and a frame leaves the gauge only once the kernel has taken its bytes.
 //! So [`OutboundGauge::pending`] is exactly the bytes the socket has not
@@ -17,62 +17,52 @@
 //! the transport (on the socket's worker) registers its waker there, and a
 //! push wakes it only if it is waiting, so a burst of pushes costs one
 //! wake.
+//!
+//! The outbox is this module and nothing else. Its invariant — the queue
+//! and the subscriptions' positions change together, under one lock — is
+//! kept here: `Shared` and every field are private to the module, and the
+//! files below it are its parts, each a side of the same lock: the hub's
+//! deliveries and the subscriptions' joins and leaves (`delivery.rs`), the
+//! recovered history paged under half the mark (`recovery.rs`,
+//! `pages.rs`), a dialect's and presence's writes (`outlet.rs`), the queue
+//! itself (`queue.rs`) and the positions (`subs.rs`). The actor, the
+//! transport and the SSE writer see only what is marked
+//! `pub(in crate::socket)`.
+
+mod delivery;
+mod outlet;
+mod pages;
+mod queue;
+mod recovery;
+mod subs;
+
+pub(in crate::socket) use outlet::outlet;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Waker};
 
-use actix::{Message, WeakRecipient};
+use actix::Message;
 use bytes::Bytes;
 use futures_util::task::AtomicWaker;
 use parking_lot::{Mutex, MutexGuard};
 
-use super::queue::OutQueue;
-use super::subs::Subs;
+use super::Nudge;
 use crate::dialect::Backlog;
 use crate::hub::OutboundGauge;
 use crate::metrics::Metrics;
+use queue::OutQueue;
+use subs::Subs;
 
-/// The socket actor's mailbox as its outbox and transport hold it: weak,
-/// upgraded only to send one of the rare control messages (a drop
-/// episode's start, a drain). A strong `Recipient` is an actix sender of
-/// its own, with a parked-task cell and a flag allocated per sender (about
-/// 100 bytes a socket each, kept for the connection's life); a weak one is
-/// a pointer. The actor's life does not hang on these: its inbound stream
-/// and heartbeat keep it running, and a message to an actor that stopped
-/// is dropped either way.
-pub struct Nudge<M>(WeakRecipient<M>)
-where
-    M: Message + Send,
-    M::Result: Send;
-
-impl<M> Nudge<M>
-where
-    M: Message + Send,
-    M::Result: Send,
-{
-    pub fn new(to: impl Into<WeakRecipient<M>>) -> Nudge<M> {
-        Nudge(to.into())
-    }
-
-    /// Sends `msg` if the actor is still there.
-    pub fn do_send(&self, msg: M) {
-        if let Some(to) = self.0.upgrade() {
-            to.do_send(msg);
-        }
-    }
-}
-
-impl<M> Clone for Nudge<M>
-where
-    M: Message + Send,
-    M::Result: Send,
-{
-    fn clone(&self) -> Self {
-        Nudge(self.0.clone())
-    }
-}
+/// The sizes of the outbox's parts, for the socket's memory budget test
+/// (`socket/start.rs`).
+#[cfg(test)]
+pub(in crate::socket) const PART_SIZES: [(&str, usize); 3] = [
+    ("outbox::Shared", size_of::<Shared>()),
+    ("OutQueue", size_of::<OutQueue>()),
+    ("subs::Sub", size_of::<subs::Sub>()),
+];
 
 /// A drop episode began (the hub dropped a message at the mark, or a
 /// conflating queue refused a new key): the actor starts the grace timer.
@@ -86,7 +76,7 @@ pub struct Congested;
 pub struct Drained;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum State {
+enum State {
     Open,
     /// Send what is queued, then close TCP (clean close).
     Finishing,
@@ -99,55 +89,55 @@ pub(super) enum State {
 /// What the actor, the hub and the transport share, under one lock: the frames
 /// and the subscriptions' positions must change together, so that a
 /// message is queued exactly once, in `seq` order, after its subscribe ack.
-pub(super) struct Shared {
-    pub(super) queue: OutQueue,
-    pub(super) subs: Subs,
-    /// A dialect's subscriptions still recovering (`socket/recovery.rs`):
+struct Shared {
+    queue: OutQueue,
+    subs: Subs,
+    /// A dialect's subscriptions still recovering (`socket/outbox/recovery.rs`):
     /// at most one per subscription, so the plan's `max_subscriptions`.
-    pub(super) feeds: Vec<Arc<dyn Backlog>>,
+    feeds: Vec<Arc<dyn Backlog>>,
     /// Bytes of live messages held behind a recovering subscription's
     /// backlog (counted in the gauge, not yet queued): the backlog's room
-    /// under the mark leaves them out (`socket/recovery.rs`).
-    pub(super) held_bytes: usize,
+    /// under the mark leaves them out (`socket/outbox/recovery.rs`).
+    held_bytes: usize,
     /// Bytes of pages of recovered history read from a cluster's history
     /// and waiting in their subscriptions (counted in the gauge, not yet
     /// queued), and the budget of the one page being read: with what is
-    /// queued, under half the mark plus one message (`socket/pages.rs`).
-    pub(super) paged_bytes: usize,
-    pub(super) reading: usize,
+    /// queued, under half the mark plus one message (`socket/outbox/pages.rs`).
+    paged_bytes: usize,
+    reading: usize,
     /// Channels whose recovery lost messages to the history's trimming
     /// since the socket last reported a drop episode (each at most once:
     /// bounded by the subscriptions); an SSE stream says so per channel.
-    pub(super) lost: Vec<Arc<str>>,
+    lost: Vec<Arc<str>>,
     /// The socket sent or answered a close frame: live messages are no
     /// longer queued.
-    pub(super) closing: bool,
+    closing: bool,
     waker: Option<Waker>,
-    pub(super) state: State,
+    state: State,
 }
 
 /// A socket's outbound side, shared (`Arc`) by the actor, the hub's
 /// subscriptions ([`crate::hub::Sink::Socket`]) and the transport.
 pub struct Outbox {
     shared: Mutex<Shared>,
-    /// Itself, for the reads of recovered history it starts (`socket/pages.rs`).
-    pub(super) me: Weak<Outbox>,
-    pub(super) gauge: Arc<OutboundGauge>,
-    pub(super) metrics: Arc<Metrics>,
+    /// Itself, for the reads of recovered history it starts (`socket/outbox/pages.rs`).
+    me: Weak<Outbox>,
+    gauge: Arc<OutboundGauge>,
+    metrics: Arc<Metrics>,
     /// The actor's mailbox, for the start of a drop episode, and for a
     /// backlog that moves again (or leaves) after a stall.
-    pub(super) control: Nudge<Congested>,
-    pub(super) drained: Nudge<Drained>,
+    control: Nudge<Congested>,
+    drained: Nudge<Drained>,
     /// Bytes the transport took from the queue but the kernel has not yet
     /// accepted (still in the gauge): conflation's room for new keys
     /// leaves them out, so the gauge stays within the mark plus a frame.
     in_flight: AtomicUsize,
     /// Subscriptions with recovered history not yet queued: the transport
-    /// queues their next slice as it drains (`socket/recovery.rs`).
-    pub(super) recovering: AtomicUsize,
+    /// queues their next slice as it drains (`socket/outbox/recovery.rs`).
+    recovering: AtomicUsize,
     /// A backlog is waiting for room under the mark: the socket's
     /// slow-consumer grace is running for it.
-    pub(super) stalled: AtomicBool,
+    stalled: AtomicBool,
     /// [`Ending`] as a number, kept beside `state` so that a transport the
     /// kernel takes no bytes from reads it without the lock the hub's
     /// pushes take.
@@ -191,13 +181,13 @@ impl Outbox {
         })
     }
 
-    pub(super) fn lock(&self) -> MutexGuard<'_, Shared> {
+    fn lock(&self) -> MutexGuard<'_, Shared> {
         self.shared.lock()
     }
 
     /// Releases the lock, then wakes the transport if it was waiting (outside
     /// the lock: the transport's worker may be another thread).
-    pub(super) fn unlock_and_wake(mut s: MutexGuard<'_, Shared>) {
+    fn unlock_and_wake(mut s: MutexGuard<'_, Shared>) {
         let waker = s.waker.take();
         drop(s);
         if let Some(w) = waker {
@@ -208,14 +198,14 @@ impl Outbox {
     /// Wakes the transport as a queued frame would, with nothing queued:
     /// its next read then waits behind what the socket's worker already
     /// has to run (see `Socket::on_dialect_text`).
-    pub(super) fn wake_transport(&self) {
+    pub(in crate::socket) fn wake_transport(&self) {
         Outbox::unlock_and_wake(self.lock());
     }
 
     /// Where the socket is, for a transport the kernel takes no bytes
     /// from: it is woken when that changes (the socket finishing or
     /// aborted), which a queued frame would not tell it.
-    pub(super) fn ending(&self, cx: &Context<'_>) -> Ending {
+    pub(in crate::socket) fn ending(&self, cx: &Context<'_>) -> Ending {
         self.blocked.register(cx.waker());
         match self.ending.load(Ordering::Acquire) {
             0 => Ending::Open,
@@ -227,7 +217,7 @@ impl Outbox {
     /// Queues a frame whose bytes are already counted in the gauge (or
     /// releases them if the transport will not send it).
     #[inline]
-    pub(super) fn push_reserved(&self, s: &mut Shared, frame: Bytes) {
+    fn push_reserved(&self, s: &mut Shared, frame: Bytes) {
         if s.state != State::Open {
             self.gauge.release(frame.len());
             return;
@@ -237,9 +227,9 @@ impl Outbox {
 
     /// [`Outbox::push_reserved`] for one frame queued as its own head and
     /// a shared rest (a dialect's message around a body rendered once per
-    /// fan-out, `socket/outlet.rs`).
+    /// fan-out, `socket/outbox/outlet.rs`).
     #[inline]
-    pub(super) fn push_pair_reserved(&self, s: &mut Shared, head: Bytes, rest: Arc<Bytes>) {
+    fn push_pair_reserved(&self, s: &mut Shared, head: Bytes, rest: Arc<Bytes>) {
         if s.state != State::Open {
             self.gauge.release(head.len() + rest.len());
             return;
@@ -248,8 +238,8 @@ impl Outbox {
     }
 
     /// [`Outbox::push_reserved`] for one frame sent in parts (a dialect's
-    /// message around shared bytes, `socket/outlet.rs`).
-    pub(super) fn push_parts_reserved(&self, s: &mut Shared, parts: &mut [Bytes]) {
+    /// message around shared bytes, `socket/outbox/outlet.rs`).
+    fn push_parts_reserved(&self, s: &mut Shared, parts: &mut [Bytes]) {
         if s.state != State::Open {
             self.gauge.release(parts.iter().map(Bytes::len).sum());
             return;
@@ -262,14 +252,14 @@ impl Outbox {
     /// keeping the gauge exact. A new key is refused (and released) while
     /// the unsent keyed frames are at or over the high-water mark: the
     /// caller counts it as a drop.
-    pub(super) fn push_conflated(
+    fn push_conflated(
         &self,
         s: &mut Shared,
         channel: &Arc<str>,
         key: Arc<str>,
         frame: Bytes,
-    ) -> super::queue::Keyed {
-        use super::queue::Keyed;
+    ) -> queue::Keyed {
+        use queue::Keyed;
         let len = frame.len();
         if s.state != State::Open {
             // Discarded, as `push_reserved` does: nobody will read it.
@@ -325,7 +315,11 @@ impl Outbox {
     /// notice, let a message published in between reach the client first:
     /// it moved past the hole and recovered from after it (47 of 2,000
     /// lost in the SDK's browser test).
-    pub(super) fn report_drops(&self, end: bool, notice: impl FnOnce(u64) -> Option<Bytes>) -> u64 {
+    pub(in crate::socket) fn report_drops(
+        &self,
+        end: bool,
+        notice: impl FnOnce(u64) -> Option<Bytes>,
+    ) -> u64 {
         let s = self.lock();
         let dropped = if end {
             self.gauge.clear_congestion()
@@ -414,7 +408,7 @@ impl Outbox {
     /// (so the batch holds at most twice `max_frames`). They stay counted
     /// in the gauge until the kernel takes them ([`Outbox::sent`]), so the
     /// gauge is exactly the bytes the socket has not been able to send.
-    pub(super) fn take(
+    pub(in crate::socket) fn take(
         &self,
         cx: &Context<'_>,
         batch: &mut VecDeque<Bytes>,
@@ -455,7 +449,7 @@ impl Outbox {
     /// `n` bytes reached the kernel: they leave the gauge, and a socket
     /// that fell below its mark hears [`Drained`] if it was congested or
     /// has just crossed the mark (its reading paused over it).
-    pub(super) fn sent(&self, n: usize, on_drain: &Nudge<Drained>) {
+    pub(in crate::socket) fn sent(&self, n: usize, on_drain: &Nudge<Drained>) {
         self.in_flight.fetch_sub(n, Ordering::Relaxed);
         let left = self.gauge.release(n);
         let mark = self.gauge.high_water();
@@ -473,7 +467,7 @@ impl Outbox {
 
     /// The connection is gone: nothing more will be sent. What is queued,
     /// and the `unsent` bytes the transport still held, leave the gauge.
-    pub(super) fn gone(&self, unsent: usize) {
+    pub(in crate::socket) fn gone(&self, unsent: usize) {
         let mut s = self.lock();
         s.state = State::Gone;
         self.ending.store(Ending::Abort as u8, Ordering::Release);

@@ -10,16 +10,16 @@
 //! its `seq` was already sent (as recovered history, or by an earlier
 //! subscription). So the subscriptions live beside the queue, under the
 //! same lock, where the hub's delivery and the actor's join completion
-//! cannot interleave. This file and `socket/recovery.rs` only render and
+//! cannot interleave. This file and `socket/outbox/recovery.rs` only render and
 //! queue what the subscription says.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::outbox::{Congested, Outbox, Shared};
 use super::queue::Keyed;
 use super::subs::Sub;
+use super::{Congested, Outbox, Shared};
 use crate::hub::{DirectSink, Joined, Renders, Reserve};
 use crate::metrics::Layer;
 use crate::session::{Joining, Next, Offer, Phase};
@@ -109,14 +109,14 @@ impl Outbox {
 
     /// How many channels the socket is subscribed to (or joining), and
     /// whether `channel` is one of them.
-    pub(super) fn subscriptions(&self, channel: &str) -> (usize, bool) {
+    pub(in crate::socket) fn subscriptions(&self, channel: &str) -> (usize, bool) {
         let s = self.lock();
         (s.subs.len(), s.subs.contains_key(channel))
     }
 
     /// Starts joining `channel` (replacing a subscription to it): live
     /// messages are held until [`Outbox::joined`].
-    pub(super) fn joining(&self, channel: &str, join: u64) {
+    pub(in crate::socket) fn joining(&self, channel: &str, join: u64) {
         let mut s = self.lock();
         if let Some(mut old) = s.subs.insert(channel.into(), Sub::joining(join)) {
             self.release(&mut s, &mut old);
@@ -128,7 +128,13 @@ impl Outbox {
     /// each `seq` once and in order; from then on live messages queue
     /// directly. A join superseded meanwhile (unsubscribed, or subscribed
     /// again) changes nothing: the later operation has the last word.
-    pub(super) fn joined(&self, channel: &str, join: u64, ack: Option<Bytes>, joined: Joined) {
+    pub(in crate::socket) fn joined(
+        &self,
+        channel: &str,
+        join: u64,
+        ack: Option<Bytes>,
+        joined: Joined,
+    ) {
         let mut s = self.lock();
         let name = match s.subs.get_key_value(channel) {
             Some((name, sub)) if sub.join == join && sub.sub.phase() == Phase::Joining => {
@@ -145,7 +151,7 @@ impl Outbox {
         }
         // The ack says where the subscription stands (§11); the backlog is
         // everything after `since`, in order, queued in slices under the
-        // mark (`socket/recovery.rs`); live messages then continue above
+        // mark (`socket/outbox/recovery.rs`); live messages then continue above
         // both it and the position the subscription went live at.
         let mut congested = false;
         if let Some(ack) = ack {
@@ -193,7 +199,7 @@ impl Outbox {
     }
 
     /// Leaves `channel`; returns its name if the socket was subscribed.
-    pub(super) fn leave(&self, channel: &str) -> Option<Arc<str>> {
+    pub(in crate::socket) fn leave(&self, channel: &str) -> Option<Arc<str>> {
         let mut s = self.lock();
         let (name, mut sub) = s.subs.remove_entry(channel)?;
         self.release(&mut s, &mut sub);
@@ -201,7 +207,7 @@ impl Outbox {
     }
 
     /// Leaves every channel `keep` refuses; returns their names.
-    pub(super) fn leave_unless(&self, keep: impl Fn(&str) -> bool) -> Vec<Arc<str>> {
+    pub(in crate::socket) fn leave_unless(&self, keep: impl Fn(&str) -> bool) -> Vec<Arc<str>> {
         let gone: Vec<Arc<str>> = self
             .lock()
             .subs
@@ -215,7 +221,7 @@ impl Outbox {
     }
 
     /// Leaves every channel; returns their names.
-    pub(super) fn leave_all(&self) -> Vec<Arc<str>> {
+    pub(in crate::socket) fn leave_all(&self) -> Vec<Arc<str>> {
         let mut s = self.lock();
         let mut subs = std::mem::take(&mut s.subs);
         for sub in subs.values_mut() {
@@ -235,6 +241,22 @@ impl Outbox {
             self.gauge.release(left.held + left.paged);
         }
     }
+
+    /// Turns every live subscription into a joining one (live messages
+    /// are held from now on); returns each channel with the last `seq`
+    /// queued and its join number.
+    pub(in crate::socket) fn rejoin_live(&self, next_join: &mut u64) -> Vec<(Arc<str>, u64, u64)> {
+        let mut s = self.lock();
+        let mut out = Vec::with_capacity(s.subs.len());
+        for (name, sub) in s.subs.iter_mut() {
+            if let Some(last) = sub.sub.live_at() {
+                *next_join += 1;
+                *sub = Sub::joining(*next_join);
+                out.push((name.clone(), last, *next_join));
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -248,7 +270,8 @@ mod tests {
     use crate::hub::OutboundGauge;
     use crate::metrics::Metrics;
     use crate::protocol::wire;
-    use crate::socket::outbox::{Next, Nudge};
+    use crate::socket::Nudge;
+    use crate::socket::outbox::Next;
 
     /// Stands in for the socket actor's mailbox.
     struct Mailbox;

@@ -20,12 +20,13 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::outbox::Congested;
-use super::outbox::{Drained, Nudge, Outbox, Shared, State};
+use super::Congested;
+use super::{Drained, Outbox, Shared, State};
 use crate::dialect::Backlog;
 #[cfg(doc)]
 use crate::session::Subscription;
 use crate::session::{Next, Phase, Pumped};
+use crate::socket::Nudge;
 
 impl Outbox {
     /// The room a backlog may fill: half the mark, so live messages of
@@ -104,7 +105,7 @@ impl Outbox {
     /// Queues what the recovering subscriptions hand over while there is
     /// room ([`Subscription::pump`]): their backlogs, then, as each goes
     /// live, its held live messages. One whose page is used up reads its
-    /// next (`socket/pages.rs`).
+    /// next (`socket/outbox/pages.rs`).
     pub(super) fn pump(&self, s: &mut Shared) -> Pumped {
         let mut done = Pumped::default();
         if s.closing || s.state != State::Open {
@@ -200,7 +201,7 @@ impl Outbox {
     }
 
     /// Whether a backlog is waiting for room (the grace's reason to close).
-    pub(super) fn is_stalled(&self) -> bool {
+    pub(in crate::socket) fn is_stalled(&self) -> bool {
         self.stalled.load(Ordering::Acquire)
     }
 }

@@ -1,18 +1,19 @@
 //! The socket's outbox as a dialect's hub sinks write into it
 //! ([`Outlet`]): the same queue, gauge and conflation as the socket's own
-//! subscriptions (`socket/delivery.rs`), without the positions, which such
+//! subscriptions (`socket/outbox/delivery.rs`), without the positions, which such
 //! a dialect keeps per operation itself.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::outbox::Congested;
-use super::outbox::Outbox;
+use super::Congested;
+use super::Outbox;
 use super::queue::Keyed;
 use crate::dialect::{Backlog, Outlet};
 use crate::hub::{OutboundGauge, Reserve};
 use crate::metrics::Layer;
+use crate::presence::{PresenceSink, Update};
 
 impl Outlet for Outbox {
     fn push(&self, parts: &mut [Bytes]) {
@@ -105,7 +106,21 @@ impl Outlet for Outbox {
     }
 }
 
+/// Presence frames obey the socket's high-water mark like messages: past
+/// it they are dropped and counted, the socket hears `slow_consumer`, and
+/// a client that keeps a member set reads it again when it recovers (the
+/// SDK does on its resubscribe).
+impl PresenceSink for Outbox {
+    fn send(&self, frame: &Bytes, _update: &Update<'_>) {
+        match self.gauge.try_reserve(frame.len()) {
+            Reserve::Queued => Outlet::push_frame(self, frame.clone()),
+            Reserve::FirstDrop => self.control.do_send(Congested),
+            Reserve::Dropped => {}
+        }
+    }
+}
+
 /// A dialect's view of the socket's outbox.
-pub(super) fn of(outbox: &Arc<Outbox>) -> Arc<dyn Outlet> {
+pub(in crate::socket) fn outlet(outbox: &Arc<Outbox>) -> Arc<dyn Outlet> {
     outbox.clone()
 }

@@ -18,8 +18,8 @@
 
 use std::sync::Arc;
 
-use super::outbox::Congested;
-use super::outbox::{Outbox, Shared};
+use super::Congested;
+use super::{Outbox, Shared};
 use crate::hub::{Page, Pages, Reserve};
 use crate::metrics::Layer;
 
@@ -98,7 +98,7 @@ impl Outbox {
 
     /// The channels whose recovery lost messages since the last time the
     /// socket reported a drop episode (which covers them).
-    pub(super) fn take_lost(&self) -> Vec<Arc<str>> {
+    pub(in crate::socket) fn take_lost(&self) -> Vec<Arc<str>> {
         std::mem::take(&mut self.lock().lost)
     }
 
