@@ -5,7 +5,7 @@
  */
 import type { Request } from "./request.js";
 import type { Subscription } from "./subscriptions.js";
-import { byteLength } from "./frames.js";
+import { byteLength } from "./utf8.js";
 import { generateKey, validKey } from "./keys.js";
 import { publishDeadlineMs } from "./publishes.js";
 import type {

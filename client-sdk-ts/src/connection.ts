@@ -19,7 +19,8 @@ import { joinServerChannels, serverChannels } from "./server-channels.js";
 import { tokenExpired } from "./token.js";
 import type { Transport, TransportClose } from "./transport.js";
 import { TransportChooser, type TransportKind } from "./transports/auto.js";
-import { FrameHandler, byteLength, refusalError } from "./frames.js";
+import { FrameHandler, refusalError } from "./frames.js";
+import { byteLength } from "./utf8.js";
 import type {
   ClientEvents,
   ClientOptions,

@@ -4,7 +4,7 @@
  */
 import { isTemporary, type ErrorCode } from "./codes.js";
 import { TidegateError } from "./errors.js";
-import type { Connection } from "./connection.js";
+import type { ConnectionHost } from "./host.js";
 import { keyOf, type Request } from "./request.js";
 import type { RpcReplyFrame } from "./rpc.js";
 import type {
@@ -21,7 +21,7 @@ import type {
 const DEFAULT_RETRY_AFTER_MS = 1000;
 
 export class FrameHandler {
-  constructor(private readonly client: Connection) {}
+  constructor(private readonly client: ConnectionHost) {}
 
   handle(text: string): void {
     let frame: unknown;
@@ -170,14 +170,6 @@ export class FrameHandler {
     }
     client.pacer.requeueFront(retry);
   }
-}
-
-/** UTF-8 length of a string (what the server's payload limit counts). */
-export function byteLength(text: string): number {
-  const Encoder = (globalThis as { TextEncoder?: new () => { encode(s: string): Uint8Array } })
-    .TextEncoder;
-  if (Encoder) return new Encoder().encode(text).length;
-  return text.length * 3;
 }
 
 /** The error event for a handshake refused before the upgrade. */

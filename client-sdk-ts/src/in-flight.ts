@@ -4,7 +4,7 @@
  */
 import { TidegateError } from "./errors.js";
 import { keyOf, type Request } from "./request.js";
-import type { Connection } from "./connection.js";
+import type { ConnectionHost } from "./host.js";
 
 /**
  * The socket is gone. Publishes in flight are kept and go out again,
@@ -17,7 +17,7 @@ import type { Connection } from "./connection.js";
  * never sent twice: the backend may have run it); subscribes wait for the
  * next connection.
  */
-export function failInFlight(c: Connection, closeCode: number, fix: boolean): void {
+export function failInFlight(c: ConnectionHost, closeCode: number, fix: boolean): void {
   const inFlight = [...c.inFlight.values()];
   c.inFlight.clear();
   const queued = c.pacer.drain((r) => r.kind !== "publish");
@@ -44,7 +44,7 @@ export function failInFlight(c: Connection, closeCode: number, fix: boolean): vo
 }
 
 /** Forget a resubscribe silently: the next welcome makes a new one. */
-function dropInternal(c: Connection, req: Request): void {
+function dropInternal(c: ConnectionHost, req: Request): void {
   req.done = true;
   c.clock.clearTimeout(req.timer);
   const sub = c.subs.get(req.channel!);

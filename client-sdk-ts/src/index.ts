@@ -15,6 +15,8 @@
  * - `rpc.ts`           calls to the backend's `rpc` hook over the socket (§15)
  * - `server-channels.ts` the `welcome`'s server-side subscriptions (§15)
  * - `codes.ts`         error and close codes (mirrors broker/src/protocol/codes.rs)
+ * - `host.ts`          what `frames.ts` and `in-flight.ts` use of a connection
+ * - `transport.ts`     what a transport is, and what a runtime hands one
  * - `types.ts`         frames, options and the typed event map
  * - `transports/`      one file per transport (WebSocket: browser and `ws`; SSE:
  *                      `fetch` streaming) and `auto.ts`, which picks one

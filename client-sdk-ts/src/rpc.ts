@@ -15,7 +15,7 @@
  * dropped frame.
  */
 import { TidegateError } from "./errors.js";
-import { byteLength } from "./frames.js";
+import { byteLength } from "./utf8.js";
 import type { Json } from "./types.js";
 
 /** The broker's answer to an `rpc` frame. */

@@ -5,9 +5,15 @@ import type { MemberEvent, PresenceStatsResult } from "./presence.js";
 import type { AnyErrorCode, ErrorCode } from "./codes.js";
 import type { TidegateError } from "./errors.js";
 import type { Clock } from "./clock.js";
-import type { WebSocketLike } from "./transports/websocket.js";
-import type { TransportFactory } from "./transport.js";
-import type { FetchLike } from "./transports/sse.js";
+import type {
+  FetchLike,
+  Refusal,
+  TransportFactory,
+  WebSocketConstructor,
+  WebSocketLike,
+} from "./transport.js";
+
+export type { Refusal, WebSocketConstructor, WebSocketLike };
 
 /** Any JSON value a message may carry. */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -111,14 +117,6 @@ export interface BudgetFrame {
 export type ServerFrame = WelcomeFrame | AckFrame | MessageFrame | ErrorFrame | BudgetFrame;
 
 // --------------------------------------------------------------- options ---
-
-/**
- * The constructor of a WHATWG-style WebSocket: the browser's, or `ws` in
- * Node. Typed loosely so both are accepted as they are; the SDK uses only
- * what `WebSocketLike` lists.
- */
-export type WebSocketConstructor = new (url: string, protocols: string[]) => object;
-export type { WebSocketLike };
 
 export interface ClientOptions {
   /** `ws://host:port/v1/ws` or `wss://…`. */
@@ -275,15 +273,6 @@ export type MessageHandler = (data: Json, ctx: MessageContext) => void;
 // ---------------------------------------------------------------- events ---
 
 export type ClientState = "idle" | "connecting" | "connected" | "reconnecting" | "closed";
-
-/** A handshake refused before the upgrade, when the runtime can read it (Node + ws). */
-export interface Refusal {
-  status: number;
-  code?: ErrorCode | string;
-  /** The body's `message` (a backend hook's own words for its refusal, §15). */
-  message?: string;
-  retryAfterMs?: number;
-}
 
 export interface CloseEvent {
   /** WebSocket close code (1006 when the connection dropped or was refused). */

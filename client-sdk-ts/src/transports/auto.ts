@@ -17,9 +17,8 @@
  *   backoff and jitter are the same;
  * - a function: a custom transport.
  */
-import type { TransportClose, TransportFactory } from "../transport.js";
-import type { WebSocketConstructor } from "../types.js";
-import { sseTransport, type FetchLike } from "./sse.js";
+import type { FetchLike, TransportClose, TransportFactory, WebSocketConstructor } from "../transport.js";
+import { sseTransport } from "./sse.js";
 import { webSocketTransport } from "./websocket.js";
 
 export type TransportMode = "auto" | "websocket" | "sse";

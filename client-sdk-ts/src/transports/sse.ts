@@ -26,8 +26,14 @@
  * - anything else (presence reads, `budget`) has no HTTP form here and is
  *   answered with the SDK's `unsupported_transport` error.
  */
-import type { Transport, TransportFactory, TransportHandlers } from "../transport.js";
-import type { Refusal } from "../types.js";
+import type {
+  FetchLike,
+  FetchResponseLike,
+  Refusal,
+  Transport,
+  TransportFactory,
+  TransportHandlers,
+} from "../transport.js";
 import { tokenExpiryMs } from "../token.js";
 import { parseRetryAfter } from "./websocket.js";
 import {
@@ -40,23 +46,7 @@ import {
   type SseBlock,
 } from "./sse-parser.js";
 
-/** What the SSE transport needs of `fetch` (the global one by default). */
-export type FetchLike = (
-  url: string,
-  init: { method?: string; headers?: Record<string, string>; body?: string; signal?: unknown },
-) => Promise<FetchResponseLike>;
-
-export interface FetchResponseLike {
-  readonly status: number;
-  readonly headers: { get(name: string): string | null };
-  readonly body: { getReader(): StreamReaderLike } | null;
-  text(): Promise<string>;
-}
-
-interface StreamReaderLike {
-  read(): Promise<{ done: boolean; value?: Uint8Array }>;
-  cancel(): Promise<void>;
-}
+export type { FetchLike, FetchResponseLike };
 
 interface AbortLike {
   readonly signal: unknown;

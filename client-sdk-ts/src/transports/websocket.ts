@@ -7,20 +7,16 @@
  * and report a `Refusal`, so 401s fetch a new token and 429/503s wait at
  * least `Retry-After`.
  */
-import type { Transport, TransportFactory, TransportHandlers } from "../transport.js";
-import type { Refusal, WebSocketConstructor } from "../types.js";
+import type {
+  Refusal,
+  Transport,
+  TransportFactory,
+  TransportHandlers,
+  WebSocketConstructor,
+  WebSocketLike,
+} from "../transport.js";
 
-/** What the SDK needs of a WebSocket object (browser or `ws`). */
-export interface WebSocketLike {
-  readonly protocol: string;
-  readonly readyState: number;
-  onopen: ((ev: unknown) => void) | null;
-  onmessage: ((ev: { data: unknown }) => void) | null;
-  onclose: ((ev: { code: number; reason: string }) => void) | null;
-  onerror: ((ev: unknown) => void) | null;
-  send(data: string): void;
-  close(code?: number, reason?: string): void;
-}
+export type { WebSocketLike };
 
 /** The extra surface of the `ws` package, detected at run time. */
 interface NodeWsExtras {
