@@ -9,7 +9,7 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 
 use super::Socket;
-use super::inbound::{InError, InFrame};
+use crate::socket::inbound::{InError, InFrame};
 use crate::account::{Balance, Charge, Sample};
 use crate::charge::{self, Admitted, Connection, Payer, Price, Reason};
 use crate::exceeded::Exceeded;
@@ -227,7 +227,7 @@ impl Socket {
     /// mark: answers count toward the mark, so a client that keeps asking
     /// and never reads is held by TCP's back-pressure at the mark plus one
     /// answer, not at every answer its frame budget paid for. Reading goes
-    /// on once the queue falls under the mark ([`super::Drained`]), and
+    /// on once the queue falls under the mark ([`Drained`](crate::socket::Drained)), and
     /// while closing, for the peer's close frame.
     pub(super) fn refresh_gate(&self) {
         let cap = self.node.config.load().socket.max_pending_drop_ids;

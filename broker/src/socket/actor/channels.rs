@@ -145,7 +145,7 @@ impl Socket {
     }
 
     /// The ack first, then the recovered history, then what arrived live
-    /// while joining: each `seq` once, in order (see [`super::outbox::Outbox::joined`]).
+    /// while joining: each `seq` once, in order (see [`Outbox::joined`](crate::socket::outbox::Outbox::joined)).
     pub(super) fn joined(
         &mut self,
         channel: &str,

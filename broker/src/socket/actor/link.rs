@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use actix::fut::{ActorFutureExt, wrap_future};
 use actix::prelude::*;
 
-use super::{Reconfigure, Socket, handshake};
+use super::Socket;
+use crate::account::Reconfigure;
+use crate::socket::{handshake, outbox};
 use crate::admission::Who;
 use crate::charge::{self, Connection, Payer, Price, Reason, Refused};
 use crate::config::Limits;
@@ -144,7 +146,7 @@ impl Link for SocketLink<'_> {
     }
 
     fn outlet(&self) -> Arc<dyn Outlet> {
-        super::outbox::outlet(&self.socket.outbox)
+        outbox::outlet(&self.socket.outbox)
     }
 
     fn gauge(&self) -> Arc<OutboundGauge> {

@@ -21,7 +21,8 @@ use actix::prelude::*;
 use serde_json::value::RawValue;
 
 use super::presence::Membership;
-use super::{Reconfigure, Socket};
+use super::Socket;
+use crate::account::Reconfigure;
 use crate::metrics::Layer;
 use crate::protocol::wire::{self, ErrorFrame};
 use crate::protocol::{CloseCode, ErrorCode};

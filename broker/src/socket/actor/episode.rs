@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use super::{Congested, Drained, Socket};
+use super::Socket;
+use crate::socket::{Congested, Drained};
 use crate::metrics::Layer;
 use crate::protocol::CloseCode;
 use crate::protocol::wire;

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use super::Nudge;
-use super::inbound::{self, Gate, Inbound};
-use super::outbox::{Drained, Outbox};
-use super::{Identity, NOTICE_INTERVAL, Slots, Socket, Transport};
+use super::{NOTICE_INTERVAL, Socket, Stream};
+use crate::socket::inbound::{self, Gate, Inbound};
+use crate::socket::outbox::{Drained, Outbox};
+use crate::socket::{Identity, Nudge, Slots, Transport};
 use crate::charge::Admission;
 use crate::config::Limits;
 use crate::dialect::Dialect;
@@ -20,11 +20,11 @@ use crate::node::Node;
 use crate::rules::ConnRules;
 
 /// A started actor's ends, for its writer.
-pub(super) struct Started {
+pub(in crate::socket) struct Started {
     /// The actor's inbound stream: ending it stops the actor.
-    pub(super) pipe: Rc<inbound::Pipe>,
-    pub(super) outbox: Arc<Outbox>,
-    pub(super) on_drain: Nudge<Drained>,
+    pub(in crate::socket) pipe: Rc<inbound::Pipe>,
+    pub(in crate::socket) outbox: Arc<Outbox>,
+    pub(in crate::socket) on_drain: Nudge<Drained>,
 }
 
 impl Socket {
@@ -52,13 +52,13 @@ impl Socket {
 
     /// Creates the actor on this worker; its writer (a WebSocket's
     /// transport, an SSE response) is the caller's.
-    pub(super) fn spawn(
+    pub(in crate::socket) fn spawn(
         id: Identity,
         limits: Arc<Limits>,
         slots: Slots,
         node: Arc<Node>,
         dialect: Option<Box<dyn Dialect>>,
-        sse: Option<super::sse::actor::Stream>,
+        sse: Option<Stream>,
     ) -> Started {
         let pipe = Rc::new(inbound::Pipe::default());
         let now = Instant::now();
@@ -155,7 +155,7 @@ mod tests {
                 "HookOrder",
                 size_of::<crate::hooks::order::HookOrder<super::super::hooked::Hooked>>(),
             ),
-            ("sse::Stream", size_of::<super::super::sse::actor::Stream>()),
+            ("sse::Stream", size_of::<Stream>()),
             (
                 "Transport<TcpStream>",
                 size_of::<Transport<tokio::net::TcpStream>>(),
@@ -164,7 +164,7 @@ mod tests {
             ("node::SocketHandle", size_of::<crate::node::SocketHandle>()),
             ("AccountSlot", size_of::<crate::account::AccountSlot>()),
         ];
-        for (name, bytes) in parts.into_iter().chain(super::super::outbox::PART_SIZES) {
+        for (name, bytes) in parts.into_iter().chain(crate::socket::outbox::PART_SIZES) {
             println!("{name:>24} {bytes:>5} B");
         }
         // 1,088 bytes on x86_64 with rustc 1.95 (issue 42; 1,120 before
