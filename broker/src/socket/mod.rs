@@ -69,7 +69,6 @@ pub struct Slots {
     pub account: Option<AccountSlot>,
 }
 
-
 impl Identity {
     /// What the hooks are told of a connection of this identity.
     pub(crate) fn hook_client(&self, transport: &'static str) -> Client {

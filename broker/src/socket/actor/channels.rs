@@ -168,8 +168,8 @@ impl Socket {
     /// frames, recovered 30.6 MB with its account budget untouched.
     pub(super) fn charge_recovered(&mut self, bytes: usize, ctx: &mut Context<Self>) {
         let payer = Payer::Connection(Connection {
-            admission: &mut self.admission,
-            sampler: Some(&mut self.sampler),
+            admission: &mut self.charging.admission,
+            sampler: Some(&mut self.charging.sampler),
             rules: None,
             account: &self.id.account,
             conn: &self.id.label,

@@ -65,30 +65,35 @@ const NOTICE_INTERVAL: Duration = Duration::from_secs(1);
 pub struct Socket {
     id: Identity,
     slots: Slots,
-    /// Admitted units not yet charged to the account.
-    sampler: Sampler,
-    /// The account budget as of the last charge.
-    account_view: Option<BudgetView>,
-    conn_rules: ConnRules,
+    node: Arc<Node>,
+    /// What the connection's frames are charged to, and what it tells its
+    /// client of that.
+    charging: Charging,
+    /// The client's frames as they are read.
+    reading: Reading,
+    /// The current drop episode (`episode.rs`).
+    episode: DropEpisode,
+    /// The timers that end the session when its credential expires.
+    expiry: Expiry,
+    // The four flags below belong with the groups (`rules_skipped` with
+    // the rules, `executing` with the charge, `asking_balance` with what
+    // is read): they stay here, where they share one word, because in the
+    // groups each would be padded to a word of its own, paid by every
+    // connection (issue 42).
+    /// The plan's rules do not apply to this token's role
+    /// (`crate::rules::skipped`).
     rules_skipped: bool,
     /// The units the frame being executed was charged (0 outside
     /// `execute`): a refusal of its input settles them to what a refusal
     /// costs (`Socket::refused_input`).
     executing: u32,
-    /// A frame held by a rule (reading is paused until it goes through).
-    held: Option<Bytes>,
     /// A `budget` request waits for the account's supervisor (reading is
     /// paused until it is answered: answers keep the frames' order, and a
     /// flood of requests waits in TCP, not as pending asks).
     asking_balance: bool,
-    last_budget_frame: Option<Instant>,
-    node: Arc<Node>,
-    admission: Admission,
-    pings: crate::limiter::TokenBucket,
-    /// Frames priced 0 units (`budget`): their own small bucket, so a free
-    /// frame (and its reply) is never unlimited.
-    free_frames: crate::limiter::TokenBucket,
-    notice: DropNotice,
+    /// The socket sent or answered a close frame: it takes no more client
+    /// frames, and what completes later is dropped.
+    closing: bool,
     /// Numbers joins, so a late answer to an old one is recognised.
     next_join: u64,
     /// The presence channels this connection is a member of or joining
@@ -98,21 +103,8 @@ pub struct Socket {
     /// writes into directly (`socket/outbox/delivery.rs`).
     outbox: Arc<Outbox>,
     gauge: Arc<OutboundGauge>,
-    gate: Rc<Gate>,
-    inbound: Option<Inbound>,
-    last_heard: Instant,
-    closing: bool,
-    congested_since: Option<Instant>,
-    /// The slow-consumer grace's timer for the current drop episode: one
-    /// at a time, so a socket is closed (and counted) once.
-    grace: Option<SpawnHandle>,
-    /// The close at the token's deadline (`refresh.rs`).
-    expiry: Option<SpawnHandle>,
     /// Hook answers applied in frame order per channel (`hooked.rs`).
     hook_order: crate::hooks::order::HookOrder<hooked::Hooked>,
-    /// The refresh hook's call before a hook-given expiry
-    /// (`hook_session.rs`).
-    hook_refresh: Option<SpawnHandle>,
     /// Counts this actor in `tidegate_actors{kind="socket"}` until dropped.
     _alive: crate::alive::ActorGuard,
     /// The protocol spoken instead of `tidegate.v1` (`None`: tidegate.v1),
@@ -120,9 +112,64 @@ pub struct Socket {
     dialect: Option<Box<dyn Dialect>>,
     /// An SSE stream's state (`None`: a WebSocket): the same actor, only
     /// the writer differs (`socket/sse/`; what the actor does differently:
-    /// `sse.rs`). Boxed: a WebSocket, most
-    /// sockets, holds a pointer, not the stream's fields (issue 42).
+    /// `sse.rs`). Boxed: a WebSocket, most sockets, holds a pointer, not
+    /// the stream's fields (issue 42).
     sse: Option<Box<Stream>>,
+}
+
+/// The connection's side of the ledger (`handle.rs`, `link.rs`): the
+/// buckets its frames are charged to (`admission`'s frames and bytes, the
+/// small ones of pings and free frames), the plan's rules, and the units
+/// sampled for the account; and what the client is told of them: the
+/// `rate_limited` notice of refused frames, and the `budget` frames (the
+/// account's balance as last heard). A `Reconfigure` replaces their
+/// limits together, balances kept.
+struct Charging {
+    admission: Admission,
+    /// Admitted units not yet charged to the account.
+    sampler: Sampler,
+    rules: ConnRules,
+    pings: crate::limiter::TokenBucket,
+    /// Frames priced 0 units (`budget`): their own small bucket, so a free
+    /// frame (and its reply) is never unlimited.
+    free_frames: crate::limiter::TokenBucket,
+    /// Refused frames' ids waiting for the next `rate_limited` notice.
+    notice: DropNotice,
+    /// The account budget as of the last charge.
+    account_view: Option<BudgetView>,
+    /// When a `budget` frame was last sent unasked.
+    last_budget_frame: Option<Instant>,
+}
+
+/// The client's frames as they are read (`handle.rs`): their stream
+/// (until `started` hands it to the context), the gate that pauses
+/// reading it (`Socket::refresh_gate` says when), a frame held by a rule,
+/// and when the client was last heard (the heartbeat's timeout).
+struct Reading {
+    inbound: Option<Inbound>,
+    gate: Rc<Gate>,
+    /// A frame held by a rule (reading is paused until it goes through).
+    held: Option<Bytes>,
+    last_heard: Instant,
+}
+
+/// A drop episode (`episode.rs`): when it began, and the slow-consumer
+/// grace's timer, which closes the socket with 4008 if the episode
+/// outlasts `outbound_grace_ms`.
+struct DropEpisode {
+    since: Option<Instant>,
+    /// One timer at a time, so a socket is closed (and counted) once.
+    grace: Option<SpawnHandle>,
+}
+
+/// The timers that end the session when its credential expires, armed
+/// again together whenever the deadline moves (`Socket::arm_expiry`).
+struct Expiry {
+    /// The close at the token's deadline (`refresh.rs`).
+    close: Option<SpawnHandle>,
+    /// The refresh hook's call before a hook-given expiry
+    /// (`hook_session.rs`).
+    hook_refresh: Option<SpawnHandle>,
 }
 
 impl Socket {
@@ -136,7 +183,7 @@ impl Socket {
     }
 
     fn limits(&self) -> &Arc<Limits> {
-        self.admission.limits()
+        self.charging.admission.limits()
     }
 
     /// The socket's span (conn, account), made when something is logged:
@@ -219,6 +266,26 @@ impl Socket {
         });
     }
 
+    /// One exceeded event for a refusal of this socket's, on `channel` if
+    /// any.
+    fn exceeded(
+        &self,
+        layer: Layer,
+        reason: &'static str,
+        channel: Option<&str>,
+        reset: Duration,
+        dry_run: bool,
+    ) {
+        let mut e = crate::exceeded::Exceeded::new(layer, reason, &self.id.account)
+            .conn(&self.id.label)
+            .reset(reset)
+            .dry_run(dry_run);
+        if let Some(c) = channel {
+            e = e.channel(c);
+        }
+        e.emit(&self.node.metrics);
+    }
+
     /// One exceeded event for a socket-level refusal with no channel.
     fn socket_event(&self, layer: Layer, reason: &'static str) {
         crate::exceeded::Exceeded::new(layer, reason, &self.id.account)
@@ -231,7 +298,7 @@ impl Socket {
         let timeout = Duration::from_millis(config.socket.client_timeout_ms);
         // An SSE reader cannot answer pings: a dead one fills its queue
         // and is closed with 4008.
-        if self.sse.is_none() && self.last_heard.elapsed() > timeout {
+        if self.sse.is_none() && self.reading.last_heard.elapsed() > timeout {
             let _e = self.span().entered();
             tracing::info!("client stopped answering; dropping the connection");
             self.socket_event(Layer::Connection, "heartbeat_timeout");
@@ -250,7 +317,7 @@ impl Actor for Socket {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        if let Some(inbound) = self.inbound.take() {
+        if let Some(inbound) = self.reading.inbound.take() {
             ctx.add_stream(inbound);
         }
         let node = self.node.clone();
@@ -362,14 +429,18 @@ impl Handler<Reconfigure> for Socket {
     fn handle(&mut self, msg: Reconfigure, _: &mut Context<Self>) {
         let now = Instant::now();
         let l = msg.limits;
-        self.pings
+        self.charging
+            .pings
             .reconfigure(f64::from(l.ping_burst), l.pings_per_sec, now);
-        self.free_frames
-            .reconfigure(f64::from(l.free_frame_burst), l.free_frames_per_sec, now);
-        self.gate.set_max_size(l.max_payload_bytes);
+        self.charging.free_frames.reconfigure(
+            f64::from(l.free_frame_burst),
+            l.free_frames_per_sec,
+            now,
+        );
+        self.reading.gate.set_max_size(l.max_payload_bytes);
         self.gauge.set_high_water(l.outbound_high_water_bytes);
-        self.sampler.set_every(l.account_sample_every);
+        self.charging.sampler.set_every(l.account_sample_every);
         self.rules_skipped = crate::rules::skipped(&l, self.id.role.as_deref());
-        self.admission.reconfigure(l, now);
+        self.charging.admission.reconfigure(l, now);
     }
 }

@@ -7,10 +7,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use super::{NOTICE_INTERVAL, Socket, Stream};
-use crate::socket::inbound::{self, Gate, Inbound};
-use crate::socket::outbox::{Drained, Outbox};
-use crate::socket::{Identity, Nudge, Slots, Transport};
+use super::{Charging, DropEpisode, Expiry, NOTICE_INTERVAL, Reading, Socket, Stream};
 use crate::charge::Admission;
 use crate::config::Limits;
 use crate::dialect::Dialect;
@@ -18,6 +15,9 @@ use crate::hub::OutboundGauge;
 use crate::limiter::{DropNotice, Sampler};
 use crate::node::Node;
 use crate::rules::ConnRules;
+use crate::socket::inbound::{self, Gate, Inbound};
+use crate::socket::outbox::{Drained, Outbox};
+use crate::socket::{Identity, Nudge, Slots, Transport};
 
 /// A started actor's ends, for its writer.
 pub(in crate::socket) struct Started {
@@ -64,6 +64,7 @@ impl Socket {
         let now = Instant::now();
         let gauge = Arc::new(OutboundGauge::new(limits.outbound_high_water_bytes));
         let gate = Gate::new(limits.max_payload_bytes);
+        let rules_skipped = crate::rules::skipped(&limits, id.role.as_deref());
         let mut started = None;
         Socket::create(|ctx| {
             // Weak: see [`Nudge`].
@@ -77,39 +78,47 @@ impl Socket {
             started = Some((outbox.clone(), Nudge::new(me)));
             Socket {
                 slots,
-                sampler: Sampler::new(limits.account_sample_every),
-                account_view: None,
-                conn_rules: ConnRules::default(),
-                rules_skipped: crate::rules::skipped(&limits, id.role.as_deref()),
+                charging: Charging {
+                    sampler: Sampler::new(limits.account_sample_every),
+                    account_view: None,
+                    rules: ConnRules::default(),
+                    last_budget_frame: None,
+                    pings: crate::limiter::TokenBucket::new(
+                        f64::from(limits.ping_burst),
+                        limits.pings_per_sec,
+                        now,
+                    ),
+                    free_frames: crate::limiter::TokenBucket::new(
+                        f64::from(limits.free_frame_burst),
+                        limits.free_frames_per_sec,
+                        now,
+                    ),
+                    notice: DropNotice::new(NOTICE_INTERVAL),
+                    admission: Admission::new(limits, now),
+                },
+                reading: Reading {
+                    inbound: Some(Inbound::new(pipe.clone(), gate.clone())),
+                    gate,
+                    held: None,
+                    last_heard: now,
+                },
+                episode: DropEpisode {
+                    since: None,
+                    grace: None,
+                },
+                expiry: Expiry {
+                    close: None,
+                    hook_refresh: None,
+                },
+                rules_skipped,
                 executing: 0,
-                held: None,
                 asking_balance: false,
-                last_budget_frame: None,
-                pings: crate::limiter::TokenBucket::new(
-                    f64::from(limits.ping_burst),
-                    limits.pings_per_sec,
-                    now,
-                ),
-                free_frames: crate::limiter::TokenBucket::new(
-                    f64::from(limits.free_frame_burst),
-                    limits.free_frames_per_sec,
-                    now,
-                ),
-                admission: Admission::new(limits, now),
-                notice: DropNotice::new(NOTICE_INTERVAL),
+                closing: false,
                 next_join: 0,
                 presence: Default::default(),
                 outbox,
                 gauge,
-                inbound: Some(Inbound::new(pipe.clone(), gate.clone())),
-                gate,
-                last_heard: now,
-                closing: false,
-                congested_since: None,
-                grace: None,
-                expiry: None,
                 hook_order: Default::default(),
-                hook_refresh: None,
                 _alive: node.metrics.alive.actor(crate::alive::ActorKind::Socket),
                 dialect,
                 sse: sse.map(Box::new),
@@ -142,6 +151,10 @@ mod tests {
     fn an_idle_socket_holds_its_parts_within_budget() {
         let parts = [
             ("Socket", size_of::<Socket>()),
+            ("Charging", size_of::<Charging>()),
+            ("Reading", size_of::<Reading>()),
+            ("DropEpisode", size_of::<DropEpisode>()),
+            ("Expiry", size_of::<Expiry>()),
             ("Identity", size_of::<Identity>()),
             ("Outbox", size_of::<Outbox>()),
             ("Admission", size_of::<Admission>()),
