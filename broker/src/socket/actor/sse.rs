@@ -10,12 +10,12 @@ use std::collections::HashSet;
 use actix::prelude::*;
 use serde_json::value::RawValue;
 
+use super::Socket;
 use crate::cluster::Pending;
 use crate::exceeded::Exceeded;
 use crate::hub::{Joined, Sink, Subscriber};
 use crate::metrics::Layer;
 use crate::protocol::wire;
-use super::Socket;
 use crate::socket::sse::Ender;
 
 /// An SSE stream's state in the socket's actor.
@@ -23,10 +23,12 @@ pub(in crate::socket) struct Stream {
     /// The channels to join once open, each with its `since` (taken when
     /// the actor starts; at most the plan's `max_subscriptions`).
     start: Vec<(String, Option<u64>)>,
-    /// The channels of `start` a hook allowed at the request (`socket/sse/hooked.rs`):
-    /// joined without asking again. At most `start`'s size.
+    /// The channels of `start` a hook allowed at the request
+    /// (`socket/sse/hooked.rs`): joined without asking again. At most
+    /// `start`'s size.
     decided: HashSet<String>,
-    /// What the channels cost (`socket/sse/mod.rs`'s `price`), charged once the actor runs.
+    /// What the channels cost (`price` in `socket/sse/mod.rs`), charged
+    /// once the actor runs.
     price: u32,
     ender: Ender,
 }
@@ -71,8 +73,8 @@ impl Socket {
         let start = std::mem::take(&mut stream.start);
         let units = std::mem::take(&mut stream.price);
         let decided = std::mem::take(&mut stream.decided);
-        // Priced at the request (`socket/sse/mod.rs`'s `price`); owed as the same
-        // subscribes on a socket would be paid.
+        // Priced at the request (`price` in `socket/sse/mod.rs`); owed as
+        // the same subscribes on a socket would be paid.
         self.owe(units, ctx);
         for (channel, since) in start {
             let id = ack_id(&channel);
