@@ -1,5 +1,5 @@
 //! The whole admission check of one inbound frame, as the socket runs it
-//! (`socket/handle.rs`, `on_text`, through the charge primitive
+//! (`socket/actor/handle.rs`, `on_text`, through the charge primitive
 //! `tidegate::charge::Ledger::charge` with the connection as the payer),
 //! measured on exactly what the target (< 100 ns) names:
 //!

@@ -161,7 +161,7 @@ pub struct Authenticator {
     /// algorithm is set per key).
     validation: Validation,
     /// Clock skew tolerated on `exp`, checked here so the handshake and an
-    /// open socket's deadline (`socket/refresh.rs`) agree.
+    /// open socket's deadline (`socket/actor/refresh.rs`) agree.
     exp_leeway_secs: u64,
 }
 

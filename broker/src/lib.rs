@@ -61,7 +61,7 @@
 //!    the WebSocket machinery's words, no front's protocol).
 //! 6. **Fronts**, which never import each other: [`socket`] (one actix
 //!    actor per WebSocket owning its buckets, subscriptions and outbound
-//!    queue; the handshake in `socket/handshake.rs`), [`http`] (publish
+//!    queue, `socket/actor/`; the handshake in `socket/handshake.rs`), [`http`] (publish
 //!    and batch, `/healthz`, `/readyz`, `/metrics`), [`grpc`]
 //!    (`tidegate.v1.Broker` on its own runtime), [`admin`] (the operators'
 //!    routes and page, §10), [`graphql`] (the GraphQL API, §12: documents

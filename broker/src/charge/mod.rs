@@ -20,7 +20,7 @@
 //!
 //! # How a front charges
 //!
-//! - **Socket frames** (`socket/handle.rs`): [`Payer::Connection`] with the
+//! - **Socket frames** (`socket/actor/handle.rs`): [`Payer::Connection`] with the
 //!   socket's own [`Admission`] buckets, its rules and its account
 //!   [`Sampler`](crate::limiter::Sampler); the price is
 //!   [`Admission::price`] of the frame. Always [`Pending::Ready`], without

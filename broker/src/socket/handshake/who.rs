@@ -1,6 +1,6 @@
 //! The §1 layers after the credential (the identity's handshake bucket, a
 //! token's account connection cap, bans), shared by `/v1/ws`'s upgrade and
-//! a dialect's later credential (`socket/link.rs`).
+//! a dialect's later credential (`socket/actor/link.rs`).
 
 use std::net::IpAddr;
 use std::sync::Arc;

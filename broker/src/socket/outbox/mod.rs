@@ -56,7 +56,7 @@ use queue::OutQueue;
 use subs::Subs;
 
 /// The sizes of the outbox's parts, for the socket's memory budget test
-/// (`socket/start.rs`).
+/// (`socket/actor/start.rs`).
 #[cfg(test)]
 pub(in crate::socket) const PART_SIZES: [(&str, usize); 3] = [
     ("outbox::Shared", size_of::<Shared>()),

@@ -4,7 +4,7 @@
 //! 503 `hook_unavailable`; `hooks::HttpRefusal`) rather than an event on
 //! a stream the client cannot answer. For those channels the hook
 //! replaces the token's `sub_channels`; the actor then joins them without
-//! asking again (`actor.rs`).
+//! asking again (`socket/actor/sse.rs`).
 
 use std::collections::HashSet;
 use std::sync::Arc;

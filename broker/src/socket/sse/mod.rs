@@ -15,7 +15,6 @@
 //! body (`body.rs`). The query string carries the token, so nothing here
 //! logs it (nor the request's URI).
 
-pub(in crate::socket) mod actor;
 mod body;
 mod feed;
 mod hooked;
@@ -35,6 +34,7 @@ use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder, web};
 use bytes::Bytes;
 
 use super::Socket;
+use super::actor::Stream;
 use super::handshake::{self, Admitted};
 use crate::admission::{Cap, subscription_cap};
 use crate::charge;
@@ -42,7 +42,6 @@ use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::position::{self, Position};
 use crate::protocol::{ErrorCode, channel};
-use actor::Stream;
 use body::Body;
 pub(super) use body::Ender;
 use refused::{Refusal, refuse_paid};
@@ -221,7 +220,7 @@ fn forbidden(node: &Node, identity: &super::Identity, ask: &Ask) -> Option<Refus
 /// takes.
 struct Opened {
     response: HttpResponseBuilder,
-    started: super::start::Started,
+    started: super::actor::Started,
     /// `retry:`, the body's first bytes.
     retry: Bytes,
     render: Render,

@@ -9,7 +9,7 @@
 //!   but the `id:` is rendered once per frame and worker (`memo.rs`),
 //!   and the `id:` too for a stream of that channel alone;
 //! - the welcome: `id` / `event: welcome` / the frame as `data`;
-//! - a subscription's ack (the stream's own, `socket/sse/actor.rs`): with
+//! - a subscription's ack (the stream's own, `socket/actor/sse.rs`): with
 //!   `recovered`, an `event: recovered`; with only a `seq`, where a live
 //!   subscription started, an `id:` alone (it moves the reader's
 //!   `lastEventId` without dispatching an event);

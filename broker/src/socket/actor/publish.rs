@@ -141,11 +141,11 @@ impl Socket {
     /// A publish priced in full turned out a duplicate another node
     /// published: it owes the base price only (§17).
     fn refund_duplicate(&mut self, channel: &str, data_len: usize) {
-        let costs = &self.admission.limits().costs;
+        let costs = &self.charging.admission.limits().costs;
         let full = crate::pricing::publish(costs, data_len, self.node.broker.subscribers(channel));
         let over = full.saturating_sub(costs.publish);
         if over > 0 {
-            self.admission.refund(over, 0);
+            self.charging.admission.refund(over, 0);
         }
     }
 }

@@ -7,10 +7,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use super::Nudge;
-use super::inbound::{self, Gate, Inbound};
-use super::outbox::{Drained, Outbox};
-use super::{Identity, NOTICE_INTERVAL, Slots, Socket, Transport};
+use super::{Charging, DropEpisode, Expiry, NOTICE_INTERVAL, Reading, Socket, Stream};
 use crate::charge::Admission;
 use crate::config::Limits;
 use crate::dialect::Dialect;
@@ -18,13 +15,16 @@ use crate::hub::OutboundGauge;
 use crate::limiter::{DropNotice, Sampler};
 use crate::node::Node;
 use crate::rules::ConnRules;
+use crate::socket::inbound::{self, Gate, Inbound};
+use crate::socket::outbox::{Drained, Outbox};
+use crate::socket::{Identity, Nudge, Slots, Transport};
 
 /// A started actor's ends, for its writer.
-pub(super) struct Started {
+pub(in crate::socket) struct Started {
     /// The actor's inbound stream: ending it stops the actor.
-    pub(super) pipe: Rc<inbound::Pipe>,
-    pub(super) outbox: Arc<Outbox>,
-    pub(super) on_drain: Nudge<Drained>,
+    pub(in crate::socket) pipe: Rc<inbound::Pipe>,
+    pub(in crate::socket) outbox: Arc<Outbox>,
+    pub(in crate::socket) on_drain: Nudge<Drained>,
 }
 
 impl Socket {
@@ -52,18 +52,19 @@ impl Socket {
 
     /// Creates the actor on this worker; its writer (a WebSocket's
     /// transport, an SSE response) is the caller's.
-    pub(super) fn spawn(
+    pub(in crate::socket) fn spawn(
         id: Identity,
         limits: Arc<Limits>,
         slots: Slots,
         node: Arc<Node>,
         dialect: Option<Box<dyn Dialect>>,
-        sse: Option<super::sse::actor::Stream>,
+        sse: Option<Stream>,
     ) -> Started {
         let pipe = Rc::new(inbound::Pipe::default());
         let now = Instant::now();
         let gauge = Arc::new(OutboundGauge::new(limits.outbound_high_water_bytes));
         let gate = Gate::new(limits.max_payload_bytes);
+        let rules_skipped = crate::rules::skipped(&limits, id.role.as_deref());
         let mut started = None;
         Socket::create(|ctx| {
             // Weak: see [`Nudge`].
@@ -77,39 +78,47 @@ impl Socket {
             started = Some((outbox.clone(), Nudge::new(me)));
             Socket {
                 slots,
-                sampler: Sampler::new(limits.account_sample_every),
-                account_view: None,
-                conn_rules: ConnRules::default(),
-                rules_skipped: crate::rules::skipped(&limits, id.role.as_deref()),
+                charging: Charging {
+                    sampler: Sampler::new(limits.account_sample_every),
+                    account_view: None,
+                    rules: ConnRules::default(),
+                    last_budget_frame: None,
+                    pings: crate::limiter::TokenBucket::new(
+                        f64::from(limits.ping_burst),
+                        limits.pings_per_sec,
+                        now,
+                    ),
+                    free_frames: crate::limiter::TokenBucket::new(
+                        f64::from(limits.free_frame_burst),
+                        limits.free_frames_per_sec,
+                        now,
+                    ),
+                    notice: DropNotice::new(NOTICE_INTERVAL),
+                    admission: Admission::new(limits, now),
+                },
+                reading: Reading {
+                    inbound: Some(Inbound::new(pipe.clone(), gate.clone())),
+                    gate,
+                    held: None,
+                    last_heard: now,
+                },
+                episode: DropEpisode {
+                    since: None,
+                    grace: None,
+                },
+                expiry: Expiry {
+                    close: None,
+                    hook_refresh: None,
+                },
+                rules_skipped,
                 executing: 0,
-                held: None,
                 asking_balance: false,
-                last_budget_frame: None,
-                pings: crate::limiter::TokenBucket::new(
-                    f64::from(limits.ping_burst),
-                    limits.pings_per_sec,
-                    now,
-                ),
-                free_frames: crate::limiter::TokenBucket::new(
-                    f64::from(limits.free_frame_burst),
-                    limits.free_frames_per_sec,
-                    now,
-                ),
-                admission: Admission::new(limits, now),
-                notice: DropNotice::new(NOTICE_INTERVAL),
+                closing: false,
                 next_join: 0,
                 presence: Default::default(),
                 outbox,
                 gauge,
-                inbound: Some(Inbound::new(pipe.clone(), gate.clone())),
-                gate,
-                last_heard: now,
-                closing: false,
-                congested_since: None,
-                grace: None,
-                expiry: None,
                 hook_order: Default::default(),
-                hook_refresh: None,
                 _alive: node.metrics.alive.actor(crate::alive::ActorKind::Socket),
                 dialect,
                 sse: sse.map(Box::new),
@@ -142,6 +151,10 @@ mod tests {
     fn an_idle_socket_holds_its_parts_within_budget() {
         let parts = [
             ("Socket", size_of::<Socket>()),
+            ("Charging", size_of::<Charging>()),
+            ("Reading", size_of::<Reading>()),
+            ("DropEpisode", size_of::<DropEpisode>()),
+            ("Expiry", size_of::<Expiry>()),
             ("Identity", size_of::<Identity>()),
             ("Outbox", size_of::<Outbox>()),
             ("Admission", size_of::<Admission>()),
@@ -155,7 +168,7 @@ mod tests {
                 "HookOrder",
                 size_of::<crate::hooks::order::HookOrder<super::super::hooked::Hooked>>(),
             ),
-            ("sse::Stream", size_of::<super::super::sse::actor::Stream>()),
+            ("sse::Stream", size_of::<Stream>()),
             (
                 "Transport<TcpStream>",
                 size_of::<Transport<tokio::net::TcpStream>>(),
@@ -164,7 +177,7 @@ mod tests {
             ("node::SocketHandle", size_of::<crate::node::SocketHandle>()),
             ("AccountSlot", size_of::<crate::account::AccountSlot>()),
         ];
-        for (name, bytes) in parts.into_iter().chain(super::super::outbox::PART_SIZES) {
+        for (name, bytes) in parts.into_iter().chain(crate::socket::outbox::PART_SIZES) {
             println!("{name:>24} {bytes:>5} B");
         }
         // 1,088 bytes on x86_64 with rustc 1.95 (issue 42; 1,120 before

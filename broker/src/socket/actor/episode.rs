@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use super::{Congested, Drained, Socket};
+use super::Socket;
 use crate::metrics::Layer;
 use crate::protocol::CloseCode;
 use crate::protocol::wire;
+use crate::socket::{Congested, Drained};
 
 impl Handler<Congested> for Socket {
     type Result = ();
@@ -32,23 +33,24 @@ impl Handler<Congested> for Socket {
 impl Socket {
     /// A drop episode began: close with 4008 if it outlasts the grace.
     fn congested(&mut self, ctx: &mut Context<Self>) {
-        if self.congested_since.is_none() {
-            self.congested_since = Some(Instant::now());
+        if self.episode.since.is_none() {
+            self.episode.since = Some(Instant::now());
             let grace = Duration::from_millis(self.limits().outbound_grace_ms);
             // An episode that ended and began again within one timer tick
             // would otherwise leave two timers that both see the grace
             // passed: the socket would be counted closed twice.
-            if let Some(old) = self.grace.take() {
+            if let Some(old) = self.episode.grace.take() {
                 ctx.cancel_future(old);
             }
-            self.grace = Some(ctx.run_later(grace, move |act, ctx| {
-                act.grace = None;
+            self.episode.grace = Some(ctx.run_later(grace, move |act, ctx| {
+                act.episode.grace = None;
                 // Still over the mark, or a backlog still cannot move.
                 let stuck = act.gauge.is_congested() || act.outbox.is_stalled();
                 if stuck
                     && !act.closing
                     && act
-                        .congested_since
+                        .episode
+                        .since
                         .is_some_and(|since| since.elapsed() >= grace)
                 {
                     act.socket_event(Layer::Outbound, "slow_consumer_closed");
@@ -64,7 +66,7 @@ impl Handler<Drained> for Socket {
 
     fn handle(&mut self, _: Drained, ctx: &mut Context<Self>) {
         self.refresh_gate();
-        if self.congested_since.take().is_none() {
+        if self.episode.since.take().is_none() {
             return;
         }
         // A backlog that moved may be stalled again already: the transport
@@ -94,7 +96,7 @@ impl Socket {
     /// Tells the client how many messages to it were dropped
     /// (`slow_consumer`, §11): at the end of a drop episode (`end`), or
     /// earlier, ahead of a recovering subscribe's ack
-    /// (`socket/channels.rs`), the episode going on.
+    /// (`channels.rs`), the episode going on.
     fn report_dropped(&mut self, end: bool) {
         let closing = self.closing;
         let dropped = self.outbox.report_drops(end, |dropped| {

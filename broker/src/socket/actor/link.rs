@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use actix::fut::{ActorFutureExt, wrap_future};
 use actix::prelude::*;
 
-use super::{Reconfigure, Socket, handshake};
+use super::Socket;
+use crate::account::Reconfigure;
 use crate::admission::Who;
 use crate::charge::{self, Connection, Payer, Price, Reason, Refused};
 use crate::config::Limits;
@@ -19,6 +20,7 @@ use crate::hub::OutboundGauge;
 use crate::metrics::Layer;
 use crate::node::Node;
 use crate::protocol::wire;
+use crate::socket::{handshake, outbox};
 
 /// The socket's services for its dialect during one call.
 struct SocketLink<'a> {
@@ -106,7 +108,7 @@ impl SocketLink<'_> {
     fn charge(&mut self, price: Price<'_>) -> Result<(), Refused> {
         let s = &mut *self.socket;
         let payer = Payer::Connection(Connection {
-            admission: &mut s.admission,
+            admission: &mut s.charging.admission,
             // The operation's own price goes to the account (or the key):
             // the frame's units are the connection's alone.
             sampler: None,
@@ -144,7 +146,7 @@ impl Link for SocketLink<'_> {
     }
 
     fn outlet(&self) -> Arc<dyn Outlet> {
-        super::outbox::outlet(&self.socket.outbox)
+        outbox::outlet(&self.socket.outbox)
     }
 
     fn gauge(&self) -> Arc<OutboundGauge> {
@@ -164,11 +166,11 @@ impl Link for SocketLink<'_> {
         if units == 0 && !s.take_free_frame(Instant::now()) {
             return Err(Refused {
                 reason: Reason::RateLimited,
-                retry_after: s.free_frames.wait_at(1.0, Instant::now()),
+                retry_after: s.charging.free_frames.wait_at(1.0, Instant::now()),
                 balance: None,
             });
         }
-        let price = Price::frame(units, 0, s.admission.limits(), None);
+        let price = Price::frame(units, 0, s.charging.admission.limits(), None);
         self.charge(price)?;
         self.socket.node.metrics.messages_in.inc();
         Ok(())
@@ -180,14 +182,14 @@ impl Link for SocketLink<'_> {
         if units == 0 && !s.take_free_frame(now) {
             return Err(Refused {
                 reason: Reason::RateLimited,
-                retry_after: s.free_frames.wait_at(1.0, now),
+                retry_after: s.charging.free_frames.wait_at(1.0, now),
                 balance: None,
             });
         }
-        let price = Price::frame(units, bytes, s.admission.limits(), None);
+        let price = Price::frame(units, bytes, s.charging.admission.limits(), None);
         let payer = Payer::Connection(Connection {
-            admission: &mut s.admission,
-            sampler: Some(&mut s.sampler),
+            admission: &mut s.charging.admission,
+            sampler: Some(&mut s.charging.sampler),
             rules: None,
             account: &s.id.account,
             conn: &s.id.label,
@@ -210,7 +212,7 @@ impl Link for SocketLink<'_> {
 
     fn ping(&mut self) -> bool {
         let s = &mut *self.socket;
-        if s.pings.try_take(1.0, Instant::now()).is_ok() {
+        if s.charging.pings.try_take(1.0, Instant::now()).is_ok() {
             return true;
         }
         s.exceeded(Layer::Connection, "ping_flood", None, Duration::ZERO, false);

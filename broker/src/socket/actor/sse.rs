@@ -10,23 +10,25 @@ use std::collections::HashSet;
 use actix::prelude::*;
 use serde_json::value::RawValue;
 
-use super::body::Ender;
+use super::Socket;
 use crate::cluster::Pending;
 use crate::exceeded::Exceeded;
 use crate::hub::{Joined, Sink, Subscriber};
 use crate::metrics::Layer;
 use crate::protocol::wire;
-use crate::socket::Socket;
+use crate::socket::sse::Ender;
 
 /// An SSE stream's state in the socket's actor.
 pub(in crate::socket) struct Stream {
     /// The channels to join once open, each with its `since` (taken when
     /// the actor starts; at most the plan's `max_subscriptions`).
     start: Vec<(String, Option<u64>)>,
-    /// The channels of `start` a hook allowed at the request (`hooked.rs`):
-    /// joined without asking again. At most `start`'s size.
+    /// The channels of `start` a hook allowed at the request
+    /// (`socket/sse/hooked.rs`): joined without asking again. At most
+    /// `start`'s size.
     decided: HashSet<String>,
-    /// What the channels cost (`super::price`), charged once the actor runs.
+    /// What the channels cost (`price` in `socket/sse/mod.rs`), charged
+    /// once the actor runs.
     price: u32,
     ender: Ender,
 }
@@ -34,7 +36,7 @@ pub(in crate::socket) struct Stream {
 impl Stream {
     /// The stream's channels (each with its `since`), those a hook allowed
     /// already, and what they cost, for the actor to join once open.
-    pub(super) fn new(
+    pub(in crate::socket) fn new(
         start: Vec<(String, Option<u64>)>,
         decided: HashSet<String>,
         price: u32,
@@ -56,7 +58,7 @@ impl Stream {
 }
 
 /// A stream's subscription ack names its channel as its `id`
-/// (`render.rs` reads it back).
+/// (`socket/sse/render.rs` reads it back).
 fn ack_id(channel: &str) -> Box<RawValue> {
     // Channel names are validated to a charset that needs no escaping.
     RawValue::from_string(format!("\"{channel}\"")).expect("a JSON string")
@@ -66,17 +68,17 @@ impl Socket {
     /// Joins the stream's channels, after the welcome: a channel with a
     /// position recovers after it (its ack becomes the `recovered` event),
     /// the others start live (their ack, an `id:` alone).
-    pub(in crate::socket) fn sse_open(&mut self, ctx: &mut Context<Self>) {
+    pub(super) fn sse_open(&mut self, ctx: &mut Context<Self>) {
         let Some(stream) = &mut self.sse else { return };
         let start = std::mem::take(&mut stream.start);
         let units = std::mem::take(&mut stream.price);
         let decided = std::mem::take(&mut stream.decided);
-        // Priced at the request (`super::price`); owed as the same
-        // subscribes on a socket would be paid.
+        // Priced at the request (`price` in `socket/sse/mod.rs`); owed as
+        // the same subscribes on a socket would be paid.
         self.owe(units, ctx);
         for (channel, since) in start {
             let id = ack_id(&channel);
-            // A hook allowed it at the request already (`hooked.rs`).
+            // A hook allowed it at the request already (`socket/sse/hooked.rs`).
             if decided.contains(&channel) {
                 self.subscribe_allowed(Some(&id), &channel, since, ctx);
             } else {
@@ -90,7 +92,7 @@ impl Socket {
     /// recovery (held messages, then live; no gap, no duplicate). Each
     /// subscription starts joining before the episode ends, so nothing
     /// newer goes out before what was dropped.
-    pub(in crate::socket) fn sse_drained(&mut self, ctx: &mut Context<Self>) {
+    pub(super) fn sse_drained(&mut self, ctx: &mut Context<Self>) {
         let rejoins = self.outbox.rejoin_live(&mut self.next_join);
         // A recovery that lost messages to the history's trimming goes on
         // with what is left; the stream says `recovered:false` for it.

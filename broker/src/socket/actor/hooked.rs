@@ -34,20 +34,6 @@ pub(super) enum Hooked {
     },
 }
 
-impl super::Identity {
-    /// What the hooks are told of a connection of this identity.
-    pub(crate) fn hook_client(&self, transport: &'static str) -> Client {
-        Client {
-            conn_id: self.label.clone(),
-            ip: self.ip,
-            transport,
-            sub: Some(self.account.clone()),
-            plan: self.plan.clone(),
-            info: self.info.clone(),
-        }
-    }
-}
-
 impl Socket {
     /// What the hooks are told of this connection.
     pub(super) fn hook_client(&self) -> Client {

@@ -20,8 +20,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use actix::prelude::*;
 use serde_json::value::RawValue;
 
+use super::Socket;
 use super::presence::Membership;
-use super::{Reconfigure, Socket};
+use crate::account::Reconfigure;
 use crate::metrics::Layer;
 use crate::protocol::wire::{self, ErrorFrame};
 use crate::protocol::{CloseCode, ErrorCode};
@@ -39,14 +40,14 @@ fn unix_now_ms() -> u64 {
 impl Socket {
     /// Arms the close at the token's deadline, replacing an earlier one.
     pub(super) fn arm_expiry(&mut self, ctx: &mut Context<Self>) {
-        if let Some(h) = self.expiry.take() {
+        if let Some(h) = self.expiry.close.take() {
             ctx.cancel_future(h);
         }
         self.arm_hook_refresh(ctx);
         let deadline_ms = self.id.deadline.saturating_mul(1000);
         let wait = Duration::from_millis(deadline_ms.saturating_sub(unix_now_ms())).min(MAX_WAIT);
-        self.expiry = Some(ctx.run_later(wait, |act, ctx| {
-            act.expiry = None;
+        self.expiry.close = Some(ctx.run_later(wait, |act, ctx| {
+            act.expiry.close = None;
             if act.id.deadline.saturating_mul(1000) > unix_now_ms() {
                 return act.arm_expiry(ctx);
             }

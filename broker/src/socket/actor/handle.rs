@@ -9,19 +9,18 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 
 use super::Socket;
-use super::inbound::{InError, InFrame};
 use crate::account::{Balance, Charge, Sample};
 use crate::charge::{self, Admitted, Connection, Payer, Price, Reason};
-use crate::exceeded::Exceeded;
 use crate::idempotency::Keyed;
 use crate::limiter::Due;
 use crate::metrics::Layer;
 use crate::protocol::wire::{self, BudgetView, ErrorFrame};
 use crate::protocol::{ClientFrame, CloseCode, ErrorCode, frames};
+use crate::socket::inbound::{InError, InFrame};
 
 impl StreamHandler<Result<InFrame, InError>> for Socket {
     fn handle(&mut self, item: Result<InFrame, InError>, ctx: &mut Context<Self>) {
-        self.last_heard = Instant::now();
+        self.reading.last_heard = Instant::now();
         match item {
             Ok(InFrame::Close(code)) => {
                 if !self.closing {
@@ -43,7 +42,7 @@ impl StreamHandler<Result<InFrame, InError>> for Socket {
             Ok(InFrame::Ping(payload)) => {
                 // Answered, never charged to the message budget, but bounded:
                 // a ping flood is ignored past its own bucket.
-                if self.pings.try_take(1.0, Instant::now()).is_ok() {
+                if self.charging.pings.try_take(1.0, Instant::now()).is_ok() {
                     self.send(wire::pong(&payload));
                 } else {
                     self.exceeded(Layer::Connection, "ping_flood", None, Duration::ZERO, false);
@@ -101,6 +100,7 @@ impl Socket {
         let now = Instant::now();
         let broker = &self.node.broker;
         let mut units = self
+            .charging
             .admission
             .price(&frame, |channel| broker.subscribers(channel));
         if let ClientFrame::Publish {
@@ -115,7 +115,7 @@ impl Socket {
             };
             if self.node.is_duplicate(channel, Some(keyed)) {
                 // §17: a duplicate pays the base price, no size or fan-out.
-                units = self.admission.limits().costs.publish;
+                units = self.charging.admission.limits().costs.publish;
             }
         }
         if units == 0 && !self.take_free_frame(now) {
@@ -123,14 +123,19 @@ impl Socket {
             return;
         }
         let node = &self.node;
-        let price = Price::frame(units, bytes.len(), self.admission.limits(), frame.channel());
+        let price = Price::frame(
+            units,
+            bytes.len(),
+            self.charging.admission.limits(),
+            frame.channel(),
+        );
         let rules = match frame.op() {
-            Some(op) if !self.rules_skipped => Some((op, &mut self.conn_rules)),
+            Some(op) if !self.rules_skipped => Some((op, &mut self.charging.rules)),
             _ => None,
         };
         let payer = Payer::Connection(Connection {
-            admission: &mut self.admission,
-            sampler: Some(&mut self.sampler),
+            admission: &mut self.charging.admission,
+            sampler: Some(&mut self.charging.sampler),
             rules,
             account: &self.id.account,
             conn: &self.id.label,
@@ -176,7 +181,7 @@ impl Socket {
     /// (like pings) instead: free is not unlimited, since each one is
     /// answered. `false`: refused (counted as `free_frame_flood`).
     pub(super) fn take_free_frame(&mut self, now: Instant) -> bool {
-        if self.free_frames.try_take(1.0, now).is_ok() {
+        if self.charging.free_frames.try_take(1.0, now).is_ok() {
             return true;
         }
         self.exceeded(
@@ -189,33 +194,15 @@ impl Socket {
         false
     }
 
-    pub(super) fn exceeded(
-        &self,
-        layer: Layer,
-        reason: &'static str,
-        channel: Option<&str>,
-        reset: Duration,
-        dry_run: bool,
-    ) {
-        let mut e = Exceeded::new(layer, reason, &self.id.account)
-            .conn(&self.id.label)
-            .reset(reset)
-            .dry_run(dry_run);
-        if let Some(c) = channel {
-            e = e.channel(c);
-        }
-        e.emit(&self.node.metrics);
-    }
-
     /// Holds a frame a rule refused for a short wait: stop reading the
     /// socket, then try the frame again (seed 003's lossless throttling of
     /// a sequential stream). A second refusal beyond the hold limit drops
     /// and reports it.
     fn hold(&mut self, bytes: Bytes, wait: Duration, ctx: &mut Context<Self>) {
-        self.held = Some(bytes);
+        self.reading.held = Some(bytes);
         self.refresh_gate();
         ctx.run_later(wait, |act, ctx| {
-            if let Some(b) = act.held.take() {
+            if let Some(b) = act.reading.held.take() {
                 act.on_text(b, ctx);
             }
             act.refresh_gate();
@@ -227,19 +214,19 @@ impl Socket {
     /// mark: answers count toward the mark, so a client that keeps asking
     /// and never reads is held by TCP's back-pressure at the mark plus one
     /// answer, not at every answer its frame budget paid for. Reading goes
-    /// on once the queue falls under the mark ([`super::Drained`]), and
+    /// on once the queue falls under the mark ([`Drained`](crate::socket::Drained)), and
     /// while closing, for the peer's close frame.
     pub(super) fn refresh_gate(&self) {
         let cap = self.node.config.load().socket.max_pending_drop_ids;
         let over_mark = !self.closing && self.gauge.pending() > self.gauge.high_water();
-        if self.held.is_some()
+        if self.reading.held.is_some()
             || self.asking_balance
-            || self.notice.pending_ids() >= cap
+            || self.charging.notice.pending_ids() >= cap
             || over_mark
         {
-            self.gate.pause();
-        } else if self.gate.is_paused() {
-            self.gate.resume();
+            self.reading.gate.pause();
+        } else if self.reading.gate.is_paused() {
+            self.reading.gate.resume();
         }
     }
 
@@ -249,8 +236,8 @@ impl Socket {
     /// the account budget, as an admitted frame's units are.
     pub(super) fn owe(&mut self, units: u32, ctx: &mut Context<Self>) {
         let payer = Payer::Connection(Connection {
-            admission: &mut self.admission,
-            sampler: Some(&mut self.sampler),
+            admission: &mut self.charging.admission,
+            sampler: Some(&mut self.charging.sampler),
             rules: None,
             account: &self.id.account,
             conn: &self.id.label,
@@ -285,7 +272,7 @@ impl Socket {
         });
         ctx.spawn(charge.into_actor(self).map(|view, act, _| {
             if let Ok(view) = view {
-                act.account_view = Some(view);
+                act.charging.account_view = Some(view);
             }
         }));
     }
@@ -294,9 +281,9 @@ impl Socket {
     /// other so garbage is not free, then answered with `bad_request`.
     fn on_bad_frame(&mut self, id: Option<&RawValue>, message: &str, ctx: &mut Context<Self>) {
         let now = Instant::now();
-        let price = Price::malformed(self.admission.limits());
+        let price = Price::malformed(self.charging.admission.limits());
         let payer = Payer::Connection(Connection {
-            admission: &mut self.admission,
+            admission: &mut self.charging.admission,
             sampler: None,
             rules: None,
             account: &self.id.account,
@@ -326,7 +313,7 @@ impl Socket {
 
     /// Counts a dropped frame toward the next `rate_limited` notice.
     fn record_drop(&mut self, id: Option<&RawValue>, now: Instant, ctx: &mut Context<Self>) {
-        match self.notice.record(id.map(ToOwned::to_owned), now) {
+        match self.charging.notice.record(id.map(ToOwned::to_owned), now) {
             Due::Now => self.flush_notice(now),
             Due::At(when) => {
                 ctx.run_later(when.saturating_duration_since(now), |act, _| {
@@ -341,8 +328,8 @@ impl Socket {
     }
 
     pub(super) fn flush_notice(&mut self, now: Instant) {
-        if let Some(n) = self.notice.take(now) {
-            let retry = self.admission.next_token(now);
+        if let Some(n) = self.charging.notice.take(now) {
+            let retry = self.charging.admission.next_token(now);
             self.send(
                 ErrorFrame::new(ErrorCode::RateLimited)
                     .retry_after_ms(retry_ms(retry))
@@ -388,12 +375,12 @@ impl Socket {
     /// roll-up counts what the connection admitted).
     pub(super) fn refused_input(&mut self, code: ErrorCode) {
         let charged = std::mem::take(&mut self.executing);
-        let costs = &self.admission.limits().costs;
+        let costs = &self.charging.admission.limits().costs;
         let owed = crate::admission::refusal_units(costs, code);
         if charged > owed {
-            self.admission.refund(charged - owed, 0);
+            self.charging.admission.refund(charged - owed, 0);
         } else if owed > charged {
-            self.admission.owe(owed - charged, Instant::now());
+            self.charging.admission.owe(owed - charged, Instant::now());
         }
     }
 
@@ -430,7 +417,7 @@ impl Socket {
                         .into_actor(self)
                         .map(move |view, act, _| {
                             if let Ok(Some(v)) = view {
-                                act.account_view = Some(v);
+                                act.charging.account_view = Some(v);
                             }
                             act.asking_balance = false;
                             act.send_budget(id.as_deref(), Instant::now());
@@ -443,7 +430,7 @@ impl Socket {
     }
 
     fn send_budget(&mut self, id: Option<&RawValue>, now: Instant) {
-        let (remaining, capacity, rate) = self.admission.balance(now);
+        let (remaining, capacity, rate) = self.charging.admission.balance(now);
         let connection = BudgetView {
             remaining: remaining.max(0.0) as u64,
             capacity: capacity as u64,
@@ -452,7 +439,7 @@ impl Socket {
         let l = self.limits();
         let share = self.node.limiter_store.account_share(&self.id.account);
         let full = (f64::from(l.account_burst) * share) as u64;
-        let account = self.account_view.unwrap_or(BudgetView {
+        let account = self.charging.account_view.unwrap_or(BudgetView {
             remaining: full,
             capacity: full,
             refill_per_sec: l.account_messages_per_sec * share,
@@ -469,15 +456,20 @@ impl Socket {
             return;
         }
         let interval = Duration::from_millis(l.budget_frame_interval_ms);
-        if self.last_budget_frame.is_some_and(|t| now - t < interval) {
+        if self
+            .charging
+            .last_budget_frame
+            .is_some_and(|t| now - t < interval)
+        {
             return;
         }
-        let (remaining, capacity, _) = self.admission.balance(now);
+        let (remaining, capacity, _) = self.charging.admission.balance(now);
         let account_low = self
+            .charging
             .account_view
             .is_some_and(|v| v.remaining * 2 < v.capacity);
         if remaining * 2.0 < capacity || account_low {
-            self.last_budget_frame = Some(now);
+            self.charging.last_budget_frame = Some(now);
             self.send_budget(None, now);
         }
     }

@@ -145,7 +145,7 @@ impl Socket {
     }
 
     /// The ack first, then the recovered history, then what arrived live
-    /// while joining: each `seq` once, in order (see [`super::outbox::Outbox::joined`]).
+    /// while joining: each `seq` once, in order (see [`Outbox::joined`](crate::socket::outbox::Outbox::joined)).
     pub(super) fn joined(
         &mut self,
         channel: &str,
@@ -168,8 +168,8 @@ impl Socket {
     /// frames, recovered 30.6 MB with its account budget untouched.
     pub(super) fn charge_recovered(&mut self, bytes: usize, ctx: &mut Context<Self>) {
         let payer = Payer::Connection(Connection {
-            admission: &mut self.admission,
-            sampler: Some(&mut self.sampler),
+            admission: &mut self.charging.admission,
+            sampler: Some(&mut self.charging.sampler),
             rules: None,
             account: &self.id.account,
             conn: &self.id.label,

@@ -68,7 +68,7 @@ impl Socket {
     /// Arms the refresh hook's call before a hook-given expiry (replacing
     /// an earlier one); nothing for a token's expiry or without a hook.
     pub(super) fn arm_hook_refresh(&mut self, ctx: &mut Context<Self>) {
-        if let Some(h) = self.hook_refresh.take() {
+        if let Some(h) = self.expiry.hook_refresh.take() {
             ctx.cancel_future(h);
         }
         if self.id.hook_life_ms.is_none() || self.id.token_expires_at == 0 {
@@ -80,8 +80,8 @@ impl Socket {
         let now = crate::clock::unix_ms();
         let life = Duration::from_millis(self.id.token_expires_at.saturating_sub(now));
         let wait = life.saturating_sub(refresh_lead(&hook.config, life));
-        self.hook_refresh = Some(ctx.run_later(wait, move |act, ctx| {
-            act.hook_refresh = None;
+        self.expiry.hook_refresh = Some(ctx.run_later(wait, move |act, ctx| {
+            act.expiry.hook_refresh = None;
             let ask = act.hook_ask(Event::Refresh, None);
             let answer = act.node.hooks.ask(&hook, ask);
             ctx.spawn(answer.into_actor(act).map(|decision, act, ctx| {
