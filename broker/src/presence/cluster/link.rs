@@ -1,7 +1,7 @@
-//! How presence hears Redis (its commands go over a
-//! [`crate::cluster::redis::Link`]: one Redis through a reconnecting
-//! manager, or a Redis Cluster connection that sends each script to the
-//! shard owning its channel's slot, following `MOVED`). The events
+//! How presence hears Redis (its commands go over the bridge's command
+//! connection, [`crate::cluster::redis::Shared`]: one Redis through a
+//! reconnecting manager, or a Redis Cluster connection that sends each
+//! script to the shard owning its channel's slot, following `MOVED`). The events
 //! topic is classic pub/sub on either: on Redis Cluster a `PUBLISH` (from
 //! the join and leave scripts, whatever shard runs them) is forwarded to
 //! every shard, and the node's subscription sits on the shard owning the

@@ -25,6 +25,10 @@
 //!   keys only when the channel's version moved (`renew.rs`, `sync.rs`).
 //! - While Redis is away joins are checked against this node's view and
 //!   reads answer with this node's own members, `partial: true`.
+//! - The scripts go over the bridge's command connection
+//!   ([`crate::cluster::redis::Shared`]), so they wait for the same
+//!   reconnection as the bridge's; only the events subscription is a
+//!   connection of presence's own (`link.rs`).
 
 mod link;
 mod renew;
@@ -38,7 +42,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use super::{Full, Presence, Read};
-use crate::cluster::redis::{ControlSigner, Link, RedisTarget};
+use crate::cluster::redis::{ControlSigner, RedisTarget, Shared};
 use crate::config::ClusterSecrets;
 use crate::metrics::Metrics;
 use crate::protocol::presence::{Counts, Member};
@@ -50,7 +54,10 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Where presence meets Redis: what `RedisPresence::new` needs.
 pub struct RedisSettings<'a> {
+    /// Where Redis is, for the events subscription (`link.rs`).
     pub target: RedisTarget,
+    /// The bridge's command connection, which presence's scripts share.
+    pub link: Shared,
     /// Redis Cluster rather than one Redis.
     pub sharded: bool,
     pub prefix: &'a str,
@@ -66,9 +73,8 @@ pub struct RedisPresence {
     presence: OnceLock<Weak<Presence>>,
     target: RedisTarget,
     sharded: bool,
-    /// The command connection, made at `start` (unset: it could not be
-    /// set up, logged).
-    link: OnceLock<Link>,
+    /// The bridge's command connection (made when the bridge starts).
+    link: Shared,
     prefix: String,
     /// `{prefix}pr:events`.
     topic: String,
@@ -100,7 +106,7 @@ impl RedisPresence {
             presence: OnceLock::new(),
             target: s.target,
             sharded: s.sharded,
-            link: OnceLock::new(),
+            link: s.link,
             prefix: s.prefix.to_owned(),
             topic: topic.clone(),
             node: format!("{}:{:08x}", s.node, rand::random::<u32>()),
@@ -155,8 +161,10 @@ impl RedisPresence {
             .unwrap_or_default()
     }
 
+    /// The bridge's connection, waiting for it as long as a command may
+    /// take (before the bridge started).
     pub(super) async fn conn(&self) -> Option<crate::cluster::redis::Conn> {
-        self.link.get()?.conn().await.ok()
+        self.link.conn(COMMAND_TIMEOUT).await.ok()
     }
 
     /// Where a registration round stands (see `registering`).
@@ -311,18 +319,9 @@ impl RedisPresence {
         }
     }
 
+    /// Starts the events subscription and the renewals (after the bridge
+    /// started: the commands go over its connection).
     pub(super) fn start(self: Arc<Self>) {
-        match Link::new(
-            &self.target,
-            self.sharded,
-            COMMAND_TIMEOUT,
-            COMMAND_TIMEOUT * 2,
-        ) {
-            Ok(l) => {
-                let _ = self.link.set(l);
-            }
-            Err(e) => tracing::error!(error = %e, "presence: cannot set up the Redis connection"),
-        }
         if self.sharded {
             actix_rt::spawn(link::events_cluster(self.clone()));
         } else {
