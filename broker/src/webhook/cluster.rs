@@ -233,6 +233,16 @@ impl Cluster {
         self.query(cmd).await
     }
 
+    /// The webhooks' own lease set, not the bridge's `nodes`: the two
+    /// mean different things. The bridge renews its lease only while its
+    /// subscription is up and re-synced (and, on Redis Cluster, its key's
+    /// slot is up): "this node's counts in Redis are current", what the
+    /// connection cap and the live-node share need. This one means "this
+    /// process still holds the channels it recorded": a node whose
+    /// subscription is down keeps its local subscribers, and were its
+    /// occupancy discounted with the bridge's lease, another node's leave
+    /// would tell `channel.vacated` for a channel still occupied, which
+    /// nothing records again (only a local first subscriber joins).
     fn leases(&self) -> String {
         format!("{}wh:nodes", self.prefix)
     }
