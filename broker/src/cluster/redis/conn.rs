@@ -7,6 +7,7 @@
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
@@ -18,6 +19,30 @@ use tokio::sync::Notify;
 pub enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+}
+
+impl Conn {
+    /// Whether Redis answers, asked of one node. A plain `PING` is no
+    /// such question on Redis Cluster: the cluster client sends it to
+    /// every master, and to a master that just died over its broken link;
+    /// that request's retry then finds no connection to the node and
+    /// makes the client reconnect from its seed node, a recovery in which
+    /// no command of any caller is sent. The bridge's publishes share
+    /// this connection, so presence's idle check (every third of a lease)
+    /// would pause every shard's publishes while one master is down.
+    /// One node at random answers for "Redis reachable"; a command on a
+    /// dead shard's keys fails on its own, as the bridge's do.
+    pub async fn ping_one(&mut self) -> redis::RedisResult<()> {
+        let ping = redis::cmd("PING");
+        match self {
+            Conn::Single(c) => ping.query_async(c).await,
+            Conn::Cluster(c) => c
+                .route_command(ping, RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random))
+                .await
+                .and_then(Value::extract_error)
+                .map(drop),
+        }
+    }
 }
 
 impl ConnectionLike for Conn {
