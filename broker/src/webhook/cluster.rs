@@ -233,6 +233,27 @@ impl Cluster {
         self.query(cmd).await
     }
 
+    /// Loads every script when the webhooks start, while the cluster is
+    /// presumably whole, so that none is loaded first during an outage: a
+    /// script's first call answered `NOSCRIPT` sends `SCRIPT LOAD`, which
+    /// the cluster client sends to every node, and one sent to a master
+    /// that just died stalls the shared connection
+    /// ([`crate::cluster::redis::Conn::ping_one`] says how). A load that
+    /// fails is left to the script's first call, as before.
+    async fn preload(&self) {
+        for script in scripts::all() {
+            let loaded = self
+                .link
+                .run(COMMAND_TIMEOUT * 5, move |mut conn| async move {
+                    script.load_async(&mut conn).await
+                })
+                .await;
+            if let Err(e) = loaded {
+                tracing::debug!(target: "tidegate::webhook", error = %e, "webhook script not loaded at start");
+            }
+        }
+    }
+
     /// The webhooks' own lease set, not the bridge's `nodes`: the two
     /// mean different things. The bridge renews its lease only while its
     /// subscription is up and re-synced (and, on Redis Cluster, its key's
@@ -250,6 +271,7 @@ impl Cluster {
     /// Renews this node's webhook lease (occupancy discounts the channels
     /// of nodes whose lease ran out) until the runtime stops.
     pub async fn lease_loop(self: Arc<Self>) {
+        self.preload().await;
         let mut tick = tokio::time::interval((self.lease / 3).max(Duration::from_millis(50)));
         loop {
             tick.tick().await;

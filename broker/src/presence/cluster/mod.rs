@@ -327,7 +327,28 @@ impl RedisPresence {
         } else {
             actix_rt::spawn(link::events_single(self.clone()));
         }
+        actix_rt::spawn(self.clone().preload());
         actix_rt::spawn(self.renew_loop());
+    }
+
+    /// Loads every script at start, while the cluster is presumably whole,
+    /// so that none is loaded first during an outage (`register`, say,
+    /// runs first when Redis lost a node's members): a script's first
+    /// call answered `NOSCRIPT` sends `SCRIPT LOAD`, which the cluster
+    /// client sends to every node, and one sent to a master that just
+    /// died stalls the connection the bridge's publishes share
+    /// ([`crate::cluster::redis::Conn::ping_one`] says how). A load that
+    /// fails is left to the script's first call, as before.
+    async fn preload(self: Arc<Self>) {
+        let Ok(mut conn) = self.link.conn(COMMAND_TIMEOUT * 30).await else {
+            return;
+        };
+        for script in self.scripts.all() {
+            let loaded = tokio::time::timeout(COMMAND_TIMEOUT, script.load_async(&mut conn)).await;
+            if !matches!(loaded, Ok(Ok(_))) {
+                tracing::debug!("presence: a script was not loaded at start");
+            }
+        }
     }
 
     /// An event from the topic: applied when a node of this cluster
