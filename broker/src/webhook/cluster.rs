@@ -239,8 +239,9 @@ impl Cluster {
     /// the cluster client sends to every node, and one sent to a master
     /// that just died stalls the shared connection
     /// ([`crate::cluster::redis::Conn::ping_one`] says how). A load that
-    /// fails is left to the script's first call, as before.
-    async fn preload(&self) {
+    /// fails is left to the script's first call, as before. A task of its
+    /// own: the lease's renewals never wait for it.
+    pub async fn preload(self: Arc<Self>) {
         for script in scripts::all() {
             let loaded = self
                 .link
@@ -271,7 +272,6 @@ impl Cluster {
     /// Renews this node's webhook lease (occupancy discounts the channels
     /// of nodes whose lease ran out) until the runtime stops.
     pub async fn lease_loop(self: Arc<Self>) {
-        self.preload().await;
         let mut tick = tokio::time::interval((self.lease / 3).max(Duration::from_millis(50)));
         loop {
             tick.tick().await;

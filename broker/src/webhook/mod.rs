@@ -107,6 +107,7 @@ impl Webhooks {
             let rt = runtime::Runtime::start().expect("starting the webhook thread");
             if let Some(config) = &self.cluster_config {
                 let c = cluster::Cluster::new(config);
+                rt.handle().spawn(c.clone().preload());
                 rt.handle().spawn(c.clone().lease_loop());
                 let _ = self.cluster.set(c);
             }
