@@ -17,7 +17,7 @@ import type { Request, RequestKind } from "./request.js";
 import { Subscriptions, type Subscription } from "./subscriptions.js";
 import { joinServerChannels, serverChannels } from "./server-channels.js";
 import { tokenExpired } from "./token.js";
-import type { Transport, TransportClose } from "./transport.js";
+import type { Transport, TransportClose, WebSocketConstructor } from "./transport.js";
 import { TransportChooser, type TransportKind } from "./transports/auto.js";
 import { FrameHandler, refusalError } from "./frames.js";
 import { byteLength } from "./utf8.js";
@@ -28,7 +28,6 @@ import type {
   ExpiryFrame,
   Limits,
   SubscribeResult,
-  WebSocketConstructor,
   WelcomeFrame,
 } from "./types.js";
 
