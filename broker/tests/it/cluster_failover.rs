@@ -143,6 +143,13 @@ pub async fn next_got(rx: &mut mpsc::UnboundedReceiver<Got>, deadline: Instant) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_killed_under_traffic_fails_over_and_only_its_channels_pause() {
+    // The nodes' and the Redis client's logs, with `RUST_LOG` (what a
+    // failure under load is read from).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_ansi(false)
+        .with_thread_names(true)
+        .try_init();
     let mut cluster = RedisCluster::start_with_replicas();
     let p = prefix();
     let shards = one_channel_per_shard(&cluster, &p).await;

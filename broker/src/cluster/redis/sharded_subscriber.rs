@@ -204,7 +204,7 @@ async fn run(
 ) {
     let conn = connect(&bridge, &subscriber).await;
     let _ = bridge.pubsub.set(conn.clone());
-    let _ = bridge
+    bridge
         .conn
         .set(Conn::Cluster(connect(&bridge, &commands).await));
     // The first subscriptions; later losses are per shard (`reassert`).
