@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use crate::cluster::{bridge_up, node, prefix, subscribed};
 use crate::cluster_sharded::one_channel_per_shard;
 use crate::common::{Broker, Client, PATIENCE};
-use crate::redis_cluster::{RedisCluster, on_owner};
+use crate::redis_cluster::{Backend, RedisCluster, on_owner};
 
 /// A delivered message: which subscriber, channel, publish index.
 #[derive(Debug, Clone)]
@@ -255,6 +255,51 @@ async fn a_master_killed_under_traffic_fails_over_and_only_its_channels_pause() 
     for r in readers {
         r.abort();
     }
+}
+
+/// The cluster client falls back to its seeds when it cannot rebuild the
+/// topology from the connections it holds (a master died and its slots
+/// have no owner yet). Seeded with the configured node alone, once that
+/// node is the dead one the client asks it alone, again and again, long
+/// after its replica took over. So the seeds are every master and replica
+/// the configured node names.
+#[tokio::test]
+async fn the_cluster_client_is_seeded_with_every_master_and_replica() {
+    let cluster = RedisCluster::start_with_replicas();
+    let section = tidegate::config::ClusterSection {
+        redis_url: cluster.url(),
+        ..Default::default()
+    };
+    let target = tidegate::cluster::redis::RedisTarget::open(&section).unwrap();
+    let every: HashSet<u16> = cluster
+        .ports
+        .iter()
+        .chain(&cluster.replica_ports)
+        .copied()
+        .collect();
+    // A replica is named once the configured node has heard of it (the
+    // cluster's gossip); the masters are named from the start.
+    let deadline = Instant::now() + PATIENCE;
+    let seeds = loop {
+        let seeds = target.cluster_seeds().await;
+        let ports: HashSet<u16> = seeds
+            .iter()
+            .filter_map(|s| match s.addr() {
+                redis::ConnectionAddr::Tcp(_, port) => Some(*port),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            cluster.ports.iter().all(|p| ports.contains(p)),
+            "every master is a seed: {seeds:?}"
+        );
+        if ports == every {
+            break seeds;
+        }
+        assert!(Instant::now() < deadline, "seeds {seeds:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(seeds.len(), every.len(), "no node twice: {seeds:?}");
 }
 
 /// Publishes `{"i": i}` on `channel` through `node`; the acked `seq`.

@@ -56,9 +56,10 @@ pub(super) async fn events_cluster(p: Arc<RedisPresence>) {
     // Unbounded, but drained by this task only: pushes are the events
     // topic's messages and the connection's own notices.
     let (tx, mut rx) = mpsc::unbounded_channel::<PushInfo>();
+    let seeds = p.target.cluster_seeds().await;
     let client = match p
         .target
-        .cluster_builder()
+        .cluster_builder(seeds)
         .use_protocol(ProtocolVersion::RESP3)
         .connection_timeout(COMMAND_TIMEOUT)
         .response_timeout(COMMAND_TIMEOUT)
