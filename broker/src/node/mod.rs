@@ -166,7 +166,20 @@ impl Node {
         let gate = HandshakeGate::new(&config.handshake);
         let admin = Admin::default();
         admin.bans.set_v6_prefix(config.handshake.ipv6_prefix_len);
-        let webhooks = Webhooks::new(&config, metrics.webhooks.clone());
+        // One Redis target and one command connection for the bridge,
+        // presence and the webhooks (the bridge makes it at start).
+        let redis = match config.cluster.mode {
+            ClusterMode::Memory => None,
+            ClusterMode::Redis | ClusterMode::RedisCluster => Some((
+                RedisTarget::open(&config.cluster)?,
+                cluster::redis::Shared::default(),
+            )),
+        };
+        let webhooks = Webhooks::new(
+            &config,
+            metrics.webhooks.clone(),
+            redis.as_ref().map(|(_, link)| link.clone()),
+        );
         let hooks = Arc::new(crate::hooks::Hooks::new(
             &config.hooks,
             metrics.hooks.clone(),
@@ -180,27 +193,19 @@ impl Node {
             }
             apps.pusher.occupancy(channel, occupied);
         }));
-        let redis = match config.cluster.mode {
-            ClusterMode::Memory => None,
-            ClusterMode::Redis | ClusterMode::RedisCluster => {
-                Some(RedisTarget::open(&config.cluster)?)
-            }
-        };
         // Presence is shared through the same Redis or Redis Cluster.
-        let presence_redis = match config.cluster.mode {
-            ClusterMode::Memory => None,
-            mode => Some(crate::presence::RedisPresence::new(
-                crate::presence::RedisSettings {
-                    target: RedisTarget::open(&config.cluster)?,
-                    sharded: mode == ClusterMode::RedisCluster,
-                    prefix: &config.cluster.key_prefix,
-                    node: &config.node.id,
-                    lease_ms: config.cluster.lease_ms,
-                    secrets: config.cluster_secrets.clone(),
-                    metrics: metrics.clone(),
-                },
-            )),
-        };
+        let presence_redis = redis.as_ref().map(|(target, link)| {
+            crate::presence::RedisPresence::new(crate::presence::RedisSettings {
+                target: target.clone(),
+                link: link.clone(),
+                sharded: config.cluster.mode == ClusterMode::RedisCluster,
+                prefix: &config.cluster.key_prefix,
+                node: &config.node.id,
+                lease_ms: config.cluster.lease_ms,
+                secrets: config.cluster_secrets.clone(),
+                metrics: metrics.clone(),
+            })
+        });
         let presence = crate::presence::Presence::new(
             metrics.clone(),
             Arc::downgrade(&webhooks),
@@ -219,10 +224,11 @@ impl Node {
                     metrics.live_nodes.set(1);
                     cluster::parts(Arc::new(MemoryBridge::new(hub.clone())))
                 }
-                Some(client) => {
+                Some((target, link)) => {
                     let events: std::sync::Weak<dyn cluster::Events> = node.clone();
                     cluster::parts(RedisBridge::new(
-                        client,
+                        target,
+                        link,
                         &config,
                         hub.clone(),
                         metrics.clone(),

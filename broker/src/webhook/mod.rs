@@ -57,7 +57,7 @@ pub struct Webhooks {
     runtime: OnceLock<runtime::Runtime>,
     /// Cluster mode: the shared queues (set with the runtime).
     cluster: OnceLock<Arc<cluster::Cluster>>,
-    /// The config the cluster connection is made from (cluster mode only).
+    /// What the shared queues are made from (cluster mode only).
     cluster_config: Option<cluster::Params>,
     occupancy: OnceLock<mpsc::UnboundedSender<occupancy::Op>>,
     /// (account, reason) → the minute its last `limit.exceeded` was sent.
@@ -74,12 +74,14 @@ impl std::fmt::Debug for Webhooks {
 }
 
 impl Webhooks {
-    pub fn new(config: &Config, metrics: Arc<WebhookMetrics>) -> Arc<Webhooks> {
-        let cluster_config = config
-            .cluster
-            .mode
-            .uses_redis()
-            .then(|| cluster::Params::from(config));
+    /// `redis`: in cluster mode, the bridge's command connection, which
+    /// the shared queues use.
+    pub fn new(
+        config: &Config,
+        metrics: Arc<WebhookMetrics>,
+        redis: Option<crate::cluster::redis::Shared>,
+    ) -> Arc<Webhooks> {
+        let cluster_config = redis.map(|link| cluster::Params::new(config, link));
         let webhooks = Arc::new_cyclic(|me| Webhooks {
             endpoints: ArcSwap::from_pointee(Vec::new()),
             metrics,
@@ -104,16 +106,10 @@ impl Webhooks {
         self.runtime.get_or_init(|| {
             let rt = runtime::Runtime::start().expect("starting the webhook thread");
             if let Some(config) = &self.cluster_config {
-                let _inside = rt.handle().enter();
-                match cluster::Cluster::new(config) {
-                    Ok(c) => {
-                        rt.handle().spawn(c.clone().lease_loop());
-                        let _ = self.cluster.set(c);
-                    }
-                    // Validated at load, so this is not expected; the
-                    // webhooks then run on this node's memory.
-                    Err(e) => tracing::error!(target: "tidegate::webhook", error = %e, "cannot set up Redis for webhooks; queues stay in memory"),
-                }
+                let c = cluster::Cluster::new(config);
+                rt.handle().spawn(c.clone().preload());
+                rt.handle().spawn(c.clone().lease_loop());
+                let _ = self.cluster.set(c);
             }
             let (tx, rx) = mpsc::unbounded_channel();
             rt.handle().spawn(occupancy::run(

@@ -218,3 +218,21 @@ return redis.call('HDEL', KEYS[1], 'a:' .. ARGV[2])
 "#,
     )
 });
+
+/// Every script, for loading them all at start (`Cluster::preload`).
+pub fn all() -> [&'static Script; 12] {
+    [
+        &ENQUEUE,
+        &OWN,
+        &CLAIM,
+        &READ,
+        &ACK,
+        &PAUSE,
+        &LEASE,
+        &JOIN,
+        &LEAVE,
+        &LIVE,
+        &LEAVE_LIVE,
+        &VACATE,
+    ]
+}

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use crate::cluster::{bridge_up, node, prefix, subscribed};
 use crate::cluster_sharded::one_channel_per_shard;
 use crate::common::{Broker, Client, PATIENCE};
-use crate::redis_cluster::{RedisCluster, on_owner};
+use crate::redis_cluster::{Backend, RedisCluster, on_owner};
 
 /// A delivered message: which subscriber, channel, publish index.
 #[derive(Debug, Clone)]
@@ -143,6 +143,13 @@ pub async fn next_got(rx: &mut mpsc::UnboundedReceiver<Got>, deadline: Instant) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_killed_under_traffic_fails_over_and_only_its_channels_pause() {
+    // The nodes' and the Redis client's logs, with `RUST_LOG` (what a
+    // failure under load is read from).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_ansi(false)
+        .with_thread_names(true)
+        .try_init();
     let mut cluster = RedisCluster::start_with_replicas();
     let p = prefix();
     let shards = one_channel_per_shard(&cluster, &p).await;
@@ -162,10 +169,16 @@ async fn a_master_killed_under_traffic_fails_over_and_only_its_channels_pause() 
     } = start_traffic(&a, &b, &channels).await;
     let deadline = Instant::now() + PATIENCE * 6;
 
+    // Every message read, whichever step reads it: the one that ends a
+    // step may already be one the last step waits for (a subscriber on
+    // node b can get a publish before node a's answer to it moves `next`).
+    let mut delivered: HashSet<(&str, u64)> = HashSet::new();
+
     // Traffic flows on every shard to both nodes.
     let mut seen: HashSet<(&str, String)> = HashSet::new();
     while seen.len() < 2 * channels.len() {
         let g = next_got(&mut rx, deadline).await;
+        delivered.insert((g.who, g.index));
         seen.insert((g.who, g.channel));
     }
 
@@ -180,6 +193,7 @@ async fn a_master_killed_under_traffic_fails_over_and_only_its_channels_pause() 
     let mut during: HashSet<String> = HashSet::new();
     loop {
         let g = next_got(&mut rx, deadline).await;
+        delivered.insert((g.who, g.index));
         if g.who != "on_b" || g.index < killed_at {
             continue;
         }
@@ -200,7 +214,6 @@ async fn a_master_killed_under_traffic_fails_over_and_only_its_channels_pause() 
     bridge_up(&a, true).await;
     bridge_up(&b, true).await;
     let after = next.load(Ordering::Acquire);
-    let mut delivered: HashSet<(&str, u64)> = HashSet::new();
     let mut max_index = 0;
     while max_index < after + 3 * 10 {
         let g = next_got(&mut rx, deadline).await;
@@ -242,6 +255,51 @@ async fn a_master_killed_under_traffic_fails_over_and_only_its_channels_pause() 
     for r in readers {
         r.abort();
     }
+}
+
+/// The cluster client falls back to its seeds when it cannot rebuild the
+/// topology from the connections it holds (a master died and its slots
+/// have no owner yet). Seeded with the configured node alone, once that
+/// node is the dead one the client asks it alone, again and again, long
+/// after its replica took over. So the seeds are every master and replica
+/// the configured node names.
+#[tokio::test]
+async fn the_cluster_client_is_seeded_with_every_master_and_replica() {
+    let cluster = RedisCluster::start_with_replicas();
+    let section = tidegate::config::ClusterSection {
+        redis_url: cluster.url(),
+        ..Default::default()
+    };
+    let target = tidegate::cluster::redis::RedisTarget::open(&section).unwrap();
+    let every: HashSet<u16> = cluster
+        .ports
+        .iter()
+        .chain(&cluster.replica_ports)
+        .copied()
+        .collect();
+    // A replica is named once the configured node has heard of it (the
+    // cluster's gossip); the masters are named from the start.
+    let deadline = Instant::now() + PATIENCE;
+    let seeds = loop {
+        let seeds = target.cluster_seeds().await;
+        let ports: HashSet<u16> = seeds
+            .iter()
+            .filter_map(|s| match s.addr() {
+                redis::ConnectionAddr::Tcp(_, port) => Some(*port),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            cluster.ports.iter().all(|p| ports.contains(p)),
+            "every master is a seed: {seeds:?}"
+        );
+        if ports == every {
+            break seeds;
+        }
+        assert!(Instant::now() < deadline, "seeds {seeds:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(seeds.len(), every.len(), "no node twice: {seeds:?}");
 }
 
 /// Publishes `{"i": i}` on `channel` through `node`; the acked `seq`.

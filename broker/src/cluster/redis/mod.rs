@@ -76,7 +76,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-pub use conn::{Conn, Link};
+pub use conn::{Conn, Shared};
 pub use control::{ControlSigner, Forged};
 pub use open::RedisTarget;
 use parking_lot::Mutex;
@@ -131,8 +131,9 @@ pub struct RedisBridge {
     /// (`control.rs`).
     control: Arc<ControlSigner>,
     /// Commands (scripts); on Redis Cluster never subscribed, so no
-    /// unsolicited push can be taken for one of its replies.
-    conn: OnceLock<Conn>,
+    /// unsolicited push can be taken for one of its replies. Made at
+    /// start; presence and the webhooks send theirs over it too.
+    conn: Shared,
     /// Redis Cluster: the subscription connection (`sharded_subscriber.rs`).
     pubsub: OnceLock<redis::cluster_async::ClusterConnection>,
     /// Redis Cluster (`sharded.rs`): keys hash-tagged, sharded pub/sub.
@@ -186,6 +187,7 @@ impl std::fmt::Debug for RedisBridge {
 impl RedisBridge {
     pub fn new(
         target: RedisTarget,
+        conn: Shared,
         config: &Config,
         hub: Arc<Hub>,
         metrics: Arc<Metrics>,
@@ -201,7 +203,7 @@ impl RedisBridge {
             me: me.clone(),
             target,
             control,
-            conn: OnceLock::new(),
+            conn,
             pubsub: OnceLock::new(),
             sharded: config.cluster.mode == ClusterMode::RedisCluster,
             member: format!("{}:{:08x}", config.node.id, rand::random::<u32>()),
@@ -454,6 +456,7 @@ impl Bridge for RedisBridge {
     }
 
     fn start(self: Arc<Self>) -> Pin<Box<dyn Future<Output = ()>>> {
+        self.conn.set_home(tokio::runtime::Handle::current());
         if self.sharded {
             return sharded_subscriber::start(self);
         }
@@ -463,9 +466,7 @@ impl Bridge for RedisBridge {
             .set_number_of_retries(1)
             .set_max_delay(COMMAND_TIMEOUT);
         match ConnectionManager::new_lazy_with_config(self.target.client.clone(), config) {
-            Ok(conn) => {
-                let _ = self.conn.set(Conn::Single(conn));
-            }
+            Ok(conn) => self.conn.set(Conn::Single(conn)),
             Err(e) => tracing::error!(error = %e, "cannot set up the Redis connection"),
         }
         if let Some(rx) = self.cmds_rx.lock().take() {

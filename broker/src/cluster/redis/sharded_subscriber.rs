@@ -30,11 +30,30 @@ const RETRY_WAIT_MS: (u64, u64) = (10, 100);
 /// Starts the cluster connection's tasks; the future ends once the bridge
 /// is first up (as `Bridge::start` promises).
 pub(super) fn start(bridge: Arc<RedisBridge>) -> Pin<Box<dyn Future<Output = ()>>> {
-    let (push_tx, push_rx) = mpsc::unbounded_channel::<PushInfo>();
+    actix_rt::spawn(connections(bridge.clone()));
+    let this = bridge.clone();
+    actix_rt::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(10));
+        loop {
+            tick.tick().await;
+            this.local.sweep(std::time::Instant::now());
+        }
+    });
+    Box::pin(async move {
+        while !bridge.is_up() {
+            bridge.first_up.notified().await;
+        }
+    })
+}
+
+/// Makes the cluster clients (seeded with every node the configured one
+/// names), then starts the subscription task and the loops that use them.
+async fn connections(bridge: Arc<RedisBridge>) {
+    let seeds = bridge.target.cluster_seeds().await;
     let builder = || {
         bridge
             .target
-            .cluster_builder()
+            .cluster_builder(seeds.clone())
             .use_protocol(ProtocolVersion::RESP3)
             .connection_timeout(COMMAND_TIMEOUT)
             .response_timeout(COMMAND_TIMEOUT)
@@ -52,6 +71,7 @@ pub(super) fn start(bridge: Arc<RedisBridge>) -> Pin<Box<dyn Future<Output = ()>
     // client takes it for the reply of the oldest command in flight on
     // that shard's link; on a link that carries no commands but the
     // subscriptions themselves, no script can get a wrong reply.
+    let (push_tx, push_rx) = mpsc::unbounded_channel::<PushInfo>();
     let clients = builder()
         .push_sender(push_tx)
         .build()
@@ -68,19 +88,6 @@ pub(super) fn start(bridge: Arc<RedisBridge>) -> Pin<Box<dyn Future<Output = ()>
         }
         Err(e) => tracing::error!(error = %e, "cannot set up the Redis Cluster connection"),
     }
-    let this = bridge.clone();
-    actix_rt::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(10));
-        loop {
-            tick.tick().await;
-            this.local.sweep(std::time::Instant::now());
-        }
-    });
-    Box::pin(async move {
-        while !bridge.is_up() {
-            bridge.first_up.notified().await;
-        }
-    })
 }
 
 /// `SSUBSCRIBE`s what has local subscribers and `SUNSUBSCRIBE`s what has
@@ -204,7 +211,7 @@ async fn run(
 ) {
     let conn = connect(&bridge, &subscriber).await;
     let _ = bridge.pubsub.set(conn.clone());
-    let _ = bridge
+    bridge
         .conn
         .set(Conn::Cluster(connect(&bridge, &commands).await));
     // The first subscriptions; later losses are per shard (`reassert`).

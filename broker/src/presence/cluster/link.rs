@@ -1,12 +1,21 @@
-//! How presence hears Redis (its commands go over a
-//! [`crate::cluster::redis::Link`]: one Redis through a reconnecting
-//! manager, or a Redis Cluster connection that sends each script to the
-//! shard owning its channel's slot, following `MOVED`). The events
-//! topic is classic pub/sub on either: on Redis Cluster a `PUBLISH` (from
-//! the join and leave scripts, whatever shard runs them) is forwarded to
-//! every shard, and the node's subscription sits on the shard owning the
-//! topic's own slot, on a RESP3 cluster connection of its own that carries
-//! nothing else.
+//! How presence hears Redis (its commands go over the bridge's command
+//! connection, [`crate::cluster::redis::Shared`]: one Redis through a
+//! reconnecting manager, or a Redis Cluster connection that sends each
+//! script to the shard owning its channel's slot, following `MOVED`).
+//! The events topic is classic pub/sub on either: on Redis Cluster a
+//! `PUBLISH` (from the join and leave scripts, whatever shard runs them)
+//! is forwarded to every shard, and the node's subscription sits on the
+//! shard owning the topic's own slot, on a RESP3 cluster connection of
+//! its own that carries nothing else.
+//!
+//! That subscription is presence's own rather than a topic on the
+//! bridge's subscription connection: riding the bridge's would make the
+//! bridge (a layer below) subscribe and route a topic of presence's and
+//! tell presence each time its subscription is lost (presence then
+//! reads partially and rewrites its members at the next renewal), in
+//! both of its subscribers (one Redis's pub/sub loop, and Redis Cluster's
+//! push loop with its per-slot outages). One connection (one per shard)
+//! is what that would save.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,9 +56,10 @@ pub(super) async fn events_cluster(p: Arc<RedisPresence>) {
     // Unbounded, but drained by this task only: pushes are the events
     // topic's messages and the connection's own notices.
     let (tx, mut rx) = mpsc::unbounded_channel::<PushInfo>();
+    let seeds = p.target.cluster_seeds().await;
     let client = match p
         .target
-        .cluster_builder()
+        .cluster_builder(seeds)
         .use_protocol(ProtocolVersion::RESP3)
         .connection_timeout(COMMAND_TIMEOUT)
         .response_timeout(COMMAND_TIMEOUT)

@@ -25,6 +25,10 @@
 //!   keys only when the channel's version moved (`renew.rs`, `sync.rs`).
 //! - While Redis is away joins are checked against this node's view and
 //!   reads answer with this node's own members, `partial: true`.
+//! - The scripts go over the bridge's command connection
+//!   ([`crate::cluster::redis::Shared`]), so they wait for the same
+//!   reconnection as the bridge's; only the events subscription is a
+//!   connection of presence's own (`link.rs`).
 
 mod link;
 mod renew;
@@ -38,7 +42,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use super::{Full, Presence, Read};
-use crate::cluster::redis::{ControlSigner, Link, RedisTarget};
+use crate::cluster::redis::{ControlSigner, RedisTarget, Shared};
 use crate::config::ClusterSecrets;
 use crate::metrics::Metrics;
 use crate::protocol::presence::{Counts, Member};
@@ -50,7 +54,10 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Where presence meets Redis: what `RedisPresence::new` needs.
 pub struct RedisSettings<'a> {
+    /// Where Redis is, for the events subscription (`link.rs`).
     pub target: RedisTarget,
+    /// The bridge's command connection, which presence's scripts share.
+    pub link: Shared,
     /// Redis Cluster rather than one Redis.
     pub sharded: bool,
     pub prefix: &'a str,
@@ -66,9 +73,8 @@ pub struct RedisPresence {
     presence: OnceLock<Weak<Presence>>,
     target: RedisTarget,
     sharded: bool,
-    /// The command connection, made at `start` (unset: it could not be
-    /// set up, logged).
-    link: OnceLock<Link>,
+    /// The bridge's command connection (made when the bridge starts).
+    link: Shared,
     prefix: String,
     /// `{prefix}pr:events`.
     topic: String,
@@ -100,7 +106,7 @@ impl RedisPresence {
             presence: OnceLock::new(),
             target: s.target,
             sharded: s.sharded,
-            link: OnceLock::new(),
+            link: s.link,
             prefix: s.prefix.to_owned(),
             topic: topic.clone(),
             node: format!("{}:{:08x}", s.node, rand::random::<u32>()),
@@ -155,8 +161,10 @@ impl RedisPresence {
             .unwrap_or_default()
     }
 
+    /// The bridge's connection, waiting for it as long as a command may
+    /// take (before the bridge started).
     pub(super) async fn conn(&self) -> Option<crate::cluster::redis::Conn> {
-        self.link.get()?.conn().await.ok()
+        self.link.conn(COMMAND_TIMEOUT).await.ok()
     }
 
     /// Where a registration round stands (see `registering`).
@@ -311,24 +319,36 @@ impl RedisPresence {
         }
     }
 
+    /// Starts the events subscription and the renewals (after the bridge
+    /// started: the commands go over its connection).
     pub(super) fn start(self: Arc<Self>) {
-        match Link::new(
-            &self.target,
-            self.sharded,
-            COMMAND_TIMEOUT,
-            COMMAND_TIMEOUT * 2,
-        ) {
-            Ok(l) => {
-                let _ = self.link.set(l);
-            }
-            Err(e) => tracing::error!(error = %e, "presence: cannot set up the Redis connection"),
-        }
         if self.sharded {
             actix_rt::spawn(link::events_cluster(self.clone()));
         } else {
             actix_rt::spawn(link::events_single(self.clone()));
         }
+        actix_rt::spawn(self.clone().preload());
         actix_rt::spawn(self.renew_loop());
+    }
+
+    /// Loads every script at start, while the cluster is presumably whole,
+    /// so that none is loaded first during an outage (`register`, say,
+    /// runs first when Redis lost a node's members): a script's first
+    /// call answered `NOSCRIPT` sends `SCRIPT LOAD`, which the cluster
+    /// client sends to every node, and one sent to a master that just
+    /// died stalls the connection the bridge's publishes share
+    /// ([`crate::cluster::redis::Conn::ping_one`] says how). A load that
+    /// fails is left to the script's first call, as before.
+    async fn preload(self: Arc<Self>) {
+        let Ok(mut conn) = self.link.conn(COMMAND_TIMEOUT * 30).await else {
+            return;
+        };
+        for script in self.scripts.all() {
+            let loaded = tokio::time::timeout(COMMAND_TIMEOUT, script.load_async(&mut conn)).await;
+            if !matches!(loaded, Ok(Ok(_))) {
+                tracing::debug!("presence: a script was not loaded at start");
+            }
+        }
     }
 
     /// An event from the topic: applied when a node of this cluster

@@ -244,4 +244,16 @@ impl Scripts {
             ids: s(IDS),
         }
     }
+
+    /// Every script, for loading them all at start.
+    pub fn all(&self) -> [&redis::Script; 6] {
+        [
+            &self.join,
+            &self.leave,
+            &self.read,
+            &self.renew,
+            &self.register,
+            &self.ids,
+        ]
+    }
 }
