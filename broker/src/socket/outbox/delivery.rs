@@ -10,13 +10,16 @@
 //! its `seq` was already sent (as recovered history, or by an earlier
 //! subscription). So the subscriptions live beside the queue, under the
 //! same lock, where the hub's delivery and the actor's join completion
-//! cannot interleave. This file and `socket/outbox/recovery.rs` only render and
-//! queue what the subscription says.
+//! cannot interleave. This file and `socket/outbox/recovery.rs` only queue
+//! what the subscription says, as the message itself ([`Published`]: made
+//! once per fan-out, shared by every socket of it), which each front
+//! renders as it writes.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::item::{Item, Published};
 use super::queue::Keyed;
 use super::subs::Sub;
 use super::{Congested, Outbox, Shared};
@@ -31,7 +34,7 @@ impl DirectSink for Outbox {
         seq: u64,
         frame: &Bytes,
         key: Option<&Arc<str>>,
-        _: &mut Renders,
+        renders: &mut Renders,
     ) {
         let mut s = self.lock();
         let Shared {
@@ -57,7 +60,11 @@ impl DirectSink for Outbox {
             // Deduplicated by seq: a message already sent as recovered
             // history, or from an earlier subscription, is not resent.
             Offer::Deliver => {
-                let congested = self.queue_live(&mut s, channel, frame.clone(), key.cloned());
+                // Made by the first socket of the fan-out; the others take
+                // a reference count.
+                let made = || Published::new(channel.clone(), seq, frame.clone());
+                let item = Item::message(renders.shared(made));
+                let congested = self.queue_live(&mut s, channel, item, key.cloned());
                 Outbox::unlock_and_wake(s);
                 if congested {
                     self.control.do_send(Congested);
@@ -86,14 +93,14 @@ impl Outbox {
         &self,
         s: &mut Shared,
         channel: &Arc<str>,
-        frame: Bytes,
+        item: Item,
         key: Option<Arc<str>>,
     ) -> bool {
         let Some(key) = key else {
-            self.push_reserved(s, frame);
+            self.push_reserved(s, item);
             return false;
         };
-        match self.push_conflated(s, channel, key, frame) {
+        match self.push_conflated(s, channel, key, item) {
             Keyed::Queued(_) => false,
             Keyed::Replaced { .. } => {
                 self.metrics.messages_superseded.inc();
@@ -132,7 +139,7 @@ impl Outbox {
         &self,
         channel: &str,
         join: u64,
-        ack: Option<Bytes>,
+        ack: Option<Item>,
         joined: Joined,
     ) {
         let mut s = self.lock();
@@ -178,7 +185,12 @@ impl Outbox {
                 while let Some(next) = flush(&mut s) {
                     match next {
                         Next::Live(h) => {
-                            congested |= self.queue_live(&mut s, &name, h.frame, h.key);
+                            let item = Item::message(Arc::new(Published::new(
+                                name.clone(),
+                                h.seq,
+                                h.frame,
+                            )));
+                            congested |= self.queue_live(&mut s, &name, item, h.key);
                         }
                         Next::Release(h) => {
                             self.gauge.release(h.frame.len());
@@ -290,12 +302,17 @@ mod tests {
         fn handle(&mut self, _: crate::socket::Drained, _: &mut actix::Context<Self>) {}
     }
 
+    /// Takes up to `max` items into `batch` as a WebSocket writes them.
+    fn take(outbox: &Outbox, batch: &mut VecDeque<Bytes>, max: usize) -> Next {
+        let cx = Context::from_waker(Waker::noop());
+        outbox.take(&cx, max, usize::MAX, |i| batch.push_back(i.ws_frame()))
+    }
+
     /// What the transport would take and write now.
     fn sent(outbox: &Outbox) -> Vec<Bytes> {
-        let cx = Context::from_waker(Waker::noop());
         let mut batch = VecDeque::new();
         let mut out = Vec::new();
-        while outbox.take(&cx, &mut batch, 2, usize::MAX) == Next::Write {
+        while take(outbox, &mut batch, 2) == Next::Write {
             let bytes = batch.iter().map(Bytes::len).sum();
             outbox.gauge.release(bytes);
             out.extend(batch.drain(..));
@@ -325,18 +342,20 @@ mod tests {
         publish(5);
         publish(6);
         assert!(sent(&outbox).is_empty(), "held while joining");
-        let ack = Bytes::from_static(b"ack");
+        let id = serde_json::value::RawValue::from_string("1".into()).unwrap();
+        let ack = super::super::Item::ack(&id, "doc:1", Some(4), None);
+        let ack_frame = wire::ack(&id, Some(4), None);
         let joined = Joined {
             recovered: Some(true),
             backlog: vec![(4, frame(4)), (5, frame(5))].into(),
             last_seq: 4,
         };
-        outbox.joined("doc:1", 1, Some(ack.clone()), joined);
+        outbox.joined("doc:1", 1, Some(ack), joined);
         publish(6); // already sent (held)
         publish(7);
         assert_eq!(
             sent(&outbox),
-            vec![ack, frame(4), frame(5), frame(6), frame(7)]
+            vec![ack_frame, frame(4), frame(5), frame(6), frame(7)]
         );
         assert_eq!(
             gauge.pending(),
@@ -385,10 +404,9 @@ mod tests {
         }
         let queued = 2 * body.len() + one.len() + two.len() + plain.len();
         assert_eq!(gauge.pending(), queued);
-        let cx = Context::from_waker(Waker::noop());
         let mut batch = VecDeque::new();
         // Two frames, three slices; the body itself, not a copy.
-        assert_eq!(outbox.take(&cx, &mut batch, 2, usize::MAX), Next::Write);
+        assert_eq!(take(&outbox, &mut batch, 2), Next::Write);
         assert_eq!(Vec::from(batch.clone()), vec![one, body.clone(), plain]);
         assert_eq!(batch[1].as_ptr(), body.as_ptr());
         // The kernel takes part of the first slice, then the rest.
@@ -409,6 +427,6 @@ mod tests {
             "every byte reserved was sent or released"
         );
         batch.clear();
-        assert_ne!(outbox.take(&cx, &mut batch, 64, usize::MAX), Next::Write);
+        assert_ne!(take(&outbox, &mut batch, 64), Next::Write);
     }
 }

@@ -9,6 +9,7 @@ use bytes::Bytes;
 
 use super::Congested;
 use super::Outbox;
+use super::item::Item;
 use super::queue::Keyed;
 use crate::dialect::{Backlog, Outlet};
 use crate::hub::{OutboundGauge, Reserve};
@@ -34,7 +35,7 @@ impl Outlet for Outbox {
             self.gauge.release(frame.len());
             return;
         }
-        self.push_reserved(&mut s, frame);
+        self.push_reserved(&mut s, Item::Frame(frame));
         Outbox::unlock_and_wake(s);
     }
 
@@ -56,7 +57,7 @@ impl Outlet for Outbox {
             self.gauge.release(frame.len());
             return true;
         }
-        let done = self.push_conflated(&mut s, slot, key, frame);
+        let done = self.push_conflated(&mut s, slot, key, Item::Frame(frame));
         Outbox::unlock_and_wake(s);
         match done {
             Keyed::Queued(_) => true,

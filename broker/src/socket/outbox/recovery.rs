@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::Congested;
+use super::item::{Item, Published};
 use super::{Drained, Outbox, Shared, State};
 use crate::dialect::Backlog;
 #[cfg(doc)]
@@ -124,20 +125,23 @@ impl Outbox {
                     break;
                 };
                 match sub.sub.pump(&mut |_| room) {
-                    Next::Recovered { frame, paged, .. } => {
+                    Next::Recovered { seq, frame, paged } => {
                         if paged {
                             // Counted in the gauge since it was read.
                             s.paged_bytes -= frame.len();
                         } else {
                             self.gauge.add(frame.len());
                         }
-                        s.queue.push(frame);
+                        let item = Published::new(name.clone(), seq, frame);
+                        s.queue.push(Item::message(Arc::new(item)));
                         done.moved = true;
                     }
                     // Held behind the backlog, which is all queued.
                     Next::Live(h) => {
                         s.held_bytes -= h.frame.len();
-                        done.congested |= self.queue_live(s, &name, h.frame, h.key);
+                        let item = Published::new(name.clone(), h.seq, h.frame);
+                        let item = Item::message(Arc::new(item));
+                        done.congested |= self.queue_live(s, &name, item, h.key);
                     }
                     Next::Release(h) => {
                         s.held_bytes -= h.frame.len();

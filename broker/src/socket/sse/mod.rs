@@ -18,7 +18,6 @@
 mod body;
 mod feed;
 mod hooked;
-mod memo;
 mod refused;
 mod render;
 mod tcp;
