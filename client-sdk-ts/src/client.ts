@@ -3,9 +3,9 @@
  * unsubscribe, requestBudget, close. The connection lifecycle it builds on
  * is in `connection.ts`.
  */
-import type { Request } from "./request.js";
+import type { Request, UnsentFrame } from "./request.js";
 import type { Subscription } from "./subscriptions.js";
-import { byteLength } from "./utf8.js";
+import { frameBytes } from "./wire.js";
 import { generateKey, validKey } from "./keys.js";
 import { publishDeadlineMs } from "./publishes.js";
 import type {
@@ -54,13 +54,13 @@ export class TidegateClient extends Connection {
 
   /** Who is in `channel` (§13): at most `limit` (default 100, max 1000) members. */
   presence(channel: string, options: { limit?: number; timeoutMs?: number } = {}): Promise<PresenceResult> {
-    const frame = { type: "presence", channel, limit: options.limit ?? 100 };
+    const frame = { type: "presence" as const, channel, limit: options.limit ?? 100 };
     return this.read<PresenceResult>("presence", frame, channel, options.timeoutMs);
   }
 
   /** How many users and connections `channel` has (§13). */
   presenceStats(channel: string, options: { timeoutMs?: number } = {}): Promise<PresenceStatsResult> {
-    const frame = { type: "presence_stats", channel };
+    const frame = { type: "presence_stats" as const, channel };
     return this.read<PresenceStatsResult>("presence_stats", frame, channel, options.timeoutMs);
   }
 
@@ -120,7 +120,7 @@ export class TidegateClient extends Connection {
 
   private read<T>(
     kind: "presence" | "presence_stats" | "rpc",
-    frame: Record<string, unknown>,
+    frame: UnsentFrame,
     channel: string | undefined,
     timeoutMs?: number,
   ): Promise<T> {
@@ -186,8 +186,8 @@ export class TidegateClient extends Connection {
       );
     }
     const key = options.key ?? generateKey();
-    const frame = { type: "publish", channel, data, key };
-    const bytes = byteLength(JSON.stringify({ ...frame, id: this.nextId }));
+    const frame = { type: "publish" as const, channel, data, key };
+    const bytes = frameBytes({ ...frame, id: this.nextId });
     const max = this._welcome?.limits.maxPayloadBytes;
     if (max && bytes > max) return Promise.reject(tooLarge(channel, max));
     const full = this.unsettled.admit(bytes);
@@ -272,7 +272,7 @@ export class TidegateClient extends Connection {
     const serverKnows = this.abandon(sub.request, unacked) || sub.live;
     if (this._state !== "connected" || !serverKnows) return Promise.resolve();
     return new Promise<void>((resolve, reject) => {
-      const frame = { type: "unsubscribe", channel };
+      const frame = { type: "unsubscribe" as const, channel };
       const req = this.makeRequest("unsubscribe", frame, channel, undefined, resolve, reject);
       this.pacer.enqueue(req);
     });
@@ -285,7 +285,7 @@ export class TidegateClient extends Connection {
       return Promise.reject(new TidegateError("disconnected", "not connected"));
     }
     return new Promise<BudgetFrame>((resolve, reject) => {
-      const frame = { type: "budget" };
+      const frame = { type: "budget" as const };
       const req = this.makeRequest("budget", frame, undefined, options.timeoutMs, resolve, reject);
       this.sendRequest(req);
     });
@@ -361,7 +361,7 @@ export class TidegateClient extends Connection {
       (ack) => {
         if (sub.request === req) sub.request = undefined;
         sub.live = true;
-        const since = typeof req.frame["since"] === "number" ? req.frame["since"] : undefined;
+        const since = req.frame.type === "subscribe" ? req.frame.since : undefined;
         const position = typeof ack.seq === "number" ? { seq: ack.seq } : {};
         if (this.subs.acked(sub, since, ack) && since !== undefined) {
           this.emit("gap", { channel, since, ...position });

@@ -13,14 +13,14 @@ import { closePolicy } from "./codes.js";
 import { MAX_RETRY_AFTER_MS, planReconnect, type ReconnectSettings } from "./reconnect.js";
 import { TokenRefresher } from "./refresh.js";
 import { failInFlight } from "./in-flight.js";
-import type { Request, RequestKind } from "./request.js";
+import type { Request, RequestKind, UnsentFrame } from "./request.js";
 import { Subscriptions, type Subscription } from "./subscriptions.js";
 import { joinServerChannels, serverChannels } from "./server-channels.js";
 import { tokenExpired } from "./token.js";
 import type { Transport, TransportClose, WebSocketConstructor } from "./transport.js";
 import { TransportChooser, type TransportKind } from "./transports/auto.js";
 import { FrameHandler, refusalError } from "./frames.js";
-import { byteLength } from "./utf8.js";
+import { frameBytes } from "./wire.js";
 import type {
   ClientEvents,
   ClientOptions,
@@ -161,7 +161,7 @@ export abstract class Connection extends Emitter<ClientEvents> {
   /** @internal */
   makeRequest<T>(
     kind: RequestKind,
-    frame: Record<string, unknown>,
+    frame: UnsentFrame,
     channel: string | undefined,
     timeoutMs: number | undefined,
     resolve: (value: T) => void,
@@ -213,21 +213,21 @@ export abstract class Connection extends Emitter<ClientEvents> {
   /** Writes one request to the socket; false when it was not written. */
   protected sendRequest(req: Request): boolean {
     if (!this.transport || this._state !== "connected" || req.done) return false;
-    if (req.kind === "subscribe") {
+    if (req.frame.type === "subscribe") {
       const since = this.subs.get(req.channel!)?.lastSeq;
-      if (since !== undefined) req.frame["since"] = since;
-      else delete req.frame["since"];
+      if (since !== undefined) req.frame.since = since;
+      else delete req.frame.since;
     }
-    const text = JSON.stringify({ ...req.frame, id: req.id });
+    const frame = { ...req.frame, id: req.id }; // a new ClientFrame each send
     const max = this._welcome?.limits.maxPayloadBytes;
-    if (max && byteLength(text) > max) {
+    if (max && frameBytes(frame) > max) {
       req.reject(tooLarge(req.channel, max));
       return false;
     }
     req.attempts += 1;
     this.inFlight.set(req.id, req);
     try {
-      this.transport.send(text);
+      this.transport.send(frame);
     } catch (cause) {
       this.inFlight.delete(req.id);
       req.reject(new TidegateError("disconnected", "the socket refused the frame", { cause }));
@@ -265,8 +265,8 @@ export abstract class Connection extends Emitter<ClientEvents> {
           }, this.opts.welcomeTimeoutMs ?? 10_000);
           this.emit("open", { protocol });
         },
-        message: (text) => {
-          if (gen === this.generation) this.frames.handle(text);
+        message: (frame) => {
+          if (gen === this.generation) this.frames.handle(frame);
         },
         close: (info) => this.onTransportClose(gen, info),
       });
@@ -324,7 +324,7 @@ export abstract class Connection extends Emitter<ClientEvents> {
       // The app's subscribe to a channel the broker joined: answered by the welcome.
       const req = sub.request!;
       this.pacer.remove(req);
-      delete req.frame["since"];
+      if (req.frame.type === "subscribe") delete req.frame.since;
       req.resolve({ type: "ack", id: req.id, ...(seq === undefined ? {} : { seq }) });
     }
     for (const gap of joined.gaps) this.emit("gap", gap);

@@ -6,7 +6,6 @@ import { isTemporary, type ErrorCode } from "./codes.js";
 import { TidegateError } from "./errors.js";
 import type { ConnectionHost } from "./host.js";
 import { keyOf, type Request } from "./request.js";
-import type { RpcReplyFrame } from "./rpc.js";
 import type {
   AckFrame,
   BudgetFrame,
@@ -15,6 +14,7 @@ import type {
   MessageFrame,
   PublishResult,
   Refusal,
+  ServerFrame,
   WelcomeFrame,
 } from "./types.js";
 
@@ -23,16 +23,10 @@ const DEFAULT_RETRY_AFTER_MS = 1000;
 export class FrameHandler {
   constructor(private readonly client: ConnectionHost) {}
 
-  handle(text: string): void {
-    let frame: unknown;
-    try {
-      frame = JSON.parse(text);
-    } catch {
-      return; // Not JSON: not ours to answer.
-    }
-    if (!frame || typeof frame !== "object") return;
-    const f = frame as { type?: unknown };
-    switch (f.type) {
+  /** One decoded frame from the transport (a text that was not JSON never gets here). */
+  handle(frame: ServerFrame): void {
+    if (!frame || typeof frame !== "object") return; // a custom transport's slip
+    switch (frame.type) {
       case "welcome":
         return this.client.onWelcome(frame as WelcomeFrame);
       case "ack":
@@ -44,7 +38,7 @@ export class FrameHandler {
       case "budget":
         return this.onBudget(frame as BudgetFrame);
       case "rpc":
-        return this.take((frame as RpcReplyFrame).id)?.resolve(frame);
+        return this.take(frame["id"])?.resolve(frame); // the `RpcReplyFrame`, for `client.rpc`
       case "expiry":
         return this.client.onExpiry(frame as ExpiryFrame);
       case "presence":
@@ -70,7 +64,7 @@ export class FrameHandler {
     const req = this.take(f.id);
     if (!req) return;
     if (req.kind === "publish") {
-      const result: PublishResult = { seq: f.seq!, attempts: req.attempts, key: String(req.frame["key"]) };
+      const result: PublishResult = { seq: f.seq!, attempts: req.attempts, key: String(keyOf(req)) };
       if (f.duplicate === true) result.duplicate = true;
       req.resolve(result);
     }

@@ -16,8 +16,11 @@
  * - `server-channels.ts` the `welcome`'s server-side subscriptions (§15)
  * - `codes.ts`         error and close codes (mirrors broker/src/protocol/codes.rs)
  * - `host.ts`          what `frames.ts` and `in-flight.ts` use of a connection
- * - `transport.ts`     what a transport is, and what a runtime hands one
- * - `types.ts`         frames, options and the typed event map
+ * - `transport.ts`     what a transport is (typed frames both ways), and what a
+ *                      runtime hands one
+ * - `wire.ts`          frames as JSON text on a WebSocket: encode, decode, byte length
+ * - `types.ts`         options, results and the typed event map
+ * - `protocol.ts`      the wire frames, both ways, as types (re-exported by `types.ts`)
  * - `transports/`      one file per transport (WebSocket: browser and `ws`; SSE:
  *                      `fetch` streaming) and `auto.ts`, which picks one
  */

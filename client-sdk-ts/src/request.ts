@@ -1,5 +1,11 @@
 import type { TimerHandle } from "./clock.js";
 import type { TidegateError } from "./errors.js";
+import type { ClientFrame } from "./protocol.js";
+
+type WithoutId<F> = F extends unknown ? Omit<F, "id"> : never;
+
+/** A client frame without its `id`, which each send adds. */
+export type UnsentFrame = WithoutId<ClientFrame>;
 
 export type RequestKind =
   | "publish"
@@ -19,7 +25,7 @@ export interface Request {
   readonly id: number;
   readonly kind: RequestKind;
   /** The frame without `id`; `since` is filled in at send time for subscribes. */
-  frame: Record<string, unknown>;
+  readonly frame: UnsentFrame;
   readonly cost: number;
   readonly channel?: string;
   /** Made by the client itself (a resubscribe), not by an application call. */
@@ -33,7 +39,6 @@ export interface Request {
 }
 
 /** A publish's idempotency key (§17); undefined for other requests. */
-export function keyOf(req: { frame: Record<string, unknown> }): string | undefined {
-  const key = req.frame["key"];
-  return typeof key === "string" ? key : undefined;
+export function keyOf(req: { frame: UnsentFrame }): string | undefined {
+  return req.frame.type === "publish" ? req.frame.key : undefined;
 }

@@ -16,7 +16,7 @@
  */
 import { TidegateError } from "./errors.js";
 import { byteLength } from "./utf8.js";
-import type { Json } from "./types.js";
+import type { Json, RpcCallFrame } from "./types.js";
 
 /** The broker's answer to an `rpc` frame. */
 export interface RpcReplyFrame {
@@ -38,7 +38,7 @@ export const MAX_RPC_METHOD_BYTES = 128;
  * The frame of one call, without its `id` (added when it is written), or
  * the `bad_request` error for a method the broker would refuse.
  */
-export function rpcFrame(method: unknown, data: Json | undefined): Record<string, unknown> | TidegateError {
+export function rpcFrame(method: unknown, data: Json | undefined): Omit<RpcCallFrame, "id"> | TidegateError {
   if (typeof method !== "string" || method.length === 0 || byteLength(method) > MAX_RPC_METHOD_BYTES) {
     return new TidegateError("bad_request", `an rpc method is a string of 1 to ${MAX_RPC_METHOD_BYTES} bytes`);
   }

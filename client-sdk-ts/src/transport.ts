@@ -1,13 +1,19 @@
 /**
  * The client's view of a connection, so the client logic does not depend on
- * one socket API. `transports/websocket.ts` is the implementation for the
- * browser's WebSocket and for `ws` in Node.
+ * one socket API: typed frames both ways (`ClientFrame` out, `ServerFrame`
+ * in, both in `protocol.ts`), whatever carries them. `transports/websocket.ts`
+ * is the implementation for the browser's WebSocket and for `ws` in Node
+ * (the only one that writes and reads JSON text, with `wire.ts`);
+ * `transports/sse.ts` maps each frame to an HTTP request and each answer
+ * or event to a frame.
  *
  * It also holds what a runtime hands a transport (a WebSocket constructor,
  * `fetch`) and what a transport reports of a refused handshake: the lowest
- * module of the client, which `types.ts` and `transports/` both import.
+ * module of the client but for `codes.ts` and `protocol.ts`, which
+ * `types.ts` and `transports/` both import.
  */
 import type { ErrorCode } from "./codes.js";
+import type { ClientFrame, ServerFrame } from "./protocol.js";
 
 export interface TransportClose {
   code: number;
@@ -20,13 +26,19 @@ export interface TransportClose {
 
 export interface TransportHandlers {
   open(protocol: string): void;
-  message(text: string): void;
+  /** One server frame, decoded (the client reads it by its `type`). */
+  message(frame: ServerFrame): void;
   /** Called exactly once, unless the client closed the transport itself. */
   close(info: TransportClose): void;
 }
 
 export interface Transport {
-  send(text: string): void;
+  /**
+   * Sends one client frame (it always has an `id`: its answer names it).
+   * May throw when it cannot take it (closed): the client then rejects that
+   * request `disconnected`.
+   */
+  send(frame: ClientFrame): void;
   /** Closes without reporting back: the client already knows. */
   close(code?: number, reason?: string): void;
 }

@@ -1,8 +1,10 @@
 /**
- * Wire frames (PROTOCOL.md §2–3), client options and the typed event map.
+ * Client options, results and the typed event map; the wire frames
+ * (PROTOCOL.md §2–3) are in `protocol.ts`, re-exported here.
  */
 import type { MemberEvent, PresenceStatsResult } from "./presence.js";
-import type { AnyErrorCode, ErrorCode } from "./codes.js";
+import type { AnyErrorCode } from "./codes.js";
+import type { BudgetFrame, Json, MessageFrame, WelcomeFrame } from "./protocol.js";
 import type { TidegateError } from "./errors.js";
 import type { Clock } from "./clock.js";
 import type {
@@ -15,106 +17,7 @@ import type {
 
 export type { Refusal, WebSocketConstructor, WebSocketLike };
 
-/** Any JSON value a message may carry. */
-export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
-
-// ---------------------------------------------------------------- frames ---
-
-/** Limits in force for this connection, from the `welcome` frame. */
-export interface Limits {
-  messagesPerSec: number;
-  burst: number;
-  maxPayloadBytes: number;
-  maxSubscriptions: number;
-  accountMessagesPerSec: number;
-  accountBurst: number;
-  maxConnections: number;
-  /**
-   * How long the broker remembers a publish's key (§17), when it says; the
-   * SDK keeps each publish's deadline inside it.
-   */
-  idempotencyWindowMs?: number;
-}
-
-export interface WelcomeFrame {
-  type: "welcome";
-  connId: string;
-  account: string;
-  node: string;
-  limits: Limits;
-  /**
-   * The token's `exp` in unix ms (§2): the SDK refreshes before it. For a
-   * connection a connect hook accepted (no token), the hook's `expiresAt`;
-   * the broker extends it with `expiry` frames (§15).
-   */
-  tokenExpiresAt?: number;
-  /**
-   * Server-side subscriptions (§15: a connect hook's `channels`), joined
-   * by the broker at the handshake, each with the channel's position as a
-   * subscribe ack carries it. The SDK keeps them as subscriptions
-   * (`client.subscription(channel)`).
-   */
-  channels?: Array<ServerChannel | string>;
-}
-
-/** One entry of `welcome.channels`. */
-export interface ServerChannel {
-  channel: string;
-  seq?: number;
-}
-
-/** The broker extended a hook-given expiry (§15's `refresh` event). */
-export interface ExpiryFrame {
-  type: "expiry";
-  tokenExpiresAt: number;
-}
-
-export interface AckFrame {
-  type: "ack";
-  id: number | string;
-  seq?: number;
-  recovered?: boolean;
-  /** A publish whose key the broker had already published: `seq` is the first one's (§17). */
-  duplicate?: boolean;
-  /** The answer to a `refresh`: the new token's `exp` in unix ms. */
-  tokenExpiresAt?: number;
-}
-
-export interface MessageFrame {
-  type: "message";
-  channel: string;
-  seq: number;
-  data: Json;
-  /** On a conflating channel: this message replaced unsent ones (§11). */
-  conflated?: boolean;
-}
-
-export interface ErrorFrame {
-  type: "error";
-  code: ErrorCode | string;
-  message?: string;
-  id?: number | string;
-  ids?: Array<number | string>;
-  retryAfterMs?: number;
-  dropped?: number;
-  /** The channel an error is about (`forbidden`, `too_many_subscriptions`). */
-  channel?: string;
-}
-
-export interface BucketState {
-  remaining: number;
-  capacity: number;
-  refillPerSec: number;
-}
-
-export interface BudgetFrame {
-  type: "budget";
-  id?: number | string;
-  connection?: BucketState;
-  account?: BucketState;
-}
-
-export type ServerFrame = WelcomeFrame | AckFrame | MessageFrame | ErrorFrame | BudgetFrame;
+export type * from "./protocol.js";
 
 // --------------------------------------------------------------- options ---
 

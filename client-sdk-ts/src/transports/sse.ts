@@ -1,7 +1,9 @@
 /**
  * The SSE transport (PROTOCOL.md §14): for networks that block or cut
- * WebSockets. It looks like a socket to the client (frames in, frames out)
- * but speaks plain HTTP:
+ * WebSockets. It looks like a socket to the client (typed frames in, typed
+ * frames out: no socket JSON is written or read here) but speaks plain
+ * HTTP, mapping each client frame to its request and each answer or event
+ * to the server frame a socket would have sent:
  *
  * - the stream is `GET /v1/sse?channel=…` read with streaming `fetch`
  *   (the token in `Authorization`, which `EventSource` cannot send);
@@ -15,7 +17,7 @@
  *   where the channel went live (without);
  * - `publish` is `POST /v1/client/publish` with the frame's key as
  *   `Idempotency-Key` (§17), its `{"seq","duplicate"?}` or §5 error body
- *   turned into the socket's `ack`/`error` frame (so `rate_limited` is
+ *   read into an `ack`/`error` frame (so `rate_limited` is
  *   retried after `retryAfterMs` as on a socket). A channel's publishes
  *   are posted one after the other, so they keep the order they were made
  *   in (as one socket keeps it). A POST that fails without an answer (the
@@ -23,8 +25,11 @@
  *   sends that publish again, with its key, after the reconnect;
  * - `refresh` keeps the new token for the next requests and reopens the
  *   stream with it;
- * - anything else (presence reads, `budget`) has no HTTP form here and is
- *   answered with the SDK's `unsupported_transport` error.
+ * - anything else (presence reads, `budget`, `rpc`) has no HTTP form here
+ *   and is answered with the SDK's `unsupported_transport` error;
+ * - the stream's `welcome` is handed on as it came, and each `message`
+ *   event's `data` (`{"channel","seq","data"}`, parsed once) as a
+ *   `message` frame.
  */
 import type {
   FetchLike,
@@ -34,6 +39,7 @@ import type {
   TransportFactory,
   TransportHandlers,
 } from "../transport.js";
+import type { AckFrame, ClientFrame, ErrorFrame, Json, MessageFrame, ServerFrame } from "../protocol.js";
 import { tokenExpiryMs } from "../token.js";
 import { parseRetryAfter } from "./websocket.js";
 import {
@@ -89,7 +95,7 @@ export function sseTransport(fetchImpl?: FetchLike): TransportFactory {
 }
 
 interface Pending {
-  id: number | string;
+  id: number;
   since?: number;
 }
 
@@ -122,27 +128,24 @@ class SseStream implements Transport {
     private readonly handlers: TransportHandlers,
   ) {}
 
-  send(text: string): void {
+  send(f: ClientFrame): void {
     if (this.done) throw new Error("the SSE stream is closed");
-    const f = JSON.parse(text) as Record<string, unknown> & { type?: string; id: number | string };
-    const channel = typeof f["channel"] === "string" ? f["channel"] : "";
     switch (f.type) {
       case "subscribe": {
-        const since = typeof f["since"] === "number" ? f["since"] : undefined;
-        this.channels.add(channel);
-        this.pending.set(channel, { id: f.id, since });
+        this.channels.add(f.channel);
+        this.pending.set(f.channel, { id: f.id, since: f.since });
         return this.reopenSoon();
       }
       case "unsubscribe":
-        this.channels.delete(channel);
-        this.pending.delete(channel);
-        this.position.delete(channel);
+        this.channels.delete(f.channel);
+        this.pending.delete(f.channel);
+        this.position.delete(f.channel);
         this.answer({ type: "ack", id: f.id });
         return this.reopenSoon();
       case "publish": {
-        const key = typeof f["key"] === "string" ? f["key"] : undefined;
+        const { id, channel, data, key } = f;
         const before = this.posting.get(channel) ?? Promise.resolve();
-        const mine: Promise<void> = before.then(() => this.publish(f.id, channel, f["data"], key));
+        const mine: Promise<void> = before.then(() => this.publish(id, channel, data, key));
         this.posting.set(channel, mine);
         void mine.finally(() => {
           if (this.posting.get(channel) === mine) this.posting.delete(channel);
@@ -150,18 +153,23 @@ class SseStream implements Transport {
         return;
       }
       case "refresh": {
-        this.token = String(f["token"]);
-        this.answer({ type: "ack", id: f.id, tokenExpiresAt: tokenExpiryMs(this.token) });
+        this.token = f.token;
+        const ack: AckFrame = { type: "ack", id: f.id };
+        const tokenExpiresAt = tokenExpiryMs(this.token);
+        if (tokenExpiresAt !== undefined) ack.tokenExpiresAt = tokenExpiresAt;
+        this.answer(ack);
         return this.reopenSoon();
       }
-      default:
-        this.answer({
+      default: {
+        const error: ErrorFrame = {
           type: "error",
           id: f.id,
           code: "unsupported_transport",
-          message: `"${String(f.type)}" needs a WebSocket; this client is on the SSE stream (transport "sse", or "auto" after WebSocket failed)`,
-          channel: channel || undefined,
-        });
+          message: `"${f.type}" needs a WebSocket; this client is on the SSE stream (transport "sse", or "auto" after WebSocket failed)`,
+        };
+        if ("channel" in f && f.channel) error.channel = f.channel;
+        this.answer(error);
+      }
     }
   }
 
@@ -222,28 +230,35 @@ class SseStream implements Transport {
   /** One block of the stream opened with `list`. */
   private onBlock(b: SseBlock, list: readonly string[]): void {
     if (b.id !== undefined) this.moveTo(decodePosition(b.id, list));
-    if (b.event === "message" && b.data !== undefined) this.learnSeq(b.data);
     switch (b.event) {
-      case "welcome":
+      case "welcome": {
         if (this.opened) return; // a reopened stream: the client is already connected
         this.opened = true;
         this.handlers.open("sse");
-        return this.handlers.message(b.data ?? "");
-      case "message":
-        if (b.data?.startsWith("{")) this.handlers.message(`{"type":"message",${b.data.slice(1)}`);
+        // §1's welcome frame, as the socket sends it (not an object: dropped,
+        // and the client's welcome timer ends the attempt).
+        const welcome = parseObject(b.data);
+        if (welcome) this.handlers.message(welcome as ServerFrame);
         return;
+      }
+      case "message": {
+        const m = messageFrame(parseObject(b.data));
+        if (!m) return;
+        this.learnSeq(m);
+        return this.handlers.message(m);
+      }
       case "recovered": {
-        const r = parse(b.data) as { channel?: string; recovered?: boolean };
-        const p = r.channel === undefined ? undefined : this.pending.get(r.channel);
+        const r = (parseObject(b.data) ?? {}) as { channel?: unknown; recovered?: unknown };
+        const p = typeof r.channel === "string" ? this.pending.get(r.channel) : undefined;
         if (!p) return; // a channel kept across a reopen
-        this.pending.delete(r.channel!);
-        return this.handlers.message(
-          JSON.stringify({ type: "ack", id: p.id, seq: p.since, recovered: r.recovered === true }),
-        );
+        this.pending.delete(r.channel as string);
+        const ack: AckFrame = { type: "ack", id: p.id, recovered: r.recovered === true };
+        if (p.since !== undefined) ack.seq = p.since;
+        return this.handlers.message(ack);
       }
       case "close": {
-        const c = parse(b.data) as { code?: number; reason?: string };
-        return this.fail(typeof c.code === "number" ? c.code : 1006, c.reason ?? "");
+        const c = (parseObject(b.data) ?? {}) as { code?: unknown; reason?: unknown };
+        return this.fail(typeof c.code === "number" ? c.code : 1006, typeof c.reason === "string" ? c.reason : "");
       }
       case undefined:
         if (b.data !== undefined) return;
@@ -252,7 +267,7 @@ class SseStream implements Transport {
           const seq = this.seqOf(this.position.get(channel));
           if (p.since !== undefined || seq === undefined) continue;
           this.pending.delete(channel);
-          this.handlers.message(JSON.stringify({ type: "ack", id: p.id, seq }));
+          this.handlers.message({ type: "ack", id: p.id, seq });
         }
         return;
       default:
@@ -275,11 +290,11 @@ class SseStream implements Transport {
     this.position = next;
   }
 
-  /** A message's whole `seq`, from its `data` (`{"channel":…,"seq":N,…}`). */
-  private learnSeq(data: string): void {
-    const m = /"channel":"([^"\\]*)","seq":(\d+)/.exec(data.slice(0, 400));
-    const seq = m ? Number(m[2]) : NaN;
-    if (m && Number.isSafeInteger(seq) && this.position.has(m[1]!)) this.position.set(m[1]!, seq);
+  /** A message's whole `seq`, for its channel's position. */
+  private learnSeq(m: MessageFrame): void {
+    if (Number.isSafeInteger(m.seq) && m.seq >= 0 && this.position.has(m.channel)) {
+      this.position.set(m.channel, m.seq);
+    }
   }
 
   /**
@@ -319,20 +334,18 @@ class SseStream implements Transport {
       this.pending.delete(channel);
       this.channels.delete(channel);
       this.position.delete(channel);
-      this.handlers.message(
-        JSON.stringify({
-          type: "error",
-          id: p.id,
-          code: refusal.code ?? "bad_request",
-          message: refusal.message ?? `the SSE stream was refused (HTTP ${refusal.status})`,
-          channel,
-        }),
-      );
+      this.handlers.message({
+        type: "error",
+        id: p.id,
+        code: refusal.code ?? "bad_request",
+        message: refusal.message ?? `the SSE stream was refused (HTTP ${refusal.status})`,
+        channel,
+      });
     }
     this.connect();
   }
 
-  private async publish(id: number | string, channel: string, data: unknown, key?: string): Promise<void> {
+  private async publish(id: number, channel: string, data: Json, key?: string): Promise<void> {
     if (this.done) return;
     let res: FetchResponseLike;
     let body: Record<string, unknown>;
@@ -344,7 +357,7 @@ class SseStream implements Transport {
         headers,
         body: JSON.stringify({ channel, data }),
       });
-      body = parse((await res.text()).slice(0, MAX_ERROR_BODY * 4)) as Record<string, unknown>;
+      body = parseObject((await res.text()).slice(0, MAX_ERROR_BODY * 4)) ?? {};
     } catch (cause) {
       // No answer: it may or may not have been published. The transport
       // ends as a dropped socket would; the client sends it again with its
@@ -353,20 +366,21 @@ class SseStream implements Transport {
     }
     if (this.done) return;
     if (res.status === 200 && typeof body["seq"] === "number") {
-      const ack: Record<string, unknown> = { type: "ack", id, seq: body["seq"] };
-      if (body["duplicate"] === true) ack["duplicate"] = true;
+      const ack: AckFrame = { type: "ack", id, seq: body["seq"] };
+      if (body["duplicate"] === true) ack.duplicate = true;
       return this.answer(ack);
     }
     const header = parseRetryAfter(res.headers.get("retry-after") ?? undefined);
     const retryAfterMs = typeof body["retryAfterMs"] === "number" ? body["retryAfterMs"] : header;
-    this.answer({
+    const error: ErrorFrame = {
       type: "error",
       id,
       code: typeof body["error"] === "string" ? body["error"] : "internal",
       message: typeof body["message"] === "string" ? body["message"] : `HTTP ${res.status}`,
-      retryAfterMs,
       channel,
-    });
+    };
+    if (retryAfterMs !== undefined) error.retryAfterMs = retryAfterMs;
+    this.answer(error);
   }
 
   /**
@@ -388,10 +402,9 @@ class SseStream implements Transport {
   }
 
   /** A frame for the client, after the current call returns (as a socket's would). */
-  private answer(frame: Record<string, unknown>): void {
-    const text = JSON.stringify(frame);
+  private answer(frame: AckFrame | ErrorFrame): void {
     void Promise.resolve().then(() => {
-      if (!this.done) this.handlers.message(text);
+      if (!this.done) this.handlers.message(frame);
     });
   }
 
@@ -402,13 +415,24 @@ class SseStream implements Transport {
   }
 }
 
-function parse(text: string | undefined): unknown {
+/** The JSON object `text` holds (a body, an event's `data`), or undefined. */
+function parseObject(text: string | undefined): Record<string, unknown> | undefined {
   try {
     const v = JSON.parse(text ?? "") as unknown;
-    return v && typeof v === "object" ? v : {};
+    return v && typeof v === "object" && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
   } catch {
-    return {};
+    return undefined;
   }
+}
+
+/**
+ * A `message` event's data (`{"channel","seq","data"}`, plus `conflated`)
+ * as the socket's `message` frame; undefined when it is not one (the
+ * client would drop it).
+ */
+function messageFrame(data: Record<string, unknown> | undefined): MessageFrame | undefined {
+  if (!data || typeof data["channel"] !== "string" || typeof data["seq"] !== "number") return undefined;
+  return { ...data, type: "message" } as MessageFrame;
 }
 
 async function readRefusal(res: FetchResponseLike): Promise<Refusal & { message?: string }> {
@@ -416,7 +440,7 @@ async function readRefusal(res: FetchResponseLike): Promise<Refusal & { message?
     status: res.status,
     retryAfterMs: parseRetryAfter(res.headers.get("retry-after") ?? undefined),
   };
-  const body = parse(await res.text().catch(() => "")) as Record<string, unknown>;
+  const body = parseObject(await res.text().catch(() => "")) ?? {};
   if (typeof body["error"] === "string") refusal.code = body["error"];
   if (typeof body["message"] === "string") refusal.message = body["message"];
   if (typeof body["retryAfterMs"] === "number") {

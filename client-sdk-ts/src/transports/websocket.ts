@@ -1,5 +1,9 @@
 /**
- * WebSocket transport: the browser's `WebSocket`, or `ws` in Node.
+ * WebSocket transport: the browser's `WebSocket`, or `ws` in Node. It is
+ * the one transport that speaks JSON text: each frame the client sends is
+ * written as its JSON (`wire.ts`), and each text frame received is decoded
+ * before the client sees it; a text that is not a JSON object is dropped
+ * (not ours to answer), binary frames too.
  *
  * Browsers cannot see why an upgrade was refused (they get close 1006
  * without `open`). `ws` emits `unexpected-response` with the HTTP status,
@@ -15,6 +19,7 @@ import type {
   WebSocketConstructor,
   WebSocketLike,
 } from "../transport.js";
+import { decodeFrame, encodeFrame } from "../wire.js";
 
 export type { WebSocketLike };
 
@@ -68,8 +73,10 @@ export function webSocketTransport(Ctor: WebSocketConstructor): TransportFactory
     };
     ws.onmessage = (ev) => {
       if (done) return;
-      if (typeof ev.data === "string") handlers.message(ev.data);
       // Binary frames are not part of the contract; ignore them.
+      if (typeof ev.data !== "string") return;
+      const frame = decodeFrame(ev.data);
+      if (frame) handlers.message(frame);
     };
     ws.onerror = () => {
       // A close event always follows; it carries what we can know.
@@ -111,7 +118,7 @@ export function webSocketTransport(Ctor: WebSocketConstructor): TransportFactory
     }
 
     return {
-      send: (text) => ws.send(text),
+      send: (frame) => ws.send(encodeFrame(frame)),
       close: (code = 1000, reason = "") => {
         done = true;
         ws.onopen = ws.onmessage = ws.onclose = null;

@@ -2,7 +2,8 @@
  * The SSE transport's pure parts: the event-stream parser (as the broker
  * writes it: `retry`, `id`-only blocks, multi-line `data`, `: ping`,
  * chunks cut anywhere), the position token, the HTTP URLs, and the
- * `transport: "auto"` fallback decision.
+ * `transport: "auto"` fallback decision; then the transport itself on a
+ * scripted `fetch`: it hands the client typed frame objects.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -17,9 +18,11 @@ import {
   residueField,
   type PositionEntry,
 } from "../../src/transports/sse-parser.js";
-import { httpUrls } from "../../src/transports/sse.js";
+import { httpUrls, sseTransport } from "../../src/transports/sse.js";
 import { nextTransport, TransportChooser } from "../../src/transports/auto.js";
+import type { FetchLike, FetchResponseLike, TransportHandlers } from "../../src/transport.js";
 import WebSocket from "ws";
+import { until } from "../helpers/events.js";
 
 const STREAM =
   "retry: 2345\n\n" +
@@ -188,4 +191,168 @@ test("the chooser starts on the WebSocket in auto, and on what was forced", () =
   assert.equal(worked.closed({ code: 1012, reason: "", wasOpen: true }, true), false);
   assert.equal(worked.closed({ code: 1006, reason: "", wasOpen: false }, false), false);
   assert.equal(worked.current, "websocket");
+});
+
+// ------------------------------------------- the transport hands objects ---
+
+/** A response body the test writes to, chunk by chunk. */
+class Feed {
+  private readonly chunks: Uint8Array[] = [];
+  private waiting?: (r: { done: boolean; value?: Uint8Array }) => void;
+  private ended = false;
+
+  push(text: string): void {
+    const value = new TextEncoder().encode(text);
+    const w = this.waiting;
+    this.waiting = undefined;
+    if (w) w({ done: false, value });
+    else this.chunks.push(value);
+  }
+
+  end(): void {
+    this.ended = true;
+    const w = this.waiting;
+    this.waiting = undefined;
+    w?.({ done: true });
+  }
+
+  response(): FetchResponseLike {
+    return {
+      status: 200,
+      headers: { get: () => null },
+      text: async () => "",
+      body: {
+        getReader: () => ({
+          read: () => {
+            const value = this.chunks.shift();
+            if (value) return Promise.resolve({ done: false, value });
+            if (this.ended) return Promise.resolve({ done: true });
+            return new Promise((resolve) => (this.waiting = resolve));
+          },
+          cancel: async () => this.end(),
+        }),
+      },
+    };
+  }
+}
+
+/** The frames handed to the client, and the next one matching `pred`. */
+class Received {
+  readonly frames: unknown[] = [];
+  private waiters: Array<{ pred: (f: Record<string, unknown>) => boolean; resolve: (f: unknown) => void }> = [];
+
+  readonly handlers: TransportHandlers = {
+    open: () => undefined,
+    message: (frame) => {
+      this.frames.push(frame);
+      this.waiters = this.waiters.filter((w) => {
+        if (!w.pred(frame as Record<string, unknown>)) return true;
+        w.resolve(frame);
+        return false;
+      });
+    },
+    close: (info) => this.frames.push({ closed: info }),
+  };
+
+  next(pred: (f: Record<string, unknown>) => boolean, what: string): Promise<unknown> {
+    const seen = this.frames.find((f) => pred(f as Record<string, unknown>));
+    if (seen) return Promise.resolve(seen);
+    return new Promise((resolve, reject) => {
+      const guard = setTimeout(() => reject(new Error(`no ${what} within 5000 ms`)), 5000);
+      this.waiters.push({ pred, resolve: (f) => (clearTimeout(guard), resolve(f)) });
+    });
+  }
+}
+
+test("the SSE transport hands the client frame objects, not text: acks, errors, messages", async () => {
+  const streams: Feed[] = [];
+  const gets: string[] = [];
+  const posts: Array<{ headers: Record<string, string>; body: string }> = [];
+  const answers = [
+    { status: 200, body: { seq: 1796000000000042 }, retryAfter: null },
+    { status: 429, body: { error: "rate_limited", message: "slow down", retryAfterMs: 250 }, retryAfter: "1" },
+  ];
+  const fetch: FetchLike = async (url, init) => {
+    if (init.method === "POST") {
+      posts.push({ headers: init.headers ?? {}, body: init.body ?? "" });
+      const a = answers.shift()!;
+      return {
+        status: a.status,
+        headers: { get: (name) => (name.toLowerCase() === "retry-after" ? a.retryAfter : null) },
+        body: null,
+        text: async () => JSON.stringify(a.body),
+      };
+    }
+    gets.push(url);
+    const feed = new Feed();
+    streams.push(feed);
+    return feed.response();
+  };
+  const got = new Received();
+  const t = sseTransport(fetch)("ws://127.0.0.1:1/v1/ws", ["tidegate.v1", "bearer.tok"], got.handlers);
+  try {
+    await until(() => streams.length === 1, "the stream");
+    streams[0]!.push('retry: 2000\n\nid: \nevent: welcome\ndata: {"type":"welcome","connId":"c1"}\n\n');
+    assert.deepEqual(await got.next((f) => f["type"] === "welcome", "the welcome"), {
+      type: "welcome",
+      connId: "c1",
+    });
+
+    // A subscribe reopens the stream; the `id:` where doc:1 went live is its ack.
+    t.send({ type: "subscribe", channel: "doc:1", id: 1 });
+    await until(() => streams.length === 2, "the reopened stream");
+    assert.equal(gets[1], "http://127.0.0.1:1/v1/sse?channel=doc%3A1");
+    streams[1]!.push(`id: ${Buffer.from("doc:1 7").toString("base64url")}\n\n`);
+    assert.deepEqual(await got.next((f) => f["id"] === 1, "the subscribe's ack"), { type: "ack", id: 1, seq: 7 });
+
+    // A message event's data, parsed once, is a `message` frame.
+    streams[1]!.push(
+      `id: ${Buffer.from("doc:1 8").toString("base64url")}\nevent: message\n` +
+        'data: {"channel":"doc:1","seq":8,"data":{"text":"hi"},"conflated":true}\n\n',
+    );
+    assert.deepEqual(await got.next((f) => f["type"] === "message", "the message"), {
+      type: "message",
+      channel: "doc:1",
+      seq: 8,
+      data: { text: "hi" },
+      conflated: true,
+    });
+
+    // A publish's 200 is an ack, its 429 a rate_limited error with retryAfterMs.
+    t.send({ type: "publish", channel: "doc:1", data: { n: 1 }, key: "k-1", id: 2 });
+    t.send({ type: "publish", channel: "doc:1", data: { n: 2 }, key: "k-2", id: 3 });
+    assert.deepEqual(await got.next((f) => f["id"] === 2, "the publish's ack"), {
+      type: "ack",
+      id: 2,
+      seq: 1796000000000042,
+    });
+    assert.deepEqual(await got.next((f) => f["id"] === 3, "the publish's error"), {
+      type: "error",
+      id: 3,
+      code: "rate_limited",
+      message: "slow down",
+      retryAfterMs: 250,
+      channel: "doc:1",
+    });
+    assert.deepEqual(
+      posts.map((p) => [p.headers["Idempotency-Key"], p.headers["Authorization"], p.body]),
+      [
+        ["k-1", "Bearer tok", '{"channel":"doc:1","data":{"n":1}}'],
+        ["k-2", "Bearer tok", '{"channel":"doc:1","data":{"n":2}}'],
+      ],
+    );
+
+    // A socket-only request is answered unsupported_transport.
+    t.send({ type: "presence_stats", channel: "doc:1", id: 4 });
+    const refused = (await got.next((f) => f["id"] === 4, "the presence error")) as Record<string, unknown>;
+    assert.equal(refused["type"], "error");
+    assert.equal(refused["code"], "unsupported_transport");
+    assert.equal(refused["channel"], "doc:1");
+
+    assert.ok(got.frames.length >= 6);
+    for (const f of got.frames) assert.equal(typeof f, "object", `handed a ${typeof f}: ${String(f)}`);
+  } finally {
+    t.close();
+    for (const s of streams) s.end();
+  }
 });

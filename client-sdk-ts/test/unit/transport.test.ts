@@ -1,6 +1,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { parseRetryAfter } from "../../src/transports/websocket.js";
+import WebSocket from "ws";
+import { parseRetryAfter, webSocketTransport } from "../../src/transports/websocket.js";
+import { frameBytes } from "../../src/wire.js";
+import { FakeServer } from "../helpers/fake-server.js";
+import { until } from "../helpers/events.js";
 import { tokenExpiryMs } from "../../src/token.js";
 import { TidegateError } from "../../src/errors.js";
 
@@ -31,4 +35,41 @@ test("TidegateError carries the code, whether it is temporary, and details", () 
   assert.equal(e.attempts, 3);
   assert.equal(new TidegateError("forbidden", "no").temporary, false);
   assert.equal(new TidegateError("queue_full", "full").temporary, true);
+});
+
+test("the WebSocket transport writes a frame's JSON and hands on decoded objects, dropping other texts", async () => {
+  const server = await FakeServer.start();
+  server.script = () => undefined; // the test answers
+  const received: unknown[] = [];
+  let ackSeen!: () => void;
+  const acked = new Promise<void>((resolve) => (ackSeen = resolve));
+  const t = webSocketTransport(WebSocket)(server.url, ["tidegate.v1", "bearer.tok"], {
+    open: () => undefined,
+    message: (frame) => {
+      received.push(frame);
+      if (frame.type === "ack") ackSeen();
+    },
+    close: () => undefined,
+  });
+  try {
+    const conn = await server.connection(1);
+    const raw: string[] = [];
+    conn.ws.on("message", (data) => raw.push(data.toString()));
+    const frame = { type: "publish" as const, channel: "doc:1", data: { text: "é" }, key: "k-1", id: 7 };
+    await until(() => received.length === 1, "the welcome");
+    t.send(frame);
+    await conn.waitFor((f) => f.type === "publish");
+    assert.deepEqual(raw, [JSON.stringify(frame)]);
+    assert.equal(frameBytes(frame), Buffer.byteLength(raw[0]!), "what the client measures is what is sent");
+    // Not JSON, not an object: dropped, as the frame handler always did.
+    for (const text of ["not json", "42", "null", '"ack"', "[1]"]) conn.ws.send(text);
+    conn.send({ type: "ack", id: 7, seq: 1 });
+    await acked;
+    assert.equal(received.length, 2);
+    assert.equal((received[0] as { type: string }).type, "welcome");
+    assert.deepEqual(received[1], { type: "ack", id: 7, seq: 1 });
+  } finally {
+    t.close();
+    await server.stop();
+  }
 });
