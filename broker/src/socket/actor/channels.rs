@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 use super::Socket;
 use super::hooked::Hooked;
 use crate::admission::{Cap, subscription_cap};
-use crate::charge::{self, Admitted, Connection, Payer};
+use crate::charge::{self, Admitted};
 use crate::cluster::Pending;
 use crate::hooks::Event;
 use crate::hub::{Joined, Sink, Subscriber};
@@ -168,13 +168,7 @@ impl Socket {
     /// stopped at the connection's bucket, so an SSE stream, which sends no
     /// frames, recovered 30.6 MB with its account budget untouched.
     pub(super) fn charge_recovered(&mut self, bytes: usize, ctx: &mut Context<Self>) {
-        let payer = Payer::Connection(Connection {
-            admission: &mut self.charging.admission,
-            sampler: Some(&mut self.charging.sampler),
-            rules: None,
-            account: &self.id.account,
-            conn: &self.id.label,
-        });
+        let payer = self.charging.payer(&self.id, true, None);
         let charge::Pending::Ready(taken) =
             self.node
                 .ledger()

@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 
 use super::Socket;
 use crate::account::{Balance, Charge, Sample};
-use crate::charge::{self, Admitted, Connection, Payer, Price, Reason};
+use crate::charge::{self, Admitted, Price, Reason};
 use crate::idempotency::Keyed;
 use crate::limiter::Due;
 use crate::metrics::Layer;
@@ -130,17 +130,8 @@ impl Socket {
             self.charging.admission.limits(),
             frame.channel(),
         );
-        let rules = match frame.op() {
-            Some(op) if !self.rules_skipped => Some((op, &mut self.charging.rules)),
-            _ => None,
-        };
-        let payer = Payer::Connection(Connection {
-            admission: &mut self.charging.admission,
-            sampler: Some(&mut self.charging.sampler),
-            rules,
-            account: &self.id.account,
-            conn: &self.id.label,
-        });
+        let op = frame.op().filter(|_| !self.rules_skipped);
+        let payer = self.charging.payer(&self.id, true, op);
         let charge::Pending::Ready(outcome) = node.ledger().charge(payer, price, now) else {
             unreachable!("a connection's own buckets answer at once")
         };
@@ -236,13 +227,7 @@ impl Socket {
     /// its bucket even below zero ([`Price::owed`]), and samples them into
     /// the account budget, as an admitted frame's units are.
     pub(super) fn owe(&mut self, units: u32, ctx: &mut Context<Self>) {
-        let payer = Payer::Connection(Connection {
-            admission: &mut self.charging.admission,
-            sampler: Some(&mut self.charging.sampler),
-            rules: None,
-            account: &self.id.account,
-            conn: &self.id.label,
-        });
+        let payer = self.charging.payer(&self.id, true, None);
         let charge::Pending::Ready(outcome) =
             self.node
                 .ledger()
@@ -283,13 +268,7 @@ impl Socket {
     fn on_bad_frame(&mut self, id: Option<&RawValue>, message: &str, ctx: &mut Context<Self>) {
         let now = Instant::now();
         let price = Price::malformed(self.charging.admission.limits());
-        let payer = Payer::Connection(Connection {
-            admission: &mut self.charging.admission,
-            sampler: None,
-            rules: None,
-            account: &self.id.account,
-            conn: &self.id.label,
-        });
+        let payer = self.charging.payer(&self.id, false, None);
         let charge::Pending::Ready(outcome) = self.node.ledger().charge(payer, price, now) else {
             unreachable!("a connection's own buckets answer at once")
         };

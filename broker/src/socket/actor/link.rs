@@ -13,7 +13,7 @@ use actix::prelude::*;
 use super::Socket;
 use crate::account::Reconfigure;
 use crate::admission::Who;
-use crate::charge::{self, Connection, Payer, Price, Reason, Refused};
+use crate::charge::{self, Price, Reason, Refused};
 use crate::config::Limits;
 use crate::dialect::{Dialect, Link, Outlet, Refusal, Work};
 use crate::hub::OutboundGauge;
@@ -107,15 +107,9 @@ impl SocketLink<'_> {
     /// A frame's charge to the connection's own buckets.
     fn charge(&mut self, price: Price<'_>) -> Result<(), Refused> {
         let s = &mut *self.socket;
-        let payer = Payer::Connection(Connection {
-            admission: &mut s.charging.admission,
-            // The operation's own price goes to the account (or the key):
-            // the frame's units are the connection's alone.
-            sampler: None,
-            rules: None,
-            account: &s.id.account,
-            conn: &s.id.label,
-        });
+        // The operation's own price goes to the account (or the key): the
+        // frame's units are the connection's alone, not sampled.
+        let payer = s.charging.payer(&s.id, false, None);
         let charge::Pending::Ready(outcome) = s.node.ledger().charge(payer, price, Instant::now())
         else {
             unreachable!("a connection's own buckets answer at once")
@@ -187,13 +181,7 @@ impl Link for SocketLink<'_> {
             });
         }
         let price = Price::frame(units, bytes, s.charging.admission.limits(), None);
-        let payer = Payer::Connection(Connection {
-            admission: &mut s.charging.admission,
-            sampler: Some(&mut s.charging.sampler),
-            rules: None,
-            account: &s.id.account,
-            conn: &s.id.label,
-        });
+        let payer = s.charging.payer(&s.id, true, None);
         let charge::Pending::Ready(outcome) = s.node.ledger().charge(payer, price, now) else {
             unreachable!("a connection's own buckets answer at once")
         };

@@ -45,7 +45,7 @@ use super::inbound::{Gate, Inbound};
 use super::outbox::{Item, Outbox};
 use super::{Identity, Slots};
 use crate::account::{CloseWith, Reconfigure};
-use crate::charge::Admission;
+use crate::charge::{Admission, Connection, Payer};
 use crate::config::Limits;
 use crate::dialect::Dialect;
 use crate::hub::OutboundGauge;
@@ -53,9 +53,9 @@ use crate::limiter::DropNotice;
 use crate::limiter::Sampler;
 use crate::metrics::Layer;
 use crate::node::Node;
-use crate::protocol::CloseCode;
 use crate::protocol::wire;
 use crate::protocol::wire::BudgetView;
+use crate::protocol::{CloseCode, Op};
 use crate::rules::ConnRules;
 
 /// How often a socket may send `rate_limited` frames.
@@ -139,6 +139,23 @@ struct Charging {
     account_view: Option<BudgetView>,
     /// When a `budget` frame was last sent unasked.
     last_budget_frame: Option<Instant>,
+}
+
+impl Charging {
+    /// The connection as the ledger's payer, for `id`'s connection: its
+    /// admitted units sampled toward the account budget when `sampled`
+    /// (not for a frame that did not parse, nor for the frame units an
+    /// operation's own charge already counts), and the plan's rules
+    /// applied when an operation is given.
+    fn payer<'a>(&'a mut self, id: &'a Identity, sampled: bool, op: Option<Op>) -> Payer<'a> {
+        Payer::Connection(Connection {
+            admission: &mut self.admission,
+            sampler: sampled.then_some(&mut self.sampler),
+            rules: op.map(|op| (op, &mut self.rules)),
+            account: &id.account,
+            conn: &id.label,
+        })
+    }
 }
 
 /// The client's frames as they are read (`handle.rs`): their stream
