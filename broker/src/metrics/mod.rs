@@ -112,6 +112,9 @@ pub struct Metrics {
     rejections: Family<RejectLabels, Counter>,
     dry_run: Family<RejectLabels, Counter>,
     pub bridge_up: Gauge,
+    /// Times this node began serving alone what Redis (or one Redis
+    /// Cluster shard) holds: `tidegate_cluster_bridge_outages_total`.
+    pub bridge_outages: Counter,
     pub bridge_pending: Gauge,
     pub live_nodes: Gauge,
     config_reloads: Family<OutcomeLabels, Counter>,
@@ -185,6 +188,7 @@ impl Metrics {
             rejections: Family::default(),
             dry_run: Family::default(),
             bridge_up: Gauge::default(),
+            bridge_outages: Counter::default(),
             bridge_pending: Gauge::default(),
             live_nodes: Gauge::default(),
             config_reloads: Family::default(),
@@ -259,6 +263,11 @@ impl Metrics {
             "cluster_bridge_up",
             "1 when the cluster bridge is connected with its subscriptions restored",
             m.bridge_up.clone(),
+        );
+        registry.register(
+            "cluster_bridge_outages",
+            "Times this node found Redis (or one Redis Cluster shard) unreachable and began serving its channels and accounts alone",
+            m.bridge_outages.clone(),
         );
         registry.register(
             "cluster_live_nodes",

@@ -369,6 +369,11 @@ async fn a_redis_outage_keeps_local_traffic_and_delivery_resumes_when_it_returns
     let text = a.metrics().await;
     assert_eq!(metric_value(&text, "tidegate_cluster_bridge_up"), 0.0);
     assert_eq!(
+        metric_value(&text, "tidegate_cluster_bridge_outages_total"),
+        1.0,
+        "one outage counted, however many commands failed in it"
+    );
+    assert_eq!(
         metric_value(&text, "tidegate_cluster_bridge_pending_commands"),
         0.0,
         "nothing queued toward Redis"

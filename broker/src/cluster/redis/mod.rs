@@ -286,11 +286,8 @@ impl RedisBridge {
     /// The share of a cluster-wide limit kept in `key` this node enforces
     /// by itself now (see [`LimiterStore::share`]).
     fn share_at(&self, key: &str) -> f64 {
-        if self.up_at(key) {
-            1.0
-        } else {
-            1.0 / f64::from(self.live_nodes.load(Ordering::Acquire).max(1))
-        }
+        let alone = 1.0 / f64::from(self.live_nodes.load(Ordering::Acquire).max(1));
+        if self.up_at(key) { 1.0 } else { alone }
     }
 
     /// A connection for one command on `key`, unless Redis (or, on Redis
@@ -317,6 +314,7 @@ impl RedisBridge {
             return self.failed(e);
         }
         if self.down.mark(key) {
+            self.metrics.bridge_outages.inc();
             tracing::warn!(error = %e, %key, "a Redis Cluster shard is unreachable; serving its channels and accounts alone");
             self.recover_now.notify_one();
         }
@@ -324,9 +322,11 @@ impl RedisBridge {
     }
 
     /// A command failed: Redis counts as away until the lease task has
-    /// re-synced with it.
+    /// re-synced with it; a new outage unless the subscriber lost it first.
     fn failed(&self, e: &redis::RedisError) {
         if self.cmd_ok.swap(false, Ordering::AcqRel) {
+            let listening = self.pubsub_ok.load(Ordering::Acquire);
+            self.metrics.bridge_outages.inc_by(u64::from(listening));
             tracing::warn!(error = %e, "Redis unreachable; serving alone with a share of every cluster-wide limit");
         }
         self.refresh_up();

@@ -44,10 +44,13 @@ impl RedisBridge {
     }
 
     pub(super) fn connection_lost(&self) {
-        self.pubsub_ok.store(false, Ordering::Release);
+        let listening = self.pubsub_ok.swap(false, Ordering::AcqRel);
         // Whatever the command connection thinks, Redis may have restarted
         // empty: re-sync before reporting up again.
-        self.cmd_ok.store(false, Ordering::Release);
+        let commanding = self.cmd_ok.swap(false, Ordering::AcqRel);
+        if listening && commanding {
+            self.metrics.bridge_outages.inc();
+        }
         for entry in self.interest.lock().values_mut() {
             entry.live = false;
             // Subscribes waiting now are acked with local delivery.
