@@ -2,7 +2,6 @@
 //! outbound queue, or to a subscriber that renders its own (a Pusher
 //! subscription, a gRPC `Subscribe` stream).
 
-use std::any::Any;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -29,10 +28,9 @@ pub trait DirectSink: Send + Sync {
     /// subscription is gone, not live, or the message is already sent.
     ///
     /// `renders` is what the sinks before this one in the same message's
-    /// fan-out made of it ([`Renders`]): a sink that re-renders messages
-    /// in a format of its own shares its rendering through it; a socket,
-    /// which queues the message itself for whichever front writes it,
-    /// shares that ([`Renders::shared`]).
+    /// fan-out rendered of it ([`Renders`]): a sink that re-renders
+    /// messages in a format of its own shares its rendering through it; a
+    /// socket, which queues the hub's frame as it is, ignores it.
     fn message(
         &self,
         channel: &Arc<str>,
@@ -59,7 +57,8 @@ pub trait DirectSink: Send + Sync {
 /// `graphql/ws/sink.rs`) keeps its rendering here under the exact text of
 /// everything besides the message that decided it (its key), so every
 /// later sink of the same fan-out with the same key takes a reference
-/// count instead of rendering again.
+/// count instead of rendering again: a `/v1/ws` socket shares the hub's
+/// frame the same way.
 ///
 /// Bounded: one lives on the stack of one message's fan-out and is dropped
 /// when that fan-out ends, and it keeps at most [`Renders::MAX`]
@@ -70,26 +69,9 @@ pub trait DirectSink: Send + Sync {
 /// A rendering is kept as an `Arc<Bytes>`: a sink that queues it whole in
 /// an entry of its own (a socket queue's pair, `socket/outbox/queue.rs`) holds
 /// one pointer per delivery instead of a 32-byte `Bytes`.
-///
-/// A sink that queues the message itself, not a rendering of it (a
-/// socket's outbox queues the message with its channel and `seq`, for
-/// whichever front writes it: `socket/outbox/item.rs`), makes that value
-/// once per fan-out ([`Renders::shared`]): every later sink of the kind
-/// takes a reference count. The hub does not know the value's type.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct Renders {
     entries: Vec<(Arc<[u8]>, Arc<Bytes>)>,
-    /// The one value of [`Renders::shared`] (the first type asked for).
-    shared: Option<Arc<dyn Any + Send + Sync>>,
-}
-
-impl std::fmt::Debug for Renders {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Renders")
-            .field("entries", &self.entries)
-            .field("shared", &self.shared.is_some())
-            .finish()
-    }
 }
 
 impl Renders {
@@ -104,25 +86,6 @@ impl Renders {
             .iter()
             .find(|(k, _)| Arc::ptr_eq(k, key) || **k == **key)
             .map(|(_, b)| b)
-    }
-
-    /// The value of type `T` made of this message once per fan-out:
-    /// `make`'s, made by the first sink that asks, shared by the later
-    /// ones. One type is kept (the first asked for); another is made
-    /// again by each sink that asks.
-    #[inline]
-    pub fn shared<T: Any + Send + Sync>(&mut self, make: impl FnOnce() -> T) -> Arc<T> {
-        if let Some(kept) = &self.shared
-            && kept.is::<T>()
-            && let Ok(kept) = Arc::downcast::<T>(kept.clone())
-        {
-            return kept;
-        }
-        let made = Arc::new(make());
-        if self.shared.is_none() {
-            self.shared = Some(made.clone());
-        }
-        made
     }
 
     /// How many renderings are kept.

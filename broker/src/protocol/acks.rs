@@ -4,7 +4,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use super::wire::{json_frame, json_payload};
+use super::wire::json_frame;
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -41,18 +41,6 @@ struct Ack<'a> {
 
 pub fn ack(id: &RawValue, seq: Option<u64>, recovered: Option<bool>) -> Bytes {
     json_frame(&Ack {
-        kind: "ack",
-        id,
-        seq,
-        recovered,
-        duplicate: false,
-    })
-}
-
-/// [`ack`]'s JSON, without its frame (a subscription's ack is a control
-/// item each front renders: `socket/outbox/item.rs`).
-pub fn ack_json(id: &RawValue, seq: Option<u64>, recovered: Option<bool>) -> Bytes {
-    json_payload(&Ack {
         kind: "ack",
         id,
         seq,

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::ErrorCode;
-pub use super::acks::{ack, ack_json, published_ack, refresh_ack};
+pub use super::acks::{ack, published_ack, refresh_ack};
 use super::codes::CloseCode;
 pub use super::hook_frames::{WelcomeChannel, expiry, rpc_reply};
 
@@ -48,28 +48,6 @@ fn frame(opcode: u8, capacity: usize, write: impl FnOnce(&mut BytesMut)) -> Byte
 /// A text frame holding `value` as JSON (other frame modules use it).
 pub(crate) fn json_text<T: Serialize>(value: &T) -> Bytes {
     json_frame(value)
-}
-
-/// `value` as JSON, without a frame: the payload a WebSocket writer frames
-/// when it writes it (`socket/outbox/item.rs`'s control items).
-pub(crate) fn json_payload<T: Serialize>(value: &T) -> Bytes {
-    let mut buf = BytesMut::with_capacity(96).writer();
-    // Writing our own plain structs into memory cannot fail.
-    let _ = serde_json::to_writer(&mut buf, value);
-    buf.into_inner().freeze()
-}
-
-/// The length of a text frame of a `payload`-byte payload (its header
-/// and the payload), as [`text`] makes it.
-pub fn text_frame_len(payload: usize) -> usize {
-    let head = if payload < 126 {
-        2
-    } else if payload <= usize::from(u16::MAX) {
-        4
-    } else {
-        10
-    };
-    head + payload
 }
 
 pub(super) fn json_frame<T: Serialize>(value: &T) -> Bytes {
@@ -199,21 +177,15 @@ pub fn close_because(code: CloseCode, reason: &str) -> Bytes {
 /// A close frame with any code (another protocol's, such as
 /// `graphql-transport-ws`'s 4400–4429) and a reason of at most 123 bytes.
 pub fn close_with(code: u16, reason: &str) -> Bytes {
-    let reason = close_reason(reason);
-    frame(OP_CLOSE, 2 + reason.len(), |buf| {
-        buf.put_u16(code);
-        buf.put_slice(reason.as_bytes());
-    })
-}
-
-/// `reason` cut to what a close frame holds (123 bytes, on a character
-/// boundary).
-pub fn close_reason(reason: &str) -> &str {
     let mut end = reason.len().min(123);
     while !reason.is_char_boundary(end) {
         end -= 1;
     }
-    &reason[..end]
+    let reason = &reason[..end];
+    frame(OP_CLOSE, 2 + reason.len(), |buf| {
+        buf.put_u16(code);
+        buf.put_slice(reason.as_bytes());
+    })
 }
 
 /// Writes the header of an unmasked, final text frame whose payload is
@@ -292,9 +264,8 @@ struct Welcome<'a> {
     channels: Option<&'a [WelcomeChannel]>,
 }
 
-/// The `welcome` message's JSON (§1), listing a connect hook's server-side
-/// channels when there are (§15): a control item each front renders
-/// (`socket/outbox/item.rs`).
+/// The `welcome` frame (§1), listing a connect hook's server-side
+/// channels when there are (§15).
 pub fn welcome(
     conn_id: &str,
     account: &str,
@@ -303,7 +274,7 @@ pub fn welcome(
     token_expires_at: u64,
     channels: Option<&[WelcomeChannel]>,
 ) -> Bytes {
-    json_payload(&Welcome {
+    json_frame(&Welcome {
         kind: "welcome",
         conn_id,
         account,

@@ -10,11 +10,9 @@
 //! buffer and writes the outbox's frames as they are (vectored, no copy),
 //! and an idle socket holds no I/O buffer at all.
 //!
-//! What goes out is the transport's [`Feed`]: a WebSocket's frames, which
-//! [`Frames`] renders from the outbox's items as it takes them (a
-//! published message's frame shared as it is, [`Wire::Message`]), or an
-//! SSE stream's events on a connection it took whole
-//! (`socket/sse/feed.rs`).
+//! What goes out is the transport's [`Feed`]: a WebSocket's frames as they
+//! are ([`Frames`]), or an SSE stream's events on a connection it took
+//! whole (`socket/sse/feed.rs`).
 //!
 //! Closing follows RFC 6455 §7.1.1: when the socket is done, the close
 //! frame is written, then the write side is shut (the server closes TCP
@@ -42,48 +40,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use super::Drained;
 use super::Nudge;
 use super::inbound::Pipe;
-use super::outbox::{Ending, Item, Neutral, Next, Outbox, Published};
-
-/// One slice a transport writes: bytes of its own, or a published
-/// message's frame, written out of the message the outbox queued (no
-/// reference count of the frame's own is taken per subscriber).
-pub enum Wire {
-    Bytes(Bytes),
-    Message(Arc<Published>),
-}
-
-impl Wire {
-    /// The bytes still to write.
-    #[inline]
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Wire::Bytes(b) => b,
-            Wire::Message(m) => &m.frame,
-        }
-    }
-
-    /// Drops the first `n` bytes (fewer than [`Wire::bytes`] holds).
-    fn advance(&mut self, n: usize) {
-        match self {
-            Wire::Bytes(b) => b.advance(n),
-            Wire::Message(m) => *self = Wire::Bytes(m.frame.slice(n..)),
-        }
-    }
-
-    /// An item as a WebSocket writes it: a message's shared frame, or the
-    /// frame rendered now (`socket/outbox/item.rs`).
-    #[inline]
-    fn frame(item: Item) -> Wire {
-        match item {
-            Item::Neutral(Neutral::Message(m)) => Wire::Message(m),
-            other => Wire::Bytes(other.ws_frame()),
-        }
-    }
-}
-
-/// As large as the `Bytes` the batch held before (an idle socket keeps
-/// room for one).
-const _: () = assert!(std::mem::size_of::<Wire>() == 32);
+use super::outbox::{Ending, Next, Outbox};
 
 /// What a transport writes, and what client bytes are to it.
 pub trait Feed: Unpin {
@@ -93,19 +50,18 @@ pub trait Feed: Unpin {
         cx: &Context<'_>,
         outbox: &Outbox,
         on_drain: &Nudge<Drained>,
-        batch: &mut VecDeque<Wire>,
+        batch: &mut VecDeque<Bytes>,
     ) -> Next;
     /// `n` bytes of the batch reached the kernel.
     fn wrote(&mut self, n: usize, outbox: &Outbox, on_drain: &Nudge<Drained>);
     /// Client bytes read off the connection.
     fn heard(&mut self, pipe: &Pipe, bytes: &[u8]);
     /// How many of the batch's bytes the outbox's gauge still counts.
-    fn counted(&self, batch: &VecDeque<Wire>) -> usize;
+    fn counted(&self, batch: &VecDeque<Bytes>) -> usize;
 }
 
-/// A WebSocket's feed: the outbox's items as frames ([`Wire::frame`]), each
-/// as long as the gauge counts it, counted until the kernel takes them;
-/// client bytes go to the actor.
+/// A WebSocket's feed: the outbox's frames, written as they are, counted
+/// until the kernel takes them; client bytes go to the actor.
 pub struct Frames;
 
 impl Feed for Frames {
@@ -114,11 +70,9 @@ impl Feed for Frames {
         cx: &Context<'_>,
         outbox: &Outbox,
         _: &Nudge<Drained>,
-        batch: &mut VecDeque<Wire>,
+        batch: &mut VecDeque<Bytes>,
     ) -> Next {
-        outbox.take(cx, BATCH_FRAMES, BATCH_BYTES, |item| {
-            batch.push_back(Wire::frame(item));
-        })
+        outbox.take(cx, batch, BATCH_FRAMES, BATCH_BYTES)
     }
 
     fn wrote(&mut self, n: usize, outbox: &Outbox, on_drain: &Nudge<Drained>) {
@@ -129,8 +83,8 @@ impl Feed for Frames {
         pipe.push(bytes);
     }
 
-    fn counted(&self, batch: &VecDeque<Wire>) -> usize {
-        batch.iter().map(|w| w.bytes().len()).sum()
+    fn counted(&self, batch: &VecDeque<Bytes>) -> usize {
+        batch.iter().map(Bytes::len).sum()
     }
 }
 
@@ -162,7 +116,7 @@ pub struct Transport<T, F: Feed = Frames> {
     on_drain: Nudge<Drained>,
     /// Bytes the feed gave, not yet (wholly) written (a WebSocket's are
     /// still counted in the gauge: [`Feed::counted`]).
-    batch: VecDeque<Wire>,
+    batch: VecDeque<Bytes>,
     phase: Phase,
     linger: Duration,
     /// Once the socket has ended, when the rest of its bytes stop being
@@ -263,7 +217,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin, F: Feed> Transport<T, F> {
             let mut slices = [IoSlice::new(&[]); BATCH_SLICES];
             let mut n = 0;
             for frame in self.batch.iter().take(BATCH_SLICES) {
-                slices[n] = IoSlice::new(frame.bytes());
+                slices[n] = IoSlice::new(frame);
                 n += 1;
             }
             match Pin::new(&mut self.io).poll_write_vectored(cx, &slices[..n]) {
@@ -305,12 +259,11 @@ impl<T: AsyncRead + AsyncWrite + Unpin, F: Feed> Transport<T, F> {
             let Some(front) = self.batch.front_mut() else {
                 return;
             };
-            let len = front.bytes().len();
-            if n < len {
+            if n < front.len() {
                 front.advance(n);
                 return;
             }
-            n -= len;
+            n -= front.len();
             self.batch.pop_front();
         }
     }

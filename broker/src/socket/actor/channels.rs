@@ -23,7 +23,6 @@ use crate::hub::{Joined, Sink, Subscriber};
 use crate::metrics::Layer;
 use crate::protocol::ErrorCode;
 use crate::protocol::wire::{self, ErrorFrame};
-use crate::socket::outbox::Item;
 
 impl Socket {
     pub(super) fn subscribe(
@@ -155,7 +154,7 @@ impl Socket {
         joined: Joined,
         ctx: &mut Context<Self>,
     ) {
-        let ack = id.map(|id| Item::ack(id, channel, Some(joined.position()), joined.recovered));
+        let ack = id.map(|id| wire::ack(id, Some(joined.position()), joined.recovered));
         self.charge_recovered(joined.backlog.bytes(), ctx);
         self.outbox.joined(channel, join, ack, joined);
     }

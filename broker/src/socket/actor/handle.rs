@@ -17,7 +17,6 @@ use crate::metrics::Layer;
 use crate::protocol::wire::{self, BudgetView, ErrorFrame};
 use crate::protocol::{ClientFrame, CloseCode, ErrorCode, frames};
 use crate::socket::inbound::{InError, InFrame};
-use crate::socket::outbox::Item;
 
 impl StreamHandler<Result<InFrame, InError>> for Socket {
     fn handle(&mut self, item: Result<InFrame, InError>, ctx: &mut Context<Self>) {
@@ -27,7 +26,7 @@ impl StreamHandler<Result<InFrame, InError>> for Socket {
                 if !self.closing {
                     self.closing = true;
                     self.outbox.stop_deliveries(false);
-                    self.outbox.send(Item::close(code, ""));
+                    self.outbox.send(wire::close_echo(code));
                 }
                 ctx.stop();
             }

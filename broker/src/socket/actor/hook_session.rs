@@ -15,7 +15,6 @@ use crate::cluster::Pending;
 use crate::hooks::{Decision, Event, refresh_lead};
 use crate::hub::{Joined, Sink, Subscriber};
 use crate::protocol::wire::{self, WelcomeChannel};
-use crate::socket::outbox::Item;
 
 impl Socket {
     /// Joins the connect hook's `channels`, then sends the `welcome` with
@@ -52,14 +51,14 @@ impl Socket {
                 .collect();
             let config = act.node.config.load();
             let share = act.node.limiter_store.account_share(&act.id.account);
-            act.send(Item::welcome(wire::welcome(
+            act.send(wire::welcome(
                 &act.id.label,
                 &act.id.account,
                 &config.node.id,
                 &welcome_limits(act.limits(), share),
                 act.id.token_expires_at,
                 Some(&listed),
-            )));
+            ));
             for (channel, join, joined) in results {
                 act.joined(&channel, join, None, joined, ctx);
             }

@@ -42,7 +42,7 @@ use actix::prelude::*;
 use bytes::Bytes;
 
 use super::inbound::{Gate, Inbound};
-use super::outbox::{Item, Outbox};
+use super::outbox::Outbox;
 use super::{Identity, Slots};
 use crate::account::{CloseWith, Reconfigure};
 use crate::charge::{Admission, Connection, Payer};
@@ -211,14 +211,13 @@ impl Socket {
         tracing::info_span!("socket", conn = %self.id.label, account = %self.id.account)
     }
 
-    /// Queues an item the socket produced itself (a frame only a
-    /// WebSocket reads, or a control item every front renders). Nothing
-    /// after its close: an answer that completes once the socket is
-    /// closing (a `budget` the account answered late) would only wait for
-    /// a reader that is gone.
-    fn send(&self, item: impl Into<Item>) {
+    /// Queues a frame the socket produced itself. Nothing after its close
+    /// frame: an answer that completes once the socket is closing (a
+    /// `budget` the account answered late) would only wait for a reader
+    /// that is gone.
+    fn send(&self, frame: Bytes) {
         if !self.closing {
-            self.outbox.send(item);
+            self.outbox.send(frame);
         }
     }
 
@@ -273,7 +272,7 @@ impl Socket {
         let _e = self.span().entered();
         tracing::info!(code, reason, "closing socket");
         self.outbox.stop_deliveries(discard);
-        self.outbox.send(Item::close(Some(code), reason));
+        self.outbox.send(wire::close_with(code, reason));
         let timeout = Duration::from_millis(self.node.config.load().socket.close_timeout_ms);
         ctx.run_later(timeout, |act, ctx| {
             act.outbox.abort();
@@ -324,7 +323,7 @@ impl Socket {
             ctx.stop();
             return;
         }
-        self.send(Item::PING);
+        self.send(wire::ping(b""));
         // A backstop for the outbound gate: reading resumes under the mark
         // even if no `Drained` came.
         self.refresh_gate();
@@ -375,14 +374,14 @@ impl Actor for Socket {
         }
         if self.id.server_channels.is_empty() {
             let limits = self.limits().clone();
-            self.send(Item::welcome(wire::welcome(
+            self.send(wire::welcome(
                 &self.id.label,
                 &self.id.account,
                 &config.node.id,
                 &welcome_limits(&limits, node.limiter_store.account_share(&self.id.account)),
                 self.id.token_expires_at,
                 None,
-            )));
+            ));
         } else {
             // The welcome waits for the joins: it lists their `seq`.
             self.join_server_channels(ctx);

@@ -15,7 +15,7 @@ use crate::cluster::Pending;
 use crate::exceeded::Exceeded;
 use crate::hub::{Joined, Sink, Subscriber};
 use crate::metrics::Layer;
-use crate::socket::outbox::Item;
+use crate::protocol::wire;
 use crate::socket::sse::Ender;
 
 /// An SSE stream's state in the socket's actor.
@@ -57,9 +57,8 @@ impl Stream {
     }
 }
 
-/// A stream's subscription ack names its channel as its `id` (as a
-/// `/v1/ws` client's names its own; the stream's writer reads the ack's
-/// channel, `socket/sse/render.rs`).
+/// A stream's subscription ack names its channel as its `id`
+/// (`socket/sse/render.rs` reads it back).
 fn ack_id(channel: &str) -> Box<RawValue> {
     // Channel names are validated to a charset that needs no escaping.
     RawValue::from_string(format!("\"{channel}\"")).expect("a JSON string")
@@ -98,7 +97,7 @@ impl Socket {
         // A recovery that lost messages to the history's trimming goes on
         // with what is left; the stream says `recovered:false` for it.
         for channel in self.outbox.take_lost() {
-            let lost = Item::ack(&ack_id(&channel), &channel, None, Some(false));
+            let lost = wire::ack(&ack_id(&channel), None, Some(false));
             self.send(lost);
         }
         let dropped = self.gauge.clear_congestion();
@@ -132,7 +131,7 @@ impl Socket {
     fn sse_rejoined(&mut self, channel: &str, join: u64, joined: Joined, ctx: &mut Context<Self>) {
         self.charge_recovered(joined.backlog.bytes(), ctx);
         let lost = joined.recovered == Some(false);
-        let ack = Item::ack(&ack_id(channel), channel, None, lost.then_some(false));
+        let ack = wire::ack(&ack_id(channel), None, lost.then_some(false));
         self.outbox.joined(channel, join, Some(ack), joined);
     }
 }

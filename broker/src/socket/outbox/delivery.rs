@@ -10,16 +10,13 @@
 //! its `seq` was already sent (as recovered history, or by an earlier
 //! subscription). So the subscriptions live beside the queue, under the
 //! same lock, where the hub's delivery and the actor's join completion
-//! cannot interleave. This file and `socket/outbox/recovery.rs` only queue
-//! what the subscription says, as the message itself ([`Published`]: made
-//! once per fan-out, shared by every socket of it), which each front
-//! renders as it writes.
+//! cannot interleave. This file and `socket/outbox/recovery.rs` only render and
+//! queue what the subscription says.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::item::{Item, Published};
 use super::queue::Keyed;
 use super::subs::Sub;
 use super::{Congested, Outbox, Shared};
@@ -34,7 +31,7 @@ impl DirectSink for Outbox {
         seq: u64,
         frame: &Bytes,
         key: Option<&Arc<str>>,
-        renders: &mut Renders,
+        _: &mut Renders,
     ) {
         let mut s = self.lock();
         let Shared {
@@ -60,11 +57,7 @@ impl DirectSink for Outbox {
             // Deduplicated by seq: a message already sent as recovered
             // history, or from an earlier subscription, is not resent.
             Offer::Deliver => {
-                // Made by the first socket of the fan-out; the others take
-                // a reference count.
-                let made = || Published::new(channel.clone(), seq, frame.clone());
-                let item = Item::message(renders.shared(made));
-                let congested = self.queue_live(&mut s, channel, item, key.cloned());
+                let congested = self.queue_live(&mut s, channel, frame.clone(), key.cloned());
                 Outbox::unlock_and_wake(s);
                 if congested {
                     self.control.do_send(Congested);
@@ -93,14 +86,14 @@ impl Outbox {
         &self,
         s: &mut Shared,
         channel: &Arc<str>,
-        item: Item,
+        frame: Bytes,
         key: Option<Arc<str>>,
     ) -> bool {
         let Some(key) = key else {
-            self.push_reserved(s, item);
+            self.push_reserved(s, frame);
             return false;
         };
-        match self.push_conflated(s, channel, key, item) {
+        match self.push_conflated(s, channel, key, frame) {
             Keyed::Queued(_) => false,
             Keyed::Replaced { .. } => {
                 self.metrics.messages_superseded.inc();
@@ -139,7 +132,7 @@ impl Outbox {
         &self,
         channel: &str,
         join: u64,
-        ack: Option<Item>,
+        ack: Option<Bytes>,
         joined: Joined,
     ) {
         let mut s = self.lock();
@@ -185,12 +178,7 @@ impl Outbox {
                 while let Some(next) = flush(&mut s) {
                     match next {
                         Next::Live(h) => {
-                            let item = Item::message(Arc::new(Published::new(
-                                name.clone(),
-                                h.seq,
-                                h.frame,
-                            )));
-                            congested |= self.queue_live(&mut s, &name, item, h.key);
+                            congested |= self.queue_live(&mut s, &name, h.frame, h.key);
                         }
                         Next::Release(h) => {
                             self.gauge.release(h.frame.len());
@@ -302,17 +290,12 @@ mod tests {
         fn handle(&mut self, _: crate::socket::Drained, _: &mut actix::Context<Self>) {}
     }
 
-    /// Takes up to `max` items into `batch` as a WebSocket writes them.
-    fn take(outbox: &Outbox, batch: &mut VecDeque<Bytes>, max: usize) -> Next {
-        let cx = Context::from_waker(Waker::noop());
-        outbox.take(&cx, max, usize::MAX, |i| batch.push_back(i.ws_frame()))
-    }
-
     /// What the transport would take and write now.
     fn sent(outbox: &Outbox) -> Vec<Bytes> {
+        let cx = Context::from_waker(Waker::noop());
         let mut batch = VecDeque::new();
         let mut out = Vec::new();
-        while take(outbox, &mut batch, 2) == Next::Write {
+        while outbox.take(&cx, &mut batch, 2, usize::MAX) == Next::Write {
             let bytes = batch.iter().map(Bytes::len).sum();
             outbox.gauge.release(bytes);
             out.extend(batch.drain(..));
@@ -342,20 +325,18 @@ mod tests {
         publish(5);
         publish(6);
         assert!(sent(&outbox).is_empty(), "held while joining");
-        let id = serde_json::value::RawValue::from_string("1".into()).unwrap();
-        let ack = super::super::Item::ack(&id, "doc:1", Some(4), None);
-        let ack_frame = wire::ack(&id, Some(4), None);
+        let ack = Bytes::from_static(b"ack");
         let joined = Joined {
             recovered: Some(true),
             backlog: vec![(4, frame(4)), (5, frame(5))].into(),
             last_seq: 4,
         };
-        outbox.joined("doc:1", 1, Some(ack), joined);
+        outbox.joined("doc:1", 1, Some(ack.clone()), joined);
         publish(6); // already sent (held)
         publish(7);
         assert_eq!(
             sent(&outbox),
-            vec![ack_frame, frame(4), frame(5), frame(6), frame(7)]
+            vec![ack, frame(4), frame(5), frame(6), frame(7)]
         );
         assert_eq!(
             gauge.pending(),
@@ -404,9 +385,10 @@ mod tests {
         }
         let queued = 2 * body.len() + one.len() + two.len() + plain.len();
         assert_eq!(gauge.pending(), queued);
+        let cx = Context::from_waker(Waker::noop());
         let mut batch = VecDeque::new();
         // Two frames, three slices; the body itself, not a copy.
-        assert_eq!(take(&outbox, &mut batch, 2), Next::Write);
+        assert_eq!(outbox.take(&cx, &mut batch, 2, usize::MAX), Next::Write);
         assert_eq!(Vec::from(batch.clone()), vec![one, body.clone(), plain]);
         assert_eq!(batch[1].as_ptr(), body.as_ptr());
         // The kernel takes part of the first slice, then the rest.
@@ -427,6 +409,6 @@ mod tests {
             "every byte reserved was sent or released"
         );
         batch.clear();
-        assert_ne!(take(&outbox, &mut batch, 64), Next::Write);
+        assert_ne!(outbox.take(&cx, &mut batch, 64, usize::MAX), Next::Write);
     }
 }

@@ -6,12 +6,9 @@
 //! `VecDeque` inside the context; a 32-slot channel that makes the sender
 //! wait), so the actor cannot see how many bytes are unsent. Here the
 //! actor, and the hub straight from whichever thread publishes
-//! (`socket/outbox/delivery.rs`), push items into this queue: what each
-//! front renders from (`item.rs`: the hub's message shared by every
-//! subscriber, the socket's control items), not one front's bytes; the
-//! transport takes them only when the kernel accepts writes, renders them
-//! (a WebSocket's frames, an SSE stream's events), and an item leaves the
-//! gauge only once the kernel has taken its bytes.
+//! (`socket/outbox/delivery.rs`), push already-encoded WebSocket frames into this
+//! queue; the transport takes them only when the kernel accepts writes,
+//! and a frame leaves the gauge only once the kernel has taken its bytes.
 //! So [`OutboundGauge::pending`] is exactly the bytes the socket has not
 //! been able to send — the server-side equivalent of a browser's
 //! `bufferedAmount`.
@@ -28,22 +25,20 @@
 //! deliveries and the subscriptions' joins and leaves (`delivery.rs`), the
 //! recovered history paged under half the mark (`recovery.rs`,
 //! `pages.rs`), a dialect's and presence's writes (`outlet.rs`), the queue
-//! itself (`queue.rs`), what it holds (`item.rs`) and the positions
-//! (`subs.rs`). The actor, the
+//! itself (`queue.rs`) and the positions (`subs.rs`). The actor, the
 //! transport and the SSE writer see only what is marked
 //! `pub(in crate::socket)`.
 
 mod delivery;
-mod item;
 mod outlet;
 mod pages;
 mod queue;
 mod recovery;
 mod subs;
 
-pub(in crate::socket) use item::{Control, Item, Neutral, Published, SseEvent};
 pub(in crate::socket) use outlet::outlet;
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Waker};
@@ -219,15 +214,15 @@ impl Outbox {
         }
     }
 
-    /// Queues an item whose bytes are already counted in the gauge (or
+    /// Queues a frame whose bytes are already counted in the gauge (or
     /// releases them if the transport will not send it).
     #[inline]
-    fn push_reserved(&self, s: &mut Shared, item: Item) {
+    fn push_reserved(&self, s: &mut Shared, frame: Bytes) {
         if s.state != State::Open {
-            self.gauge.release(item.len());
+            self.gauge.release(frame.len());
             return;
         }
-        s.queue.push(item);
+        s.queue.push(frame);
     }
 
     /// [`Outbox::push_reserved`] for one frame queued as its own head and
@@ -255,17 +250,17 @@ impl Outbox {
     /// Queues a message of a conflating channel whose bytes the hub already
     /// counted, replacing the unsent one with the same key (§11) and
     /// keeping the gauge exact. A new key is refused (and released) while
-    /// the unsent keyed items are at or over the high-water mark: the
+    /// the unsent keyed frames are at or over the high-water mark: the
     /// caller counts it as a drop.
     fn push_conflated(
         &self,
         s: &mut Shared,
         channel: &Arc<str>,
         key: Arc<str>,
-        item: Item,
+        frame: Bytes,
     ) -> queue::Keyed {
         use queue::Keyed;
-        let len = item.len();
+        let len = frame.len();
         if s.state != State::Open {
             // Discarded, as `push_reserved` does: nobody will read it.
             self.gauge.release(len);
@@ -275,7 +270,7 @@ impl Outbox {
             .gauge
             .high_water()
             .saturating_sub(self.in_flight.load(Ordering::Relaxed));
-        let done = s.queue.push_keyed(channel, key, item, room);
+        let done = s.queue.push_keyed(channel, key, frame, room);
         match done {
             Keyed::Queued(_) => {}
             Keyed::Replaced { old, new } => {
@@ -289,23 +284,22 @@ impl Outbox {
         done
     }
 
-    /// Queues an item the socket itself produced (acks, errors, pings; a
-    /// frame only a WebSocket reads as [`Item::Frame`]). It counts toward
-    /// the high-water mark: one that takes the socket over it starts a
-    /// drop episode and the slow-consumer grace
+    /// Queues a frame the socket itself produced (acks, errors, pings). It
+    /// counts toward the high-water mark: one that takes the socket over it
+    /// starts a drop episode and the slow-consumer grace
     /// ([`OutboundGauge::add_answer`]).
-    pub(in crate::socket) fn send(&self, item: impl Into<Item>) {
+    pub fn send(&self, frame: Bytes) {
         let s = self.lock();
-        self.send_locked(s, item.into());
+        self.send_locked(s, frame);
     }
 
-    /// [`Outbox::send`] under a lock the caller took: counts the item
+    /// [`Outbox::send`] under a lock the caller took: counts the frame
     /// toward the mark, queues it, releases the lock and wakes the
-    /// transport, and starts the grace if this item began an episode.
-    fn send_locked(&self, mut s: MutexGuard<'_, Shared>, item: Item) {
-        let first = self.gauge.add_answer(item.len());
+    /// transport, and starts the grace if this frame began an episode.
+    fn send_locked(&self, mut s: MutexGuard<'_, Shared>, frame: Bytes) {
+        let first = self.gauge.add_answer(frame.len());
         let open = s.state == State::Open && !s.closing;
-        self.push_reserved(&mut s, item);
+        self.push_reserved(&mut s, frame);
         Self::unlock_and_wake(s);
         if first && open {
             self.control.do_send(Congested);
@@ -333,7 +327,7 @@ impl Outbox {
             self.gauge.take_dropped()
         };
         if let Some(frame) = notice(dropped) {
-            self.send_locked(s, Item::Frame(frame));
+            self.send_locked(s, frame);
         }
         dropped
     }
@@ -396,7 +390,7 @@ pub enum Ending {
 /// What the transport is to do next ([`Outbox::take`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {
-    /// Items were handed to the transport.
+    /// Frames were moved to the transport's batch.
     Write,
     /// Nothing is queued; the transport is woken when something is.
     Wait,
@@ -409,34 +403,33 @@ pub enum Next {
 }
 
 impl Outbox {
-    /// Hands up to `max_items` queued items (and about `max_bytes`) to the
-    /// transport's `each`, a pair's shared rest as an item of its own
-    /// right after its head. They stay counted in the gauge (at
-    /// [`Item::len`]) until the kernel takes them ([`Outbox::sent`]), so
-    /// the gauge is exactly the bytes the socket has not been able to
-    /// send.
+    /// Moves up to `max_frames` queued frames (and about `max_bytes`) into
+    /// the transport's `batch`, a pair's two slices one after the other
+    /// (so the batch holds at most twice `max_frames`). They stay counted
+    /// in the gauge until the kernel takes them ([`Outbox::sent`]), so the
+    /// gauge is exactly the bytes the socket has not been able to send.
     pub(in crate::socket) fn take(
         &self,
         cx: &Context<'_>,
-        max_items: usize,
+        batch: &mut VecDeque<Bytes>,
+        max_frames: usize,
         max_bytes: usize,
-        mut each: impl FnMut(Item),
     ) -> Next {
         let mut s = self.lock();
         let mut bytes = 0;
-        let mut items = 0;
-        while items < max_items && bytes < max_bytes {
-            let Some((item, rest)) = s.queue.pop() else {
+        let mut frames = 0;
+        while frames < max_frames && bytes < max_bytes {
+            let Some((frame, rest)) = s.queue.pop() else {
                 break;
             };
-            items += 1;
-            bytes += item.len() + rest.len();
-            each(item);
+            frames += 1;
+            bytes += frame.len() + rest.len();
+            batch.push_back(frame);
             if !rest.is_empty() {
-                each(Item::Frame(rest));
+                batch.push_back(rest);
             }
         }
-        if items > 0 {
+        if !batch.is_empty() {
             self.in_flight.fetch_add(bytes, Ordering::Relaxed);
             return Next::Write;
         }

@@ -9,7 +9,6 @@ use bytes::Bytes;
 
 use super::Congested;
 use super::Outbox;
-use super::item::Item;
 use super::queue::Keyed;
 use crate::dialect::{Backlog, Outlet};
 use crate::hub::{OutboundGauge, Reserve};
@@ -35,7 +34,7 @@ impl Outlet for Outbox {
             self.gauge.release(frame.len());
             return;
         }
-        self.push_reserved(&mut s, Item::Frame(frame));
+        self.push_reserved(&mut s, frame);
         Outbox::unlock_and_wake(s);
     }
 
@@ -57,7 +56,7 @@ impl Outlet for Outbox {
             self.gauge.release(frame.len());
             return true;
         }
-        let done = self.push_conflated(&mut s, slot, key, Item::Frame(frame));
+        let done = self.push_conflated(&mut s, slot, key, frame);
         Outbox::unlock_and_wake(s);
         match done {
             Keyed::Queued(_) => true,

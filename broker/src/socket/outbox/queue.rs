@@ -1,13 +1,12 @@
-//! The outbox's queue of items (`item.rs`), with conflation (§11): a
-//! message of a conflating channel replaces the unsent one with the same
-//! key.
+//! The outbox's queue of encoded frames, with conflation (§11): a message
+//! of a conflating channel replaces the unsent one with the same key.
 //!
-//! Replacing must keep the socket's items in `seq` order, so the newer
+//! Replacing must keep the socket's frames in `seq` order, so the newer
 //! message goes to the back and the older one's place becomes a tombstone
-//! (`Item::GONE`, skipped when popped) instead of being removed from the
+//! (an empty frame, skipped when popped) instead of being removed from the
 //! middle of the deque. Tombstones are compacted away once they outnumber
-//! live items, so a paused reader's queue holds at most about twice its
-//! live items: the number of distinct keys, not the number of messages.
+//! live frames, so a paused reader's queue holds at most about twice its
+//! live frames: the number of distinct keys, not the number of messages.
 //! The `"queue"` fast path is a push and a pop, as before.
 
 use std::collections::{HashMap, VecDeque};
@@ -15,7 +14,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::item::Item;
+use crate::protocol::wire;
 
 /// One conflation slot: a channel and a key in it.
 type Slot = Arc<(Arc<str>, Arc<str>)>;
@@ -23,59 +22,62 @@ type Slot = Arc<(Arc<str>, Arc<str>)>;
 /// Compaction waits for at least this many tombstones.
 const COMPACT_MIN: usize = 64;
 
+#[derive(Debug)]
 struct Entry {
-    item: Item,
+    /// Empty: a tombstone.
+    frame: Bytes,
     tag: Tag,
 }
 
 /// What else an [`Entry`] is. One field, not one per kind, so an entry
 /// stays 48 bytes (a `/v1/ws` delivery stores one into a cold ring slot
 /// per socket: a larger entry costs every delivery).
+#[derive(Debug)]
 enum Tag {
-    /// An item of its own.
+    /// A frame of its own.
     Whole,
     /// A later part of the frame the entry before began (a message sent in
     /// parts, [`OutQueue::push_parts`]): never separated from it.
     Cont,
-    /// A conflating channel's item and its slot.
+    /// A conflating channel's frame and its slot.
     Keyed(Slot),
-    /// `item` is the head of a frame whose rest, shared with other
+    /// `frame` is the head of a frame whose rest, shared with other
     /// sockets, follows ([`OutQueue::push_pair`]): one entry, not two.
     Pair(Arc<Bytes>),
 }
 
 const _: () = assert!(std::mem::size_of::<Entry>() == 48);
 
-/// What pushing a keyed item did.
+/// What pushing a keyed frame did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Keyed {
-    /// No unsent item had that key: queued at the back (its length).
+    /// No unsent frame had that key: queued at the back (its length).
     Queued(usize),
-    /// Replaced the unsent item of that key (its length), queued as a
-    /// `"conflated":true` one (the new length).
+    /// Replaced the unsent frame of that key (its length), queued as a
+    /// `"conflated":true` frame (the new length).
     Replaced { old: usize, new: usize },
     /// A new key while the unsent keyed bytes are at or over `room`: not
     /// queued (so memory stays bounded even when keys are not).
     Refused,
 }
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct OutQueue {
     entries: VecDeque<Entry>,
-    /// Absolute position (pops + index) of each slot's unsent item.
+    /// Absolute position (pops + index) of each slot's unsent frame.
     slots: HashMap<Slot, u64, foldhash::fast::RandomState>,
     popped: u64,
     tombstones: usize,
-    /// Bytes of unsent keyed items.
+    /// Bytes of unsent keyed frames.
     keyed_bytes: usize,
 }
 
 impl OutQueue {
-    /// Queues an item of a queueing channel (or one the socket made).
+    /// Queues a frame of a queueing channel (or one the socket made).
     #[inline]
-    pub fn push(&mut self, item: Item) {
+    pub fn push(&mut self, frame: Bytes) {
         self.push_entry(Entry {
-            item,
+            frame,
             tag: Tag::Whole,
         });
     }
@@ -85,9 +87,9 @@ impl OutQueue {
     /// copied): one entry, which the transport writes as two slices.
     #[inline]
     pub fn push_pair(&mut self, head: Bytes, rest: Arc<Bytes>) {
-        debug_assert!(!head.is_empty(), "a pair's head is never empty");
+        debug_assert!(!head.is_empty(), "an empty head is a tombstone");
         self.push_entry(Entry {
-            item: Item::Frame(head),
+            frame: head,
             tag: Tag::Pair(rest),
         });
     }
@@ -99,20 +101,20 @@ impl OutQueue {
     pub fn push_parts(&mut self, parts: &mut [Bytes]) {
         for (i, part) in parts.iter_mut().enumerate() {
             self.push_entry(Entry {
-                item: Item::Frame(std::mem::take(part)),
+                frame: std::mem::take(part),
                 tag: if i > 0 { Tag::Cont } else { Tag::Whole },
             });
         }
     }
 
-    /// Queues an item of a conflating channel, replacing the unsent one
+    /// Queues a frame of a conflating channel, replacing the unsent one
     /// with the same `channel` and `key`; a new key is refused when the
-    /// unsent keyed items already take `room` bytes or more.
+    /// unsent keyed frames already take `room` bytes or more.
     pub fn push_keyed(
         &mut self,
         channel: &Arc<str>,
         key: Arc<str>,
-        item: Item,
+        frame: Bytes,
         room: usize,
     ) -> Keyed {
         let slot: Slot = Arc::new((channel.clone(), key));
@@ -121,47 +123,47 @@ impl OutQueue {
             .get(&slot)
             .map(|abs| (abs - self.popped) as usize);
         let Some(i) = at else {
-            let len = item.len();
+            let len = frame.len();
             // As the hub's own check: at or over the room before this one
-            // (so at least one item is always queued, and a refusal always
-            // leaves items whose sending ends the drop episode).
+            // (so at least one frame is always queued, and a refusal always
+            // leaves frames whose sending ends the drop episode).
             if self.keyed_bytes >= room {
                 return Keyed::Refused;
             }
             self.keyed_bytes += len;
             self.slots.insert(slot.clone(), self.abs_back());
             self.push_entry(Entry {
-                item,
+                frame,
                 tag: Tag::Keyed(slot),
             });
             return Keyed::Queued(len);
         };
-        let old = std::mem::replace(&mut self.entries[i].item, Item::GONE).len();
+        let old = std::mem::take(&mut self.entries[i].frame).len();
         self.entries[i].tag = Tag::Whole;
         self.tombstones += 1;
-        let item = item.conflated();
-        let new = item.len();
+        let frame = wire::conflated(&frame);
+        let new = frame.len();
         self.keyed_bytes = self.keyed_bytes - old + new;
         self.slots.insert(slot.clone(), self.abs_back());
         self.push_entry(Entry {
-            item,
+            frame,
             tag: Tag::Keyed(slot),
         });
         self.maybe_compact();
         Keyed::Replaced { old, new }
     }
 
-    /// Whether `channel` has an unsent item with `key`.
+    /// Whether `channel` has an unsent frame with `key`.
     #[cfg(test)]
     fn has_key(&self, channel: &Arc<str>, key: &Arc<str>) -> bool {
         self.slots
             .contains_key(&Arc::new((channel.clone(), key.clone())))
     }
 
-    /// The next item to send, skipping tombstones, then the shared rest of
-    /// a pair ([`OutQueue::push_pair`]; empty otherwise).
+    /// The next frame to send, skipping tombstones: its bytes, then the
+    /// shared rest of a pair ([`OutQueue::push_pair`]; empty otherwise).
     #[inline]
-    pub fn pop(&mut self) -> Option<(Item, Bytes)> {
+    pub fn pop(&mut self) -> Option<(Bytes, Bytes)> {
         loop {
             let e = self.entries.pop_front()?;
             let abs = self.popped;
@@ -169,13 +171,13 @@ impl OutQueue {
             match e.tag {
                 Tag::Keyed(slot) if self.slots.get(&slot) == Some(&abs) => {
                     self.slots.remove(&slot);
-                    self.keyed_bytes -= e.item.len();
+                    self.keyed_bytes -= e.frame.len();
                 }
-                Tag::Pair(rest) => return Some((e.item, Bytes::clone(&rest))),
+                Tag::Pair(rest) => return Some((e.frame, Bytes::clone(&rest))),
                 _ => {}
             }
-            if !e.item.is_gone() {
-                return Some((e.item, Bytes::new()));
+            if !e.frame.is_empty() {
+                return Some((e.frame, Bytes::new()));
             }
             self.tombstones -= 1;
         }
@@ -198,13 +200,13 @@ impl OutQueue {
         self.entries
             .drain(kept..)
             .map(|e| match &e.tag {
-                Tag::Pair(rest) => e.item.len() + rest.len(),
-                _ => e.item.len(),
+                Tag::Pair(rest) => e.frame.len() + rest.len(),
+                _ => e.frame.len(),
             })
             .sum()
     }
 
-    /// Live items plus tombstones: what the queue holds in memory.
+    /// Live frames plus tombstones: what the queue holds in memory.
     #[cfg(test)]
     fn entries(&self) -> usize {
         self.entries.len()
@@ -231,7 +233,7 @@ impl OutQueue {
         if self.tombstones < COMPACT_MIN || self.tombstones * 2 < self.entries.len() {
             return;
         }
-        self.entries.retain(|e| !e.item.is_gone());
+        self.entries.retain(|e| !e.frame.is_empty());
         self.tombstones = 0;
         self.slots.clear();
         for (i, e) in self.entries.iter().enumerate() {
@@ -245,28 +247,17 @@ impl OutQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::wire;
-    use crate::socket::outbox::item::Published;
 
     const ROOM: usize = 1 << 20;
 
-    fn frame(seq: u64, data: &str) -> Bytes {
+    fn msg(seq: u64, data: &str) -> Bytes {
         wire::message("cur:1", seq, data)
-    }
-
-    fn msg(seq: u64, data: &str) -> Item {
-        Item::message(Arc::new(Published::new(
-            "cur:1".into(),
-            seq,
-            frame(seq, data),
-        )))
     }
 
     /// The next frame popped, a pair's two slices joined as the wire
     /// carries them.
     fn whole(q: &mut OutQueue) -> Option<Bytes> {
-        let (item, rest) = q.pop()?;
-        let frame = item.ws_frame();
+        let (frame, rest) = q.pop()?;
         if rest.is_empty() {
             return Some(frame);
         }
@@ -281,7 +272,7 @@ mod tests {
     fn a_paused_reader_keeps_the_latest_per_key_in_seq_order_in_bounded_memory() {
         let mut q = OutQueue::default();
         let ch: Arc<str> = Arc::from("cur:1");
-        q.push(Bytes::from_static(b"\x81\x02hi").into());
+        q.push(Bytes::from_static(b"\x81\x02hi"));
         let keys: Vec<Arc<str>> = (0..5).map(|k| Arc::from(format!("{k}"))).collect();
         for seq in 1..=10_000u64 {
             let k = (seq % 5) as usize;
@@ -394,10 +385,9 @@ mod tests {
         q.push_pair(Bytes::from_static(b"\x81\x0bdaeh"), shared);
         assert_eq!(q.entries(), 3, "one entry per pair");
         let (head, rest) = q.pop().unwrap();
-        let head = head.ws_frame();
         assert_eq!((&head[..], &rest[..]), (&b"\x81\x0bhead"[..], &body[..]));
         assert_eq!(rest.as_ptr(), body.as_ptr(), "the shared bytes themselves");
-        assert_eq!(whole(&mut q).unwrap(), frame(1, "1"));
+        assert_eq!(whole(&mut q).unwrap(), msg(1, "1"));
         let (_, rest) = q.pop().unwrap();
         assert_eq!(rest.as_ptr(), body.as_ptr());
         assert!(q.pop().is_none());
@@ -408,7 +398,7 @@ mod tests {
         let mut q = OutQueue::default();
         let body = Arc::new(Bytes::from(vec![b'x'; 100]));
         q.push_pair(Bytes::from_static(b"head"), body.clone());
-        q.push(Bytes::from_static(b"frame").into());
+        q.push(Bytes::from_static(b"frame"));
         q.push_pair(Bytes::from_static(b"h"), body);
         assert_eq!(q.clear(), 4 + 100 + 5 + 1 + 100);
         assert!(q.pop().is_none());

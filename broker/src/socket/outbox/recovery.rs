@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::Congested;
-use super::item::{Item, Published};
 use super::{Drained, Outbox, Shared, State};
 use crate::dialect::Backlog;
 #[cfg(doc)]
@@ -125,23 +124,20 @@ impl Outbox {
                     break;
                 };
                 match sub.sub.pump(&mut |_| room) {
-                    Next::Recovered { seq, frame, paged } => {
+                    Next::Recovered { frame, paged, .. } => {
                         if paged {
                             // Counted in the gauge since it was read.
                             s.paged_bytes -= frame.len();
                         } else {
                             self.gauge.add(frame.len());
                         }
-                        let item = Published::new(name.clone(), seq, frame);
-                        s.queue.push(Item::message(Arc::new(item)));
+                        s.queue.push(frame);
                         done.moved = true;
                     }
                     // Held behind the backlog, which is all queued.
                     Next::Live(h) => {
                         s.held_bytes -= h.frame.len();
-                        let item = Published::new(name.clone(), h.seq, h.frame);
-                        let item = Item::message(Arc::new(item));
-                        done.congested |= self.queue_live(s, &name, item, h.key);
+                        done.congested |= self.queue_live(s, &name, h.frame, h.key);
                     }
                     Next::Release(h) => {
                         s.held_bytes -= h.frame.len();

@@ -1,13 +1,13 @@
 //! An SSE stream's writer: the response body, which takes the socket's
-//! items from its outbox as the HTTP layer asks for more and hands them
+//! frames from its outbox as the HTTP layer asks for more and hands them
 //! on as events (`render.rs`).
 //!
 //! actix-web's h1 dispatcher polls a streaming body only while its write
 //! buffer is below 32 KiB, so a reader that stops reading stops the
-//! polling: items stay in the outbox, counted in the gauge, and the
-//! socket's high-water mark, grace and 4008 apply as to a WebSocket. An
-//! item leaves the gauge once rendered for the dispatcher; what sits
-//! there is bounded by its buffer and one batch.
+//! polling: frames stay in the outbox, counted in the gauge, and the
+//! socket's high-water mark, grace and 4008 apply as to a WebSocket. A
+//! frame leaves the gauge once handed to the dispatcher; what sits there
+//! is bounded by its buffer and one batch.
 //!
 //! For the same reason an unread stream never sees its close, so the
 //! connection is ended from outside ([`Ender`]): the socket's close timer
@@ -30,9 +30,9 @@ use futures_util::Stream;
 use super::render::Render;
 use crate::socket::Nudge;
 use crate::socket::inbound::Pipe;
-use crate::socket::outbox::{Drained, Item, Next, Outbox};
+use crate::socket::outbox::{Drained, Next, Outbox};
 
-/// The most items, and about the most bytes, one chunk takes.
+/// The most frames, and about the most bytes, one chunk takes.
 const BATCH_FRAMES: usize = 64;
 const BATCH_BYTES: usize = 64 * 1024;
 
@@ -75,9 +75,9 @@ pub(super) struct Body {
     /// `retry:`, written first.
     head: Option<Bytes>,
     render: Render,
-    /// Items taken from the outbox for the chunk being built (at most
+    /// Frames taken from the outbox for the chunk being built (at most
     /// [`BATCH_FRAMES`]).
-    batch: VecDeque<Item>,
+    batch: VecDeque<Bytes>,
     ender: Ender,
     ended: bool,
 }
@@ -116,10 +116,9 @@ impl Stream for Body {
             return Poll::Ready(Some(Ok(head)));
         }
         loop {
-            let batch = &mut this.batch;
             match this
                 .outbox
-                .take(cx, BATCH_FRAMES, BATCH_BYTES, |i| batch.push_back(i))
+                .take(cx, &mut this.batch, BATCH_FRAMES, BATCH_BYTES)
             {
                 Next::Write => {}
                 Next::Wait => return Poll::Pending,
@@ -138,9 +137,9 @@ impl Stream for Body {
             let size = this.batch.iter().map(|f| f.len() + extra).sum();
             let mut out = BytesMut::with_capacity(size);
             let mut taken = 0;
-            for item in this.batch.drain(..) {
-                taken += item.len();
-                this.render.item(&item, &mut out);
+            for frame in this.batch.drain(..) {
+                taken += frame.len();
+                this.render.frame(&frame, &mut out);
             }
             this.outbox.sent(taken, &this.on_drain);
             // After the close event the response ends (the actor stops when
@@ -161,7 +160,7 @@ impl Drop for Body {
         // The connection is the dispatcher's again (or gone): forget it.
         self.ender.forget();
         self.pipe.end();
-        let unsent = self.batch.iter().map(Item::len).sum();
+        let unsent = self.batch.iter().map(Bytes::len).sum();
         self.outbox.gone(unsent);
     }
 }

@@ -2,14 +2,14 @@
 //! socket's transport (`socket/transport.rs`) with this feed instead of a
 //! WebSocket's frames.
 //!
-//! Each batch of items taken from the outbox becomes one HTTP chunk,
+//! Each batch of frames taken from the outbox becomes one HTTP chunk,
 //! written as slices: the stream's own bytes (`id:` lines, its other
 //! events) in one buffer made per batch, and each message's shared lines
-//! as the message holds them (`render.rs`), not copied, when they are
-//! large enough for that to pay ([`SHARE_MIN`]). Nothing is kept between
+//! as the memo holds them (`memo.rs`), not copied, when they are large
+//! enough for that to pay ([`SHARE_MIN`]). Nothing is kept between
 //! batches, so an idle stream holds no I/O buffer.
 //!
-//! An item leaves the gauge once rendered into the batch, as it left it
+//! A frame leaves the gauge once rendered into the batch, as it left it
 //! once handed to the dispatcher on the other path (`body.rs`); what the
 //! batch holds is bounded by [`FRAMES`] events. A reader that stops
 //! reading leaves the rest in the outbox, where the socket's mark, grace
@@ -28,8 +28,8 @@ use super::Ender;
 use super::render::{Out, Render};
 use crate::socket::Nudge;
 use crate::socket::inbound::Pipe;
-use crate::socket::outbox::{Drained, Item, Next, Outbox};
-use crate::socket::transport::{BATCH_BYTES, Feed, Wire};
+use crate::socket::outbox::{Drained, Next, Outbox};
+use crate::socket::transport::{BATCH_BYTES, Feed};
 
 /// The most frames one batch takes (and about [`BATCH_BYTES`] of them): a
 /// reader that fell behind gets many events per write, as the dispatcher
@@ -60,13 +60,13 @@ struct Slices<'a> {
     /// The first of the chunk's own bytes, once a shared slice followed
     /// them (it keeps the size line's room).
     first: Option<BytesMut>,
-    out: &'a mut VecDeque<Wire>,
+    out: &'a mut VecDeque<Bytes>,
     /// The chunk's data bytes so far.
     size: usize,
 }
 
 impl<'a> Slices<'a> {
-    fn new(capacity: usize, out: &'a mut VecDeque<Wire>) -> Slices<'a> {
+    fn new(capacity: usize, out: &'a mut VecDeque<Bytes>) -> Slices<'a> {
         let mut own = BytesMut::with_capacity(SIZE_ROOM + capacity);
         own.put_bytes(0, SIZE_ROOM);
         Slices {
@@ -100,9 +100,9 @@ impl<'a> Slices<'a> {
         let start = SIZE_ROOM - len;
         first[start..SIZE_ROOM].copy_from_slice(&line[..len]);
         first.advance(start);
-        self.out[at] = Wire::Bytes(first.freeze());
+        self.out[at] = first.freeze();
         if let Some(rest) = rest {
-            self.out.push_back(Wire::Bytes(rest));
+            self.out.push_back(rest);
         }
     }
 }
@@ -120,12 +120,10 @@ impl Out for Slices<'_> {
         self.size += self.own_len() + bytes.len();
         match &self.first {
             None => self.first = Some(self.own.split()),
-            Some(_) if !self.own.is_empty() => {
-                self.out.push_back(Wire::Bytes(self.own.split().freeze()));
-            }
+            Some(_) if !self.own.is_empty() => self.out.push_back(self.own.split().freeze()),
             Some(_) => {}
         }
-        self.out.push_back(Wire::Bytes(bytes.clone()));
+        self.out.push_back(bytes.clone());
     }
 }
 
@@ -134,9 +132,9 @@ pub(super) struct SseFeed {
     /// The response head and the `retry:` chunk, written first.
     head: Option<Bytes>,
     render: Render,
-    /// Items taken from the outbox for the batch being rendered (at most
+    /// Frames taken from the outbox for the batch being rendered (at most
     /// [`FRAMES`]; no allocation kept while idle).
-    frames: VecDeque<Item>,
+    frames: VecDeque<Bytes>,
     /// The last chunk is in the batch: once written, the stream is over.
     ended: bool,
     ender: Ender,
@@ -172,10 +170,10 @@ impl Feed for SseFeed {
         cx: &Context<'_>,
         outbox: &Outbox,
         on_drain: &Nudge<Drained>,
-        batch: &mut VecDeque<Wire>,
+        batch: &mut VecDeque<Bytes>,
     ) -> Next {
         if let Some(head) = self.head.take() {
-            batch.push_back(Wire::Bytes(head));
+            batch.push_back(head);
             return Next::Write;
         }
         loop {
@@ -183,14 +181,13 @@ impl Feed for SseFeed {
                 self.pipe.end();
                 return Next::Finish;
             }
-            let frames = &mut self.frames;
-            match outbox.take(cx, FRAMES, BATCH_BYTES, |i| frames.push_back(i)) {
+            match outbox.take(cx, &mut self.frames, FRAMES, BATCH_BYTES) {
                 Next::Write => {}
                 Next::Finish => {
                     // The socket ended without a close event: the body
                     // ends all the same.
                     self.ended = true;
-                    batch.push_back(Wire::Bytes(Bytes::from_static(LAST_CHUNK)));
+                    batch.push_back(Bytes::from_static(LAST_CHUNK));
                     return Next::Write;
                 }
                 other => {
@@ -200,27 +197,30 @@ impl Feed for SseFeed {
             }
             // The chunk's first slice (with its size line) goes here.
             let at = batch.len();
-            batch.push_back(Wire::Bytes(Bytes::new()));
+            batch.push_back(Bytes::new());
             // Small events are copied in whole, larger ones only their `id:`.
             let (id, extra) = (self.render.id_hint(), self.render.event_hint());
             let capacity = (self.frames.iter())
                 .map(|f| {
-                    let len = f.len();
-                    if len < SHARE_MIN { len + extra } else { id }
+                    if f.len() < SHARE_MIN {
+                        f.len() + extra
+                    } else {
+                        id
+                    }
                 })
                 .sum();
             let mut slices = Slices::new(capacity, batch);
             let mut taken = 0;
-            for item in self.frames.drain(..) {
-                taken += item.len();
-                self.render.item(&item, &mut slices);
+            for frame in self.frames.drain(..) {
+                taken += frame.len();
+                self.render.frame(&frame, &mut slices);
             }
             slices.finish(at);
             outbox.sent(taken, on_drain);
             // After the close event the body ends.
             if self.render.closed() {
                 self.ended = true;
-                batch.push_back(Wire::Bytes(Bytes::from_static(LAST_CHUNK)));
+                batch.push_back(Bytes::from_static(LAST_CHUNK));
             }
             if !batch.is_empty() {
                 return Next::Write;
@@ -234,8 +234,8 @@ impl Feed for SseFeed {
     /// request) is read and dropped, so the client's end of file is seen.
     fn heard(&mut self, _: &Pipe, _: &[u8]) {}
 
-    /// Items left the gauge when rendered.
-    fn counted(&self, _: &VecDeque<Wire>) -> usize {
+    /// Frames left the gauge when rendered.
+    fn counted(&self, _: &VecDeque<Bytes>) -> usize {
         0
     }
 }

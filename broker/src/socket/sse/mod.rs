@@ -18,6 +18,7 @@
 mod body;
 mod feed;
 mod hooked;
+mod memo;
 mod refused;
 mod render;
 mod tcp;
