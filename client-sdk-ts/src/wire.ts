@@ -36,11 +36,18 @@ export function frameBytes(frame: ClientFrame): number {
  * JSON object (not ours to answer: it is dropped, as it always was).
  */
 export function decodeFrame(text: string): ServerFrame | undefined {
-  let frame: unknown;
+  return parseObject(text) as ServerFrame | undefined;
+}
+
+/**
+ * The JSON object `text` holds (a frame, an HTTP body, an SSE event's
+ * `data`), or undefined when it holds anything else or is not JSON.
+ */
+export function parseObject(text: string | undefined): Record<string, unknown> | undefined {
   try {
-    frame = JSON.parse(text);
+    const v = JSON.parse(text ?? "") as unknown;
+    return v && typeof v === "object" && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
   } catch {
     return undefined;
   }
-  return frame && typeof frame === "object" && !Array.isArray(frame) ? (frame as ServerFrame) : undefined;
 }

@@ -41,6 +41,7 @@ import type {
 } from "../transport.js";
 import type { AckFrame, ClientFrame, ErrorFrame, Json, MessageFrame, ServerFrame } from "../protocol.js";
 import { tokenExpiryMs } from "../token.js";
+import { parseObject } from "../wire.js";
 import { parseRetryAfter } from "./websocket.js";
 import {
   decodePosition,
@@ -412,16 +413,6 @@ class SseStream implements Transport {
     if (this.done) return;
     this.close();
     this.handlers.close({ code, reason, wasOpen: this.opened, refusal });
-  }
-}
-
-/** The JSON object `text` holds (a body, an event's `data`), or undefined. */
-function parseObject(text: string | undefined): Record<string, unknown> | undefined {
-  try {
-    const v = JSON.parse(text ?? "") as unknown;
-    return v && typeof v === "object" && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
-  } catch {
-    return undefined;
   }
 }
 
